@@ -1,0 +1,37 @@
+# verl.cpp: `make demo` and `make test` do everything on a fresh Debian machine.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+APT_PKGS = build-essential cmake ninja-build pkg-config libopenblas-dev libyaml-cpp-dev \
+  nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev \
+  libpcre2-dev libicu-dev nodejs npm
+
+.PHONY: deps build test bench clean asan
+
+# Installs only what is missing, so it is cheap to run again.
+deps:
+	@missing=$$(for p in $(APT_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing: $$missing"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	fi
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release
+
+build: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+bench: build
+	@for b in $(BUILD)/bin/bench_*; do echo "== $$b"; $$b; done
+
+# AddressSanitizer build of the tests (includes the safetensors header fuzzer).
+asan: deps
+	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DVERL_SANITIZE=ON -DVERL_BUILD_BENCH=OFF
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ctest --output-on-failure -j $(JOBS)
+
+clean:
+	rm -rf $(BUILD) build-asan

@@ -1,0 +1,50 @@
+// Entry point of the `verl` program: dispatches to the registered subcommands.
+#include <cstdio>
+#include <exception>
+#include <map>
+
+#include "cli/command.h"
+#include "core/error.h"
+
+namespace verl::cli {
+
+static std::vector<const Command*>& registry() {
+  static std::vector<const Command*> r;
+  return r;
+}
+
+Command::Command(std::string n, std::string d, Setup s)
+    : name(std::move(n)), description(std::move(d)), setup(std::move(s)) {
+  registry().push_back(this);
+}
+
+const std::vector<const Command*>& commands() { return registry(); }
+
+}  // namespace verl::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"verl.cpp: reinforcement-learning post-training for LLMs"};
+  app.require_subcommand(1);
+  std::map<CLI::App*, verl::cli::Action> actions;
+  for (const verl::cli::Command* c : verl::cli::commands()) {
+    CLI::App* sub = app.add_subcommand(c->name, c->description);
+    actions[sub] = c->setup(*sub);
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    for (auto& [sub, action] : actions) {
+      if (sub->parsed()) return action();
+    }
+  } catch (const verl::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
