@@ -1,0 +1,114 @@
+// `verl logprobs`: per-token log-probs and entropies of a model for JSON lines of token ids.
+// Input lines {"tokens": [ids...]}; output lines {"logprobs": [...], "entropy": [...]} where
+// element i is about the distribution of tokens[i+1] given tokens[0..i] (n-1 values).
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "model/transformer.h"
+
+namespace verl::cli {
+namespace {
+
+struct Opts {
+  std::string model, input = "-", output = "-";
+  float temperature = 1.0f;
+  int64_t max_batch_tokens = 8192;
+};
+
+std::vector<int32_t> parse_tokens_line(const std::string& line, const std::string& src,
+                                       int64_t lineno, int64_t vocab) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::exception& e) {
+    VERL_FAIL("{}:{}: not valid JSON: {}", src, lineno, e.what());
+  }
+  VERL_CHECK(j.is_object() && j.contains("tokens") && j["tokens"].is_array(),
+             "{}:{}: expected an object with a \"tokens\" array of ids", src, lineno);
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < j["tokens"].size(); ++i) {
+    const auto& v = j["tokens"][i];
+    VERL_CHECK(v.is_number_integer(), "{}:{}: tokens[{}] is not an integer", src, lineno, i);
+    int64_t id = v.get<int64_t>();
+    VERL_CHECK(id >= 0 && id < vocab, "{}:{}: tokens[{}] = {} is outside the vocabulary [0, {})", src,
+               lineno, i, id, vocab);
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  VERL_CHECK(!ids.empty(), "{}:{}: \"tokens\" is empty", src, lineno);
+  return ids;
+}
+
+int run(const Opts& o) {
+  VERL_CHECK(o.temperature > 0, "--temperature must be > 0, got {}", o.temperature);
+  model::Weights w = model::Weights::load(o.model);
+  VERL_CHECK(w.config.head == model::HeadKind::CausalLM,
+             "{}: logprobs needs a causal LM, but config.json has {}", o.model,
+             w.config.architecture);
+  model::Transformer tf(w);
+  model::ForwardOptions fopt;
+  fopt.temperature = o.temperature;
+
+  std::ifstream fin;
+  if (o.input != "-") {
+    fin.open(o.input);
+    VERL_CHECK(fin.good(), "cannot open --input {}", o.input);
+  }
+  std::istream& in = o.input == "-" ? std::cin : fin;
+  const std::string src = o.input == "-" ? "<stdin>" : o.input;
+  std::ofstream fout;
+  if (o.output != "-") {
+    fout.open(o.output);
+    VERL_CHECK(fout.good(), "cannot open --output {}", o.output);
+  }
+  std::ostream& out = o.output == "-" ? std::cout : fout;
+
+  model::Activations acts;
+  std::vector<std::vector<int32_t>> pending;
+  int64_t pending_tokens = 0;
+  auto flush = [&] {
+    if (pending.empty()) return;
+    model::PackedBatch batch = model::PackedBatch::from_sequences(pending);
+    tf.forward(batch, acts, fopt);
+    for (int64_t s = 0; s < batch.num_seqs(); ++s) {
+      int64_t begin = batch.cu_seqlens[s], n = batch.seq_len(s) - 1;
+      nlohmann::json j;
+      j["logprobs"] = std::vector<float>(acts.logprob.begin() + begin, acts.logprob.begin() + begin + n);
+      j["entropy"] = std::vector<float>(acts.entropy.begin() + begin, acts.entropy.begin() + begin + n);
+      out << j.dump() << '\n';
+    }
+    out.flush();
+    pending.clear();
+    pending_tokens = 0;
+  };
+  std::string line;
+  int64_t lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    std::vector<int32_t> ids = parse_tokens_line(line, src, lineno, w.config.vocab_size);
+    if (pending_tokens + static_cast<int64_t>(ids.size()) > o.max_batch_tokens) flush();
+    pending_tokens += static_cast<int64_t>(ids.size());
+    pending.push_back(std::move(ids));
+  }
+  flush();
+  return 0;
+}
+
+Command reg("logprobs", "Per-token log-probs and entropies of a model for JSON lines of tokens",
+            [](CLI::App& app) -> Action {
+              auto o = std::make_shared<Opts>();
+              app.add_option("--model", o->model, "HF model directory")->required();
+              app.add_option("--input", o->input, "JSONL file of {\"tokens\": [...]}, - for stdin");
+              app.add_option("--output", o->output, "output JSONL file, - for stdout");
+              app.add_option("--temperature", o->temperature, "divide logits by T (as the rollout)");
+              app.add_option("--max-batch-tokens", o->max_batch_tokens,
+                             "tokens packed into one forward pass");
+              return [o] { return run(*o); };
+            });
+
+}  // namespace
+}  // namespace verl::cli

@@ -1,0 +1,217 @@
+// Forward and backward of the decoder stack on CPU. Per layer (HF LlamaDecoderLayer):
+//   xn1 = rmsnorm(x);  q,k,v = split(xn1 Wqkv^T + bqkv);  [Qwen3: q,k = rmsnorm_D(q), rmsnorm_D(k)]
+//   q,k = rope(q), rope(k);  att = causal_gqa(q,k,v);  x_mid = x + att Wo^T (+ bo)
+//   xn2 = rmsnorm(x_mid);  gu = xn2 Wgu^T;  x_out = x_mid + (silu(g) * u) Wdown^T
+// The backward walks the same steps in reverse; parameter gradients accumulate into a flat buffer.
+#include "model/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "ops/cpu/ops.h"
+
+namespace verl::model {
+namespace ops = verl::ops::cpu;
+namespace {
+
+float* grow(std::vector<float>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+float* zeroed(std::vector<float>& v, int64_t n) {
+  float* p = grow(v, n);
+  std::fill(p, p + n, 0.0f);
+  return p;
+}
+void add_inplace(float* y, const float* x, int64_t n) {
+#pragma omp parallel for simd if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+}  // namespace
+
+Transformer::Transformer(const Weights& w) : w_(w), inv_freq_(rope_inv_freq(w.config)) {}
+
+void Transformer::layer_forward(int l, const PackedBatch& b, LayerActivations& a,
+                                float* x_out) const {
+  const ModelConfig& c = w_.config;
+  const LayerParams& p = w_.layout.layers[l];
+  auto W = [&](int i) { return i >= 0 ? w_.param(i) : nullptr; };
+  const int64_t T = b.num_tokens(), B = b.num_seqs(), C = c.hidden_size, F = c.intermediate_size;
+  const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
+  const int64_t qd = c.q_dim(), kvd = c.kv_dim(), Q3 = qd + 2 * kvd;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+
+  ops::rmsnorm_forward(grow(a.xn1, T * C), grow(a.rstd1, T), a.x_in.data(), W(p.attn_norm), T, C,
+                       eps);
+  // The fused qkv projection goes through att's buffer (free until attention runs).
+  float* qkv = grow(a.att, std::max(T * Q3, T * qd));
+  ops::linear_forward(qkv, a.xn1.data(), W(p.wqkv), W(p.bqkv), T, C, Q3);
+  float* q = grow(c.qk_norm ? a.q_pre : a.q, T * qd);
+  float* k = grow(c.qk_norm ? a.k_pre : a.k, T * kvd);
+  float* v = grow(a.v, T * kvd);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* row = qkv + t * Q3;
+    std::copy(row, row + qd, q + t * qd);
+    std::copy(row + qd, row + qd + kvd, k + t * kvd);
+    std::copy(row + qd + kvd, row + Q3, v + t * kvd);
+  }
+  if (c.qk_norm) {
+    ops::rmsnorm_forward(grow(a.q, T * qd), grow(a.rstd_q, T * H), a.q_pre.data(), W(p.q_norm),
+                         T * H, D, eps);
+    ops::rmsnorm_forward(grow(a.k, T * kvd), grow(a.rstd_k, T * Hkv), a.k_pre.data(),
+                         W(p.k_norm), T * Hkv, D, eps);
+  }
+  ops::rope_forward(a.q.data(), b.positions.data(), inv_freq_.data(), T, H, D);
+  ops::rope_forward(a.k.data(), b.positions.data(), inv_freq_.data(), T, Hkv, D);
+  ops::attention_forward(a.att.data(), grow(a.lse, T * H), a.q.data(), a.k.data(), a.v.data(),
+                         b.cu_seqlens.data(), B, T, H, Hkv, D, 1.0f / std::sqrt(float(D)));
+  float* x_mid = grow(a.x_mid, T * C);
+  ops::linear_forward(x_mid, a.att.data(), W(p.wo), W(p.bo), T, qd, C);
+  add_inplace(x_mid, a.x_in.data(), T * C);
+
+  ops::rmsnorm_forward(grow(a.xn2, T * C), grow(a.rstd2, T), x_mid, W(p.mlp_norm), T, C, eps);
+  ops::linear_forward(grow(a.gu, T * 2 * F), a.xn2.data(), W(p.wgu), W(p.bgu), T, C, 2 * F);
+  ops::swiglu_forward(grow(a.act, T * F), a.gu.data(), T, F);
+  ops::linear_forward(x_out, a.act.data(), W(p.wdown), W(p.bdown), T, F, C);
+  add_inplace(x_out, x_mid, T * C);
+}
+
+void Transformer::forward(const PackedBatch& b, Activations& acts, const ForwardOptions& opt) const {
+  const ModelConfig& c = w_.config;
+  const ParamLayout& lay = w_.layout;
+  const int64_t T = b.num_tokens(), B = b.num_seqs(), C = c.hidden_size, V = c.vocab_size;
+  const int64_t L = c.num_hidden_layers;
+  VERL_CHECK(T > 0 && B > 0 && b.cu_seqlens.back() == T && b.positions.size() == b.tokens.size(),
+             "malformed packed batch: {} tokens, {} sequences", T, B);
+  acts.T = T;
+  acts.layers.resize(static_cast<size_t>(L));
+  float* x0 = L > 0 ? grow(acts.layers[0].x_in, T * C) : grow(acts.x_final, T * C);
+  ops::embedding_forward(x0, b.tokens.data(), w_.param(lay.embed), T, C, V);
+  for (int64_t l = 0; l < L; ++l) {
+    float* x_out = l + 1 < L ? grow(acts.layers[l + 1].x_in, T * C) : grow(acts.x_final, T * C);
+    layer_forward(static_cast<int>(l), b, acts.layers[l], x_out);
+  }
+  ops::rmsnorm_forward(grow(acts.h_final, T * C), grow(acts.rstd_final, T), acts.x_final.data(),
+                       w_.param(lay.final_norm), T, C, static_cast<float>(c.rms_norm_eps));
+  const int64_t NL = c.num_labels;
+  switch (c.head) {
+    case HeadKind::CausalLM:
+      ops::lm_head_forward(grow(acts.logprob, T), grow(acts.entropy, T), grow(acts.lse_head, T),
+                           acts.h_final.data(), w_.lm_head(), b.targets.data(), T, C, V,
+                           opt.temperature, opt.lm_head_chunk);
+      break;
+    case HeadKind::TokenClassification:
+      ops::linear_forward(grow(acts.values, T * NL), acts.h_final.data(), w_.param(lay.score),
+                          w_.param(lay.score_bias), T, C, NL);
+      break;
+    case HeadKind::SequenceClassification:
+      grow(acts.scores, B * NL);
+      for (int64_t s = 0; s < B; ++s) {
+        const int64_t last = b.cu_seqlens[s + 1] - 1;
+        ops::linear_forward(acts.scores.data() + s * NL, acts.h_final.data() + last * C,
+                            w_.param(lay.score), nullptr, 1, C, NL);
+      }
+      break;
+  }
+}
+
+void Transformer::layer_backward(int l, const PackedBatch& b, LayerActivations& a, Activations& s,
+                                 float* d_x, float* grads) const {
+  const ModelConfig& c = w_.config;
+  const LayerParams& p = w_.layout.layers[l];
+  auto W = [&](int i) { return i >= 0 ? w_.param(i) : nullptr; };
+  auto G = [&](int i) { return i >= 0 ? grads + w_.layout.params[i].offset : nullptr; };
+  const int64_t T = b.num_tokens(), B = b.num_seqs(), C = c.hidden_size, F = c.intermediate_size;
+  const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
+  const int64_t qd = c.q_dim(), kvd = c.kv_dim(), Q3 = qd + 2 * kvd;
+
+  // MLP branch. On entry d_x = dL/dx_out, which is also the residual part of dL/dx_mid.
+  float* d_act = zeroed(s.d_big, T * 3 * F);
+  float* d_gu = d_act + T * F;
+  ops::linear_backward(d_act, G(p.wdown), G(p.bdown), d_x, a.act.data(), W(p.wdown), T, F, C);
+  ops::swiglu_backward(d_gu, d_act, a.gu.data(), T, F);
+  float* d_xn = zeroed(s.d_xn, T * C);
+  ops::linear_backward(d_xn, G(p.wgu), G(p.bgu), d_gu, a.xn2.data(), W(p.wgu), T, C, 2 * F);
+  ops::rmsnorm_backward(d_x, G(p.mlp_norm), d_xn, a.x_mid.data(), W(p.mlp_norm), a.rstd2.data(),
+                        T, C);
+  // Attention branch. Now d_x = dL/dx_mid, also the residual part of dL/dx_in.
+  float* d_att = zeroed(s.d_att, T * qd);
+  ops::linear_backward(d_att, G(p.wo), G(p.bo), d_x, a.att.data(), W(p.wo), T, qd, C);
+  float* d_q = zeroed(s.d_q, T * qd);
+  float* d_k = zeroed(s.d_k, T * kvd);
+  float* d_v = zeroed(s.d_v, T * kvd);
+  ops::attention_backward(d_q, d_k, d_v, d_att, a.q.data(), a.k.data(), a.v.data(), a.att.data(),
+                          a.lse.data(), b.cu_seqlens.data(), B, T, H, Hkv, D,
+                          1.0f / std::sqrt(float(D)));
+  ops::rope_backward(d_q, b.positions.data(), inv_freq_.data(), T, H, D);
+  ops::rope_backward(d_k, b.positions.data(), inv_freq_.data(), T, Hkv, D);
+  if (c.qk_norm) {
+    // d_q/d_k are w.r.t. the normed q/k; take them back through the per-head RMSNorm.
+    float* d_qpre = zeroed(s.scratch, T * (qd + kvd));
+    float* d_kpre = d_qpre + T * qd;
+    ops::rmsnorm_backward(d_qpre, G(p.q_norm), d_q, a.q_pre.data(), W(p.q_norm), a.rstd_q.data(),
+                          T * H, D);
+    ops::rmsnorm_backward(d_kpre, G(p.k_norm), d_k, a.k_pre.data(), W(p.k_norm), a.rstd_k.data(),
+                          T * Hkv, D);
+    d_q = d_qpre;
+    d_k = d_kpre;
+  }
+  float* d_qkv = grow(s.d_qkv, T * Q3);
+  for (int64_t t = 0; t < T; ++t) {
+    float* row = d_qkv + t * Q3;
+    std::copy(d_q + t * qd, d_q + (t + 1) * qd, row);
+    std::copy(d_k + t * kvd, d_k + (t + 1) * kvd, row + qd);
+    std::copy(d_v + t * kvd, d_v + (t + 1) * kvd, row + qd + kvd);
+  }
+  d_xn = zeroed(s.d_xn, T * C);
+  ops::linear_backward(d_xn, G(p.wqkv), G(p.bqkv), d_qkv, a.xn1.data(), W(p.wqkv), T, C, Q3);
+  ops::rmsnorm_backward(d_x, G(p.attn_norm), d_xn, a.x_in.data(), W(p.attn_norm), a.rstd1.data(),
+                        T, C);
+}
+
+void Transformer::backward(const PackedBatch& b, Activations& acts, const float* d_logprob,
+                           const float* d_entropy, const float* d_out, float* grads,
+                           const ForwardOptions& opt) const {
+  const ModelConfig& c = w_.config;
+  const ParamLayout& lay = w_.layout;
+  const int64_t T = b.num_tokens(), B = b.num_seqs(), C = c.hidden_size, V = c.vocab_size;
+  const int64_t NL = c.num_labels;
+  VERL_CHECK(acts.T == T, "backward called with a batch of {} tokens after a forward of {}", T,
+             acts.T);
+  auto G = [&](int i) { return i >= 0 ? grads + lay.params[i].offset : nullptr; };
+
+  float* d_h = zeroed(acts.d_xn, T * C);
+  switch (c.head) {
+    case HeadKind::CausalLM:
+      ops::lm_head_backward(d_h, G(w_.lm_head_param()), d_logprob, d_entropy, acts.h_final.data(),
+                            w_.lm_head(), b.targets.data(), acts.lse_head.data(),
+                            acts.entropy.data(), T, C, V, opt.temperature, opt.lm_head_chunk);
+      break;
+    case HeadKind::TokenClassification:
+      if (d_out) {
+        ops::linear_backward(d_h, G(lay.score), G(lay.score_bias), d_out, acts.h_final.data(),
+                             w_.param(lay.score), T, C, NL);
+      }
+      break;
+    case HeadKind::SequenceClassification:
+      if (d_out) {
+        for (int64_t s = 0; s < B; ++s) {
+          const int64_t last = b.cu_seqlens[s + 1] - 1;
+          ops::linear_backward(d_h + last * C, G(lay.score), nullptr, d_out + s * NL,
+                               acts.h_final.data() + last * C, w_.param(lay.score), 1, C, NL);
+        }
+      }
+      break;
+  }
+  float* d_x = zeroed(acts.d_x, T * C);
+  ops::rmsnorm_backward(d_x, G(lay.final_norm), d_h, acts.x_final.data(), w_.param(lay.final_norm),
+                        acts.rstd_final.data(), T, C);
+  for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l) {
+    layer_backward(static_cast<int>(l), b, acts.layers[l], acts, d_x, grads);
+  }
+  ops::embedding_backward(G(lay.embed), d_x, b.tokens.data(), T, C);
+}
+
+}  // namespace verl::model
