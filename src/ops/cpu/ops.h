@@ -22,6 +22,14 @@ void linear_forward(float* y, const float* x, const float* w, const float* b, in
 void linear_backward(float* d_x, float* d_w, float* d_b, const float* d_y, const float* x,
                      const float* w, int64_t T, int64_t K, int64_t N);
 
+// ---- linear_invariant.cpp: the same y = x W^T + b, batch-invariant -----------------------------
+// Each y[t,n] is computed by one fixed sequence of float operations (8-lane FMA partial sums over
+// k, a fixed reduction tree, a scalar tail, then + b[n]) whatever T is and wherever row t sits.
+// So a token's output does not depend on what else is in the batch: the rollout uses it, and a
+// sequence decoded alone, in a batch, or recomputed after preemption gets bit-identical results.
+void linear_forward_invariant(float* y, const float* x, const float* w, const float* b, int64_t T,
+                              int64_t K, int64_t N);
+
 // ---- embedding.cpp -------------------------------------------------------------------------------
 // out[t,:] = table[ids[t],:]  (table [V,C]). ids must be in [0, V); checked, naming the position.
 void embedding_forward(float* out, const int32_t* ids, const float* table, int64_t T, int64_t C,

@@ -1,0 +1,95 @@
+#include "rollout/engine.h"
+
+#include "core/error.h"
+#include "core/timer.h"
+
+namespace verl::rollout {
+
+Engine::Engine(const model::Weights& weights, const EngineConfig& config)
+    : w_(weights), sched_cfg_(config.scheduler), sampler_(static_cast<int32_t>(weights.config.vocab_size)) {
+  if (config.kv_cache_bytes > 0) {
+    const int64_t per_block = KVCache::bytes_per_block(weights.config, sched_cfg_.block_size);
+    const int64_t blocks = config.kv_cache_bytes / per_block;
+    VERL_CHECK(blocks >= 1, "KV cache budget of {} bytes holds no block ({} bytes per block of {} tokens)",
+               config.kv_cache_bytes, per_block, sched_cfg_.block_size);
+    sched_cfg_.num_blocks = static_cast<int32_t>(std::min<int64_t>(blocks, INT32_MAX));
+  }
+  cache_ = std::make_unique<KVCache>(weights.config, sched_cfg_.num_blocks, sched_cfg_.block_size);
+  runner_ = std::make_unique<CpuModelRunner>(weights, *cache_);
+}
+
+std::vector<Completion> Engine::generate(const std::vector<Request>& requests,
+                                         const std::function<void(const Completion&)>& on_finish,
+                                         const StopChecker& stop) {
+  Timer timer;
+  Scheduler sched(sched_cfg_);
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  std::vector<size_t> first_of(requests.size());
+  int64_t next_id = 0;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    const Request& req = requests[r];
+    VERL_CHECK(req.n >= 1, "request {}: n must be >= 1, got {}", r, req.n);
+    VERL_CHECK(!req.prompt.empty(), "request {}: the prompt is empty", r);
+    for (int32_t t : req.prompt) {
+      VERL_CHECK(t >= 0 && t < w_.config.vocab_size, "request {}: prompt token {} is outside [0, {})", r,
+                 t, w_.config.vocab_size);
+    }
+    req.params.validate();
+    first_of[r] = seqs.size();
+    std::vector<Sequence*> group;
+    for (int32_t i = 0; i < req.n; ++i) {
+      seqs.push_back(std::make_unique<Sequence>(next_id++, req.prompt, req.params, static_cast<int64_t>(r), i));
+      // A sample's randomness is named by (request seed, sample index) alone, not by where the
+      // request sits in this call, so a rollout replays whatever else is batched with it.
+      seqs.back()->set_rng_stream(static_cast<uint64_t>(i));
+      group.push_back(seqs.back().get());
+    }
+    sched.add_group(group);
+  }
+  std::vector<Completion> out(seqs.size());
+  auto complete = [&](Sequence* s) {
+    const int64_t r = s->group_id();
+    Completion& c = out[first_of[r] + s->index_in_group()];
+    c.request = r;
+    c.sample = s->index_in_group();
+    c.tokens.assign(s->output_tokens().begin(), s->output_tokens().end());
+    c.logprobs.assign(s->output_logprobs().begin(), s->output_logprobs().end());
+    c.finish_reason = s->finish_reason;
+    if (on_finish) on_finish(c);
+  };
+
+  std::vector<float> logits;
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  while (sched.has_unfinished()) {
+    const ScheduledBatch& batch = sched.schedule();
+    VERL_CHECK(!batch.empty(), "rollout scheduler made no progress with {} sequences waiting",
+               sched.num_waiting());
+    runner_->run(batch, logits);
+    const int32_t S = batch.num_samples();
+    tokens.resize(static_cast<size_t>(S));
+    logprobs.resize(static_cast<size_t>(S));
+    if (S > 0) sampler_.sample(logits.data(), batch.sample_seqs, tokens.data(), logprobs.data());
+    for (Sequence* s : sched.postprocess(batch, tokens, logprobs)) complete(s);
+    if (stop) {
+      // Stop strings end a sequence early: the scheduler retires it on its next postprocess.
+      for (Sequence* s : batch.sample_seqs) {
+        if (s->status == SequenceStatus::Running && stop(s->group_id(), s->output_tokens())) {
+          sched.finish(s, FinishReason::StopString);
+          complete(s);
+        }
+      }
+    }
+  }
+  const SchedulerStats& st = sched.stats();
+  stats_.steps = st.num_steps;
+  stats_.prompt_tokens_computed = st.prompt_tokens_computed;
+  stats_.prompt_tokens_without_sharing = st.prompt_tokens_without_sharing();
+  stats_.output_tokens = 0;
+  for (const auto& c : out) stats_.output_tokens += static_cast<int64_t>(c.tokens.size());
+  stats_.preemptions = st.num_preemptions;
+  stats_.seconds = timer.seconds();
+  return out;
+}
+
+}  // namespace verl::rollout

@@ -1,0 +1,75 @@
+// The rollout engine: scheduler + block manager + model runner + sampler in one loop. Requests go
+// in (prompt tokens, sampling params, n samples); each sample comes out through a callback the
+// moment it finishes, so rewards can be scored while the rest still decode.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/weights.h"
+#include "rollout/model_runner.h"
+#include "rollout/sampler.h"
+#include "rollout/scheduler.h"
+
+namespace verl::rollout {
+
+struct EngineConfig {
+  SchedulerConfig scheduler;
+  // KV-cache size: when > 0, the block count is derived from this byte budget (overriding
+  // scheduler.num_blocks); verl's gpu_memory_utilization becomes a byte budget the same way.
+  int64_t kv_cache_bytes = 0;
+};
+
+// Sample i of a request draws from Philox(key = params.seed, stream = i): give requests distinct
+// seeds (the trainer derives them from its seed, the step and the prompt index) and any request
+// replays exactly, alone or in any batch.
+struct Request {
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+  int32_t n = 1;  // samples of this prompt (a GRPO group)
+};
+
+struct Completion {
+  int64_t request = 0;  // index into the generate() request list
+  int32_t sample = 0;   // which of the request's n samples
+  std::vector<int32_t> tokens;    // generated tokens (stop token included when it ended the sample)
+  std::vector<float> logprobs;    // log-prob of each generated token at the sampling temperature
+  FinishReason finish_reason = FinishReason::None;
+};
+
+// Decides stop strings: called with a sequence's generated tokens after each new token; returns
+// true when the output should end there (the engine then marks it finished with StopString).
+using StopChecker = std::function<bool(int64_t request, std::span<const int32_t> output)>;
+
+struct EngineStats {
+  int64_t steps = 0, prompt_tokens_computed = 0, prompt_tokens_without_sharing = 0;
+  int64_t output_tokens = 0, preemptions = 0;
+  double seconds = 0;
+};
+
+class Engine {
+ public:
+  Engine(const model::Weights& weights, const EngineConfig& config);
+
+  // Runs all requests to completion. `on_finish` (optional) receives each completion as soon as it
+  // finishes; the returned list is in request order, samples in order.
+  std::vector<Completion> generate(const std::vector<Request>& requests,
+                                   const std::function<void(const Completion&)>& on_finish = {},
+                                   const StopChecker& stop = {});
+
+  const EngineStats& stats() const { return stats_; }
+  const SchedulerConfig& scheduler_config() const { return sched_cfg_; }
+
+ private:
+  const model::Weights& w_;
+  SchedulerConfig sched_cfg_;
+  std::unique_ptr<KVCache> cache_;
+  std::unique_ptr<CpuModelRunner> runner_;
+  Sampler sampler_;
+  EngineStats stats_;
+};
+
+}  // namespace verl::rollout
