@@ -19,8 +19,7 @@ Engine::Engine(const model::Weights& weights, const EngineConfig& config)
 }
 
 std::vector<Completion> Engine::generate(const std::vector<Request>& requests,
-                                         const std::function<void(const Completion&)>& on_finish,
-                                         const StopChecker& stop) {
+                                         const GenerateHooks& hooks) {
   Timer timer;
   Scheduler sched(sched_cfg_);
   std::vector<std::unique_ptr<Sequence>> seqs;
@@ -55,7 +54,7 @@ std::vector<Completion> Engine::generate(const std::vector<Request>& requests,
     c.tokens.assign(s->output_tokens().begin(), s->output_tokens().end());
     c.logprobs.assign(s->output_logprobs().begin(), s->output_logprobs().end());
     c.finish_reason = s->finish_reason;
-    if (on_finish) on_finish(c);
+    if (hooks.on_finish) hooks.on_finish(c);
   };
 
   std::vector<float> logits;
@@ -70,11 +69,16 @@ std::vector<Completion> Engine::generate(const std::vector<Request>& requests,
     tokens.resize(static_cast<size_t>(S));
     logprobs.resize(static_cast<size_t>(S));
     if (S > 0) sampler_.sample(logits.data(), batch.sample_seqs, tokens.data(), logprobs.data());
+    if (hooks.on_token) {
+      for (int32_t i = 0; i < S; ++i) {
+        const Sequence* s = batch.sample_seqs[i];
+        hooks.on_token(s->group_id(), s->index_in_group(), tokens[i]);
+      }
+    }
     for (Sequence* s : sched.postprocess(batch, tokens, logprobs)) complete(s);
-    if (stop) {
-      // Stop strings end a sequence early: the scheduler retires it on its next postprocess.
+    if (hooks.stop) {
       for (Sequence* s : batch.sample_seqs) {
-        if (s->status == SequenceStatus::Running && stop(s->group_id(), s->output_tokens())) {
+        if (s->status == SequenceStatus::Running && hooks.stop(s->group_id(), s->output_tokens())) {
           sched.finish(s, FinishReason::StopString);
           complete(s);
         }

@@ -40,9 +40,16 @@ struct Completion {
   FinishReason finish_reason = FinishReason::None;
 };
 
-// Decides stop strings: called with a sequence's generated tokens after each new token; returns
-// true when the output should end there (the engine then marks it finished with StopString).
-using StopChecker = std::function<bool(int64_t request, std::span<const int32_t> output)>;
+// Optional callbacks of generate().
+struct GenerateHooks {
+  // Each completion, the moment its sequence finishes (rewards can start on it right away).
+  std::function<void(const Completion&)> on_finish;
+  // Each sampled token as it is produced (streaming output).
+  std::function<void(int64_t request, int32_t sample, int32_t token)> on_token;
+  // Stop strings: called with a sample's generated tokens after each new token; returning true
+  // ends the sample there with finish reason StopString.
+  std::function<bool(int64_t request, std::span<const int32_t> output)> stop;
+};
 
 struct EngineStats {
   int64_t steps = 0, prompt_tokens_computed = 0, prompt_tokens_without_sharing = 0;
@@ -54,11 +61,9 @@ class Engine {
  public:
   Engine(const model::Weights& weights, const EngineConfig& config);
 
-  // Runs all requests to completion. `on_finish` (optional) receives each completion as soon as it
-  // finishes; the returned list is in request order, samples in order.
+  // Runs all requests to completion; the returned list is in request order, samples in order.
   std::vector<Completion> generate(const std::vector<Request>& requests,
-                                   const std::function<void(const Completion&)>& on_finish = {},
-                                   const StopChecker& stop = {});
+                                   const GenerateHooks& hooks = {});
 
   const EngineStats& stats() const { return stats_; }
   const SchedulerConfig& scheduler_config() const { return sched_cfg_; }

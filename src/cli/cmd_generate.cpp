@@ -1,0 +1,208 @@
+// `verl generate`: sampling from an HF model with the rollout engine. One --prompt streams text
+// to the terminal; --input takes JSON lines ("prompt" text, "messages" chat, or "prompt_tokens"
+// ids) and writes one JSON line per sample, in input order.
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "rollout/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace verl::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Opts {
+  std::string model, tokenizer, prompt, input, output = "-";
+  bool chat = false, ignore_eos = false;
+  int32_t n = 1, top_k = -1, max_tokens = 256;
+  float temperature = 1.0f, top_p = 1.0f;
+  uint64_t seed = 0;
+  std::vector<std::string> stop;
+  int64_t kv_cache_mb = 1024;
+  int32_t max_num_seqs = 256, max_num_batched_tokens = 8192;
+};
+
+// EOS ids: generation_config.json's eos_token_id (int or list), config.json's, the tokenizer's.
+std::vector<int32_t> eos_ids(const std::string& model_dir, const model::ModelConfig& cfg,
+                             const tokenizer::Tokenizer* tok) {
+  std::set<int32_t> ids;
+  for (int64_t e : cfg.eos_token_ids) ids.insert(static_cast<int32_t>(e));
+  fs::path gen = fs::path(model_dir) / "generation_config.json";
+  if (fs::exists(gen)) {
+    std::ifstream f(gen);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(f);
+    } catch (const nlohmann::json::exception& e) {
+      VERL_FAIL("{}: not valid JSON: {}", gen.string(), e.what());
+    }
+    if (j.contains("eos_token_id")) {
+      const auto& e = j["eos_token_id"];
+      if (e.is_number_integer()) ids.insert(e.get<int32_t>());
+      if (e.is_array())
+        for (const auto& x : e) {
+          VERL_CHECK(x.is_number_integer(), "{}: eos_token_id must hold integers", gen.string());
+          ids.insert(x.get<int32_t>());
+        }
+    }
+  }
+  if (tok && tok->eos_token_id() >= 0) ids.insert(tok->eos_token_id());
+  return {ids.begin(), ids.end()};
+}
+
+int run(const Opts& o) {
+  VERL_CHECK(o.prompt.empty() != o.input.empty(), "give exactly one of --prompt or --input");
+  model::Weights w = model::Weights::load(o.model);
+  std::string tok_dir = o.tokenizer.empty() ? o.model : o.tokenizer;
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  if (fs::exists(fs::path(tok_dir) / "tokenizer.json")) {
+    tok = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::load(tok_dir));
+  } else {
+    VERL_CHECK(o.tokenizer.empty(), "--tokenizer {}: no tokenizer.json there", o.tokenizer);
+  }
+
+  rollout::SamplingParams sp;
+  sp.temperature = o.temperature;
+  sp.top_k = o.top_k;
+  sp.top_p = o.top_p;
+  sp.max_tokens = o.max_tokens;
+  sp.ignore_eos = o.ignore_eos;
+  sp.seed = o.seed;
+  sp.stop_token_ids = eos_ids(o.model, w.config, tok.get());
+
+  auto encode_prompt = [&](const nlohmann::json& line, const std::string& where) {
+    if (line.contains("prompt_tokens")) {
+      VERL_CHECK(line["prompt_tokens"].is_array(), "{}: \"prompt_tokens\" must be a list of ids", where);
+      return line["prompt_tokens"].get<std::vector<int32_t>>();
+    }
+    VERL_CHECK(tok != nullptr, "{}: text prompts need a tokenizer (--tokenizer DIR)", where);
+    if (line.contains("messages")) {
+      return tok->encode(tok->apply_chat_template(line["messages"], /*add_generation_prompt=*/true));
+    }
+    VERL_CHECK(line.contains("prompt") && line["prompt"].is_string(),
+               "{}: expected \"prompt\" (text), \"messages\" (chat) or \"prompt_tokens\" (ids)", where);
+    const std::string text = line["prompt"].get<std::string>();
+    if (o.chat) {
+      nlohmann::json msgs = nlohmann::json::array({{{"role", "user"}, {"content", text}}});
+      return tok->encode(tok->apply_chat_template(msgs, true));
+    }
+    return tok->encode(text);
+  };
+
+  std::vector<rollout::Request> reqs;
+  if (!o.prompt.empty()) {
+    nlohmann::json one = {{"prompt", o.prompt}};
+    reqs.push_back({encode_prompt(one, "--prompt"), sp, o.n});
+  } else {
+    std::ifstream fin;
+    if (o.input != "-") {
+      fin.open(o.input);
+      VERL_CHECK(fin.good(), "cannot open --input {}", o.input);
+    }
+    std::istream& in = o.input == "-" ? std::cin : fin;
+    std::string line;
+    int64_t lineno = 0;
+    while (std::getline(in, line)) {
+      ++lineno;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      const std::string where = fmt::format("{}:{}", o.input == "-" ? "<stdin>" : o.input, lineno);
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(line);
+      } catch (const nlohmann::json::exception& e) {
+        VERL_FAIL("{}: not valid JSON: {}", where, e.what());
+      }
+      VERL_CHECK(j.is_object(), "{}: expected a JSON object", where);
+      reqs.push_back({encode_prompt(j, where), sp, o.n});
+    }
+  }
+
+  rollout::EngineConfig ecfg;
+  ecfg.kv_cache_bytes = o.kv_cache_mb << 20;
+  ecfg.scheduler.max_num_seqs = o.max_num_seqs;
+  ecfg.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+  int64_t longest = 0;
+  for (const auto& r : reqs) longest = std::max<int64_t>(longest, static_cast<int64_t>(r.prompt.size()));
+  ecfg.scheduler.max_model_len = static_cast<int32_t>(longest + o.max_tokens);
+  rollout::Engine engine(w, ecfg);
+
+  // Stop strings: decode the output so far and look for any of them.
+  rollout::GenerateHooks hooks;
+  if (!o.stop.empty()) {
+    VERL_CHECK(tok != nullptr, "--stop needs a tokenizer");
+    hooks.stop = [&](int64_t, std::span<const int32_t> out) {
+      std::string text = tok->decode(std::vector<int32_t>(out.begin(), out.end()), true);
+      for (const auto& s : o.stop)
+        if (text.find(s) != std::string::npos) return true;
+      return false;
+    };
+  }
+  auto text_of = [&](const rollout::Completion& c) {
+    std::string text = tok->decode(c.tokens, /*skip_special_tokens=*/true);
+    for (const auto& s : o.stop) {  // the text ends before the stop string, as vLLM's does
+      size_t p = text.find(s);
+      if (p != std::string::npos) text.resize(p);
+    }
+    return text;
+  };
+
+  const bool stream = !o.prompt.empty() && o.n == 1 && tok && o.output == "-";
+  if (stream) {
+    tokenizer::IncrementalDecoder dec(*tok, /*skip_special_tokens=*/true);
+    hooks.on_token = [&](int64_t, int32_t, int32_t token) {
+      std::cout << dec.push(token) << std::flush;
+    };
+    std::vector<rollout::Completion> out = engine.generate(reqs, hooks);
+    std::cout << dec.finish() << "\n[finish_reason: " << rollout::to_string(out[0].finish_reason)
+              << ", " << out[0].tokens.size() << " tokens]\n";
+    return 0;
+  }
+  std::ofstream fout;
+  if (o.output != "-") {
+    fout.open(o.output);
+    VERL_CHECK(fout.good(), "cannot open --output {}", o.output);
+  }
+  std::ostream& out = o.output == "-" ? std::cout : fout;
+  for (const rollout::Completion& c : engine.generate(reqs, hooks)) {
+    nlohmann::json j = {{"index", c.request},
+                        {"sample", c.sample},
+                        {"response_tokens", c.tokens},
+                        {"response_logprobs", c.logprobs},
+                        {"finish_reason", rollout::to_string(c.finish_reason)}};
+    if (tok) j["text"] = text_of(c);
+    out << j.dump() << '\n';
+  }
+  return 0;
+}
+
+Command reg("generate", "Sample from an HF model with the rollout engine", [](CLI::App& app) -> Action {
+  auto o = std::make_shared<Opts>();
+  app.add_option("--model", o->model, "HF model directory")->required();
+  app.add_option("--tokenizer", o->tokenizer, "tokenizer directory (default: the model's)");
+  app.add_option("--prompt", o->prompt, "one prompt; its output streams to the terminal");
+  app.add_option("--input", o->input, "JSONL of {prompt|messages|prompt_tokens}, - for stdin");
+  app.add_option("--output", o->output, "output JSONL (default stdout)");
+  app.add_flag("--chat", o->chat, "render text prompts with the chat template");
+  app.add_option("--n", o->n, "samples per prompt");
+  app.add_option("--temperature", o->temperature, "0 = greedy");
+  app.add_option("--top-p", o->top_p);
+  app.add_option("--top-k", o->top_k);
+  app.add_option("--max-tokens", o->max_tokens);
+  app.add_option("--seed", o->seed);
+  app.add_flag("--ignore-eos", o->ignore_eos);
+  app.add_option("--stop", o->stop, "stop string (repeatable)");
+  app.add_option("--kv-cache-mb", o->kv_cache_mb, "KV-cache budget in MiB");
+  app.add_option("--max-num-seqs", o->max_num_seqs);
+  app.add_option("--max-num-batched-tokens", o->max_num_batched_tokens);
+  return [o] { return run(*o); };
+});
+
+}  // namespace
+}  // namespace verl::cli
