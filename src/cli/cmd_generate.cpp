@@ -6,10 +6,10 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <set>
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "model/generation_config.h"
 #include "rollout/engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -29,34 +29,6 @@ struct Opts {
   int32_t max_num_seqs = 256, max_num_batched_tokens = 8192;
 };
 
-// EOS ids: generation_config.json's eos_token_id (int or list), config.json's, the tokenizer's.
-std::vector<int32_t> eos_ids(const std::string& model_dir, const model::ModelConfig& cfg,
-                             const tokenizer::Tokenizer* tok) {
-  std::set<int32_t> ids;
-  for (int64_t e : cfg.eos_token_ids) ids.insert(static_cast<int32_t>(e));
-  fs::path gen = fs::path(model_dir) / "generation_config.json";
-  if (fs::exists(gen)) {
-    std::ifstream f(gen);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(f);
-    } catch (const nlohmann::json::exception& e) {
-      VERL_FAIL("{}: not valid JSON: {}", gen.string(), e.what());
-    }
-    if (j.contains("eos_token_id")) {
-      const auto& e = j["eos_token_id"];
-      if (e.is_number_integer()) ids.insert(e.get<int32_t>());
-      if (e.is_array())
-        for (const auto& x : e) {
-          VERL_CHECK(x.is_number_integer(), "{}: eos_token_id must hold integers", gen.string());
-          ids.insert(x.get<int32_t>());
-        }
-    }
-  }
-  if (tok && tok->eos_token_id() >= 0) ids.insert(tok->eos_token_id());
-  return {ids.begin(), ids.end()};
-}
-
 int run(const Opts& o) {
   VERL_CHECK(o.prompt.empty() != o.input.empty(), "give exactly one of --prompt or --input");
   model::Weights w = model::Weights::load(o.model);
@@ -75,7 +47,7 @@ int run(const Opts& o) {
   sp.max_tokens = o.max_tokens;
   sp.ignore_eos = o.ignore_eos;
   sp.seed = o.seed;
-  sp.stop_token_ids = eos_ids(o.model, w.config, tok.get());
+  sp.stop_token_ids = model::generation_eos_ids(o.model, w.config, tok ? tok->eos_token_id() : -1);
 
   auto encode_prompt = [&](const nlohmann::json& line, const std::string& where) {
     if (line.contains("prompt_tokens")) {

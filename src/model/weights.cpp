@@ -122,11 +122,16 @@ Weights Weights::from_config(const ModelConfig& cfg) {
   return w;
 }
 
-Weights Weights::load(const std::string& model_dir) {
-  Weights w = from_config(load_model_config(model_dir));
+namespace {
+
+// Reads every tensor of the layout from the directory; `optional` params may be absent (left as
+// they are). Unused tensors are an error unless harmless or listed in `ignore`.
+void read_checkpoint(Weights& w, const std::string& model_dir, const std::set<int>& optional,
+                     const std::set<std::string>& ignore) {
   SafetensorsDir st = SafetensorsDir::open(model_dir);
   std::set<std::string> used;
   for (const HfTensorMap& m : w.layout.hf) {
+    if (!st.has(m.hf_name) && optional.count(m.param)) continue;
     VERL_CHECK(st.has(m.hf_name), "{}: missing tensor '{}' required by {} (config.json)", model_dir,
                m.hf_name, w.config.architecture);
     st.read_f32(m.hf_name, m.hf_shape, w.param(m.param) + m.offset);
@@ -136,10 +141,34 @@ Weights Weights::load(const std::string& model_dir) {
     if (used.count(name)) continue;
     // Harmless extras: rotary caches, and an lm_head stored although the config ties it.
     bool harmless = name.find("rotary_emb.inv_freq") != std::string::npos ||
-                    (name == "lm_head.weight" && w.config.tie_word_embeddings);
+                    (name == "lm_head.weight" && w.config.tie_word_embeddings) || ignore.count(name);
     VERL_CHECK(harmless, "{}: unexpected tensor '{}' in {} for architecture {}; the checkpoint does "
                "not match config.json", model_dir, name, st.file_of(name), w.config.architecture);
   }
+}
+
+}  // namespace
+
+Weights Weights::load(const std::string& model_dir) {
+  Weights w = from_config(load_model_config(model_dir));
+  read_checkpoint(w, model_dir, {}, {});
+  return w;
+}
+
+Weights Weights::load_as_critic(const std::string& model_dir, uint64_t seed) {
+  ModelConfig cfg = load_model_config(model_dir);
+  if (cfg.head == HeadKind::TokenClassification) return load(model_dir);
+  VERL_CHECK(cfg.head == HeadKind::CausalLM, "{}: a critic starts from a causal LM or a token "
+             "classification model, not {}", model_dir, cfg.architecture);
+  static const char* kNames[] = {"Llama", "Qwen2", "Qwen3"};
+  cfg.architecture = std::string(kNames[static_cast<int>(cfg.family)]) + "ForTokenClassification";
+  cfg.head = HeadKind::TokenClassification;
+  cfg.num_labels = 1;
+  Weights w = from_config(cfg);
+  Rng rng(seed, 0x5c0e);
+  float* score = w.param(w.layout.score);
+  for (int64_t i = 0; i < w.layout.params[w.layout.score].numel; ++i) score[i] = 0.02f * rng.normal();
+  read_checkpoint(w, model_dir, {w.layout.score, w.layout.score_bias}, {"lm_head.weight"});
   return w;
 }
 

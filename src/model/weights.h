@@ -58,6 +58,11 @@ struct Weights {
   // must be present with the expected shape; tensors we do not use are an error unless harmless
   // (rotary caches), so a wrong architecture never loads silently.
   static Weights load(const std::string& model_dir);
+  // Loads a causal LM checkpoint as a critic (token classification, one label), the way verl
+  // builds its critic from the actor's checkpoint: the LM head is dropped and the value head
+  // `score` starts from N(0, 0.02) with seed `seed`, bias zero. A checkpoint that already is a
+  // token-classification model loads as it is.
+  static Weights load_as_critic(const std::string& model_dir, uint64_t seed = 0);
   // Writes config.json and safetensors (dtype F32/BF16/F16) that transformers loads.
   void save(const std::string& model_dir, verl::DType dtype = verl::DType::F32) const;
   // Deterministic init: N(0, std) for matrices, ones for norms, zeros for biases.

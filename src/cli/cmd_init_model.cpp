@@ -1,0 +1,55 @@
+// `verl init-model`: a new HF model directory with random weights from a config.json (plus the
+// tokenizer files of --tokenizer), the starting point for training from scratch.
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "cli/command.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "model/weights.h"
+
+namespace verl::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Opts {
+  std::string config, tokenizer, out;
+  uint64_t seed = 0;
+  float std = 0.02f;
+};
+
+int run(const Opts& o) {
+  std::ifstream f(o.config);
+  VERL_CHECK(f.good(), "cannot open --config {}", o.config);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  model::Weights w = model::Weights::from_config(model::parse_model_config(ss.str(), o.config));
+  w.init_random(o.seed, o.std);
+  w.save(o.out);
+  if (!o.tokenizer.empty()) {
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                             "generation_config.json", "chat_template.jinja"}) {
+      fs::path src = fs::path(o.tokenizer) / name;
+      if (fs::exists(src)) fs::copy_file(src, fs::path(o.out) / name, fs::copy_options::overwrite_existing);
+    }
+  }
+  log::info("wrote {} ({} parameters, seed {})", o.out, w.layout.total, o.seed);
+  return 0;
+}
+
+Command reg("init-model", "Create an HF model directory with random weights from a config.json",
+            [](CLI::App& app) -> Action {
+              auto o = std::make_shared<Opts>();
+              app.add_option("--config", o->config, "HF config.json to build")->required();
+              app.add_option("--tokenizer", o->tokenizer, "directory whose tokenizer files to copy");
+              app.add_option("--out", o->out, "output directory")->required();
+              app.add_option("--seed", o->seed);
+              app.add_option("--std", o->std, "std of the normal init of matrices");
+              return [o] { return run(*o); };
+            });
+
+}  // namespace
+}  // namespace verl::cli

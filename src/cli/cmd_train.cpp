@@ -1,0 +1,39 @@
+// `verl train CONFIG [key=value ...]`: PPO / GRPO training with verl's ppo_trainer.yaml keys.
+#include <memory>
+
+#include "cli/command.h"
+#include "config/config.h"
+#include "trainer/ppo_trainer.h"
+
+namespace verl::cli {
+namespace {
+
+struct Opts {
+  std::vector<std::string> args;
+};
+
+int run(const Opts& o) {
+  std::string path;
+  std::vector<std::string> overrides;
+  for (const auto& a : o.args) {
+    if (path.empty() && overrides.empty() && a.find('=') == std::string::npos) {
+      path = a;
+    } else {
+      overrides.push_back(a);
+    }
+  }
+  config::Config cfg = config::load_config(path, overrides);
+  trainer::PpoTrainer trainer(cfg);
+  trainer.fit();
+  return 0;
+}
+
+Command reg("train", "PPO / GRPO training (verl's ppo_trainer.yaml keys; key=value overrides)",
+            [](CLI::App& app) -> Action {
+              auto o = std::make_shared<Opts>();
+              app.add_option("args", o->args, "CONFIG.yaml and/or key=value overrides");
+              return [o] { return run(*o); };
+            });
+
+}  // namespace
+}  // namespace verl::cli

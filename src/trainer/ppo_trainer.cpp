@@ -1,0 +1,695 @@
+// The step dataflow of verl's RayPPOTrainer.fit on our CPU engine. Names of stages, metrics and
+// config keys are verl's (verl/trainer/ppo/ray_trainer.py, metric_utils.py).
+#include "trainer/ppo_trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <mutex>
+#include <numeric>
+#include <thread>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "metrics/logger.h"
+#include "model/generation_config.h"
+#include "reward/command_reward.h"
+#include "reward/score.h"
+#include "rollout/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace verl::trainer {
+namespace {
+
+uint64_t mix(uint64_t x) {  // splitmix64 finaliser: decorrelates derived seeds
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Builds the optimizer and schedule of a model from its `<prefix>.optim.*` keys.
+void setup_optim(TrainedModel& tm, const config::Config& cfg, const std::string& prefix,
+                 double grad_clip, int64_t total_steps) {
+  AdamWConfig oc;
+  oc.lr = static_cast<float>(cfg.get<double>(prefix + ".optim.lr"));
+  auto betas = cfg.get<std::vector<double>>(prefix + ".optim.betas");
+  VERL_CHECK(betas.size() == 2, "{}.optim.betas must hold two numbers", prefix);
+  oc.beta1 = static_cast<float>(betas[0]);
+  oc.beta2 = static_cast<float>(betas[1]);
+  oc.weight_decay = static_cast<float>(cfg.get<double>(prefix + ".optim.weight_decay"));
+  oc.grad_clip = static_cast<float>(grad_clip);
+  tm.base_lr = oc.lr;
+  tm.opt = std::make_unique<AdamW>(tm.weights.layout.total, oc);
+  tm.grads.assign(tm.weights.data.size(), 0.0f);
+  tm.schedule.type = cfg.get<std::string>(prefix + ".optim.lr_scheduler_type");
+  tm.schedule.total_steps = total_steps;
+  tm.schedule.warmup_steps = LrSchedule::resolve_warmup(cfg.get<int64_t>(prefix + ".optim.lr_warmup_steps"),
+                                                        cfg.get<double>(prefix + ".optim.lr_warmup_steps_ratio"),
+                                                        total_steps);
+  tm.schedule.min_lr_ratio = cfg.get<std::optional<double>>(prefix + ".optim.min_lr_ratio").value_or(0.0);
+  tm.schedule.num_cycles = cfg.get<double>(prefix + ".optim.num_cycles");
+  tm.tf = std::make_unique<model::Transformer>(tm.weights);
+}
+
+// Rows `idx` of a [B, L] matrix, as a contiguous [idx.size(), L] matrix.
+std::vector<float> rows(const std::vector<float>& m, const std::vector<int64_t>& idx, int64_t L) {
+  std::vector<float> out;
+  if (m.empty()) return out;
+  out.reserve(idx.size() * L);
+  for (int64_t b : idx) out.insert(out.end(), m.begin() + b * L, m.begin() + (b + 1) * L);
+  return out;
+}
+
+}  // namespace
+
+PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
+  const std::string device = cfg_.get<std::string>("trainer.device");
+  if (device != "cpu") {
+    log::warn("trainer.device={}: this build has no CUDA backend yet; running on the CPU", device);
+  }
+  const std::string model_path = cfg_.get<std::string>("actor_rollout_ref.model.path");
+  actor_.weights = model::Weights::load(model_path);
+  VERL_CHECK(actor_.weights.config.head == model::HeadKind::CausalLM,
+             "actor_rollout_ref.model.path={}: the actor must be a causal LM, got {}", model_path,
+             actor_.weights.config.architecture);
+  const std::string tok_dir = cfg_.get<std::optional<std::string>>("data.tokenizer").value_or(model_path);
+  tok_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::load(tok_dir));
+  eos_ids_ = model::generation_eos_ids(model_path, actor_.weights.config, tok_->eos_token_id());
+  n_ = cfg_.get<int64_t>("actor_rollout_ref.rollout.n");
+  temperature_ = static_cast<float>(cfg_.get<double>("actor_rollout_ref.rollout.temperature"));
+  seed_ = static_cast<uint64_t>(cfg_.get<std::optional<int64_t>>("data.seed").value_or(1));
+
+  train_set_ = std::make_unique<data::RLDataset>(data::RLDataset::load(
+      cfg_.get<std::vector<std::string>>("data.train_files"), *tok_, data::DatasetOptions::from_config(cfg_)));
+  if (auto vf = cfg_.get<std::optional<std::vector<std::string>>>("data.val_files")) {
+    val_set_ = std::make_unique<data::RLDataset>(
+        data::RLDataset::load(*vf, *tok_, data::DatasetOptions::from_config(cfg_, /*validation=*/true)));
+  }
+  train_loader_ = std::make_unique<data::DataLoader>(*train_set_, data::LoaderOptions::train_from_config(cfg_));
+  total_steps_ = train_loader_->total_batches();
+  if (auto t = cfg_.get<std::optional<int64_t>>("trainer.total_training_steps")) total_steps_ = std::min(total_steps_, *t);
+
+  estimator_ = parse_adv_estimator(cfg_.get<std::string>("algorithm.adv_estimator"));
+  setup_optim(actor_, cfg_, "actor_rollout_ref.actor", cfg_.get<double>("actor_rollout_ref.actor.grad_clip"),
+              total_steps_);
+  const bool use_critic = estimator_ == AdvantageEstimator::GAE ||
+                          cfg_.get<std::optional<bool>>("critic.enable").value_or(false);
+  if (use_critic) {
+    critic_.emplace();
+    critic_->weights = model::Weights::load_as_critic(cfg_.get<std::string>("critic.model.path"), seed_);
+    setup_optim(*critic_, cfg_, "critic", cfg_.get<double>("critic.grad_clip"), total_steps_);
+  }
+  const bool use_kl_in_reward = cfg_.get<bool>("algorithm.use_kl_in_reward");
+  actor_loss_.policy.clip_ratio = cfg_.get<double>("actor_rollout_ref.actor.clip_ratio");
+  actor_loss_.policy.clip_ratio_low = cfg_.get<std::optional<double>>("actor_rollout_ref.actor.clip_ratio_low");
+  actor_loss_.policy.clip_ratio_high = cfg_.get<std::optional<double>>("actor_rollout_ref.actor.clip_ratio_high");
+  actor_loss_.policy.clip_ratio_c = cfg_.get<double>("actor_rollout_ref.actor.clip_ratio_c");
+  actor_loss_.policy.loss_agg_mode = parse_loss_agg_mode(cfg_.get<std::string>("actor_rollout_ref.actor.loss_agg_mode"));
+  actor_loss_.entropy_coeff = cfg_.get<double>("actor_rollout_ref.actor.entropy_coeff");
+  actor_loss_.use_kl_loss = cfg_.get<bool>("actor_rollout_ref.actor.use_kl_loss");
+  actor_loss_.kl_loss_coef = cfg_.get<double>("actor_rollout_ref.actor.kl_loss_coef");
+  actor_loss_.kl_loss_type = parse_kl_type(cfg_.get<std::string>("actor_rollout_ref.actor.kl_loss_type"));
+  if (actor_loss_.use_kl_loss || use_kl_in_reward) {
+    // The frozen reference policy: the actor's starting weights.
+    ref_.emplace(actor_.weights);
+    ref_tf_ = std::make_unique<model::Transformer>(*ref_);
+  }
+  if (use_kl_in_reward) {
+    kl_ctrl_ = KlController::from_config(cfg_.get<std::string>("algorithm.kl_ctrl.type"),
+                                         cfg_.get<double>("algorithm.kl_ctrl.kl_coef"),
+                                         cfg_.get<double>("algorithm.kl_ctrl.target_kl"),
+                                         cfg_.get<double>("algorithm.kl_ctrl.horizon"));
+  }
+  VERL_CHECK(!cfg_.get<bool>("reward_model.enable"),
+             "reward_model.enable=true: model-based rewards are not wired into the trainer yet; use rule "
+             "scorers (data_source) or custom_reward_function.command");
+  if (auto cmd = cfg_.get<std::optional<std::string>>("custom_reward_function.command")) {
+    reward::CommandRewardConfig rc;
+    rc.command = *cmd;
+    rc.timeout_s = cfg_.get<double>("custom_reward_function.timeout_s");
+    rc.on_error = reward::parse_on_error(cfg_.get<std::string>("custom_reward_function.on_error"));
+    command_reward_ = std::make_unique<reward::CommandRewardFn>(rc);
+  }
+  metrics::LoggerOptions lo;
+  lo.experiment_dir = cfg_.get<std::string>("trainer.default_local_dir");
+  std::filesystem::create_directories(lo.experiment_dir);
+  lo.total_steps = total_steps_;
+  lo.logging_steps = cfg_.get<int64_t>("trainer.logging_steps");
+  logger_ = std::make_unique<metrics::MultiLogger>(cfg_.get<std::vector<std::string>>("trainer.logger"), lo);
+  log::info("PPO trainer: {} ({} parameters), {} training prompts, {} steps, adv_estimator={}{}{}",
+            model_path, actor_.weights.layout.total, train_set_->size(), total_steps_, to_string(estimator_),
+            critic_ ? ", critic" : "", ref_ ? ", reference model" : "");
+}
+
+PpoTrainer::~PpoTrainer() {
+  if (logger_) logger_->close();
+}
+
+// ---- generation and rewards ---------------------------------------------------------------------
+
+void PpoTrainer::generate(const std::vector<data::Sample>& samples, Experience& exp,
+                          metrics::StageTimer& timer, bool validation) {
+  const std::string rk = validation ? "actor_rollout_ref.rollout.val_kwargs." : "actor_rollout_ref.rollout.";
+  const int64_t n = validation ? cfg_.get<int64_t>(rk + "n") : n_;
+  rollout::SamplingParams sp;
+  const bool do_sample = cfg_.get<bool>(rk + "do_sample");
+  sp.temperature = do_sample ? static_cast<float>(cfg_.get<double>(rk + "temperature")) : 0.0f;
+  sp.top_k = static_cast<int32_t>(cfg_.get<int64_t>(rk + "top_k"));
+  sp.top_p = static_cast<float>(cfg_.get<double>(rk + "top_p"));
+  sp.max_tokens = static_cast<int32_t>(cfg_.get<int64_t>("data.max_response_length"));
+  sp.ignore_eos = cfg_.get<bool>("actor_rollout_ref.rollout.ignore_eos");
+  sp.stop_token_ids = eos_ids_;
+  std::vector<rollout::Request> reqs;
+  int64_t longest = 0, total_tokens = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    rollout::Request r;
+    r.prompt = samples[i].prompt_ids;
+    r.params = sp;
+    r.params.seed = mix(seed_ ^ mix(static_cast<uint64_t>(global_step_) * 2 + (validation ? 1 : 0)) ^
+                        mix(static_cast<uint64_t>(i) + 0x51ed));
+    r.n = static_cast<int32_t>(n);
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(r.prompt.size()));
+    total_tokens += (static_cast<int64_t>(r.prompt.size()) + sp.max_tokens) * n;
+    reqs.push_back(std::move(r));
+  }
+  // The rollout phase's KV cache is sized for every sequence at once and freed when the engine
+  // goes out of scope, before training starts (phased memory).
+  rollout::EngineConfig ec;
+  ec.scheduler.block_size = 16;
+  ec.scheduler.max_model_len = static_cast<int32_t>(longest + sp.max_tokens);
+  ec.scheduler.max_num_seqs = static_cast<int32_t>(cfg_.get<int64_t>("actor_rollout_ref.rollout.max_num_seqs"));
+  ec.scheduler.max_num_batched_tokens =
+      static_cast<int32_t>(cfg_.get<int64_t>("actor_rollout_ref.rollout.max_num_batched_tokens"));
+  ec.scheduler.num_blocks = static_cast<int32_t>((total_tokens + 15) / 16 + static_cast<int64_t>(reqs.size()) * n + 16);
+  rollout::Engine engine(actor_.weights, ec);
+
+  const int64_t B = static_cast<int64_t>(samples.size()) * n;
+  exp = Experience{};
+  exp.B = B;
+  exp.group.resize(B);
+  exp.sample.resize(B);
+  exp.response.resize(B);
+  exp.finish_reason.resize(B);
+  exp.scores.assign(B, 0.0f);
+  std::vector<std::vector<float>> lps(B);
+
+  // Rewards are scored by a worker while generation goes on (trainer.actor_reward_parallel);
+  // a user command scores the whole batch afterwards.
+  const bool parallel = cfg_.get<bool>("trainer.actor_reward_parallel") && !command_reward_;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<int64_t> queue;
+  bool done = false;
+  std::exception_ptr worker_error;
+  double reward_start = -1, reward_end = -1;
+  auto score_one = [&](int64_t b) {
+    const data::Sample& s = *exp.sample[b];
+    std::string text = tok_->decode(exp.response[b], /*skip_special_tokens=*/true);
+    exp.scores[b] = static_cast<float>(
+        reward::default_compute_score(s.data_source, text, s.ground_truth_json, s.extra_info).score);
+  };
+  std::thread worker;
+  if (parallel) {
+    worker = std::thread([&] {
+      for (;;) {
+        int64_t b;
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [&] { return done || !queue.empty(); });
+          if (queue.empty()) return;
+          b = queue.front();
+          queue.pop_front();
+        }
+        double t0 = timer.now_s();
+        try {
+          score_one(b);
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!worker_error) worker_error = std::current_exception();
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        if (reward_start < 0) reward_start = t0;
+        reward_end = timer.now_s();
+      }
+    });
+  }
+  rollout::GenerateHooks hooks;
+  hooks.on_finish = [&](const rollout::Completion& c) {
+    const int64_t b = c.request * n + c.sample;
+    exp.group[b] = c.request;
+    exp.sample[b] = &samples[c.request];
+    exp.response[b] = c.tokens;
+    exp.finish_reason[b] = std::string(rollout::to_string(c.finish_reason));
+    lps[b] = c.logprobs;
+    if (parallel) {
+      std::lock_guard<std::mutex> lock(mu);
+      queue.push_back(b);
+      cv.notify_one();
+    }
+  };
+  {
+    auto gen = timer.scope("gen");
+    engine.generate(reqs, hooks);
+  }
+  if (parallel) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+    }
+    cv.notify_all();
+    worker.join();
+    if (worker_error) std::rethrow_exception(worker_error);
+    if (reward_start >= 0) timer.record("reward", reward_start, reward_end);
+  } else {
+    auto rs = timer.scope("reward");
+    score_all(exp);
+  }
+  // Per-token matrices.
+  int64_t L = 1;
+  for (const auto& r : exp.response) L = std::max<int64_t>(L, static_cast<int64_t>(r.size()));
+  exp.L = L;
+  exp.mask.assign(B * L, 0.0f);
+  exp.rollout_log_prob.assign(B * L, 0.0f);
+  exp.token_level_scores.assign(B * L, 0.0f);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t len = static_cast<int64_t>(exp.response[b].size());
+    for (int64_t j = 0; j < len; ++j) {
+      exp.mask[b * L + j] = 1.0f;
+      exp.rollout_log_prob[b * L + j] = lps[b][j];
+    }
+    if (len > 0) exp.token_level_scores[b * L + len - 1] = exp.scores[b];  // the score sits on the last token
+  }
+  exp.token_level_rewards = exp.token_level_scores;
+}
+
+void PpoTrainer::score_all(Experience& exp) {
+  if (!command_reward_) {
+    for (int64_t b = 0; b < exp.B; ++b) {
+      const data::Sample& s = *exp.sample[b];
+      std::string text = tok_->decode(exp.response[b], true);
+      exp.scores[b] = static_cast<float>(
+          reward::default_compute_score(s.data_source, text, s.ground_truth_json, s.extra_info).score);
+    }
+    return;
+  }
+  std::vector<reward::RewardRow> rows(exp.B);
+  for (int64_t b = 0; b < exp.B; ++b) {
+    const data::Sample& s = *exp.sample[b];
+    rows[b] = {s.data_source, tok_->decode(exp.response[b], true), s.ground_truth_json, s.extra_info};
+  }
+  reward::CommandBatchResult r = command_reward_->score(rows);
+  for (const auto& e : r.errors) log::warn("custom reward, row {} of step {}: {}", e.index, global_step_, e.message);
+  for (int64_t b = 0; b < exp.B; ++b) exp.scores[b] = static_cast<float>(r.scores[b]);
+}
+
+// ---- forward passes over the experience -------------------------------------------------------------
+
+model::PackedBatch PpoTrainer::pack(const Experience& exp, const std::vector<int64_t>& idx) const {
+  std::vector<std::vector<int32_t>> seqs;
+  seqs.reserve(idx.size());
+  for (int64_t b : idx) {
+    std::vector<int32_t> s = exp.sample[b]->prompt_ids;
+    s.insert(s.end(), exp.response[b].begin(), exp.response[b].end());
+    seqs.push_back(std::move(s));
+  }
+  return model::PackedBatch::from_sequences(seqs);
+}
+
+std::vector<std::vector<int64_t>> PpoTrainer::micro_batches(const Experience& exp, const std::vector<int64_t>& idx,
+                                                            bool dynamic, int64_t max_tokens,
+                                                            int64_t max_seqs) const {
+  std::vector<std::vector<int64_t>> out;
+  int64_t tokens = 0;
+  for (int64_t b : idx) {
+    const int64_t n = static_cast<int64_t>(exp.sample[b]->prompt_ids.size() + exp.response[b].size());
+    VERL_CHECK(!dynamic || n <= max_tokens,
+               "a sequence of {} tokens exceeds the micro-batch token budget {} (ppo_max_token_len_per_gpu)", n,
+               max_tokens);
+    bool full = out.empty() || (dynamic ? tokens + n > max_tokens : static_cast<int64_t>(out.back().size()) >= max_seqs);
+    if (full) {
+      out.emplace_back();
+      tokens = 0;
+    }
+    out.back().push_back(b);
+    tokens += n;
+  }
+  return out;
+}
+
+void PpoTrainer::compute_log_probs(const model::Transformer& tf, const Experience& exp, std::vector<float>& logp,
+                                   std::vector<float>* entropy) {
+  const int64_t L = exp.L;
+  logp.assign(exp.B * L, 0.0f);
+  if (entropy) entropy->assign(exp.B * L, 0.0f);
+  std::vector<int64_t> all(exp.B);
+  std::iota(all.begin(), all.end(), 0);
+  model::ForwardOptions fo;
+  fo.temperature = temperature_;
+  model::Activations acts;
+  const int64_t budget = cfg_.get<int64_t>("actor_rollout_ref.actor.ppo_max_token_len_per_gpu");
+  for (const auto& idx : micro_batches(exp, all, true, budget, 0)) {
+    model::PackedBatch pb = pack(exp, idx);
+    tf.forward(pb, acts, fo);
+    for (size_t i = 0; i < idx.size(); ++i) {
+      const int64_t b = idx[i], P = static_cast<int64_t>(exp.sample[b]->prompt_ids.size());
+      const int64_t base = pb.cu_seqlens[i] + P - 1;  // logprob[t] scores token t+1
+      for (size_t j = 0; j < exp.response[b].size(); ++j) {
+        logp[b * L + j] = acts.logprob[base + j];
+        if (entropy) (*entropy)[b * L + j] = acts.entropy[base + j];
+      }
+    }
+  }
+}
+
+void PpoTrainer::compute_values(const Experience& exp, std::vector<float>& values) {
+  const int64_t L = exp.L;
+  values.assign(exp.B * L, 0.0f);
+  std::vector<int64_t> all(exp.B);
+  std::iota(all.begin(), all.end(), 0);
+  model::Activations acts;
+  const int64_t budget = cfg_.get<int64_t>("critic.ppo_max_token_len_per_gpu");
+  for (const auto& idx : micro_batches(exp, all, true, budget, 0)) {
+    model::PackedBatch pb = pack(exp, idx);
+    critic_->tf->forward(pb, acts);
+    for (size_t i = 0; i < idx.size(); ++i) {
+      const int64_t b = idx[i], P = static_cast<int64_t>(exp.sample[b]->prompt_ids.size());
+      // verl's critic reads values[:, -response_length - 1 : -1]: the state before each token.
+      const int64_t base = pb.cu_seqlens[i] + P - 1;
+      for (size_t j = 0; j < exp.response[b].size(); ++j) values[b * L + j] = acts.values[base + j];
+    }
+  }
+}
+
+// ---- updates --------------------------------------------------------------------------------------
+
+void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
+  const std::string a = "actor_rollout_ref.actor.";
+  const int64_t L = exp.L;
+  const int64_t mini = cfg_.get<int64_t>(a + "ppo_mini_batch_size") * n_;  // verl scales it by rollout.n
+  const int64_t epochs = cfg_.get<int64_t>(a + "ppo_epochs");
+  const bool dynamic = cfg_.get<bool>(a + "use_dynamic_bsz");
+  const int64_t max_tokens = cfg_.get<int64_t>(a + "ppo_max_token_len_per_gpu");
+  const int64_t micro_seqs = cfg_.get<std::optional<int64_t>>(a + "ppo_micro_batch_size_per_gpu").value_or(mini);
+  const bool shuffle = cfg_.get<bool>(a + "shuffle");
+  const int64_t num_mini = (exp.B + mini - 1) / mini;
+  // Fully on-policy (one epoch over one mini-batch): the old policy is the current one, so the
+  // update's own forward gives old_log_prob exactly.
+  const bool on_policy = exp.old_log_prob.empty();
+  VERL_CHECK(!on_policy || (epochs == 1 && num_mini == 1), "internal: old_log_prob was skipped off-policy");
+  const float lr = static_cast<float>(actor_.base_lr * actor_.schedule.multiplier(global_step_));
+  model::ForwardOptions fo;
+  fo.temperature = temperature_;
+  model::Activations acts;
+  double pg_loss = 0, pg_clipfrac = 0, ppo_kl = 0, clip_lower = 0, ent = 0, kl_loss = 0, gnorm_sum = 0;
+  int64_t updates = 0;
+  std::vector<int64_t> order(exp.B);
+  std::iota(order.begin(), order.end(), 0);
+  for (int64_t ep = 0; ep < epochs; ++ep) {
+    if (shuffle) {
+      Rng rng(seed_ ^ 0xac7, static_cast<uint64_t>(global_step_ * 1000 + ep));
+      for (int64_t i = exp.B - 1; i > 0; --i) std::swap(order[i], order[rng.below(i + 1)]);
+    }
+    for (int64_t mb = 0; mb < num_mini; ++mb) {
+      std::vector<int64_t> idx(order.begin() + mb * mini, order.begin() + std::min(exp.B, (mb + 1) * mini));
+      // Global normalisers over the mini-batch: micro-batching then changes nothing but
+      // float reassociation (the sum of the micro losses is the mini-batch loss).
+      std::vector<float> mini_mask = rows(exp.mask, idx, L);
+      double mini_tokens = std::accumulate(mini_mask.begin(), mini_mask.end(), 0.0);
+      ActorLossConfig lc = actor_loss_;
+      lc.policy.norm.batch_num_tokens = mini_tokens;
+      lc.policy.norm.global_batch_size = static_cast<double>(idx.size());
+      lc.policy.norm.loss_scale_factor = static_cast<double>(cfg_.get<int64_t>("data.max_response_length"));
+      std::fill(actor_.grads.begin(), actor_.grads.end(), 0.0f);
+      for (const auto& micro : micro_batches(exp, idx, dynamic, max_tokens, micro_seqs)) {
+        model::PackedBatch pb = pack(exp, micro);
+        actor_.tf->forward(pb, acts, fo);
+        const int64_t bm = static_cast<int64_t>(micro.size());
+        std::vector<float> logp(bm * L, 0.0f), entropy(bm * L, 0.0f);
+        for (int64_t i = 0; i < bm; ++i) {
+          const int64_t b = micro[i], base = pb.cu_seqlens[i] + static_cast<int64_t>(exp.sample[b]->prompt_ids.size()) - 1;
+          for (size_t j = 0; j < exp.response[b].size(); ++j) {
+            logp[i * L + j] = acts.logprob[base + j];
+            entropy[i * L + j] = acts.entropy[base + j];
+          }
+        }
+        std::vector<float> old = on_policy ? logp : rows(exp.old_log_prob, micro, L);
+        std::vector<float> adv = rows(exp.advantages, micro, L), mask = rows(exp.mask, micro, L);
+        std::vector<float> ref = rows(exp.ref_log_prob, micro, L);
+        ActorLossOutput out = compute_actor_loss({bm, L}, old, logp, adv, mask, entropy, ref, lc);
+        std::vector<float> d_lp(pb.num_tokens(), 0.0f), d_ent(pb.num_tokens(), 0.0f);
+        for (int64_t i = 0; i < bm; ++i) {
+          const int64_t b = micro[i], base = pb.cu_seqlens[i] + static_cast<int64_t>(exp.sample[b]->prompt_ids.size()) - 1;
+          for (size_t j = 0; j < exp.response[b].size(); ++j) {
+            d_lp[base + j] = out.d_log_prob[i * L + j];
+            if (!out.d_entropy.empty()) d_ent[base + j] = out.d_entropy[i * L + j];
+          }
+        }
+        actor_.tf->backward(pb, acts, d_lp.data(), d_ent.data(), nullptr, actor_.grads.data(), fo);
+        const double share = std::accumulate(mask.begin(), mask.end(), 0.0) / std::max(1.0, mini_tokens);
+        pg_loss += out.pg_loss;
+        ent += out.entropy_loss;
+        kl_loss += out.kl_loss;
+        pg_clipfrac += out.pg_clipfrac * share;
+        ppo_kl += out.ppo_kl * share;
+        clip_lower += out.pg_clipfrac_lower * share;
+      }
+      gnorm_sum += actor_.opt->step(actor_.weights.data.data(), actor_.grads.data(), lr);
+      ++updates;
+    }
+  }
+  const double u = static_cast<double>(std::max<int64_t>(1, updates));
+  m.set("actor/pg_loss", pg_loss / u);
+  m.set("actor/pg_clipfrac", pg_clipfrac / u);
+  m.set("actor/ppo_kl", ppo_kl / u);
+  m.set("actor/pg_clipfrac_lower", clip_lower / u);
+  m.set("actor/entropy", ent / u);
+  if (actor_loss_.use_kl_loss) {
+    m.set("actor/kl_loss", kl_loss / u);
+    m.set("actor/kl_coef", actor_loss_.kl_loss_coef);
+  }
+  m.set("actor/grad_norm", gnorm_sum / u);
+  m.set("actor/lr", lr);
+}
+
+void PpoTrainer::update_critic(Experience& exp, metrics::Metrics& m) {
+  const int64_t L = exp.L;
+  const int64_t mini = cfg_.get<int64_t>("critic.ppo_mini_batch_size") * n_;
+  const int64_t epochs = cfg_.get<int64_t>("critic.ppo_epochs");
+  const bool dynamic = cfg_.get<bool>("critic.use_dynamic_bsz");
+  const int64_t max_tokens = cfg_.get<int64_t>("critic.ppo_max_token_len_per_gpu");
+  const int64_t micro_seqs = cfg_.get<std::optional<int64_t>>("critic.ppo_micro_batch_size_per_gpu").value_or(mini);
+  const double clip = cfg_.get<double>("critic.cliprange_value");
+  const LossAggMode mode = parse_loss_agg_mode(cfg_.get<std::string>("critic.loss_agg_mode"));
+  const float lr = static_cast<float>(critic_->base_lr * critic_->schedule.multiplier(global_step_));
+  const int64_t num_mini = (exp.B + mini - 1) / mini;
+  model::Activations acts;
+  double vf_loss = 0, vf_clipfrac = 0, gnorm_sum = 0;
+  int64_t updates = 0;
+  for (int64_t ep = 0; ep < epochs; ++ep) {
+    for (int64_t mb = 0; mb < num_mini; ++mb) {
+      std::vector<int64_t> idx;
+      for (int64_t b = mb * mini; b < std::min(exp.B, (mb + 1) * mini); ++b) idx.push_back(b);
+      std::vector<float> mini_mask = rows(exp.mask, idx, L);
+      AggNorm norm;
+      norm.batch_num_tokens = std::accumulate(mini_mask.begin(), mini_mask.end(), 0.0);
+      norm.global_batch_size = static_cast<double>(idx.size());
+      norm.loss_scale_factor = static_cast<double>(cfg_.get<int64_t>("data.max_response_length"));
+      std::fill(critic_->grads.begin(), critic_->grads.end(), 0.0f);
+      for (const auto& micro : micro_batches(exp, idx, dynamic, max_tokens, micro_seqs)) {
+        model::PackedBatch pb = pack(exp, micro);
+        critic_->tf->forward(pb, acts);
+        const int64_t bm = static_cast<int64_t>(micro.size());
+        std::vector<float> vpreds(bm * L, 0.0f);
+        for (int64_t i = 0; i < bm; ++i) {
+          const int64_t b = micro[i], base = pb.cu_seqlens[i] + static_cast<int64_t>(exp.sample[b]->prompt_ids.size()) - 1;
+          for (size_t j = 0; j < exp.response[b].size(); ++j) vpreds[i * L + j] = acts.values[base + j];
+        }
+        std::vector<float> mask = rows(exp.mask, micro, L);
+        ValueLossOutput out = compute_value_loss({bm, L}, vpreds, rows(exp.returns, micro, L), rows(exp.values, micro, L),
+                                                 mask, clip, mode, norm);
+        std::vector<float> d_v(pb.num_tokens(), 0.0f);
+        for (int64_t i = 0; i < bm; ++i) {
+          const int64_t b = micro[i], base = pb.cu_seqlens[i] + static_cast<int64_t>(exp.sample[b]->prompt_ids.size()) - 1;
+          for (size_t j = 0; j < exp.response[b].size(); ++j) d_v[base + j] = out.d_vpreds[i * L + j];
+        }
+        critic_->tf->backward(pb, acts, nullptr, nullptr, d_v.data(), critic_->grads.data());
+        vf_loss += out.vf_loss;
+        vf_clipfrac += out.vf_clipfrac * std::accumulate(mask.begin(), mask.end(), 0.0) /
+                       std::max(1.0, *norm.batch_num_tokens);
+      }
+      gnorm_sum += critic_->opt->step(critic_->weights.data.data(), critic_->grads.data(), lr);
+      ++updates;
+    }
+  }
+  const double u = static_cast<double>(std::max<int64_t>(1, updates));
+  m.set("critic/vf_loss", vf_loss / u);
+  m.set("critic/vf_clipfrac", vf_clipfrac / u);
+  m.set("critic/grad_norm", gnorm_sum / u);
+  m.set("critic/lr", lr);
+}
+
+// ---- metrics --------------------------------------------------------------------------------------
+
+void PpoTrainer::add_data_metrics(const Experience& exp, metrics::Metrics& m) const {
+  const int64_t L = exp.L;
+  std::vector<double> seq_score(exp.B), seq_reward(exp.B), adv, ret, val;
+  std::vector<int64_t> resp_len(exp.B), prompt_len(exp.B);
+  for (int64_t b = 0; b < exp.B; ++b) {
+    double s = 0, r = 0;
+    for (int64_t j = 0; j < L; ++j) {
+      s += exp.token_level_scores[b * L + j];
+      r += exp.token_level_rewards[b * L + j];
+      if (exp.mask[b * L + j] > 0) {
+        adv.push_back(exp.advantages[b * L + j]);
+        ret.push_back(exp.returns[b * L + j]);
+        if (!exp.values.empty()) val.push_back(exp.values[b * L + j]);
+      }
+    }
+    seq_score[b] = s;
+    seq_reward[b] = r;
+    resp_len[b] = static_cast<int64_t>(exp.response[b].size());
+    prompt_len[b] = static_cast<int64_t>(exp.sample[b]->prompt_ids.size());
+  }
+  m.add_stats("critic/score", seq_score);
+  m.add_stats("critic/rewards", seq_reward);
+  m.add_stats("critic/advantages", adv);
+  m.add_stats("critic/returns", ret);
+  if (!val.empty()) {
+    m.add_stats("critic/values", val);
+    // vf_explained_var = 1 - var(returns - values) / var(returns), over valid tokens.
+    auto var = [](const std::vector<double>& x) {
+      double mean = std::accumulate(x.begin(), x.end(), 0.0) / x.size(), v = 0;
+      for (double e : x) v += (e - mean) * (e - mean);
+      return v / x.size();
+    };
+    std::vector<double> diff(ret.size());
+    for (size_t i = 0; i < ret.size(); ++i) diff[i] = ret[i] - val[i];
+    m.set("critic/vf_explained_var", 1.0 - var(diff) / (var(ret) + 1e-5));
+  }
+  m.add_length_stats("response_length", resp_len, cfg_.get<int64_t>("data.max_response_length"));
+  m.add_length_stats("prompt_length", prompt_len, cfg_.get<int64_t>("data.max_prompt_length"));
+}
+
+// ---- the step ---------------------------------------------------------------------------------------
+
+metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
+  metrics::StageTimer timer;
+  metrics::Metrics m;
+  Experience exp;
+  auto step_scope = timer.scope("step");
+  generate(batch.samples, exp, timer, /*validation=*/false);
+
+  const int64_t mini = cfg_.get<int64_t>("actor_rollout_ref.actor.ppo_mini_batch_size") * n_;
+  const bool on_policy = cfg_.get<int64_t>("actor_rollout_ref.actor.ppo_epochs") == 1 && mini >= exp.B;
+  const bool use_kl_in_reward = kl_ctrl_.has_value();
+  if (!on_policy || use_kl_in_reward) {
+    auto s = timer.scope("old_log_prob");
+    compute_log_probs(*actor_.tf, exp, exp.old_log_prob, nullptr);
+  }
+  if (ref_tf_) {
+    auto s = timer.scope("ref");
+    compute_log_probs(*ref_tf_, exp, exp.ref_log_prob, nullptr);
+  }
+  if (critic_) {
+    auto s = timer.scope("values");
+    compute_values(exp, exp.values);
+  }
+  {
+    auto s = timer.scope("adv");
+    if (use_kl_in_reward) {
+      KlInRewardOutput k = apply_kl_penalty(exp.shape(), exp.token_level_scores, exp.old_log_prob, exp.ref_log_prob,
+                                            exp.mask, *kl_ctrl_,
+                                            parse_kl_type(cfg_.get<std::string>("algorithm.kl_penalty")));
+      exp.token_level_rewards = std::move(k.token_level_rewards);
+      m.set("actor/reward_kl_penalty", k.current_kl);
+      m.set("actor/reward_kl_penalty_coeff", k.beta);
+    }
+    AdvantageInputs in;
+    in.shape = exp.shape();
+    in.token_level_rewards = exp.token_level_rewards;
+    in.response_mask = exp.mask;
+    in.values = exp.values;
+    in.index = exp.group;
+    in.gamma = cfg_.get<double>("algorithm.gamma");
+    in.lam = cfg_.get<double>("algorithm.lam");
+    in.norm_adv_by_std_in_grpo = cfg_.get<bool>("algorithm.norm_adv_by_std_in_grpo");
+    VERL_CHECK(estimator_ != AdvantageEstimator::ReMax,
+               "algorithm.adv_estimator=remax needs greedy baseline rollouts, which the trainer does not run yet");
+    AdvantageOutput a = compute_advantage(estimator_, in);
+    exp.advantages = std::move(a.advantages);
+    exp.returns = std::move(a.returns);
+  }
+  if (critic_) {
+    auto s = timer.scope("update_critic");
+    update_critic(exp, m);
+  }
+  if (global_step_ >= cfg_.get<int64_t>("trainer.critic_warmup")) {
+    auto s = timer.scope("update_actor");
+    update_actor(exp, m);
+  }
+  step_scope.stop();
+  ++global_step_;
+
+  add_data_metrics(exp, m);
+  for (const char* stage : {"gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor", "step"}) {
+    const double s = timer.seconds(stage);
+    if (s > 0 || std::string(stage) == "gen" || std::string(stage) == "step") m.set(std::string("timing_s/") + stage, s);
+  }
+  m.set("timing_s/reward_overlap_gen", timer.overlap("gen", "reward"));
+  int64_t total_tokens = 0;
+  for (int64_t b = 0; b < exp.B; ++b) total_tokens += static_cast<int64_t>(exp.sample[b]->prompt_ids.size() + exp.response[b].size());
+  metrics::add_throughput(m, total_tokens, timer.seconds("step"), 1);
+  m.set("training/global_step", static_cast<double>(global_step_));
+  m.set("training/epoch", static_cast<double>(batch.epoch));
+  return m;
+}
+
+metrics::Metrics PpoTrainer::validate() {
+  metrics::Metrics m;
+  if (!val_set_) return m;
+  Timer t;
+  data::DataLoader loader(*val_set_, data::LoaderOptions::val_from_config(cfg_, val_set_->size()));
+  std::map<std::string, std::pair<double, int64_t>> per_source;
+  const int64_t n = cfg_.get<int64_t>("actor_rollout_ref.rollout.val_kwargs.n");
+  while (auto batch = loader.next()) {
+    metrics::StageTimer timer;
+    Experience exp;
+    generate(batch->samples, exp, timer, /*validation=*/true);
+    for (int64_t b = 0; b < exp.B; ++b) {
+      auto& acc = per_source[exp.sample[b]->data_source];
+      acc.first += exp.scores[b];
+      acc.second += 1;
+    }
+  }
+  for (const auto& [src, acc] : per_source) {
+    m.set(fmt::format("val-core/{}/reward/mean@{}", src, n), acc.first / std::max<int64_t>(1, acc.second));
+  }
+  m.set("timing_s/testing", t.seconds());
+  return m;
+}
+
+void PpoTrainer::fit() {
+  const int64_t test_freq = cfg_.get<int64_t>("trainer.test_freq");
+  if (val_set_ && cfg_.get<bool>("trainer.val_before_train")) {
+    metrics::Metrics v = validate();
+    logger_->log(global_step_, v);
+    if (cfg_.get<bool>("trainer.val_only")) return;
+  }
+  while (global_step_ < total_steps_) {
+    std::optional<data::Batch> batch = train_loader_->next();
+    if (!batch) break;
+    metrics::Metrics m = train_step(*batch);
+    m.set("timing_s/data", train_loader_->last_wait_seconds());
+    const bool last = global_step_ == total_steps_;
+    if (val_set_ && test_freq > 0 && (global_step_ % test_freq == 0 || last)) m.merge(validate());
+    logger_->log(global_step_, m);
+  }
+  logger_->flush();
+}
+
+}  // namespace verl::trainer

@@ -1,0 +1,114 @@
+// The RL trainer: verl's RayPPOTrainer step dataflow on our engine, in one process. A step:
+//   gen (rollout engine, n samples per prompt; completed samples stream out) -> reward (scored by a
+//   worker thread while generation continues) -> old_log_prob (skipped when the update is fully
+//   on-policy: then it equals the update's own forward) -> ref -> values -> adv -> update_critic ->
+//   update_actor (ppo_epochs x mini-batches x token-budget micro-batches) -> metrics.
+// The rollout engine runs on the actor's own weights (the hybrid engine: one copy).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "data/dataloader.h"
+#include "metrics/metrics.h"
+#include "model/transformer.h"
+#include "trainer/core_algos.h"
+#include "trainer/lr_schedule.h"
+#include "trainer/optimizer.h"
+
+namespace verl::tokenizer {
+class Tokenizer;
+}
+namespace verl::reward {
+class CommandRewardFn;
+}
+namespace verl::metrics {
+class MultiLogger;
+}
+
+namespace verl::trainer {
+
+// One step's experience: B responses, per-token matrices [B, L] (L = longest response).
+struct Experience {
+  int64_t B = 0, L = 0;
+  std::vector<int64_t> group;                     // [B] prompt index within the batch
+  std::vector<const data::Sample*> sample;        // [B]
+  std::vector<std::vector<int32_t>> response;     // [B]
+  std::vector<std::string> finish_reason;         // [B]
+  std::vector<float> mask;                        // [B, L] response mask
+  std::vector<float> rollout_log_prob;            // [B, L]
+  std::vector<float> scores;                      // [B] sequence reward
+  std::vector<float> token_level_scores, token_level_rewards;   // [B, L]
+  std::vector<float> old_log_prob, ref_log_prob, values;        // [B, L] (empty when unused)
+  std::vector<float> advantages, returns;                       // [B, L]
+  Shape shape() const { return {B, L}; }
+};
+
+// A model being trained: weights, its forward/backward, optimizer and schedule.
+struct TrainedModel {
+  model::Weights weights;
+  std::unique_ptr<model::Transformer> tf;
+  std::unique_ptr<AdamW> opt;
+  LrSchedule schedule;
+  float base_lr = 0;
+  std::vector<float> grads;
+};
+
+class PpoTrainer {
+ public:
+  explicit PpoTrainer(const config::Config& cfg);
+  ~PpoTrainer();
+
+  // The training loop: validation before training (trainer.val_before_train) and every
+  // trainer.test_freq steps, logging, until total_training_steps / total_epochs.
+  void fit();
+  // One step on one batch of prompts; returns its metrics.
+  metrics::Metrics train_step(const data::Batch& batch);
+  // Generation with val_kwargs and scoring of the validation set: val-core/<data_source>/reward/mean@n.
+  metrics::Metrics validate();
+
+  int64_t global_step() const { return global_step_; }
+  int64_t total_training_steps() const { return total_steps_; }
+  const model::Weights& actor() const { return actor_.weights; }
+
+ private:
+  void generate(const std::vector<data::Sample>& samples, Experience& exp, metrics::StageTimer& timer,
+                bool validation);
+  void score_all(Experience& exp);
+  // Log-probs (and entropies) of every response token under `tf` at the rollout temperature.
+  void compute_log_probs(const model::Transformer& tf, const Experience& exp, std::vector<float>& logp,
+                         std::vector<float>* entropy);
+  void compute_values(const Experience& exp, std::vector<float>& values);
+  void update_actor(Experience& exp, metrics::Metrics& m);
+  void update_critic(Experience& exp, metrics::Metrics& m);
+  // Micro-batches of `idx` (token budget or sequence count).
+  std::vector<std::vector<int64_t>> micro_batches(const Experience& exp, const std::vector<int64_t>& idx,
+                                                  bool dynamic, int64_t max_tokens, int64_t max_seqs) const;
+  model::PackedBatch pack(const Experience& exp, const std::vector<int64_t>& idx) const;
+  void add_data_metrics(const Experience& exp, metrics::Metrics& m) const;
+
+  config::Config cfg_;
+  std::unique_ptr<tokenizer::Tokenizer> tok_;
+  TrainedModel actor_;
+  std::optional<model::Weights> ref_;
+  std::unique_ptr<model::Transformer> ref_tf_;
+  std::optional<TrainedModel> critic_;
+  std::unique_ptr<data::RLDataset> train_set_, val_set_;
+  std::unique_ptr<data::DataLoader> train_loader_;
+  std::unique_ptr<reward::CommandRewardFn> command_reward_;
+  std::unique_ptr<metrics::MultiLogger> logger_;
+  std::optional<KlController> kl_ctrl_;
+  AdvantageEstimator estimator_;
+  ActorLossConfig actor_loss_;
+  std::vector<int32_t> eos_ids_;
+  int64_t global_step_ = 0, total_steps_ = 0;
+  int64_t n_ = 1;
+  float temperature_ = 1.0f;
+  uint64_t seed_ = 1;
+};
+
+}  // namespace verl::trainer

@@ -1,0 +1,292 @@
+#include "trainer/sft.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "model/transformer.h"
+#include "trainer/lr_schedule.h"
+#include "trainer/optimizer.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace verl::trainer {
+namespace fs = std::filesystem;
+
+SftExample tokenize_chat(const nlohmann::json& messages, const tokenizer::Tokenizer& tok,
+                         const std::string& where) {
+  VERL_CHECK(messages.is_array() && !messages.empty(), "{}: messages must be a non-empty list", where);
+  SftExample ex;
+  ex.tokens = tok.encode(tok.apply_chat_template(messages, /*add_generation_prompt=*/false));
+  ex.loss_mask.assign(ex.tokens.size(), 0);
+  bool any = false;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const auto& m = messages[i];
+    VERL_CHECK(m.is_object() && m.contains("role") && m["role"].is_string() && m.contains("content"),
+               "{}: message {} needs \"role\" and \"content\"", where, i);
+    if (m["role"] != "assistant") continue;
+    // The assistant turn spans from the end of the prompt rendered with a generation prompt to
+    // the end of the conversation rendered up to and including this turn.
+    nlohmann::json before(messages.begin(), messages.begin() + static_cast<long>(i));
+    nlohmann::json upto(messages.begin(), messages.begin() + static_cast<long>(i) + 1);
+    std::vector<int32_t> a = tok.encode(tok.apply_chat_template(before, true));
+    std::vector<int32_t> b = tok.encode(tok.apply_chat_template(upto, false));
+    VERL_CHECK(a.size() <= b.size() && std::equal(a.begin(), a.end(), b.begin()) &&
+                   b.size() <= ex.tokens.size() && std::equal(b.begin(), b.end(), ex.tokens.begin()),
+               "{}: the chat template does not render message {} as a prefix of the conversation; "
+               "cannot tell which tokens are the assistant's", where, i);
+    std::fill(ex.loss_mask.begin() + static_cast<long>(a.size()), ex.loss_mask.begin() + static_cast<long>(b.size()), 1);
+    any = any || b.size() > a.size();
+  }
+  VERL_CHECK(any, "{}: no assistant message to learn from", where);
+  return ex;
+}
+
+std::vector<SftExample> load_sft_examples(const std::string& path, const tokenizer::Tokenizer& tok,
+                                          const SftDataOptions& opt) {
+  std::ifstream f(path);
+  VERL_CHECK(f.good(), "cannot open SFT data file {}", path);
+  std::vector<SftExample> out;
+  std::string line;
+  int64_t lineno = 0, truncated = 0;
+  while (std::getline(f, line)) {
+    ++lineno;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = fmt::format("{}:{}", path, lineno);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      VERL_FAIL("{}: not valid JSON: {}", where, e.what());
+    }
+    nlohmann::json messages;
+    if (opt.multiturn) {
+      VERL_CHECK(j.contains(opt.messages_key), "{}: missing \"{}\" (data.multiturn.messages_key)", where,
+                 opt.messages_key);
+      messages = j[opt.messages_key];
+    } else {
+      VERL_CHECK(j.contains(opt.prompt_key) && j[opt.prompt_key].is_string(),
+                 "{}: missing string \"{}\" (data.prompt_key)", where, opt.prompt_key);
+      VERL_CHECK(j.contains(opt.response_key) && j[opt.response_key].is_string(),
+                 "{}: missing string \"{}\" (data.response_key)", where, opt.response_key);
+      messages = nlohmann::json::array({{{"role", "user"}, {"content", j[opt.prompt_key]}},
+                                        {{"role", "assistant"}, {"content", j[opt.response_key]}}});
+    }
+    SftExample ex = tokenize_chat(messages, tok, where);
+    const int64_t n = static_cast<int64_t>(ex.tokens.size());
+    if (n > opt.max_length) {
+      VERL_CHECK(opt.truncation != "error",
+                 "{}: {} tokens exceed data.max_length {} (set data.truncation to left or right)", where, n,
+                 opt.max_length);
+      long cut = static_cast<long>(n - opt.max_length);
+      if (opt.truncation == "left") {
+        ex.tokens.erase(ex.tokens.begin(), ex.tokens.begin() + cut);
+        ex.loss_mask.erase(ex.loss_mask.begin(), ex.loss_mask.begin() + cut);
+      } else {
+        ex.tokens.resize(static_cast<size_t>(opt.max_length));
+        ex.loss_mask.resize(static_cast<size_t>(opt.max_length));
+      }
+      ++truncated;
+    }
+    out.push_back(std::move(ex));
+  }
+  VERL_CHECK(!out.empty(), "SFT data file {} has no rows", path);
+  if (truncated) log::warn("{}: truncated {} of {} rows to {} tokens", path, truncated, out.size(), opt.max_length);
+  return out;
+}
+
+namespace {
+
+// Greedy packing of consecutive sequences into micro-batches of at most `budget` tokens (or at most
+// `max_seqs` sequences when budget <= 0).
+std::vector<std::vector<size_t>> pack(const std::vector<const SftExample*>& batch, int64_t budget,
+                                      int64_t max_seqs) {
+  std::vector<std::vector<size_t>> micro;
+  int64_t tokens = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const int64_t n = static_cast<int64_t>(batch[i]->tokens.size());
+    bool full = micro.empty() || (budget > 0 ? tokens + n > budget
+                                             : static_cast<int64_t>(micro.back().size()) >= max_seqs);
+    if (full) {
+      micro.emplace_back();
+      tokens = 0;
+    }
+    micro.back().push_back(i);
+    tokens += n;
+  }
+  return micro;
+}
+
+struct LossStats {
+  double loss_sum = 0;  // sum of -log p over target tokens
+  int64_t targets = 0, tokens = 0;
+};
+
+// Forward (and, when grads != null, backward with the token-mean scale 1/norm) over one batch.
+LossStats run_batch(const model::Transformer& tf, const std::vector<const SftExample*>& batch,
+                    int64_t budget, int64_t max_seqs, double norm, model::Activations& acts,
+                    float* grads) {
+  LossStats st;
+  for (const auto& idx : pack(batch, budget, max_seqs)) {
+    std::vector<std::vector<int32_t>> seqs;
+    for (size_t i : idx) seqs.push_back(batch[i]->tokens);
+    model::PackedBatch pb = model::PackedBatch::from_sequences(seqs);
+    tf.forward(pb, acts);
+    std::vector<float> d_lp(static_cast<size_t>(pb.num_tokens()), 0.0f);
+    for (size_t s = 0; s < idx.size(); ++s) {
+      const SftExample& ex = *batch[idx[s]];
+      const int64_t base = pb.cu_seqlens[s];
+      for (size_t t = 0; t + 1 < ex.tokens.size(); ++t) {
+        if (!ex.loss_mask[t + 1]) continue;  // logprob[t] scores token t+1
+        st.loss_sum -= acts.logprob[base + t];
+        st.targets += 1;
+        d_lp[base + t] = static_cast<float>(-1.0 / norm);
+      }
+    }
+    st.tokens += pb.num_tokens();
+    if (grads) tf.backward(pb, acts, d_lp.data(), nullptr, nullptr, grads);
+  }
+  return st;
+}
+
+int64_t count_targets(const std::vector<const SftExample*>& batch) {
+  int64_t n = 0;
+  for (const SftExample* ex : batch)
+    for (size_t t = 1; t < ex->tokens.size(); ++t) n += ex->loss_mask[t];
+  return n;
+}
+
+}  // namespace
+
+std::string run_sft(const config::Config& cfg, const MetricsSink& sink) {
+  if (int64_t th = cfg.get<int64_t>("trainer.threads"); th > 0) {
+    omp_set_num_threads(static_cast<int>(th));
+    openblas_set_num_threads(static_cast<int>(th));
+  }
+  const std::string model_dir = cfg.get<std::string>("model.partial_pretrain");
+  model::Weights w = model::Weights::load(model_dir);
+  VERL_CHECK(w.config.head == model::HeadKind::CausalLM, "{}: SFT needs a causal LM, got {}", model_dir,
+             w.config.architecture);
+  tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(model_dir);
+  model::Transformer tf(w);
+
+  SftDataOptions dopt;
+  dopt.multiturn = cfg.get<bool>("data.multiturn.enable");
+  dopt.messages_key = cfg.get<std::string>("data.multiturn.messages_key");
+  dopt.prompt_key = cfg.get<std::string>("data.prompt_key");
+  dopt.response_key = cfg.get<std::string>("data.response_key");
+  dopt.max_length = cfg.get<int64_t>("data.max_length");
+  dopt.truncation = cfg.get<std::string>("data.truncation");
+  std::vector<SftExample> train;
+  for (const auto& f : cfg.get<std::vector<std::string>>("data.train_files")) {
+    auto part = load_sft_examples(f, tok, dopt);
+    train.insert(train.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
+  }
+  std::vector<SftExample> val;
+  if (auto vf = cfg.get<std::optional<std::vector<std::string>>>("data.val_files")) {
+    for (const auto& f : *vf) {
+      auto part = load_sft_examples(f, tok, dopt);
+      val.insert(val.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
+    }
+  }
+  const int64_t batch_size = cfg.get<int64_t>("data.train_batch_size");
+  VERL_CHECK(static_cast<int64_t>(train.size()) >= batch_size,
+             "data.train_batch_size {} is larger than the training set ({} rows)", batch_size, train.size());
+  const int64_t steps_per_epoch = static_cast<int64_t>(train.size()) / batch_size;  // drop_last
+  const int64_t epochs = cfg.get<int64_t>("trainer.total_epochs");
+  int64_t total = steps_per_epoch * epochs;
+  if (auto t = cfg.get<std::optional<int64_t>>("trainer.total_training_steps")) total = std::min(total, *t);
+  const int64_t budget = cfg.get<bool>("data.use_dynamic_bsz") ? cfg.get<int64_t>("data.max_token_len_per_batch") : 0;
+  const int64_t micro_seqs = cfg.get<int64_t>("data.micro_batch_size_per_gpu");
+
+  AdamWConfig ocfg;
+  ocfg.lr = static_cast<float>(cfg.get<double>("optim.lr"));
+  auto betas = cfg.get<std::vector<double>>("optim.betas");
+  VERL_CHECK(betas.size() == 2, "optim.betas must hold two numbers, got {}", betas.size());
+  ocfg.beta1 = static_cast<float>(betas[0]);
+  ocfg.beta2 = static_cast<float>(betas[1]);
+  ocfg.weight_decay = static_cast<float>(cfg.get<double>("optim.weight_decay"));
+  ocfg.grad_clip = static_cast<float>(cfg.get<double>("optim.clip_grad"));
+  AdamW opt(w.layout.total, ocfg);
+  LrSchedule sched;
+  sched.type = cfg.get<std::string>("optim.lr_scheduler");
+  sched.total_steps = total;
+  sched.warmup_steps = LrSchedule::resolve_warmup(0, cfg.get<double>("optim.warmup_steps_ratio"), total);
+  sched.min_lr_ratio = cfg.get<double>("optim.min_lr_ratio");
+
+  const std::string out_root = cfg.get<std::string>("trainer.default_local_dir");
+  const int64_t save_freq = cfg.get<int64_t>("trainer.save_freq");
+  const int64_t test_freq = cfg.get<int64_t>("trainer.test_freq");
+  const uint64_t seed = static_cast<uint64_t>(cfg.get<int64_t>("trainer.seed"));
+  const bool shuffle = cfg.get<bool>("data.shuffle");
+
+  auto save = [&](int64_t step) {
+    const std::string dir = fmt::format("{}/global_step_{}", out_root, step);
+    w.save(dir);
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
+      fs::path src = fs::path(model_dir) / name;
+      if (fs::exists(src)) fs::copy_file(src, fs::path(dir) / name, fs::copy_options::overwrite_existing);
+    }
+    log::info("saved {}", dir);
+    return dir;
+  };
+  auto validate = [&](std::map<std::string, double>& m) {
+    if (val.empty()) return;
+    std::vector<const SftExample*> all;
+    for (const auto& ex : val) all.push_back(&ex);
+    model::Activations acts;
+    LossStats st = run_batch(tf, all, budget, micro_seqs, 1.0, acts, nullptr);
+    m["val/loss"] = st.loss_sum / std::max<int64_t>(1, st.targets);
+  };
+
+  log::info("SFT: {} rows, {} steps of {} sequences, {} parameters", train.size(), total, batch_size,
+            w.layout.total);
+  std::vector<float> grads(w.data.size());
+  model::Activations acts;
+  std::vector<size_t> order(train.size());
+  std::string last_dir;
+  int64_t step = 0;
+  for (int64_t epoch = 0; epoch < epochs && step < total; ++epoch) {
+    std::iota(order.begin(), order.end(), 0);
+    if (shuffle) {  // Fisher-Yates from (seed, epoch): the same order on every run
+      Rng rng(seed, static_cast<uint64_t>(epoch));
+      for (size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[rng.below(i + 1)]);
+    }
+    for (int64_t b = 0; b < steps_per_epoch && step < total; ++b) {
+      Timer timer;
+      std::vector<const SftExample*> batch;
+      for (int64_t i = 0; i < batch_size; ++i) batch.push_back(&train[order[b * batch_size + i]]);
+      std::fill(grads.begin(), grads.end(), 0.0f);
+      const int64_t n_targets = count_targets(batch);
+      LossStats st = run_batch(tf, batch, budget, micro_seqs, std::max<int64_t>(1, n_targets), acts, grads.data());
+      const float lr = static_cast<float>(ocfg.lr * sched.multiplier(step));
+      const double gnorm = opt.step(w.data.data(), grads.data(), lr);
+      ++step;
+      const double secs = timer.seconds();
+      std::map<std::string, double> m = {{"train/loss", st.loss_sum / std::max<int64_t>(1, st.targets)},
+                                         {"train/lr", lr},
+                                         {"train/grad_norm", gnorm},
+                                         {"train/epoch", double(epoch)},
+                                         {"perf/tokens_per_s", st.tokens / secs},
+                                         {"perf/time_per_step", secs}};
+      if (test_freq > 0 && step % test_freq == 0) validate(m);
+      if (save_freq > 0 && step % save_freq == 0) last_dir = save(step);
+      if (step == total) {
+        if (test_freq <= 0 || step % test_freq != 0) validate(m);
+        if (save_freq <= 0 || step % save_freq != 0) last_dir = save(step);
+      }
+      sink(step, m);
+    }
+  }
+  return last_dir;
+}
+
+}  // namespace verl::trainer
