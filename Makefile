@@ -5,7 +5,7 @@ APT_PKGS = build-essential cmake ninja-build pkg-config libopenblas-dev libyaml-
   nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev \
   libpcre2-dev libicu-dev nodejs npm
 
-.PHONY: deps build test bench clean asan npm-fixtures
+.PHONY: deps build test bench clean asan npm-fixtures demo
 
 # Installs only what is missing, so it is cheap to run again.
 deps:
@@ -28,6 +28,20 @@ npm-fixtures:
 
 test: build npm-fixtures
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+# The bundled default: GRPO on the demo arithmetic task with the bundled tiny model, on CPU.
+DEMO_DIR ?= checkpoints/demo
+demo: build
+	rm -rf $(DEMO_DIR)
+	$(BUILD)/bin/verl train configs/demo.yaml trainer.default_local_dir=$(DEMO_DIR)
+	@echo
+	@echo "== demo finished =="
+	@echo "metrics (one JSON line per step, verl's names): $(DEMO_DIR)/metrics.jsonl"
+	@echo "  validation reward: grep -o '"val-core/arith/reward/mean@1":[0-9.]*' $(DEMO_DIR)/metrics.jsonl"
+	@echo "TensorBoard event files: $(DEMO_DIR)/tensorboard  (tensorboard --logdir $(DEMO_DIR)/tensorboard)"
+	@echo "checkpoints: $(DEMO_DIR)/global_step_*  (resume: run the same command with trainer.resume_mode=auto)"
+	@echo "trained model (HF format): $(DEMO_DIR)/global_step_*/actor/huggingface"
+	@echo "  try it: $(BUILD)/bin/verl generate --model $$(ls -d $(DEMO_DIR)/global_step_* | tail -1)/actor/huggingface --chat --temperature 0 --prompt 'What is 47 + 38?'"
 
 bench: build
 	@for b in $(BUILD)/bin/bench_*; do echo "== $$b"; $$b; done

@@ -15,12 +15,14 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "data/seqlen_balancing.h"
 #include "metrics/logger.h"
 #include "model/generation_config.h"
 #include "reward/command_reward.h"
 #include "reward/score.h"
 #include "rollout/engine.h"
 #include "tokenizer/tokenizer.h"
+#include "trainer/checkpoint.h"
 
 namespace verl::trainer {
 namespace {
@@ -77,8 +79,8 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
   VERL_CHECK(actor_.weights.config.head == model::HeadKind::CausalLM,
              "actor_rollout_ref.model.path={}: the actor must be a causal LM, got {}", model_path,
              actor_.weights.config.architecture);
-  const std::string tok_dir = cfg_.get<std::optional<std::string>>("data.tokenizer").value_or(model_path);
-  tok_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::load(tok_dir));
+  tokenizer_dir_ = cfg_.get<std::optional<std::string>>("data.tokenizer").value_or(model_path);
+  tok_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::load(tokenizer_dir_));
   eos_ids_ = model::generation_eos_ids(model_path, actor_.weights.config, tok_->eos_token_id());
   n_ = cfg_.get<int64_t>("actor_rollout_ref.rollout.n");
   temperature_ = static_cast<float>(cfg_.get<double>("actor_rollout_ref.rollout.temperature"));
@@ -135,12 +137,6 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
     rc.on_error = reward::parse_on_error(cfg_.get<std::string>("custom_reward_function.on_error"));
     command_reward_ = std::make_unique<reward::CommandRewardFn>(rc);
   }
-  metrics::LoggerOptions lo;
-  lo.experiment_dir = cfg_.get<std::string>("trainer.default_local_dir");
-  std::filesystem::create_directories(lo.experiment_dir);
-  lo.total_steps = total_steps_;
-  lo.logging_steps = cfg_.get<int64_t>("trainer.logging_steps");
-  logger_ = std::make_unique<metrics::MultiLogger>(cfg_.get<std::vector<std::string>>("trainer.logger"), lo);
   log::info("PPO trainer: {} ({} parameters), {} training prompts, {} steps, adv_estimator={}{}{}",
             model_path, actor_.weights.layout.total, train_set_->size(), total_steps_, to_string(estimator_),
             critic_ ? ", critic" : "", ref_ ? ", reference model" : "");
@@ -324,19 +320,26 @@ std::vector<std::vector<int64_t>> PpoTrainer::micro_batches(const Experience& ex
                                                             bool dynamic, int64_t max_tokens,
                                                             int64_t max_seqs) const {
   std::vector<std::vector<int64_t>> out;
-  int64_t tokens = 0;
-  for (int64_t b : idx) {
-    const int64_t n = static_cast<int64_t>(exp.sample[b]->prompt_ids.size() + exp.response[b].size());
-    VERL_CHECK(!dynamic || n <= max_tokens,
-               "a sequence of {} tokens exceeds the micro-batch token budget {} (ppo_max_token_len_per_gpu)", n,
-               max_tokens);
-    bool full = out.empty() || (dynamic ? tokens + n > max_tokens : static_cast<int64_t>(out.back().size()) >= max_seqs);
-    if (full) {
-      out.emplace_back();
-      tokens = 0;
+  if (dynamic) {
+    // verl's rearrange_micro_batches: as few micro-batches as the token budget allows, balanced
+    // by Karmarkar-Karp.
+    std::vector<int64_t> lens;
+    for (int64_t b : idx) {
+      lens.push_back(static_cast<int64_t>(exp.sample[b]->prompt_ids.size() + exp.response[b].size()));
+      VERL_CHECK(lens.back() <= max_tokens,
+                 "a sequence of {} tokens exceeds the micro-batch token budget {} (ppo_max_token_len_per_gpu)",
+                 lens.back(), max_tokens);
     }
-    out.back().push_back(b);
-    tokens += n;
+    data::MicroBatchOptions mo;
+    mo.max_token_len = max_tokens;
+    for (const auto& part : data::rearrange_micro_batches(lens, mo).micro_batches) {
+      out.emplace_back();
+      for (int64_t i : part) out.back().push_back(idx[i]);
+    }
+    return out;
+  }
+  for (size_t i = 0; i < idx.size(); i += static_cast<size_t>(max_seqs)) {
+    out.emplace_back(idx.begin() + i, idx.begin() + std::min(idx.size(), i + static_cast<size_t>(max_seqs)));
   }
   return out;
 }
@@ -452,7 +455,8 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
         actor_.tf->backward(pb, acts, d_lp.data(), d_ent.data(), nullptr, actor_.grads.data(), fo);
         const double share = std::accumulate(mask.begin(), mask.end(), 0.0) / std::max(1.0, mini_tokens);
         pg_loss += out.pg_loss;
-        ent += out.entropy_loss;
+        // actor/entropy is the token-mean policy entropy, reported whatever entropy_coeff is.
+        for (int64_t i = 0; i < bm * L; ++i) ent += entropy[i] * mask[i] / std::max(1.0, mini_tokens);
         kl_loss += out.kl_loss;
         pg_clipfrac += out.pg_clipfrac * share;
         ppo_kl += out.ppo_kl * share;
@@ -673,9 +677,55 @@ metrics::Metrics PpoTrainer::validate() {
   return m;
 }
 
+void PpoTrainer::resume() {
+  const std::string mode = cfg_.get<std::string>("trainer.resume_mode");
+  const std::string root = cfg_.get<std::string>("trainer.default_local_dir");
+  std::string dir;
+  if (mode == "auto") {
+    dir = find_latest_checkpoint(root);
+  } else if (mode == "resume_path") {
+    auto p = cfg_.get<std::optional<std::string>>("trainer.resume_from_path");
+    VERL_CHECK(p.has_value(), "trainer.resume_mode=resume_path needs trainer.resume_from_path");
+    dir = *p;
+  } else {
+    VERL_CHECK(mode == "disable", "trainer.resume_mode must be auto, disable or resume_path, got '{}'", mode);
+  }
+  if (dir.empty()) return;
+  nlohmann::json st = load_checkpoint(dir, actor_.weights, *actor_.opt, critic_ ? &critic_->weights : nullptr,
+                                      critic_ ? critic_->opt.get() : nullptr);
+  global_step_ = st.at("global_step").get<int64_t>();
+  train_loader_->load_state(st.at("dataloader"));
+  if (kl_ctrl_ && st.contains("kl_coef")) {
+    kl_ctrl_ = kl_ctrl_->is_adaptive()
+                   ? KlController::adaptive(st["kl_coef"].get<double>(), cfg_.get<double>("algorithm.kl_ctrl.target_kl"),
+                                            cfg_.get<double>("algorithm.kl_ctrl.horizon"))
+                   : KlController::fixed(st["kl_coef"].get<double>());
+  }
+  log::info("resumed from {} at step {}", dir, global_step_);
+}
+
+std::string PpoTrainer::save() {
+  nlohmann::json st = {{"dataloader", train_loader_->state()}};
+  if (kl_ctrl_) st["kl_coef"] = kl_ctrl_->value();
+  const int64_t keep = cfg_.get<std::optional<int64_t>>("trainer.max_actor_ckpt_to_keep").value_or(0);
+  std::optional<ModelState> critic;
+  if (critic_) critic = ModelState{&critic_->weights, critic_->opt.get()};
+  return save_checkpoint(cfg_.get<std::string>("trainer.default_local_dir"), global_step_,
+                         {&actor_.weights, actor_.opt.get()}, critic, st, tokenizer_dir_, keep);
+}
+
 void PpoTrainer::fit() {
+  resume();
+  metrics::LoggerOptions lo;
+  lo.experiment_dir = cfg_.get<std::string>("trainer.default_local_dir");
+  std::filesystem::create_directories(lo.experiment_dir);
+  lo.total_steps = total_steps_;
+  lo.logging_steps = cfg_.get<int64_t>("trainer.logging_steps");
+  lo.resume_step = global_step_;
+  logger_ = std::make_unique<metrics::MultiLogger>(cfg_.get<std::vector<std::string>>("trainer.logger"), lo);
   const int64_t test_freq = cfg_.get<int64_t>("trainer.test_freq");
-  if (val_set_ && cfg_.get<bool>("trainer.val_before_train")) {
+  const int64_t save_freq = cfg_.get<int64_t>("trainer.save_freq");
+  if (val_set_ && cfg_.get<bool>("trainer.val_before_train") && global_step_ == 0) {
     metrics::Metrics v = validate();
     logger_->log(global_step_, v);
     if (cfg_.get<bool>("trainer.val_only")) return;
@@ -687,6 +737,11 @@ void PpoTrainer::fit() {
     m.set("timing_s/data", train_loader_->last_wait_seconds());
     const bool last = global_step_ == total_steps_;
     if (val_set_ && test_freq > 0 && (global_step_ % test_freq == 0 || last)) m.merge(validate());
+    if (save_freq > 0 && (global_step_ % save_freq == 0 || last)) {
+      Timer t;
+      last_checkpoint_ = save();
+      m.set("timing_s/save", t.seconds());
+    }
     logger_->log(global_step_, m);
   }
   logger_->flush();

@@ -72,10 +72,16 @@ class PpoTrainer {
   metrics::Metrics validate();
 
   int64_t global_step() const { return global_step_; }
+  // The directory of the last checkpoint this run saved ("" when none).
+  const std::string& last_checkpoint() const { return last_checkpoint_; }
   int64_t total_training_steps() const { return total_steps_; }
   const model::Weights& actor() const { return actor_.weights; }
 
  private:
+  // Restores the newest checkpoint per trainer.resume_mode (auto | disable | resume_path).
+  void resume();
+  // Saves global_step_N (trainer.save_freq) and prunes to trainer.max_actor_ckpt_to_keep.
+  std::string save();
   void generate(const std::vector<data::Sample>& samples, Experience& exp, metrics::StageTimer& timer,
                 bool validation);
   void score_all(Experience& exp);
@@ -105,6 +111,7 @@ class PpoTrainer {
   AdvantageEstimator estimator_;
   ActorLossConfig actor_loss_;
   std::vector<int32_t> eos_ids_;
+  std::string tokenizer_dir_, last_checkpoint_;
   int64_t global_step_ = 0, total_steps_ = 0;
   int64_t n_ = 1;
   float temperature_ = 1.0f;

@@ -1,0 +1,141 @@
+#include "trainer/checkpoint.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "model/safetensors.h"
+
+namespace verl::trainer {
+namespace fs = std::filesystem;
+namespace {
+
+void write_text_atomic(const fs::path& path, const std::string& text) {
+  fs::path tmp = path;
+  tmp += ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    VERL_CHECK(f.good(), "cannot write {}", tmp.string());
+    f << text;
+    f.flush();
+    VERL_CHECK(f.good(), "error writing {}", tmp.string());
+  }
+  fs::rename(tmp, path);
+}
+
+void save_model(const fs::path& dir, const ModelState& s, const std::string& tokenizer_dir) {
+  s.weights->save((dir / "huggingface").string());
+  if (!tokenizer_dir.empty()) {
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "vocab.json",
+                             "merges.txt", "special_tokens_map.json"}) {
+      fs::path src = fs::path(tokenizer_dir) / name;
+      if (fs::exists(src)) fs::copy_file(src, dir / "huggingface" / name, fs::copy_options::overwrite_existing);
+    }
+  }
+  // The moments share the parameters' flat layout: two 1-D tensors plus the step count.
+  const int64_t n = s.weights->layout.total;
+  AdamW& opt = const_cast<AdamW&>(*s.opt);
+  model::write_safetensors((dir / "optim.safetensors").string(),
+                           {{"exp_avg", DType::F32, {n}, opt.exp_avg().data()},
+                            {"exp_avg_sq", DType::F32, {n}, opt.exp_avg_sq().data()}},
+                           {{"format", "verl.cpp-adamw"}, {"step", std::to_string(opt.num_steps())}});
+}
+
+void load_model(const fs::path& dir, model::Weights& w, AdamW& opt) {
+  model::Weights loaded = dir.filename() == "critic" ? model::Weights::load_as_critic((dir / "huggingface").string())
+                                                     : model::Weights::load((dir / "huggingface").string());
+  VERL_CHECK(loaded.data.size() == w.data.size(),
+             "{}: the checkpoint's model has {} parameters but the configured one has {}; resume with the same "
+             "model, or set trainer.resume_mode=disable", dir.string(), loaded.data.size(), w.data.size());
+  w.data = std::move(loaded.data);
+  auto st = model::SafetensorsFile::open((dir / "optim.safetensors").string());
+  for (auto [name, buf] : {std::pair{"exp_avg", &opt.exp_avg()}, std::pair{"exp_avg_sq", &opt.exp_avg_sq()}}) {
+    const model::TensorInfo* t = st->find(name);
+    VERL_CHECK(t && t->dtype == DType::F32 && t->numel() == static_cast<int64_t>(buf->size()),
+               "{}/optim.safetensors: tensor {} missing or of the wrong size", dir.string(), name);
+    std::memcpy(buf->data(), st->data(*t), buf->size() * sizeof(float));
+  }
+  auto it = st->metadata().find("step");
+  VERL_CHECK(it != st->metadata().end(), "{}/optim.safetensors: no optimizer step in the metadata", dir.string());
+  opt.set_num_steps(std::stoll(it->second));
+}
+
+std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& root) {
+  std::vector<std::pair<int64_t, fs::path>> out;
+  if (!fs::exists(root)) return out;
+  static const std::regex re("global_step_([0-9]+)");
+  for (const auto& e : fs::directory_iterator(root)) {
+    std::smatch mt;
+    std::string name = e.path().filename().string();
+    if (e.is_directory() && std::regex_match(name, mt, re)) out.emplace_back(std::stoll(mt[1]), e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& root, int64_t step, const ModelState& actor,
+                            const std::optional<ModelState>& critic, const nlohmann::json& trainer_state,
+                            const std::string& tokenizer_dir, int64_t keep) {
+  const fs::path final_dir = fs::path(root) / fmt::format("global_step_{}", step);
+  const fs::path tmp = fs::path(root) / fmt::format(".tmp_global_step_{}", step);
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  save_model(tmp / "actor", actor, tokenizer_dir);
+  if (critic) save_model(tmp / "critic", *critic, "");
+  nlohmann::json st = trainer_state;
+  st["version"] = kCheckpointVersion;
+  st["global_step"] = step;
+  write_text_atomic(tmp / "trainer_state.json", st.dump(2));
+  // Publish: a complete directory appears under its final name in one rename.
+  fs::remove_all(final_dir);
+  fs::rename(tmp, final_dir);
+  write_text_atomic(fs::path(root) / "latest_checkpointed_iteration.txt", std::to_string(step));
+  if (keep > 0) {
+    auto all = list_checkpoints(root);
+    for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) fs::remove_all(all[i].second);
+  }
+  return final_dir.string();
+}
+
+std::string find_latest_checkpoint(const std::string& root) {
+  const fs::path tracker = fs::path(root) / "latest_checkpointed_iteration.txt";
+  if (!fs::exists(tracker)) return "";
+  std::ifstream f(tracker);
+  int64_t step = -1;
+  f >> step;
+  VERL_CHECK(step >= 0, "{}: expected a step number", tracker.string());
+  const fs::path dir = fs::path(root) / fmt::format("global_step_{}", step);
+  VERL_CHECK(fs::exists(dir / "trainer_state.json"), "{} names step {} but {} is missing or incomplete",
+             tracker.string(), step, dir.string());
+  return dir.string();
+}
+
+nlohmann::json load_checkpoint(const std::string& dir, model::Weights& actor, AdamW& actor_opt,
+                               model::Weights* critic, AdamW* critic_opt) {
+  const fs::path d(dir);
+  std::ifstream f(d / "trainer_state.json");
+  VERL_CHECK(f.good(), "{}: no trainer_state.json; not a verl.cpp checkpoint", dir);
+  nlohmann::json st;
+  try {
+    st = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    VERL_FAIL("{}/trainer_state.json: not valid JSON: {}", dir, e.what());
+  }
+  VERL_CHECK(st.value("version", -1) == kCheckpointVersion,
+             "{}/trainer_state.json: checkpoint version {} but this build reads version {}", dir,
+             st.value("version", -1), kCheckpointVersion);
+  load_model(d / "actor", actor, actor_opt);
+  if (critic) {
+    VERL_CHECK(fs::exists(d / "critic"), "{}: the run uses a critic but the checkpoint has none", dir);
+    load_model(d / "critic", *critic, *critic_opt);
+  }
+  return st;
+}
+
+}  // namespace verl::trainer

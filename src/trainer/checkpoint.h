@@ -1,0 +1,42 @@
+// Trainer checkpoints in verl's layout: <default_local_dir>/global_step_<N>/ with actor/ (an HF
+// model directory under actor/huggingface, optimizer moments in actor/optim.safetensors), critic/
+// likewise, and trainer_state.json (step, data-loader position, KL controller, versioned); the
+// tracker file latest_checkpointed_iteration.txt names the newest complete one. A checkpoint is
+// written into a temporary directory and renamed, so an interrupted save never leaves a broken
+// global_step_N and never touches the previous good one.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/weights.h"
+#include "trainer/optimizer.h"
+
+namespace verl::trainer {
+
+inline constexpr int kCheckpointVersion = 1;
+
+struct ModelState {
+  const model::Weights* weights = nullptr;
+  const AdamW* opt = nullptr;
+};
+
+// Writes global_step_<step> under `root` atomically, then updates the tracker, then removes the
+// oldest checkpoints beyond `keep` (keep <= 0: keep all). `tokenizer_dir`'s tokenizer files are
+// copied into actor/huggingface so it loads on its own. Returns the checkpoint directory.
+std::string save_checkpoint(const std::string& root, int64_t step, const ModelState& actor,
+                            const std::optional<ModelState>& critic, const nlohmann::json& trainer_state,
+                            const std::string& tokenizer_dir, int64_t keep);
+
+// The newest complete checkpoint under `root` (from the tracker file), or "" when there is none.
+std::string find_latest_checkpoint(const std::string& root);
+
+// Restores weights and optimizer moments from a checkpoint directory; returns trainer_state.json.
+// Mismatched shapes or a missing file are Errors naming the file and how to fix it.
+nlohmann::json load_checkpoint(const std::string& dir, model::Weights& actor, AdamW& actor_opt,
+                               model::Weights* critic, AdamW* critic_opt);
+
+}  // namespace verl::trainer
