@@ -3,13 +3,16 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 APT_PKGS = build-essential cmake ninja-build pkg-config libopenblas-dev libyaml-cpp-dev \
   nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev \
-  libpcre2-dev libicu-dev nodejs npm
+  libpcre2-dev libicu-dev
+# node and npm (test references) may come from another packaging: install Debian's only when absent.
+NODE_PKGS = $(shell command -v node >/dev/null && command -v npm >/dev/null || echo nodejs npm)
 
 .PHONY: deps build test bench clean asan npm-fixtures demo
 
 # Installs only what is missing, so it is cheap to run again.
 deps:
-	@missing=$$(for p in $(APT_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	@missing="$$(for p in $(APT_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done) $(NODE_PKGS)"; \
+	missing=$$(echo $$missing); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing: $$missing"; \
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
