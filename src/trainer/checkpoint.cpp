@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/fault.h"
 #include "core/log.h"
 #include "model/safetensors.h"
 
@@ -88,6 +89,7 @@ std::string save_checkpoint(const std::string& root, int64_t step, const ModelSt
   fs::create_directories(tmp);
   save_model(tmp / "actor", actor, tokenizer_dir);
   if (critic) save_model(tmp / "critic", *critic, "");
+  fault_point("save", step);  // tests kill the process here: half a checkpoint on disk
   nlohmann::json st = trainer_state;
   st["version"] = kCheckpointVersion;
   st["global_step"] = step;

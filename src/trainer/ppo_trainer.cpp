@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/fault.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "core/timer.h"
@@ -332,6 +333,7 @@ std::vector<std::vector<int64_t>> PpoTrainer::micro_batches(const Experience& ex
     }
     data::MicroBatchOptions mo;
     mo.max_token_len = max_tokens;
+    if (comm_->world_size() > 1) mo.dp_max = [this](int64_t n) { return comm_->max(n); };
     for (const auto& part : data::rearrange_micro_batches(lens, mo).micro_batches) {
       out.emplace_back();
       for (int64_t i : part) out.back().push_back(idx[i]);
@@ -422,10 +424,11 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
       // Global normalisers over the mini-batch: micro-batching then changes nothing but
       // float reassociation (the sum of the micro losses is the mini-batch loss).
       std::vector<float> mini_mask = rows(exp.mask, idx, L);
-      double mini_tokens = std::accumulate(mini_mask.begin(), mini_mask.end(), 0.0);
+      const double mini_tokens = comm_->sum(std::accumulate(mini_mask.begin(), mini_mask.end(), 0.0));
       ActorLossConfig lc = actor_loss_;
+      lc.policy.norm.dp_size = comm_->world_size();
       lc.policy.norm.batch_num_tokens = mini_tokens;
-      lc.policy.norm.global_batch_size = static_cast<double>(idx.size());
+      lc.policy.norm.global_batch_size = comm_->sum(static_cast<double>(idx.size()));
       lc.policy.norm.loss_scale_factor = static_cast<double>(cfg_.get<int64_t>("data.max_response_length"));
       std::fill(actor_.grads.begin(), actor_.grads.end(), 0.0f);
       for (const auto& micro : micro_batches(exp, idx, dynamic, max_tokens, micro_seqs)) {
@@ -462,11 +465,19 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
         ppo_kl += out.ppo_kl * share;
         clip_lower += out.pg_clipfrac_lower * share;
       }
-      gnorm_sum += actor_.opt->step(actor_.weights.data.data(), actor_.grads.data(), lr);
+      fault_point("train", global_step_ + 1);  // tests kill the process in the middle of a step
+      gnorm_sum += optimizer_step(actor_, lr);
       ++updates;
     }
   }
   const double u = static_cast<double>(std::max<int64_t>(1, updates));
+  // Loss terms carry global normalisers (their sum over ranks is the loss); fractions are means.
+  pg_loss = comm_->sum(pg_loss);
+  ent = comm_->sum(ent);
+  kl_loss = comm_->sum(kl_loss);
+  pg_clipfrac = comm_->mean(pg_clipfrac);
+  ppo_kl = comm_->mean(ppo_kl);
+  clip_lower = comm_->mean(clip_lower);
   m.set("actor/pg_loss", pg_loss / u);
   m.set("actor/pg_clipfrac", pg_clipfrac / u);
   m.set("actor/ppo_kl", ppo_kl / u);
@@ -478,6 +489,11 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
   }
   m.set("actor/grad_norm", gnorm_sum / u);
   m.set("actor/lr", lr);
+}
+
+double PpoTrainer::optimizer_step(TrainedModel& tm, float lr) {
+  comm_->all_reduce(tm.grads, dist::ReduceOp::Sum);
+  return tm.opt->step(tm.weights.data.data(), tm.grads.data(), lr);
 }
 
 void PpoTrainer::update_critic(Experience& exp, metrics::Metrics& m) {
@@ -500,8 +516,9 @@ void PpoTrainer::update_critic(Experience& exp, metrics::Metrics& m) {
       for (int64_t b = mb * mini; b < std::min(exp.B, (mb + 1) * mini); ++b) idx.push_back(b);
       std::vector<float> mini_mask = rows(exp.mask, idx, L);
       AggNorm norm;
-      norm.batch_num_tokens = std::accumulate(mini_mask.begin(), mini_mask.end(), 0.0);
-      norm.global_batch_size = static_cast<double>(idx.size());
+      norm.dp_size = comm_->world_size();
+      norm.batch_num_tokens = comm_->sum(std::accumulate(mini_mask.begin(), mini_mask.end(), 0.0));
+      norm.global_batch_size = comm_->sum(static_cast<double>(idx.size()));
       norm.loss_scale_factor = static_cast<double>(cfg_.get<int64_t>("data.max_response_length"));
       std::fill(critic_->grads.begin(), critic_->grads.end(), 0.0f);
       for (const auto& micro : micro_batches(exp, idx, dynamic, max_tokens, micro_seqs)) {
@@ -526,7 +543,7 @@ void PpoTrainer::update_critic(Experience& exp, metrics::Metrics& m) {
         vf_clipfrac += out.vf_clipfrac * std::accumulate(mask.begin(), mask.end(), 0.0) /
                        std::max(1.0, *norm.batch_num_tokens);
       }
-      gnorm_sum += critic_->opt->step(critic_->weights.data.data(), critic_->grads.data(), lr);
+      gnorm_sum += optimizer_step(*critic_, lr);
       ++updates;
     }
   }

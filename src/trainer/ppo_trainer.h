@@ -14,6 +14,7 @@
 
 #include "config/config.h"
 #include "data/dataloader.h"
+#include "dist/communicator.h"
 #include "metrics/metrics.h"
 #include "model/transformer.h"
 #include "trainer/core_algos.h"
@@ -90,6 +91,9 @@ class PpoTrainer {
                          std::vector<float>* entropy);
   void compute_values(const Experience& exp, std::vector<float>& values);
   void update_actor(Experience& exp, metrics::Metrics& m);
+  // Sums gradients over data-parallel ranks (the loss already carries dp_size), then clips and
+  // steps the optimizer; returns the global gradient norm.
+  double optimizer_step(TrainedModel& tm, float lr);
   void update_critic(Experience& exp, metrics::Metrics& m);
   // Micro-batches of `idx` (token budget or sequence count).
   std::vector<std::vector<int64_t>> micro_batches(const Experience& exp, const std::vector<int64_t>& idx,
@@ -98,6 +102,9 @@ class PpoTrainer {
   void add_data_metrics(const Experience& exp, metrics::Metrics& m) const;
 
   config::Config cfg_;
+  // Data-parallel reductions (token counts, micro-batch counts, gradients, metrics) go through
+  // here; one process today.
+  std::unique_ptr<dist::Communicator> comm_ = std::make_unique<dist::SingleProcess>();
   std::unique_ptr<tokenizer::Tokenizer> tok_;
   TrainedModel actor_;
   std::optional<model::Weights> ref_;

@@ -1,0 +1,12 @@
+// Fault injection for crash tests: with VERL_FAULT_INJECT=<point>:<step> in the environment, the
+// process kills itself with SIGKILL (as `kill -9` would) when it reaches that point at that step.
+// Used by tests/e2e to interrupt training and checkpoint saves at exact places.
+#pragma once
+
+#include <cstdint>
+
+namespace verl {
+
+void fault_point(const char* point, int64_t step);
+
+}  // namespace verl

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The `verl` commands as a user runs them: outputs have the promised shape and bad input gets an
+# error naming the line or key. Usage: cli.sh VERL_BINARY REPO_ROOT WORK_DIR
+set -uo pipefail
+verl=$1 root=$2 work=$3
+rm -rf "$work" && mkdir -p "$work"
+pass=0 fail=0
+check() {  # check NAME COMMAND...: passes when the command exits 0
+  if "${@:2}"; then pass=$((pass + 1)); else echo "FAIL: $1"; fail=$((fail + 1)); fi
+}
+golden=$root/tests/fixtures/golden/qwen2
+demo=$root/assets/demo/model
+
+# logprobs: n-1 log-probs (all <= 0) and entropies per line.
+printf '{"tokens": [1, 2, 3, 4, 5]}\n{"tokens": [7, 8]}\n' | "$verl" logprobs --model "$golden" > "$work/lp.jsonl"
+check "logprobs shape" python3 -c "
+import json, sys
+rows = [json.loads(l) for l in open('$work/lp.jsonl')]
+assert [len(r['logprobs']) for r in rows] == [4, 1], rows
+assert all(x <= 0 for r in rows for x in r['logprobs']) and all(e >= 0 for r in rows for e in r['entropy'])"
+# A token outside the vocabulary names the line.
+printf '{"tokens": [1, 2]}\n{"tokens": [1, 9999]}\n' | "$verl" logprobs --model "$golden" > /dev/null 2> "$work/err.txt"
+check "logprobs bad id exits 1" test $? -eq 1
+check "logprobs bad id names the line" grep -q "<stdin>:2: tokens\[1\] = 9999 is outside the vocabulary" "$work/err.txt"
+
+# generate: n samples per input line, in order, greedy decoding is deterministic.
+printf '{"messages": [{"role": "user", "content": "What is 12 + 30?"}]}\n{"prompt_tokens": [510, 88, 89]}\n' > "$work/in.jsonl"
+"$verl" generate --model "$demo" --input "$work/in.jsonl" --n 2 --temperature 0 --max-tokens 24 > "$work/gen1.jsonl"
+"$verl" generate --model "$demo" --input "$work/in.jsonl" --n 2 --temperature 0 --max-tokens 24 > "$work/gen2.jsonl"
+check "generate is deterministic" cmp -s "$work/gen1.jsonl" "$work/gen2.jsonl"
+check "generate output" python3 -c "
+import json
+rows = [json.loads(l) for l in open('$work/gen1.jsonl')]
+assert [(r['index'], r['sample']) for r in rows] == [(0, 0), (0, 1), (1, 0), (1, 1)], rows
+assert all(r['finish_reason'] in ('stop', 'length') and len(r['response_tokens']) == len(r['response_logprobs']) for r in rows)
+assert rows[0]['text'].startswith('12 + 30 = '), rows[0]['text']"
+# A stop string ends the text before it.
+"$verl" generate --model "$demo" --input "$work/in.jsonl" --temperature 0 --max-tokens 24 --stop "=" > "$work/gen3.jsonl"
+check "generate stop string" python3 -c "
+import json
+r = json.loads(open('$work/gen3.jsonl').readline())
+assert r['finish_reason'] == 'stop_string' and '=' not in r['text'], r"
+
+# tokenize round trip with the chat template.
+echo '{"messages": [{"role": "user", "content": "What is 7 * 8?"}], "add_generation_prompt": true}' |
+  "$verl" tokenize --tokenizer "$demo" --chat > "$work/chat.jsonl"
+check "tokenize chat" python3 -c "
+import json
+r = json.loads(open('$work/chat.jsonl').readline())
+assert r['text'] == '<|im_start|>user\nWhat is 7 * 8?<|im_end|>\n<|im_start|>assistant\n', r['text']
+assert r['ids'][0] == 510 and r['ids'][-1] == 198, r['ids']"
+
+# train: a misspelt key is an error that suggests the right one.
+"$verl" train "$root/configs/demo.yaml" actor_rollout_ref.rollout.temprature=0.5 > /dev/null 2> "$work/err2.txt"
+check "train bad key exits 1" test $? -eq 1
+check "train bad key suggests" grep -q "actor_rollout_ref.rollout.temperature" "$work/err2.txt"
+# A missing dataset file is named.
+"$verl" train "$root/configs/demo.yaml" actor_rollout_ref.model.path="$demo" data.train_files=[/nonexistent/train.jsonl] > /dev/null 2> "$work/err3.txt"
+check "train missing data file" grep -q "/nonexistent/train.jsonl" "$work/err3.txt"
+
+echo "cli: $pass passed, $fail failed"
+test "$fail" -eq 0
