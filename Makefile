@@ -40,14 +40,20 @@ demo: build
 	@echo
 	@echo "== demo finished =="
 	@echo "metrics (one JSON line per step, verl's names): $(DEMO_DIR)/metrics.jsonl"
-	@echo "  validation reward: grep -o '"val-core/arith/reward/mean@1":[0-9.]*' $(DEMO_DIR)/metrics.jsonl"
+	@echo "  validation reward by step: grep -o 'val-core[^,}]*' $(DEMO_DIR)/metrics.jsonl"
 	@echo "TensorBoard event files: $(DEMO_DIR)/tensorboard  (tensorboard --logdir $(DEMO_DIR)/tensorboard)"
 	@echo "checkpoints: $(DEMO_DIR)/global_step_*  (resume: run the same command with trainer.resume_mode=auto)"
 	@echo "trained model (HF format): $(DEMO_DIR)/global_step_*/actor/huggingface"
-	@echo "  try it: $(BUILD)/bin/verl generate --model $$(ls -d $(DEMO_DIR)/global_step_* | tail -1)/actor/huggingface --chat --temperature 0 --prompt 'What is 47 + 38?'"
+	@echo "  try it: $(BUILD)/bin/verl generate --model $$(ls -d $(DEMO_DIR)/global_step_* | sort -V | tail -1)/actor/huggingface --chat --temperature 0 --prompt 'What is 47 + 38?'"
 
-bench: build
-	@for b in $(BUILD)/bin/bench_*; do echo "== $$b"; $$b; done
+# Each benchmark runs its peer in the same run and prints JSON with the ratio. The PyTorch peers
+# use Debian's python3-torch (installed here only, it is large).
+bench: build npm-fixtures
+	@dpkg-query -W -f='$${Status}\n' python3-torch 2>/dev/null | grep -q '^install ok installed' || \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-torch)
+	BUILD=$(BUILD) bench/train_cpu.sh
+	BUILD=$(BUILD) bench/rollout_cpu.sh
+	bench/tokenizer.sh $(BUILD)
 
 # AddressSanitizer build of the tests (includes the safetensors header fuzzer).
 asan: deps
