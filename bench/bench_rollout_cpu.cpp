@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "bench_model.h"
 #include "core/rng.h"
 #include "rollout/engine.h"
 
@@ -27,20 +28,7 @@ int main(int argc, char** argv) {
   app.add_option("--n", n);
   CLI11_PARSE(app, argc, argv);
 
-  model::ModelConfig c;
-  c.architecture = "Qwen2ForCausalLM";
-  c.model_type = "qwen2";
-  c.family = model::Family::Qwen2;
-  c.vocab_size = vocab;
-  c.hidden_size = hidden;
-  c.intermediate_size = inter;
-  c.num_hidden_layers = layers;
-  c.num_attention_heads = heads;
-  c.num_key_value_heads = kv_heads;
-  c.head_dim = hidden / heads;
-  c.max_position_embeddings = 32768;
-  c.attention_bias = true;
-  c.tie_word_embeddings = true;
+  model::ModelConfig c = bench::qwen2_shape(vocab, hidden, layers, heads, kv_heads, inter);
   model::Weights w = model::Weights::from_config(c);
   w.init_random(1, 0.02f);
 

@@ -6,6 +6,7 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "model/hf_files.h"
 #include "model/weights.h"
 
 namespace verl::cli {
@@ -22,20 +23,10 @@ int run(const Opts& o) {
   if (!fs::exists(src) && fs::exists(fs::path(o.ckpt) / "huggingface")) src = fs::path(o.ckpt) / "huggingface";
   VERL_CHECK(fs::exists(src / "config.json"),
              "{}: not a checkpoint (expected actor/huggingface/config.json, as under global_step_N)", o.ckpt);
-  DType t = o.dtype == "bfloat16" || o.dtype == "bf16" ? DType::BF16
-            : o.dtype == "float16" || o.dtype == "f16" ? DType::F16
-                                                       : DType::F32;
-  VERL_CHECK(t != DType::F32 || o.dtype == "float32" || o.dtype == "f32",
-             "--dtype must be float32, bfloat16 or float16, got '{}'", o.dtype);
+  const DType t = model::parse_save_dtype(o.dtype);
   model::Weights w = model::Weights::load(src.string());
   w.save(o.out, t);
-  for (const auto& e : fs::directory_iterator(src)) {
-    const std::string name = e.path().filename().string();
-    if (name.find("tokenizer") != std::string::npos || name == "generation_config.json" || name == "vocab.json" ||
-        name == "merges.txt" || name == "special_tokens_map.json") {
-      fs::copy_file(e.path(), fs::path(o.out) / name, fs::copy_options::overwrite_existing);
-    }
-  }
+  model::copy_tokenizer_files(src.string(), o.out);
   log::info("exported {} to {}", src.string(), o.out);
   return 0;
 }

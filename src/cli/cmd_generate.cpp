@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/io.h"
 #include "core/error.h"
 #include "model/generation_config.h"
 #include "rollout/engine.h"
@@ -73,26 +74,12 @@ int run(const Opts& o) {
     nlohmann::json one = {{"prompt", o.prompt}};
     reqs.push_back({encode_prompt(one, "--prompt"), sp, o.n});
   } else {
-    std::ifstream fin;
-    if (o.input != "-") {
-      fin.open(o.input);
-      VERL_CHECK(fin.good(), "cannot open --input {}", o.input);
-    }
-    std::istream& in = o.input == "-" ? std::cin : fin;
+    InputLines in(o.input);
     std::string line;
-    int64_t lineno = 0;
-    while (std::getline(in, line)) {
-      ++lineno;
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      const std::string where = fmt::format("{}:{}", o.input == "-" ? "<stdin>" : o.input, lineno);
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(line);
-      } catch (const nlohmann::json::exception& e) {
-        VERL_FAIL("{}: not valid JSON: {}", where, e.what());
-      }
-      VERL_CHECK(j.is_object(), "{}: expected a JSON object", where);
-      reqs.push_back({encode_prompt(j, where), sp, o.n});
+    while (in.next(line)) {
+      nlohmann::json j = in.json(line);
+      VERL_CHECK(j.is_object(), "{}: expected a JSON object", in.where());
+      reqs.push_back({encode_prompt(j, in.where()), sp, o.n});
     }
   }
 
@@ -136,12 +123,8 @@ int run(const Opts& o) {
               << ", " << out[0].tokens.size() << " tokens]\n";
     return 0;
   }
-  std::ofstream fout;
-  if (o.output != "-") {
-    fout.open(o.output);
-    VERL_CHECK(fout.good(), "cannot open --output {}", o.output);
-  }
-  std::ostream& out = o.output == "-" ? std::cout : fout;
+  Output output(o.output);
+  std::ostream& out = output.stream();
   for (const rollout::Completion& c : engine.generate(reqs, hooks)) {
     nlohmann::json j = {{"index", c.request},
                         {"sample", c.sample},

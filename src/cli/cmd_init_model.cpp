@@ -8,6 +8,7 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "model/hf_files.h"
 #include "model/weights.h"
 
 namespace verl::cli {
@@ -29,13 +30,7 @@ int run(const Opts& o) {
   model::Weights w = model::Weights::from_config(model::parse_model_config(ss.str(), o.config));
   w.init_random(o.seed, o.std);
   w.save(o.out);
-  if (!o.tokenizer.empty()) {
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                             "generation_config.json", "chat_template.jinja"}) {
-      fs::path src = fs::path(o.tokenizer) / name;
-      if (fs::exists(src)) fs::copy_file(src, fs::path(o.out) / name, fs::copy_options::overwrite_existing);
-    }
-  }
+  if (!o.tokenizer.empty()) model::copy_tokenizer_files(o.tokenizer, o.out);
   log::info("wrote {} ({} parameters, seed {})", o.out, w.layout.total, o.seed);
   return 0;
 }

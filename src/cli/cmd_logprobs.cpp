@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/io.h"
 #include "core/error.h"
 #include "model/transformer.h"
 
@@ -19,26 +20,19 @@ struct Opts {
   int64_t max_batch_tokens = 8192;
 };
 
-std::vector<int32_t> parse_tokens_line(const std::string& line, const std::string& src,
-                                       int64_t lineno, int64_t vocab) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::exception& e) {
-    VERL_FAIL("{}:{}: not valid JSON: {}", src, lineno, e.what());
-  }
+std::vector<int32_t> parse_tokens_line(const nlohmann::json& j, const std::string& where, int64_t vocab) {
   VERL_CHECK(j.is_object() && j.contains("tokens") && j["tokens"].is_array(),
-             "{}:{}: expected an object with a \"tokens\" array of ids", src, lineno);
+             "{}: expected an object with a \"tokens\" array of ids", where);
   std::vector<int32_t> ids;
   for (size_t i = 0; i < j["tokens"].size(); ++i) {
     const auto& v = j["tokens"][i];
-    VERL_CHECK(v.is_number_integer(), "{}:{}: tokens[{}] is not an integer", src, lineno, i);
+    VERL_CHECK(v.is_number_integer(), "{}: tokens[{}] is not an integer", where, i);
     int64_t id = v.get<int64_t>();
-    VERL_CHECK(id >= 0 && id < vocab, "{}:{}: tokens[{}] = {} is outside the vocabulary [0, {})", src,
-               lineno, i, id, vocab);
+    VERL_CHECK(id >= 0 && id < vocab, "{}: tokens[{}] = {} is outside the vocabulary [0, {})", where, i, id,
+               vocab);
     ids.push_back(static_cast<int32_t>(id));
   }
-  VERL_CHECK(!ids.empty(), "{}:{}: \"tokens\" is empty", src, lineno);
+  VERL_CHECK(!ids.empty(), "{}: \"tokens\" is empty", where);
   return ids;
 }
 
@@ -52,19 +46,9 @@ int run(const Opts& o) {
   model::ForwardOptions fopt;
   fopt.temperature = o.temperature;
 
-  std::ifstream fin;
-  if (o.input != "-") {
-    fin.open(o.input);
-    VERL_CHECK(fin.good(), "cannot open --input {}", o.input);
-  }
-  std::istream& in = o.input == "-" ? std::cin : fin;
-  const std::string src = o.input == "-" ? "<stdin>" : o.input;
-  std::ofstream fout;
-  if (o.output != "-") {
-    fout.open(o.output);
-    VERL_CHECK(fout.good(), "cannot open --output {}", o.output);
-  }
-  std::ostream& out = o.output == "-" ? std::cout : fout;
+  InputLines in(o.input);
+  Output output(o.output);
+  std::ostream& out = output.stream();
 
   model::Activations acts;
   std::vector<std::vector<int32_t>> pending;
@@ -85,11 +69,8 @@ int run(const Opts& o) {
     pending_tokens = 0;
   };
   std::string line;
-  int64_t lineno = 0;
-  while (std::getline(in, line)) {
-    ++lineno;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    std::vector<int32_t> ids = parse_tokens_line(line, src, lineno, w.config.vocab_size);
+  while (in.next(line)) {
+    std::vector<int32_t> ids = parse_tokens_line(in.json(line), in.where(), w.config.vocab_size);
     if (pending_tokens + static_cast<int64_t>(ids.size()) > o.max_batch_tokens) flush();
     pending_tokens += static_cast<int64_t>(ids.size());
     pending.push_back(std::move(ids));

@@ -2,12 +2,11 @@
 // with the built-in rule scorers (chosen by data_source, as verl's default_compute_score) or with
 // a user's reward program (--command), writing one line per input: {"score", "acc", "pred"} from
 // the scorers, {"score"} (plus "error" for a failed row) from a command.
-#include <fstream>
-#include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/io.h"
 #include "core/error.h"
 #include "reward/command_reward.h"
 #include "reward/score.h"
@@ -39,19 +38,10 @@ reward::RewardRow parse_row(const std::string& line, const std::string& src, int
 
 int run(const Opts& o) {
   VERL_CHECK(o.batch_size > 0, "--batch-size must be > 0, got {}", o.batch_size);
-  std::ifstream fin;
-  if (o.input != "-") {
-    fin.open(o.input);
-    VERL_CHECK(fin.good(), "cannot open --input {}", o.input);
-  }
-  std::istream& in = o.input == "-" ? std::cin : fin;
-  const std::string src = o.input == "-" ? "<stdin>" : o.input;
-  std::ofstream fout;
-  if (o.output != "-") {
-    fout.open(o.output);
-    VERL_CHECK(fout.good(), "cannot open --output {}", o.output);
-  }
-  std::ostream& out = o.output == "-" ? std::cout : fout;
+  InputLines in(o.input);
+  const std::string& src = in.source();
+  Output output(o.output);
+  std::ostream& out = output.stream();
 
   std::unique_ptr<reward::CommandRewardFn> fn;
   if (!o.command.empty()) {
@@ -86,10 +76,8 @@ int run(const Opts& o) {
   };
 
   std::string line;
-  int64_t lineno = 0;
-  while (std::getline(in, line)) {
-    ++lineno;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+  while (in.next(line)) {
+    const int64_t lineno = in.lineno();
     reward::RewardRow row = parse_row(line, src, lineno);
     if (fn) {
       batch.push_back(std::move(row));

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "cli/io.h"
 #include "config/config.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -21,15 +22,7 @@ struct Opts {
 };
 
 int run(const Opts& o) {
-  std::string path;
-  std::vector<std::string> overrides;
-  for (const auto& a : o.args) {
-    if (path.empty() && overrides.empty() && a.find('=') == std::string::npos) {
-      path = a;
-    } else {
-      overrides.push_back(a);
-    }
-  }
+  auto [path, overrides] = split_config_args(o.args);
   config::LoadOptions lo;
   lo.defaults_path = (fs::path(config::default_config_path()).parent_path() / "sft_trainer.yaml").string();
   config::Config cfg = config::load_config(path, overrides, lo);

@@ -2,6 +2,7 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/io.h"
 #include "config/config.h"
 #include "trainer/ppo_trainer.h"
 
@@ -13,15 +14,7 @@ struct Opts {
 };
 
 int run(const Opts& o) {
-  std::string path;
-  std::vector<std::string> overrides;
-  for (const auto& a : o.args) {
-    if (path.empty() && overrides.empty() && a.find('=') == std::string::npos) {
-      path = a;
-    } else {
-      overrides.push_back(a);
-    }
-  }
+  auto [path, overrides] = split_config_args(o.args);
   config::Config cfg = config::load_config(path, overrides);
   trainer::PpoTrainer trainer(cfg);
   trainer.fit();

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/buffer.h"
 #include "core/error.h"
 #include "ops/cpu/ops.h"
 
@@ -15,15 +16,6 @@ namespace verl::model {
 namespace ops = verl::ops::cpu;
 namespace {
 
-float* grow(std::vector<float>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
-float* zeroed(std::vector<float>& v, int64_t n) {
-  float* p = grow(v, n);
-  std::fill(p, p + n, 0.0f);
-  return p;
-}
 void add_inplace(float* y, const float* x, int64_t n) {
 #pragma omp parallel for simd if (n > 65536)
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];

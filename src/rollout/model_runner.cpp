@@ -9,20 +9,12 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/buffer.h"
 #include "core/error.h"
 #include "ops/cpu/ops.h"
 
 namespace verl::rollout {
 namespace ops = verl::ops::cpu;
-namespace {
-
-float* grow(std::vector<float>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
-
-}  // namespace
-
 KVCache::KVCache(const model::ModelConfig& cfg, int32_t num_blocks, int32_t block_size)
     : num_blocks_(num_blocks),
       block_size_(block_size),

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/fault.h"
 #include "core/log.h"
+#include "model/hf_files.h"
 #include "model/safetensors.h"
 
 namespace verl::trainer {
@@ -30,13 +31,7 @@ void write_text_atomic(const fs::path& path, const std::string& text) {
 
 void save_model(const fs::path& dir, const ModelState& s, const std::string& tokenizer_dir) {
   s.weights->save((dir / "huggingface").string());
-  if (!tokenizer_dir.empty()) {
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "vocab.json",
-                             "merges.txt", "special_tokens_map.json"}) {
-      fs::path src = fs::path(tokenizer_dir) / name;
-      if (fs::exists(src)) fs::copy_file(src, dir / "huggingface" / name, fs::copy_options::overwrite_existing);
-    }
-  }
+  if (!tokenizer_dir.empty()) model::copy_tokenizer_files(tokenizer_dir, (dir / "huggingface").string());
   // The moments share the parameters' flat layout: two 1-D tensors plus the step count.
   const int64_t n = s.weights->layout.total;
   AdamW& opt = const_cast<AdamW&>(*s.opt);

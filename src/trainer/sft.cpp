@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "model/hf_files.h"
 #include "model/transformer.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/optimizer.h"
@@ -231,10 +232,7 @@ std::string run_sft(const config::Config& cfg, const MetricsSink& sink) {
   auto save = [&](int64_t step) {
     const std::string dir = fmt::format("{}/global_step_{}", out_root, step);
     w.save(dir);
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
-      fs::path src = fs::path(model_dir) / name;
-      if (fs::exists(src)) fs::copy_file(src, fs::path(dir) / name, fs::copy_options::overwrite_existing);
-    }
+    model::copy_tokenizer_files(model_dir, dir);
     log::info("saved {}", dir);
     return dir;
   };

@@ -1,0 +1,47 @@
+// Shared plumbing of the subcommands: JSON-lines input from a file or stdin with the line named in
+// errors, output to a file or stdout, and splitting `CONFIG key=value ...` arguments.
+#pragma once
+
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace verl::cli {
+
+// Lines of `path` ("-": stdin), skipping blank ones. `option` names the flag in open errors.
+class InputLines {
+ public:
+  InputLines(const std::string& path, const std::string& option = "--input");
+  bool next(std::string& line);
+  // "file:line" of the last line read, for error messages.
+  std::string where() const;
+  // The last line parsed as JSON; an Error naming file:line when it is not.
+  nlohmann::json json(const std::string& line) const;
+  int64_t lineno() const { return lineno_; }
+  const std::string& source() const { return source_; }
+
+ private:
+  std::ifstream file_;
+  std::istream* in_;
+  std::string source_;
+  int64_t lineno_ = 0;
+};
+
+// `path` ("-": stdout) opened for writing.
+class Output {
+ public:
+  Output(const std::string& path, const std::string& option = "--output");
+  std::ostream& stream() { return *out_; }
+
+ private:
+  std::ofstream file_;
+  std::ostream* out_;
+};
+
+// `verl train CONFIG k=v ...`: the first argument without '=' is the config file (may be absent).
+std::pair<std::string, std::vector<std::string>> split_config_args(const std::vector<std::string>& args);
+
+}  // namespace verl::cli
