@@ -150,11 +150,11 @@ PpoTrainer::~PpoTrainer() {
 // ---- generation and rewards ---------------------------------------------------------------------
 
 void PpoTrainer::generate(const std::vector<data::Sample>& samples, Experience& exp,
-                          metrics::StageTimer& timer, bool validation) {
+                          metrics::StageTimer& timer, bool validation, bool greedy) {
   const std::string rk = validation ? "actor_rollout_ref.rollout.val_kwargs." : "actor_rollout_ref.rollout.";
-  const int64_t n = validation ? cfg_.get<int64_t>(rk + "n") : n_;
+  const int64_t n = greedy ? 1 : validation ? cfg_.get<int64_t>(rk + "n") : n_;
   rollout::SamplingParams sp;
-  const bool do_sample = cfg_.get<bool>(rk + "do_sample");
+  const bool do_sample = !greedy && cfg_.get<bool>(rk + "do_sample");
   sp.temperature = do_sample ? static_cast<float>(cfg_.get<double>(rk + "temperature")) : 0.0f;
   sp.top_k = static_cast<int32_t>(cfg_.get<int64_t>(rk + "top_k"));
   sp.top_p = static_cast<float>(cfg_.get<double>(rk + "top_p"));
@@ -639,8 +639,15 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
     in.gamma = cfg_.get<double>("algorithm.gamma");
     in.lam = cfg_.get<double>("algorithm.lam");
     in.norm_adv_by_std_in_grpo = cfg_.get<bool>("algorithm.norm_adv_by_std_in_grpo");
-    VERL_CHECK(estimator_ != AdvantageEstimator::ReMax,
-               "algorithm.adv_estimator=remax needs greedy baseline rollouts, which the trainer does not run yet");
+    std::vector<float> baselines;
+    if (estimator_ == AdvantageEstimator::ReMax) {
+      // ReMax's baseline: the reward of each prompt's greedy response (verl generates it with
+      // do_sample=False in the gen stage).
+      Experience greedy;
+      generate(batch.samples, greedy, timer, /*validation=*/false, /*greedy=*/true);
+      for (int64_t b = 0; b < exp.B; ++b) baselines.push_back(greedy.scores[exp.group[b]]);
+      in.reward_baselines = baselines;
+    }
     AdvantageOutput a = compute_advantage(estimator_, in);
     exp.advantages = std::move(a.advantages);
     exp.returns = std::move(a.returns);

@@ -83,8 +83,10 @@ class PpoTrainer {
   void resume();
   // Saves global_step_N (trainer.save_freq) and prunes to trainer.max_actor_ckpt_to_keep.
   std::string save();
+  // Samples the batch's responses (validation: with rollout.val_kwargs; greedy: one greedy
+  // response per prompt, ReMax's baseline) and scores them.
   void generate(const std::vector<data::Sample>& samples, Experience& exp, metrics::StageTimer& timer,
-                bool validation);
+                bool validation, bool greedy = false);
   void score_all(Experience& exp);
   // Log-probs (and entropies) of every response token under `tf` at the rollout temperature.
   void compute_log_probs(const model::Transformer& tf, const Experience& exp, std::vector<float>& logp,

@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "metrics/logger.h"
 #include "model/hf_files.h"
 #include "model/transformer.h"
 #include "trainer/lr_schedule.h"
@@ -167,7 +168,7 @@ int64_t count_targets(const std::vector<const SftExample*>& batch) {
 
 }  // namespace
 
-std::string run_sft(const config::Config& cfg, const MetricsSink& sink) {
+std::string run_sft(const config::Config& cfg) {
   if (int64_t th = cfg.get<int64_t>("trainer.threads"); th > 0) {
     omp_set_num_threads(static_cast<int>(th));
     openblas_set_num_threads(static_cast<int>(th));
@@ -236,17 +237,23 @@ std::string run_sft(const config::Config& cfg, const MetricsSink& sink) {
     log::info("saved {}", dir);
     return dir;
   };
-  auto validate = [&](std::map<std::string, double>& m) {
+  auto validate = [&](metrics::Metrics& m) {
     if (val.empty()) return;
     std::vector<const SftExample*> all;
     for (const auto& ex : val) all.push_back(&ex);
     model::Activations acts;
     LossStats st = run_batch(tf, all, budget, micro_seqs, 1.0, acts, nullptr);
-    m["val/loss"] = st.loss_sum / std::max<int64_t>(1, st.targets);
+    m.set("val/loss", st.loss_sum / std::max<int64_t>(1, st.targets));
   };
 
   log::info("SFT: {} rows, {} steps of {} sequences, {} parameters", train.size(), total, batch_size,
             w.layout.total);
+  metrics::LoggerOptions lo;
+  lo.experiment_dir = out_root;
+  fs::create_directories(out_root);
+  lo.total_steps = total;
+  lo.logging_steps = cfg.get<int64_t>("trainer.logging_steps");
+  metrics::MultiLogger logger(cfg.get<std::vector<std::string>>("trainer.logger"), lo);
   std::vector<float> grads(w.data.size());
   model::Activations acts;
   std::vector<size_t> order(train.size());
@@ -269,21 +276,23 @@ std::string run_sft(const config::Config& cfg, const MetricsSink& sink) {
       const double gnorm = opt.step(w.data.data(), grads.data(), lr);
       ++step;
       const double secs = timer.seconds();
-      std::map<std::string, double> m = {{"train/loss", st.loss_sum / std::max<int64_t>(1, st.targets)},
-                                         {"train/lr", lr},
-                                         {"train/grad_norm", gnorm},
-                                         {"train/epoch", double(epoch)},
-                                         {"perf/tokens_per_s", st.tokens / secs},
-                                         {"perf/time_per_step", secs}};
+      metrics::Metrics m;
+      m.set("train/loss", st.loss_sum / std::max<int64_t>(1, st.targets));
+      m.set("train/lr", lr);
+      m.set("train/grad_norm", gnorm);
+      m.set("training/epoch", double(epoch));
+      m.set("perf/throughput", st.tokens / secs);
+      m.set("perf/time_per_step", secs);
       if (test_freq > 0 && step % test_freq == 0) validate(m);
       if (save_freq > 0 && step % save_freq == 0) last_dir = save(step);
       if (step == total) {
         if (test_freq <= 0 || step % test_freq != 0) validate(m);
         if (save_freq <= 0 || step % save_freq != 0) last_dir = save(step);
       }
-      sink(step, m);
+      logger.log(step, m);
     }
   }
+  logger.close();
   return last_dir;
 }
 

@@ -4,8 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -34,9 +32,9 @@ std::vector<SftExample> load_sft_examples(const std::string& path, const tokeniz
 SftExample tokenize_chat(const nlohmann::json& messages, const tokenizer::Tokenizer& tok,
                          const std::string& where);
 
-using MetricsSink = std::function<void(int64_t step, const std::map<std::string, double>& metrics)>;
-
-// Runs SFT as configured (configs/sft_trainer.yaml keys); returns the directory of the final model.
-std::string run_sft(const config::Config& cfg, const MetricsSink& sink);
+// Runs SFT as configured (configs/sft_trainer.yaml keys), logging train/loss, train/lr,
+// train/grad_norm, val/loss and perf/* to trainer.logger (console, jsonl, tensorboard) under
+// trainer.default_local_dir; returns the directory of the final model.
+std::string run_sft(const config::Config& cfg);
 
 }  // namespace verl::trainer

@@ -90,6 +90,26 @@ TEST(PpoTrainer, PpoWithCriticEmitsValueMetrics) {
                     "timing_s/old_log_prob", "actor/reward_kl_penalty", "actor/reward_kl_penalty_coeff"});
 }
 
+// The other outcome estimators run end to end (ReMax with its greedy-baseline rollout).
+TEST(PpoTrainer, OtherEstimatorsRun) {
+  for (const char* est : {"remax", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"}) {
+    const std::string out = (fs::temp_directory_path() / (std::string("verl_test_") + est)).string();
+    fs::remove_all(out);
+    PpoTrainer t(demo_config(out, {std::string("algorithm.adv_estimator=") + est, "trainer.total_training_steps=1",
+                                   "trainer.val_before_train=false", "data.val_files=null"}));
+    metrics::Metrics m;
+    t.fit();
+    std::ifstream f(out + "/metrics.jsonl");
+    std::string line;
+    std::getline(f, line);
+    nlohmann::json j = nlohmann::json::parse(line);
+    for (auto& [k, v] : j.items())
+      if (v.is_number()) m.set(k, v.get<double>());
+    SCOPED_TRACE(est);
+    expect_finite(m, kCommon);
+  }
+}
+
 // Token-budget micro-batches and one-sequence micro-batches give the same updated weights.
 TEST(PpoTrainer, DynamicMicroBatchingEqualsFixedMicroBatches) {
   std::vector<float> w[2];

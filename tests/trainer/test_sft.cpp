@@ -1,0 +1,87 @@
+// SFT: the loss mask covers exactly the assistant's tokens, a few steps from scratch lower the
+// loss and write a loadable model, and a bad row names its file and line.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "config/config.h"
+#include "core/error.h"
+#include "model/weights.h"
+#include "trainer/sft.h"
+
+namespace verl::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kRoot = VERL_SOURCE_DIR;
+
+TEST(Sft, LossMaskCoversTheAssistantTurnOnly) {
+  tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(kRoot + "/assets/demo");
+  nlohmann::json msgs = nlohmann::json::parse(
+      R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 47 + 38?"},
+          {"role": "assistant", "content": "47 + 38 = 85. #### 85"}])");
+  SftExample ex = tokenize_chat(msgs, tok, "test");
+  std::vector<int32_t> target;
+  for (size_t i = 0; i < ex.tokens.size(); ++i)
+    if (ex.loss_mask[i]) target.push_back(ex.tokens[i]);
+  EXPECT_EQ(tok.decode(target, false), "47 + 38 = 85. #### 85<|im_end|>\n");
+  // Everything before is the rendered prompt with the generation prompt.
+  const size_t first = std::find(ex.loss_mask.begin(), ex.loss_mask.end(), 1) - ex.loss_mask.begin();
+  std::vector<int32_t> prompt(ex.tokens.begin(), ex.tokens.begin() + first);
+  EXPECT_EQ(prompt, tok.encode(tok.apply_chat_template(nlohmann::json(msgs.begin(), msgs.end() - 1), true)));
+}
+
+TEST(Sft, FewStepsFromScratchLowerTheLossAndSaveAModel) {
+  const fs::path tmp = fs::temp_directory_path() / "verl_test_sft";
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  {  // a fresh model: the demo architecture, random weights
+    model::Weights w = model::Weights::from_config(model::load_model_config(kRoot + "/assets/demo/model"));
+    w.init_random(9, 0.02f);
+    w.save((tmp / "init").string());
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+      fs::copy_file(fs::path(kRoot) / "assets/demo" / f, tmp / "init" / f);
+  }
+  {  // 512 rows of the demo SFT set
+    std::ifstream in(kRoot + "/assets/demo/sft.jsonl");
+    std::ofstream out(tmp / "sft.jsonl");
+    std::string line;
+    for (int i = 0; i < 512 && std::getline(in, line); ++i) out << line << '\n';
+  }
+  config::LoadOptions lo;
+  lo.defaults_path = kRoot + "/configs/sft_trainer.yaml";
+  config::Config cfg = config::load_config(
+      kRoot + "/configs/demo/sft.yaml",
+      {"model.partial_pretrain=" + (tmp / "init").string(), "data.train_files=[" + (tmp / "sft.jsonl").string() + "]",
+       "data.train_batch_size=32", "trainer.total_training_steps=12", "trainer.logger=[jsonl]",
+       "trainer.default_local_dir=" + (tmp / "out").string()},
+      lo);
+  const std::string dir = run_sft(cfg);
+  EXPECT_EQ(dir, (tmp / "out" / "global_step_12").string());
+  std::ifstream f(tmp / "out" / "metrics.jsonl");
+  std::vector<double> loss;
+  std::string line;
+  while (std::getline(f, line)) loss.push_back(nlohmann::json::parse(line)["train/loss"].get<double>());
+  ASSERT_EQ(loss.size(), 12u);
+  EXPECT_LT(loss.back(), 0.6 * loss.front()) << loss.front() << " -> " << loss.back();
+  model::Weights saved = model::Weights::load(dir);
+  EXPECT_EQ(saved.layout.total, 854144);
+}
+
+TEST(Sft, BadRowNamesFileAndLine) {
+  const fs::path p = fs::temp_directory_path() / "verl_test_sft_bad.jsonl";
+  std::ofstream(p) << R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})"
+                   << "\n" << R"({"conversation": []})" << "\n";
+  tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(kRoot + "/assets/demo");
+  try {
+    load_sft_examples(p.string(), tok, {});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(p.string() + ":2: missing \"messages\""), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace verl::trainer
