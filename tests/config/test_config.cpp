@@ -295,8 +295,13 @@ TEST(ConfigErrors, ValuesOutsideTheAllowedSet) {
   m = error_of([] { load({"data.train_batch_size=0"}); });
   EXPECT_HAS(m, "expected a value >= 1");
   // Every value in range and in the set loads.
-  Config c = load({"algorithm.kl_penalty=k3", "reward_model.quantization_bits=4", "trainer.gradient_sync.method=lightweight"});
-  EXPECT_EQ(c.get<int64_t>("reward_model.quantization_bits"), 4);
+  Config c = load({"algorithm.kl_penalty=k3", "actor_rollout_ref.rollout.top_p=0.9", "trainer.gradient_sync.method=allreduce"});
+  EXPECT_DOUBLE_EQ(c.get<double>("actor_rollout_ref.rollout.top_p"), 0.9);
+  // Seed options not built yet are rejected by name rather than ignored.
+  m = error_of([] { load({"trainer.gradient_sync.method=lightweight"}); });
+  EXPECT_HAS(m, "lightweight is a verl option that verl.cpp does not support yet");
+  m = error_of([] { load({"reward_model.quantization_bits=4"}); });
+  EXPECT_HAS(m, "reward_model.quantization_bits");
 }
 
 TEST(ConfigErrors, UnsupportedVerlKeysRejectedByName) {
@@ -332,13 +337,13 @@ TEST(ConfigErrors, OverrideSyntax) {
 }
 
 TEST(ConfigAliases, SeedNamesSetVerlKeys) {
-  Config c = load({"trainer.save_steps=500", "trainer.save_total_limit=3", "trainer.gradient_sync_method=lightweight",
+  Config c = load({"trainer.save_steps=500", "trainer.save_total_limit=3", "trainer.gradient_sync_method=allreduce",
                    "actor_rollout_ref.actor.optim.warmup_style=cosine", "critic.optim.clip_grad=0.5"});
   EXPECT_EQ(c.get<int64_t>("trainer.save_freq"), 500);
   EXPECT_EQ(c.get<int64_t>("trainer.save_steps"), 500);  // reading an alias reads its target
   EXPECT_EQ(c.get<std::optional<int64_t>>("trainer.max_actor_ckpt_to_keep"), 3);
   EXPECT_EQ(c.get<std::optional<int64_t>>("trainer.max_critic_ckpt_to_keep"), 3);
-  EXPECT_EQ(c.get<std::string>("trainer.gradient_sync.method"), "lightweight");
+  EXPECT_EQ(c.get<std::string>("trainer.gradient_sync.method"), "allreduce");
   EXPECT_EQ(c.get<std::string>("actor_rollout_ref.actor.optim.lr_scheduler_type"), "cosine");
   EXPECT_DOUBLE_EQ(c.get<double>("critic.grad_clip"), 0.5);
   EXPECT_NE(c.origin("trainer.save_freq").find("(as trainer.save_steps)"), std::string::npos);
