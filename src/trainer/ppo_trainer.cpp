@@ -656,7 +656,8 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
     auto s = timer.scope("update_critic");
     update_critic(exp, m);
   }
-  if (global_step_ >= cfg_.get<int64_t>("trainer.critic_warmup")) {
+  // verl counts steps from 1 here: the actor updates once critic_warmup <= the step number.
+  if (global_step_ + 1 >= cfg_.get<int64_t>("trainer.critic_warmup")) {
     auto s = timer.scope("update_actor");
     update_actor(exp, m);
   }
