@@ -1,0 +1,136 @@
+// Device memory and the per-stream context of the CUDA ops: device_count(), DeviceBuffer<T>
+// (one cudaMalloc, freed on destruction), DeviceArena (one cudaMalloc, bump slices, reset per
+// phase: no cudaMalloc in the step loop), CudaContext (stream, cuBLASLt handle and workspace
+// passed to every op) and CudaSession (owns what a CudaContext points to).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ops/cuda/cuda_check.h"
+
+namespace verl::ops::cuda {
+
+// Number of CUDA devices; 0 when there is no driver or no device (never throws).
+int device_count();
+
+// Everything a CUDA op needs besides its tensors. Ops enqueue work on `stream` and return
+// without synchronising. `workspace` is scratch shared by the ops of this stream (cuBLASLt,
+// two-pass reductions): ops on one stream run in order, so they may all reuse it.
+struct CudaContext {
+  cudaStream_t stream = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+// A typed device allocation of n elements. Move-only. upload/download are synchronous
+// (setup and tests); hot paths use cudaMemcpyAsync on the context's stream.
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t n) : n_(n) {
+    if (n_ > 0) VERL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p_), n_ * sizeof(T)));
+  }
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
+  ~DeviceBuffer() { reset(); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      p_ = std::exchange(o.p_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+
+  T* data() { return p_; }
+  const T* data() const { return p_; }
+  size_t size() const { return n_; }
+  size_t bytes() const { return n_ * sizeof(T); }
+
+  void upload(const std::vector<T>& host) {
+    VERL_CUDA_REQUIRE(host.size() == n_, "DeviceBuffer::upload: " + std::to_string(host.size()) +
+                                             " elements into a buffer of " + std::to_string(n_));
+    if (n_ > 0) VERL_CUDA_CHECK(cudaMemcpy(p_, host.data(), bytes(), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    if (n_ > 0) VERL_CUDA_CHECK(cudaMemcpy(host.data(), p_, bytes(), cudaMemcpyDeviceToHost));
+    return host;
+  }
+  void zero(cudaStream_t stream) {
+    if (n_ > 0) VERL_CUDA_CHECK(cudaMemsetAsync(p_, 0, bytes(), stream));
+  }
+  void reset() {
+    if (p_ != nullptr) cudaFree(p_);  // no throw from a destructor; errors surface on next call
+    p_ = nullptr;
+    n_ = 0;
+  }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// Bump allocator over one device allocation, the GPU twin of verl::Arena: a phase reserves its
+// arena once, takes 256-byte aligned slices, and resets it as a whole.
+class DeviceArena {
+ public:
+  DeviceArena() = default;
+  DeviceArena(std::string name, size_t capacity_bytes);
+  ~DeviceArena();
+  DeviceArena(const DeviceArena&) = delete;
+  DeviceArena& operator=(const DeviceArena&) = delete;
+  DeviceArena(DeviceArena&& o) noexcept;
+  DeviceArena& operator=(DeviceArena&& o) noexcept;
+
+  // `bytes` of device memory aligned to 256 bytes; throws naming the arena when full.
+  void* alloc(size_t bytes);
+  template <typename T>
+  T* alloc_n(size_t n) {
+    return static_cast<T*>(alloc(n * sizeof(T)));
+  }
+  void reset() { used_ = 0; }
+  void release();
+
+  size_t capacity() const { return capacity_; }
+  size_t used() const { return used_; }
+  size_t peak() const { return peak_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+  uint8_t* base_ = nullptr;
+  size_t capacity_ = 0, used_ = 0, peak_ = 0;
+};
+
+// Owns a stream, a cuBLASLt handle and a workspace on the current device; ctx() is the view
+// passed to the ops. One per stream (per rank / per overlapping stage).
+class CudaSession {
+ public:
+  static constexpr size_t kDefaultWorkspace = size_t{32} << 20;  // cuBLASLt asks for <= 32 MiB
+  explicit CudaSession(size_t workspace_bytes = kDefaultWorkspace);
+  ~CudaSession();
+  CudaSession(const CudaSession&) = delete;
+  CudaSession& operator=(const CudaSession&) = delete;
+
+  const CudaContext& ctx() const { return ctx_; }
+  void synchronize() const;  // waits for the stream; throws on an asynchronous kernel error
+
+ private:
+  void destroy() noexcept;
+  CudaContext ctx_;
+};
+
+}  // namespace verl::ops::cuda

@@ -1,0 +1,33 @@
+// Tolerances of the CUDA op tests, in one place: |got - want| <= atol + rtol |want|, where want is
+// the CPU op (fp32) run on the same bf16-rounded inputs the GPU sees. So the only differences
+// are the rounding of the GPU's bf16 outputs and the order of fp32 operations.
+#pragma once
+
+namespace verl::ops::cuda::test {
+
+struct Tol {
+  double atol, rtol;
+};
+
+// A bf16 result computed in fp32 and rounded once: half an ulp is 2^-8 of the value; a different
+// fp32 summation order can move it across a rounding boundary, so allow one ulp (2^-7).
+inline constexpr Tol kBf16Out{1e-5, 1.0 / 128};
+// bf16 GEMM output: fp32 accumulation over K in cuBLASLt's order, then one bf16 rounding.
+inline constexpr Tol kBf16Gemm{1e-4, 1.0 / 128};
+// fp32 GEMM output (d_w) from bf16 operands: the products are exact in fp32, only the order of
+// the T-long sums differs.
+inline constexpr Tol kF32Gemm{1e-4, 1e-4};
+// fp32 storage kernels vs the CPU op: reduction order, fused multiply-adds, 1-2 ulp sin/cos/exp.
+inline constexpr Tol kF32Kernel{1e-5, 1e-5};
+// fp32 sums over hundreds of rows (weight gradients) in another order: cancellation between terms
+// makes the relative error of the sum larger than that of its terms (seen: 7e-5 over 257 rows).
+inline constexpr Tol kF32RowSum{1e-5, 2e-4};
+// A bf16 output that accumulates (d_x += update): it is rounded to bf16 at the magnitude of its
+// operands, so the bound is relative to |initial| + |update|, not to the (possibly cancelled) sum.
+inline constexpr Tol kBf16Accumulate{1e-4, 1.0 / 64};
+// AdamW: a few fp32 operations per element, contracted into FMAs differently on each side.
+inline constexpr Tol kAdamW{1e-6, 1e-5};
+// Sums of squares accumulated in double.
+inline constexpr Tol kF64Sum{0.0, 1e-12};
+
+}  // namespace verl::ops::cuda::test
