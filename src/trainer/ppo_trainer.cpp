@@ -17,6 +17,7 @@
 #include "core/rng.h"
 #include "core/timer.h"
 #include "data/seqlen_balancing.h"
+#include "metrics/gpu_monitor.h"
 #include "metrics/logger.h"
 #include "model/generation_config.h"
 #include "reward/command_reward.h"
@@ -675,6 +676,9 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
   metrics::add_throughput(m, total_tokens, timer.seconds("step"), 1);
   m.set("training/global_step", static_cast<double>(global_step_));
   m.set("training/epoch", static_cast<double>(batch.epoch));
+  // Memory (the seed's per-phase figures start here) and, where NVML sees a GPU, its utilisation.
+  metrics::add_cpu_memory_metrics(m);
+  if (gpu_monitor_ && gpu_monitor_->available()) metrics::add_gpu_metrics(m, gpu_monitor_->snapshot());
   return m;
 }
 
@@ -748,6 +752,7 @@ void PpoTrainer::fit() {
   lo.logging_steps = cfg_.get<int64_t>("trainer.logging_steps");
   lo.resume_step = global_step_;
   logger_ = std::make_unique<metrics::MultiLogger>(cfg_.get<std::vector<std::string>>("trainer.logger"), lo);
+  gpu_monitor_ = std::make_unique<metrics::GpuMonitor>();
   const int64_t test_freq = cfg_.get<int64_t>("trainer.test_freq");
   const int64_t save_freq = cfg_.get<int64_t>("trainer.save_freq");
   if (val_set_ && cfg_.get<bool>("trainer.val_before_train") && global_step_ == 0) {

@@ -29,6 +29,7 @@ class CommandRewardFn;
 }
 namespace verl::metrics {
 class MultiLogger;
+class GpuMonitor;
 }
 
 namespace verl::trainer {
@@ -116,6 +117,7 @@ class PpoTrainer {
   std::unique_ptr<data::DataLoader> train_loader_;
   std::unique_ptr<reward::CommandRewardFn> command_reward_;
   std::unique_ptr<metrics::MultiLogger> logger_;
+  std::unique_ptr<metrics::GpuMonitor> gpu_monitor_;  // NVML sampling when a GPU is present
   std::optional<KlController> kl_ctrl_;
   AdvantageEstimator estimator_;
   ActorLossConfig actor_loss_;

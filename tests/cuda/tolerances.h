@@ -31,3 +31,16 @@ inline constexpr Tol kAdamW{1e-6, 1e-5};
 inline constexpr Tol kF64Sum{0.0, 1e-12};
 
 }  // namespace verl::ops::cuda::test
+// Attention out (bf16): a p-weighted mean of v rounded once; exp differs (CPU fast_exp vs expf) and
+// the sums run in another order, so a value can cross a rounding boundary (seen on H200: 0.5 of this).
+namespace verl::ops::cuda::test { inline constexpr Tol kAttnOut{2e-5, 1.0 / 128}; }
+// Attention d_q / d_k / d_v (fp32, accumulated): sums of hundreds of p (dp - D) terms in another
+// order, with exp from two implementations (seen on H200 over 257 rows: at most 0.08 of this).
+namespace verl::ops::cuda::test { inline constexpr Tol kAttnGrad{2e-5, 2e-4}; }
+// LM head forward (logprob, entropy, lse; fp32): the same fp32 logits up to the GEMM's summation
+// order, then fp32 sums over V (the CPU op sums in double) and expf vs the CPU's 2-ulp exp.
+namespace verl::ops::cuda::test { inline constexpr Tol kLmHeadForward{1e-4, 1e-5}; }
+// LM head d_h (bf16, accumulated) and d_w (fp32, accumulated), used with a scale of
+// |init| + |update| + sum of |terms|: one bf16 rounding of d_h (2^-8 of |init| + |update|) plus the
+// bf16 storage of d_z (at most 2^-9 of the summed term magnitudes, lm_head.h).
+namespace verl::ops::cuda::test { inline constexpr Tol kLmHeadGrad{1e-5, 1.0 / 128}; }

@@ -1,0 +1,45 @@
+// ---- attention.cu: causal GQA attention over packed variable-length sequences (CUDA) -----------
+// The same math and layout as cpu::attention_forward / cpu::attention_backward (src/ops/cpu/ops.h,
+// the oracle): q[T,H,D], k[T,Hkv,D], v[T,Hkv,D] -> out[T,H,D]; query head h reads kv head
+// h / (H/Hkv); sequence b owns tokens [cu_seqlens[b], cu_seqlens[b+1]) and token i of a sequence
+// attends to tokens 0..i of the same sequence only.
+//   s_ij = scale q_i.k_j,  lse_i = logsumexp_j s_ij,  out_i = sum_j exp(s_ij - lse_i) v_j
+//
+// cu_seqlens [B+1] is a DEVICE int32 array; the caller validates it on the host (cu_seqlens[0]=0,
+// non-decreasing, cu_seqlens[B]=T), as the data pipeline does. Nothing here copies it back: each
+// block finds its (sequence, row tile) by walking cu_seqlens (O(B) per block), over a grid of
+// ceil(T/64) + B tiles, the bound on sum_b ceil(L_b/64); surplus blocks exit at once.
+//
+// Precision: q, k, v, out, d_out are bf16; every score, softmax statistic and sum is fp32;
+// lse [T,H] is fp32; the gradients d_q, d_k, d_v are fp32 buffers (the caller rounds/adds them
+// into its bf16 activation gradients), so the sums over keys / queries are never rounded to bf16.
+// D <= 128 (checked). Flash-attention style: no T x T matrix exists, only 64 x 64 score tiles in
+// shared memory (dynamic shared memory up to ~180 KiB per block, opted in per kernel).
+#pragma once
+
+#include <cstdint>
+
+#include "ops/cuda/device.h"
+#include "ops/cuda/ops_cuda.h"
+
+namespace verl::ops::cuda {
+
+// Overwrites out [T,H,D] and lse [T,H] (lse may be null). One block per (64-row query tile of one
+// sequence, head); key tiles of 64 up to the causal limit stream through shared memory with an
+// online softmax (running max and sum per row).
+void attention_forward(const CudaContext& ctx, bf16* out, float* lse, const bf16* q, const bf16* k,
+                       const bf16* v, const int32_t* cu_seqlens, int64_t B, int64_t T, int64_t H,
+                       int64_t Hkv, int64_t D, float scale);
+
+// From the forward's out and lse (Dao et al. 2022, alg. 4):
+//   D_i = d_out_i.out_i,  p_ij = exp(s_ij - lse_i),  dp_ij = d_out_i.v_j,  ds_ij = p_ij (dp_ij - D_i)
+//   d_q_i += scale sum_j ds_ij k_j,  d_k_j += scale sum_i ds_ij q_i,  d_v_j += sum_i p_ij d_out_i
+// d_q [T,H,D], d_k and d_v [T,Hkv,D] are fp32 and ACCUMULATED (+=); a null one is skipped.
+// Uses T*H floats of ctx.workspace (D_i). Two kernels, no atomics (deterministic): d_q per
+// (query tile, head); d_k/d_v per (key tile, kv head), looping over the heads of its group.
+void attention_backward(const CudaContext& ctx, float* d_q, float* d_k, float* d_v,
+                        const bf16* d_out, const bf16* q, const bf16* k, const bf16* v,
+                        const bf16* out, const float* lse, const int32_t* cu_seqlens, int64_t B,
+                        int64_t T, int64_t H, int64_t Hkv, int64_t D, float scale);
+
+}  // namespace verl::ops::cuda
