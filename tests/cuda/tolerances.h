@@ -44,3 +44,14 @@ namespace verl::ops::cuda::test { inline constexpr Tol kLmHeadForward{1e-4, 1e-5
 // |init| + |update| + sum of |terms|: one bf16 rounding of d_h (2^-8 of |init| + |update|) plus the
 // bf16 storage of d_z (at most 2^-9 of the summed term magnitudes, lm_head.h).
 namespace verl::ops::cuda::test { inline constexpr Tol kLmHeadGrad{1e-5, 1.0 / 128}; }
+// Whole model on CUDA (bf16 weights and activations, fp32 accumulation) against the CPU model
+// (fp32, on the same bf16-rounded weights), tests/cuda/test_transformer_cuda.cpp. Log-probs and
+// entropies: absolute (nats), a few bf16 roundings per layer over a tiny golden model.
+namespace verl::ops::cuda::test { inline constexpr Tol kModelLogprob{5e-2, 0.0}; }
+// Parameter gradients of sum(logprob): max |gpu - cpu| over a tensor relative to max |cpu|.
+namespace verl::ops::cuda::test { inline constexpr double kModelGradRel = 5e-2; }
+// One AdamW step from the same weights: the first step moves each weight by about lr sign(g), so
+// where the two gradients differ in sign the weights differ by up to 2 lr; bound = this times lr.
+namespace verl::ops::cuda::test { inline constexpr double kModelAdamWInLr = 2.05; }
+// ... and only a small fraction of the weights may differ by more than one lr.
+namespace verl::ops::cuda::test { inline constexpr double kModelAdamWFarFraction = 0.10; }

@@ -1,0 +1,26 @@
+// Small element-wise kernels that glue the ops into a model (src/ops/cuda/glue.cu): the residual
+// add, fp32 <-> bf16 conversion, and the split / pack of the fused q|k|v projection rows.
+// Same conventions as ops_cuda.h: enqueued on ctx.stream, no synchronisation, sizes of 0 no-ops.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/cuda/ops_cuda.h"
+
+namespace verl::ops::cuda {
+
+// y[i] = bf16(y[i] + x[i]) (fp32 add, one rounding).
+void add_inplace(const CudaContext& ctx, bf16* y, const bf16* x, int64_t n);
+// out[i] = bf16(x[i]) / out[i] = float(x[i]).
+void convert(const CudaContext& ctx, bf16* out, const float* x, int64_t n);
+void convert(const CudaContext& ctx, float* out, const bf16* x, int64_t n);
+// qkv[T, qd+2kvd] -> q[T,qd], k[T,kvd], v[T,kvd] (contiguous copies).
+void split_qkv(const CudaContext& ctx, bf16* q, bf16* k, bf16* v, const bf16* qkv, int64_t T,
+               int64_t qd, int64_t kvd);
+// d_qkv[T, qd+2kvd] = [d_q | d_k | d_v] rounded to bf16 (overwrites). Sources fp32 or bf16.
+void pack_qkv(const CudaContext& ctx, bf16* d_qkv, const float* d_q, const float* d_k,
+              const float* d_v, int64_t T, int64_t qd, int64_t kvd);
+void pack_qkv(const CudaContext& ctx, bf16* d_qkv, const bf16* d_q, const bf16* d_k,
+              const float* d_v, int64_t T, int64_t qd, int64_t kvd);
+
+}  // namespace verl::ops::cuda

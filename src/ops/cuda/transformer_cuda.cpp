@@ -1,0 +1,315 @@
+// The causal LM on CUDA (transformer_cuda.h): the CPU model's layer steps (src/model/transformer.cpp)
+// with the CUDA ops. Per layer:
+//   xn1 = rmsnorm(x);  q,k,v = split(xn1 Wqkv^T + bqkv);  [Qwen3: q,k = rmsnorm_D(q), rmsnorm_D(k)]
+//   q,k = rope(q), rope(k);  att = causal_gqa(q,k,v);  x_mid = x + att Wo^T (+ bo)
+//   xn2 = rmsnorm(x_mid);  gu = xn2 Wgu^T;  x_out = x_mid + (silu(g) * u) Wdown^T
+#include "ops/cuda/transformer_cuda.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <type_traits>
+
+#include "ops/cuda/attention.h"
+#include "ops/cuda/glue.h"
+#include "ops/cuda/lm_head.h"
+
+namespace verl::ops::cuda {
+namespace {
+
+constexpr size_t kAlign = 256;
+size_t round_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+template <typename T>
+std::vector<T> download_n(const T* p, int64_t n) {
+  std::vector<T> h(static_cast<size_t>(std::max<int64_t>(n, 0)));
+  if (n > 0) VERL_CUDA_CHECK(cudaMemcpy(h.data(), p, h.size() * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+}  // namespace
+
+CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::Weights& w,
+                                 const std::vector<float>& inv_freq, int64_t max_tokens,
+                                 int64_t max_seqs, int64_t lm_head_chunk)
+    : ctx_(ctx),
+      cfg_(w.config),
+      layout_(w.layout),
+      max_tokens_(max_tokens),
+      max_seqs_(max_seqs),
+      chunk_(lm_head_chunk <= 0 || lm_head_chunk > max_tokens ? max_tokens : lm_head_chunk) {
+  VERL_CUDA_REQUIRE(cfg_.head == model::HeadKind::CausalLM,
+                    "CudaTransformer: only causal LM models are supported");
+  VERL_CUDA_REQUIRE(max_tokens > 0 && max_seqs > 0,
+                    "CudaTransformer: max_tokens and max_seqs must be positive");
+  VERL_CUDA_REQUIRE(static_cast<int64_t>(w.data.size()) == layout_.total,
+                    "CudaTransformer: weights do not match their layout");
+  VERL_CUDA_REQUIRE(static_cast<int64_t>(inv_freq.size()) * 2 == cfg_.head_dim,
+                    "CudaTransformer: inv_freq must have head_dim/2 entries");
+  lm_param_ = layout_.lm_head >= 0 ? layout_.lm_head : layout_.embed;
+
+  const int64_t n = layout_.total;
+  master_ = DeviceBuffer<float>(w.data);
+  wbf_ = DeviceBuffer<bf16>(static_cast<size_t>(n));
+  grads_ = DeviceBuffer<float>(static_cast<size_t>(n));
+  m_ = DeviceBuffer<float>(static_cast<size_t>(n));
+  v_ = DeviceBuffer<float>(static_cast<size_t>(n));
+  inv_freq_ = DeviceBuffer<float>(inv_freq);
+  norm_ = DeviceBuffer<double>(1);
+  grads_.zero(ctx_.stream);
+  m_.zero(ctx_.stream);
+  v_.zero(ctx_.stream);
+  convert(ctx_, wbf_.data(), master_.data(), n);
+
+  // Arena plan: one pass counts the bytes, the second takes the slices.
+  const int64_t T = max_tokens_, C = cfg_.hidden_size, F = cfg_.intermediate_size;
+  const int64_t H = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads;
+  const int64_t qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), Q3 = qd + 2 * kvd;
+  const int64_t L = cfg_.num_hidden_layers;
+  const bool qkn = cfg_.qk_norm;
+  x_.assign(static_cast<size_t>(L + 1), nullptr);
+  layers_.assign(static_cast<size_t>(L), LayerBufs{});
+  lm_scratch_bytes_ = std::max(lm_head_forward_scratch_bytes(T, cfg_.vocab_size, chunk_),
+                               lm_head_backward_scratch_bytes(T, cfg_.vocab_size, chunk_));
+  auto carve = [&](auto&& take) {
+    take(tokens_, T);
+    take(positions_, T);
+    take(targets_, T);
+    take(cu_, max_seqs_ + 1);
+    for (auto& p : x_) take(p, T * C);
+    for (auto& a : layers_) {
+      take(a.xn1, T * C);
+      take(a.rstd1, T);
+      if (qkn) {
+        take(a.q_pre, T * qd);
+        take(a.k_pre, T * kvd);
+        take(a.rstd_q, T * H);
+        take(a.rstd_k, T * Hkv);
+      }
+      take(a.q, T * qd);
+      take(a.k, T * kvd);
+      take(a.v, T * kvd);
+      take(a.att, T * qd);
+      take(a.lse, T * H);
+      take(a.x_mid, T * C);
+      take(a.xn2, T * C);
+      take(a.rstd2, T);
+      take(a.gu, T * 2 * F);
+      take(a.act, T * F);
+    }
+    take(qkv_, T * Q3);
+    take(h_final_, T * C);
+    take(rstd_final_, T);
+    take(logprob_, T);
+    take(entropy_, T);
+    take(lse_head_, T);
+    take(d_lp_, T);
+    take(d_ent_, T);
+    take(d_x_, T * C);
+    take(d_xn_, T * C);
+    take(d_act_, T * F);
+    take(d_gu_, T * 2 * F);
+    take(d_att_, T * qd);
+    take(d_q_, T * qd);
+    take(d_k_, T * kvd);
+    take(d_v_, T * kvd);
+    if (qkn) {
+      take(d_q_bf_, T * qd);
+      take(d_k_bf_, T * kvd);
+      take(d_qpre_, T * qd);
+      take(d_kpre_, T * kvd);
+    }
+  };
+  size_t bytes = round_up(lm_scratch_bytes_);
+  carve([&](auto*& p, int64_t count) { bytes += round_up(static_cast<size_t>(count) * sizeof(*p)); });
+  arena_ = DeviceArena("cuda_transformer", bytes);
+  carve([&](auto*& p, int64_t count) {
+    using T_ = std::remove_reference_t<decltype(*p)>;
+    p = arena_.alloc_n<T_>(static_cast<size_t>(count));
+  });
+  lm_scratch_ = arena_.alloc(lm_scratch_bytes_);
+  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+}
+
+void CudaTransformer::forward(const model::PackedBatch& b, float temperature) {
+  const int64_t T = b.num_tokens(), B = b.num_seqs();
+  VERL_CUDA_REQUIRE(T > 0 && B > 0 && T <= max_tokens_ && B <= max_seqs_ &&
+                        b.cu_seqlens.back() == T && b.positions.size() == b.tokens.size() &&
+                        b.targets.size() == b.tokens.size(),
+                    "CudaTransformer::forward: batch of " + std::to_string(T) + " tokens, " +
+                        std::to_string(B) + " sequences (planned for " +
+                        std::to_string(max_tokens_) + ", " + std::to_string(max_seqs_) + ")");
+  const int64_t V = cfg_.vocab_size;
+  for (int32_t id : b.tokens) {
+    VERL_CUDA_REQUIRE(id >= 0 && id < V, "CudaTransformer::forward: token id out of range");
+  }
+  T_ = T;
+  B_ = B;
+  temperature_ = temperature;
+  cudaStream_t s = ctx_.stream;
+  VERL_CUDA_CHECK(cudaMemcpyAsync(tokens_, b.tokens.data(), T * 4, cudaMemcpyHostToDevice, s));
+  VERL_CUDA_CHECK(
+      cudaMemcpyAsync(positions_, b.positions.data(), T * 4, cudaMemcpyHostToDevice, s));
+  VERL_CUDA_CHECK(cudaMemcpyAsync(targets_, b.targets.data(), T * 4, cudaMemcpyHostToDevice, s));
+  VERL_CUDA_CHECK(
+      cudaMemcpyAsync(cu_, b.cu_seqlens.data(), (B + 1) * 4, cudaMemcpyHostToDevice, s));
+
+  const int64_t C = cfg_.hidden_size, L = cfg_.num_hidden_layers;
+  embedding_forward(ctx_, x_[0], tokens_, W(layout_.embed), T, C, V);
+  for (int64_t l = 0; l < L; ++l) layer_forward(static_cast<int>(l));
+  rmsnorm_forward(ctx_, h_final_, rstd_final_, x_[L], W(layout_.final_norm), T, C,
+                  static_cast<float>(cfg_.rms_norm_eps));
+  lm_head_forward(ctx_, logprob_, entropy_, lse_head_, h_final_, W(lm_param_), targets_, T, C, V,
+                  temperature, chunk_, lm_scratch_, lm_scratch_bytes_);
+}
+
+void CudaTransformer::layer_forward(int l) {
+  const model::LayerParams& p = layout_.layers[l];
+  LayerBufs& a = layers_[l];
+  const int64_t T = T_, B = B_, C = cfg_.hidden_size, F = cfg_.intermediate_size;
+  const int64_t H = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;
+  const int64_t qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), Q3 = qd + 2 * kvd;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  const bf16* x_in = x_[l];
+  bf16* x_out = x_[l + 1];
+
+  rmsnorm_forward(ctx_, a.xn1, a.rstd1, x_in, W(p.attn_norm), T, C, eps);
+  linear_forward(ctx_, qkv_, a.xn1, W(p.wqkv), W(p.bqkv), T, C, Q3);
+  split_qkv(ctx_, cfg_.qk_norm ? a.q_pre : a.q, cfg_.qk_norm ? a.k_pre : a.k, a.v, qkv_, T, qd,
+            kvd);
+  if (cfg_.qk_norm) {
+    rmsnorm_forward(ctx_, a.q, a.rstd_q, a.q_pre, W(p.q_norm), T * H, D, eps);
+    rmsnorm_forward(ctx_, a.k, a.rstd_k, a.k_pre, W(p.k_norm), T * Hkv, D, eps);
+  }
+  rope_forward(ctx_, a.q, positions_, inv_freq_.data(), T, H, D);
+  rope_forward(ctx_, a.k, positions_, inv_freq_.data(), T, Hkv, D);
+  attention_forward(ctx_, a.att, a.lse, a.q, a.k, a.v, cu_, B, T, H, Hkv, D,
+                    1.0f / std::sqrt(static_cast<float>(D)));
+  linear_forward(ctx_, a.x_mid, a.att, W(p.wo), W(p.bo), T, qd, C);
+  add_inplace(ctx_, a.x_mid, x_in, T * C);
+
+  rmsnorm_forward(ctx_, a.xn2, a.rstd2, a.x_mid, W(p.mlp_norm), T, C, eps);
+  linear_forward(ctx_, a.gu, a.xn2, W(p.wgu), W(p.bgu), T, C, 2 * F);
+  swiglu_forward(ctx_, a.act, a.gu, T, F);
+  linear_forward(ctx_, x_out, a.act, W(p.wdown), W(p.bdown), T, F, C);
+  add_inplace(ctx_, x_out, a.x_mid, T * C);
+}
+
+void CudaTransformer::backward_host(const float* d_logprob, const float* d_entropy) {
+  VERL_CUDA_REQUIRE(T_ > 0, "CudaTransformer::backward before a forward");
+  if (d_logprob) {
+    VERL_CUDA_CHECK(cudaMemcpyAsync(d_lp_, d_logprob, T_ * sizeof(float), cudaMemcpyHostToDevice,
+                                    ctx_.stream));
+  }
+  if (d_entropy) {
+    VERL_CUDA_CHECK(cudaMemcpyAsync(d_ent_, d_entropy, T_ * sizeof(float),
+                                    cudaMemcpyHostToDevice, ctx_.stream));
+  }
+  backward(d_logprob ? d_lp_ : nullptr, d_entropy ? d_ent_ : nullptr);
+}
+
+void CudaTransformer::backward(const float* d_logprob, const float* d_entropy) {
+  VERL_CUDA_REQUIRE(T_ > 0, "CudaTransformer::backward before a forward");
+  const int64_t T = T_, C = cfg_.hidden_size, V = cfg_.vocab_size, L = cfg_.num_hidden_layers;
+  cudaStream_t s = ctx_.stream;
+  bf16* d_h = d_xn_;
+  VERL_CUDA_CHECK(cudaMemsetAsync(d_h, 0, T * C * sizeof(bf16), s));
+  lm_head_backward(ctx_, d_h, G(lm_param_), d_logprob, d_entropy, h_final_, W(lm_param_),
+                   targets_, lse_head_, entropy_, T, C, V, temperature_, chunk_, lm_scratch_,
+                   lm_scratch_bytes_);
+  VERL_CUDA_CHECK(cudaMemsetAsync(d_x_, 0, T * C * sizeof(bf16), s));
+  rmsnorm_backward(ctx_, d_x_, G(layout_.final_norm), d_h, x_[L], W(layout_.final_norm),
+                   rstd_final_, T, C);
+  for (int64_t l = L - 1; l >= 0; --l) layer_backward(static_cast<int>(l));
+  embedding_backward(ctx_, G(layout_.embed), d_x_, tokens_, T, C, V);
+}
+
+void CudaTransformer::layer_backward(int l) {
+  const model::LayerParams& p = layout_.layers[l];
+  LayerBufs& a = layers_[l];
+  const int64_t T = T_, B = B_, C = cfg_.hidden_size, F = cfg_.intermediate_size;
+  const int64_t H = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;
+  const int64_t qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
+  cudaStream_t s = ctx_.stream;
+  auto zero = [&](void* ptr, size_t bytes) {
+    VERL_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, s));
+  };
+
+  // MLP branch. On entry d_x = dL/dx_out, also the residual part of dL/dx_mid.
+  zero(d_act_, T * F * sizeof(bf16));
+  linear_backward(ctx_, d_act_, G(p.wdown), G(p.bdown), d_x_, a.act, W(p.wdown), T, F, C);
+  zero(d_gu_, T * 2 * F * sizeof(bf16));
+  swiglu_backward(ctx_, d_gu_, d_act_, a.gu, T, F);
+  zero(d_xn_, T * C * sizeof(bf16));
+  linear_backward(ctx_, d_xn_, G(p.wgu), G(p.bgu), d_gu_, a.xn2, W(p.wgu), T, C, 2 * F);
+  rmsnorm_backward(ctx_, d_x_, G(p.mlp_norm), d_xn_, a.x_mid, W(p.mlp_norm), a.rstd2, T, C);
+
+  // Attention branch. Now d_x = dL/dx_mid, also the residual part of dL/dx_in.
+  zero(d_att_, T * qd * sizeof(bf16));
+  linear_backward(ctx_, d_att_, G(p.wo), G(p.bo), d_x_, a.att, W(p.wo), T, qd, C);
+  zero(d_q_, T * qd * sizeof(float));
+  zero(d_k_, T * kvd * sizeof(float));
+  zero(d_v_, T * kvd * sizeof(float));
+  attention_backward(ctx_, d_q_, d_k_, d_v_, d_att_, a.q, a.k, a.v, a.att, a.lse, cu_, B, T, H,
+                     Hkv, D, 1.0f / std::sqrt(static_cast<float>(D)));
+  rope_backward(ctx_, d_q_, positions_, inv_freq_.data(), T, H, D);
+  rope_backward(ctx_, d_k_, positions_, inv_freq_.data(), T, Hkv, D);
+  bf16* d_qkv = qkv_;  // the forward's qkv scratch is free now
+  if (cfg_.qk_norm) {
+    convert(ctx_, d_q_bf_, d_q_, T * qd);
+    convert(ctx_, d_k_bf_, d_k_, T * kvd);
+    zero(d_qpre_, T * qd * sizeof(bf16));
+    zero(d_kpre_, T * kvd * sizeof(bf16));
+    rmsnorm_backward(ctx_, d_qpre_, G(p.q_norm), d_q_bf_, a.q_pre, W(p.q_norm), a.rstd_q, T * H,
+                     D);
+    rmsnorm_backward(ctx_, d_kpre_, G(p.k_norm), d_k_bf_, a.k_pre, W(p.k_norm), a.rstd_k,
+                     T * Hkv, D);
+    pack_qkv(ctx_, d_qkv, d_qpre_, d_kpre_, d_v_, T, qd, kvd);
+  } else {
+    pack_qkv(ctx_, d_qkv, d_q_, d_k_, d_v_, T, qd, kvd);
+  }
+  zero(d_xn_, T * C * sizeof(bf16));
+  linear_backward(ctx_, d_xn_, G(p.wqkv), G(p.bqkv), d_qkv, a.xn1, W(p.wqkv), T, C,
+                  qd + 2 * kvd);
+  rmsnorm_backward(ctx_, d_x_, G(p.attn_norm), d_xn_, x_[l], W(p.attn_norm), a.rstd1, T, C);
+}
+
+void CudaTransformer::zero_grad() { grads_.zero(ctx_.stream); }
+
+double CudaTransformer::optimizer_step(float lr, float beta1, float beta2, float eps,
+                                       float weight_decay, float grad_clip) {
+  const int64_t n = layout_.total;
+  sum_squares(ctx_, norm_.data(), grads_.data(), n);
+  double sq = 0;
+  VERL_CUDA_CHECK(
+      cudaMemcpyAsync(&sq, norm_.data(), sizeof(double), cudaMemcpyDeviceToHost, ctx_.stream));
+  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  const double norm = std::sqrt(sq);
+  if (!std::isfinite(norm)) return norm;
+  // clip_grad_norm_: scale = max_norm / (norm + 1e-6), applied only when it is below one.
+  float scale = 1.0f;
+  if (grad_clip > 0) scale = static_cast<float>(std::min(1.0, grad_clip / (norm + 1e-6)));
+  ++step_;
+  adamw_step(ctx_, master_.data(), wbf_.data(), grads_.data(), m_.data(), v_.data(), n, lr, beta1,
+             beta2, eps, weight_decay, step_, scale);
+  return norm;
+}
+
+std::vector<float> CudaTransformer::download_logprob() const {
+  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  return download_n(logprob_, T_);
+}
+std::vector<float> CudaTransformer::download_entropy() const {
+  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  return download_n(entropy_, T_);
+}
+std::vector<float> CudaTransformer::download_grads() const {
+  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  return grads_.download();
+}
+std::vector<float> CudaTransformer::download_weights() const {
+  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  return master_.download();
+}
+
+}  // namespace verl::ops::cuda
