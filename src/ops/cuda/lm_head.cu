@@ -14,6 +14,7 @@
 #include <string>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/gemm.h"
 #include "ops/cuda/lm_head.h"
 
 namespace verl::ops::cuda {
@@ -21,6 +22,8 @@ namespace verl::ops::cuda {
 namespace {
 
 using detail::block_sum;
+using detail::Gemm;
+using detail::run_gemm;
 
 constexpr int kRowThreads = 512;
 constexpr size_t kAlign = 256;
@@ -33,102 +36,12 @@ int64_t normalise_chunk(int64_t T, int64_t chunk) {
   return (chunk <= 0 || chunk > T) ? T : chunk;
 }
 
-// ---- cuBLASLt: D[m,n] (column-major) = alpha op(A)[m,k] op(B)[k,n] + beta D
-// -----------------------
-
-struct MatmulDesc {
-  cublasLtMatmulDesc_t h = nullptr;
-  ~MatmulDesc() {
-    if (h != nullptr) cublasLtMatmulDescDestroy(h);
-  }
-};
-struct Layout {
-  cublasLtMatrixLayout_t h = nullptr;
-  ~Layout() {
-    if (h != nullptr) cublasLtMatrixLayoutDestroy(h);
-  }
-};
-struct Preference {
-  cublasLtMatmulPreference_t h = nullptr;
-  ~Preference() {
-    if (h != nullptr) cublasLtMatmulPreferenceDestroy(h);
-  }
-};
-
-struct LtGemm {
-  cublasOperation_t ta, tb;
-  int64_t m, n, k;
-  const bf16* a;
-  int64_t lda;
-  const bf16* b;
-  int64_t ldb;
-  void* d;
-  int64_t ldd;
-  cudaDataType_t d_type;  // CUDA_R_32F or CUDA_R_16BF
-  float alpha, beta;
-};
-
-// Largest power of two (<= 256) dividing the address: the alignment the heuristic may assume.
-uint32_t alignment_of(const void* p) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  uint32_t al = 256;
-  while (al > 1 && a % al != 0) al >>= 1;
-  return al;
-}
-
-void lt_gemm(const CudaContext& ctx, const LtGemm& g, const char* what) {
-  MatmulDesc op;
-  VERL_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op.h, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const int32_t ta = g.ta, tb = g.tb;
-  VERL_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(op.h, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-  VERL_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(op.h, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  // Stored shapes of A and B (before op), column-major.
-  const bool a_n = g.ta == CUBLAS_OP_N, b_n = g.tb == CUBLAS_OP_N;
-  Layout la, lb, ld;
-  VERL_CUBLAS_CHECK(
-      cublasLtMatrixLayoutCreate(&la.h, CUDA_R_16BF, a_n ? g.m : g.k, a_n ? g.k : g.m, g.lda));
-  VERL_CUBLAS_CHECK(
-      cublasLtMatrixLayoutCreate(&lb.h, CUDA_R_16BF, b_n ? g.k : g.n, b_n ? g.n : g.k, g.ldb));
-  VERL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld.h, g.d_type, g.m, g.n, g.ldd));
-
-  Preference pref;
-  VERL_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.h));
-  const uint64_t ws = ctx.workspace_bytes;
-  VERL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  const uint32_t al_a = alignment_of(g.a), al_b = alignment_of(g.b), al_d = alignment_of(g.d);
-  VERL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
-  VERL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
-  VERL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d)));
-  VERL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
-
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  VERL_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt, op.h, la.h, lb.h, ld.h, ld.h, pref.h, 1,
-                                                   &result, &found));
-  VERL_CUDA_REQUIRE(found > 0,
-                    std::string(what) + ": cuBLASLt has no algorithm for m=" + std::to_string(g.m) +
-                        " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
-                        " (alignments A/B/D " + std::to_string(al_a) + "/" + std::to_string(al_b) +
-                        "/" + std::to_string(al_d) + " bytes, workspace " +
-                        std::to_string(ctx.workspace_bytes) + " bytes)");
-  VERL_CUBLAS_CHECK(cublasLtMatmul(ctx.lt, op.h, &g.alpha, g.a, la.h, g.b, lb.h, &g.beta, g.d, ld.h,
-                                   g.d, ld.h, &result.algo, ctx.workspace, ctx.workspace_bytes,
-                                   ctx.stream));
-}
-
 // z[n,V] (row-major fp32) = h[n,C] w[V,C]^T / temperature.
 void chunk_logits(const CudaContext& ctx, float* z, const bf16* h, const bf16* w, int64_t n,
                   int64_t C, int64_t V, float temperature, const char* what) {
-  lt_gemm(ctx,
-          LtGemm{CUBLAS_OP_T, CUBLAS_OP_N, V, n, C, w, C, h, C, z, V, CUDA_R_32F,
-                 1.0f / temperature, 0.0f},
+  run_gemm(ctx,
+          Gemm{CUBLAS_OP_T, CUBLAS_OP_N, V, n, C, w, C, h, C, CUDA_R_16BF, z, V, CUDA_R_32F, 0.0f,
+               nullptr, 1.0f / temperature},
           what);
 }
 
@@ -297,16 +210,16 @@ void lm_head_backward(const CudaContext& ctx, bf16* d_h, float* d_w, const float
     VERL_CUDA_CHECK_LAUNCH();
     if (d_h != nullptr) {
       // d_h^T[C,n] += w (col-major [C,V]) d_z^T (col-major [V,n]).
-      lt_gemm(ctx,
-              LtGemm{CUBLAS_OP_N, CUBLAS_OP_N, C, n, V, w, C, dz, V, d_h + t0 * C, C, CUDA_R_16BF,
-                     1.0f, 1.0f},
+      run_gemm(ctx,
+              Gemm{CUBLAS_OP_N, CUBLAS_OP_N, C, n, V, w, C, dz, V, CUDA_R_16BF, d_h + t0 * C, C,
+                   CUDA_R_16BF, 1.0f},
               "lm_head_backward (d_h)");
     }
     if (d_w != nullptr) {
       // d_w^T[C,V] += h^T (col-major [C,n]) op_T(d_z^T: col-major [V,n]).
-      lt_gemm(
+      run_gemm(
           ctx,
-          LtGemm{CUBLAS_OP_N, CUBLAS_OP_T, C, V, n, hc, C, dz, V, d_w, C, CUDA_R_32F, 1.0f, 1.0f},
+          Gemm{CUBLAS_OP_N, CUBLAS_OP_T, C, V, n, hc, C, dz, V, CUDA_R_16BF, d_w, C, CUDA_R_32F, 1.0f},
           "lm_head_backward (d_w)");
     }
   }
