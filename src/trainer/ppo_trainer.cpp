@@ -205,12 +205,6 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, Experience& 
   bool done = false;
   std::exception_ptr worker_error;
   double reward_start = -1, reward_end = -1;
-  auto score_one = [&](int64_t b) {
-    const data::Sample& s = *exp.sample[b];
-    std::string text = tok_->decode(exp.response[b], /*skip_special_tokens=*/true);
-    exp.scores[b] = static_cast<float>(
-        reward::default_compute_score(s.data_source, text, s.ground_truth_json, s.extra_info).score);
-  };
   std::thread worker;
   if (parallel) {
     worker = std::thread([&] {
@@ -225,7 +219,7 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, Experience& 
         }
         double t0 = timer.now_s();
         try {
-          score_one(b);
+          exp.scores[b] = rule_score(exp, b);
         } catch (...) {
           std::lock_guard<std::mutex> lock(mu);
           if (!worker_error) worker_error = std::current_exception();
@@ -285,14 +279,16 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, Experience& 
   exp.token_level_rewards = exp.token_level_scores;
 }
 
+float PpoTrainer::rule_score(const Experience& exp, int64_t b) const {
+  const data::Sample& s = *exp.sample[b];
+  const std::string text = tok_->decode(exp.response[b], /*skip_special_tokens=*/true);
+  return static_cast<float>(
+      reward::default_compute_score(s.data_source, text, s.ground_truth_json, s.extra_info).score);
+}
+
 void PpoTrainer::score_all(Experience& exp) {
   if (!command_reward_) {
-    for (int64_t b = 0; b < exp.B; ++b) {
-      const data::Sample& s = *exp.sample[b];
-      std::string text = tok_->decode(exp.response[b], true);
-      exp.scores[b] = static_cast<float>(
-          reward::default_compute_score(s.data_source, text, s.ground_truth_json, s.extra_info).score);
-    }
+    for (int64_t b = 0; b < exp.B; ++b) exp.scores[b] = rule_score(exp, b);
     return;
   }
   std::vector<reward::RewardRow> rows(exp.B);
@@ -306,6 +302,13 @@ void PpoTrainer::score_all(Experience& exp) {
 }
 
 // ---- forward passes over the experience -------------------------------------------------------------
+
+// Packed position whose outputs belong to response token 0 of row b (sequence i of the batch):
+// the token before it, since logprob[t] scores token t+1 and verl's critic reads
+// values[:, -response_length - 1 : -1] (the state before each token).
+int64_t PpoTrainer::response_base(const Experience& exp, const model::PackedBatch& pb, size_t i, int64_t b) {
+  return pb.cu_seqlens[i] + static_cast<int64_t>(exp.sample[b]->prompt_ids.size()) - 1;
+}
 
 model::PackedBatch PpoTrainer::pack(const Experience& exp, const std::vector<int64_t>& idx) const {
   std::vector<std::vector<int32_t>> seqs;
@@ -362,8 +365,7 @@ void PpoTrainer::compute_log_probs(const model::Transformer& tf, const Experienc
     model::PackedBatch pb = pack(exp, idx);
     tf.forward(pb, acts, fo);
     for (size_t i = 0; i < idx.size(); ++i) {
-      const int64_t b = idx[i], P = static_cast<int64_t>(exp.sample[b]->prompt_ids.size());
-      const int64_t base = pb.cu_seqlens[i] + P - 1;  // logprob[t] scores token t+1
+      const int64_t b = idx[i], base = response_base(exp, pb, i, b);
       for (size_t j = 0; j < exp.response[b].size(); ++j) {
         logp[b * L + j] = acts.logprob[base + j];
         if (entropy) (*entropy)[b * L + j] = acts.entropy[base + j];
@@ -383,9 +385,7 @@ void PpoTrainer::compute_values(const Experience& exp, std::vector<float>& value
     model::PackedBatch pb = pack(exp, idx);
     critic_->tf->forward(pb, acts);
     for (size_t i = 0; i < idx.size(); ++i) {
-      const int64_t b = idx[i], P = static_cast<int64_t>(exp.sample[b]->prompt_ids.size());
-      // verl's critic reads values[:, -response_length - 1 : -1]: the state before each token.
-      const int64_t base = pb.cu_seqlens[i] + P - 1;
+      const int64_t b = idx[i], base = response_base(exp, pb, i, b);
       for (size_t j = 0; j < exp.response[b].size(); ++j) values[b * L + j] = acts.values[base + j];
     }
   }
@@ -438,7 +438,7 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
         const int64_t bm = static_cast<int64_t>(micro.size());
         std::vector<float> logp(bm * L, 0.0f), entropy(bm * L, 0.0f);
         for (int64_t i = 0; i < bm; ++i) {
-          const int64_t b = micro[i], base = pb.cu_seqlens[i] + static_cast<int64_t>(exp.sample[b]->prompt_ids.size()) - 1;
+          const int64_t b = micro[i], base = response_base(exp, pb, i, b);
           for (size_t j = 0; j < exp.response[b].size(); ++j) {
             logp[i * L + j] = acts.logprob[base + j];
             entropy[i * L + j] = acts.entropy[base + j];
@@ -450,7 +450,7 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
         ActorLossOutput out = compute_actor_loss({bm, L}, old, logp, adv, mask, entropy, ref, lc);
         std::vector<float> d_lp(pb.num_tokens(), 0.0f), d_ent(pb.num_tokens(), 0.0f);
         for (int64_t i = 0; i < bm; ++i) {
-          const int64_t b = micro[i], base = pb.cu_seqlens[i] + static_cast<int64_t>(exp.sample[b]->prompt_ids.size()) - 1;
+          const int64_t b = micro[i], base = response_base(exp, pb, i, b);
           for (size_t j = 0; j < exp.response[b].size(); ++j) {
             d_lp[base + j] = out.d_log_prob[i * L + j];
             if (!out.d_entropy.empty()) d_ent[base + j] = out.d_entropy[i * L + j];
@@ -528,7 +528,7 @@ void PpoTrainer::update_critic(Experience& exp, metrics::Metrics& m) {
         const int64_t bm = static_cast<int64_t>(micro.size());
         std::vector<float> vpreds(bm * L, 0.0f);
         for (int64_t i = 0; i < bm; ++i) {
-          const int64_t b = micro[i], base = pb.cu_seqlens[i] + static_cast<int64_t>(exp.sample[b]->prompt_ids.size()) - 1;
+          const int64_t b = micro[i], base = response_base(exp, pb, i, b);
           for (size_t j = 0; j < exp.response[b].size(); ++j) vpreds[i * L + j] = acts.values[base + j];
         }
         std::vector<float> mask = rows(exp.mask, micro, L);
@@ -536,7 +536,7 @@ void PpoTrainer::update_critic(Experience& exp, metrics::Metrics& m) {
                                                  mask, clip, mode, norm);
         std::vector<float> d_v(pb.num_tokens(), 0.0f);
         for (int64_t i = 0; i < bm; ++i) {
-          const int64_t b = micro[i], base = pb.cu_seqlens[i] + static_cast<int64_t>(exp.sample[b]->prompt_ids.size()) - 1;
+          const int64_t b = micro[i], base = response_base(exp, pb, i, b);
           for (size_t j = 0; j < exp.response[b].size(); ++j) d_v[base + j] = out.d_vpreds[i * L + j];
         }
         critic_->tf->backward(pb, acts, nullptr, nullptr, d_v.data(), critic_->grads.data());

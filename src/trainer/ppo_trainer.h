@@ -89,6 +89,9 @@ class PpoTrainer {
   void generate(const std::vector<data::Sample>& samples, Experience& exp, metrics::StageTimer& timer,
                 bool validation, bool greedy = false);
   void score_all(Experience& exp);
+  // The rule scorer's reward (by data_source) of row b's decoded response.
+  float rule_score(const Experience& exp, int64_t b) const;
+  static int64_t response_base(const Experience& exp, const model::PackedBatch& pb, size_t i, int64_t b);
   // Log-probs (and entropies) of every response token under `tf` at the rollout temperature.
   void compute_log_probs(const model::Transformer& tf, const Experience& exp, std::vector<float>& logp,
                          std::vector<float>* entropy);
