@@ -7,7 +7,7 @@ APT_PKGS = build-essential cmake ninja-build pkg-config libopenblas-dev libyaml-
 # node and npm (test references) may come from another packaging: install Debian's only when absent.
 NODE_PKGS = $(shell command -v node >/dev/null && command -v npm >/dev/null || echo nodejs npm)
 
-.PHONY: deps build test bench clean asan npm-fixtures demo
+.PHONY: deps build test bench bench-cuda clean asan npm-fixtures demo
 
 # Installs only what is missing, so it is cheap to run again.
 deps:
@@ -54,6 +54,12 @@ bench: build npm-fixtures
 	BUILD=$(BUILD) bench/train_cpu.sh
 	BUILD=$(BUILD) bench/rollout_cpu.sh
 	bench/tokenizer.sh $(BUILD)
+
+# On a GPU machine: `verl bench train` beside the HF peer (eager and torch.compile; torch and
+# transformers from $PYTHON, default /opt/torch/.venv/bin/python3): make bench-cuda SHAPE=qwen2.5-1.5b
+SHAPE ?= qwen2.5-0.5b
+bench-cuda: build
+	VERL=$(BUILD)/bin/verl bench/train_cuda.sh $(SHAPE)
 
 # AddressSanitizer build of the tests (includes the safetensors header fuzzer).
 asan: deps

@@ -5,8 +5,7 @@
 
 namespace verl::rollout {
 
-Engine::Engine(const model::Weights& weights, const EngineConfig& config)
-    : w_(weights), sched_cfg_(config.scheduler), sampler_(static_cast<int32_t>(weights.config.vocab_size)) {
+Engine::Engine(const model::Weights& weights, const EngineConfig& config) : sched_cfg_(config.scheduler) {
   if (config.kv_cache_bytes > 0) {
     const int64_t per_block = KVCache::bytes_per_block(weights.config, sched_cfg_.block_size);
     const int64_t blocks = config.kv_cache_bytes / per_block;
@@ -14,8 +13,15 @@ Engine::Engine(const model::Weights& weights, const EngineConfig& config)
                config.kv_cache_bytes, per_block, sched_cfg_.block_size);
     sched_cfg_.num_blocks = static_cast<int32_t>(std::min<int64_t>(blocks, INT32_MAX));
   }
-  cache_ = std::make_unique<KVCache>(weights.config, sched_cfg_.num_blocks, sched_cfg_.block_size);
-  runner_ = std::make_unique<CpuModelRunner>(weights, *cache_);
+  owned_runner_ = std::make_unique<CpuStepRunner>(weights, sched_cfg_.num_blocks, sched_cfg_.block_size);
+  runner_ = owned_runner_.get();
+  vocab_ = runner_->vocab_size();
+}
+
+Engine::Engine(StepRunner& runner, const EngineConfig& config)
+    : sched_cfg_(config.scheduler), runner_(&runner), vocab_(runner.vocab_size()) {
+  sched_cfg_.num_blocks = runner.num_blocks();
+  sched_cfg_.block_size = runner.block_size();
 }
 
 std::vector<Completion> Engine::generate(const std::vector<Request>& requests,
@@ -30,8 +36,7 @@ std::vector<Completion> Engine::generate(const std::vector<Request>& requests,
     VERL_CHECK(req.n >= 1, "request {}: n must be >= 1, got {}", r, req.n);
     VERL_CHECK(!req.prompt.empty(), "request {}: the prompt is empty", r);
     for (int32_t t : req.prompt) {
-      VERL_CHECK(t >= 0 && t < w_.config.vocab_size, "request {}: prompt token {} is outside [0, {})", r,
-                 t, w_.config.vocab_size);
+      VERL_CHECK(t >= 0 && t < vocab_, "request {}: prompt token {} is outside [0, {})", r, t, vocab_);
     }
     req.params.validate();
     first_of[r] = seqs.size();
@@ -57,18 +62,22 @@ std::vector<Completion> Engine::generate(const std::vector<Request>& requests,
     if (hooks.on_finish) hooks.on_finish(c);
   };
 
-  std::vector<float> logits;
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
+  runner_->begin_generate();
+  // The runner gives its KV memory back even when a step throws.
+  struct EndGenerate {
+    StepRunner* r;
+    ~EndGenerate() { r->end_generate(); }
+  } end_generate{runner_};
   while (sched.has_unfinished()) {
     const ScheduledBatch& batch = sched.schedule();
     VERL_CHECK(!batch.empty(), "rollout scheduler made no progress with {} sequences waiting",
                sched.num_waiting());
-    runner_->run(batch, logits);
     const int32_t S = batch.num_samples();
     tokens.resize(static_cast<size_t>(S));
     logprobs.resize(static_cast<size_t>(S));
-    if (S > 0) sampler_.sample(logits.data(), batch.sample_seqs, tokens.data(), logprobs.data());
+    runner_->step(batch, tokens, logprobs);
     if (hooks.on_token) {
       for (int32_t i = 0; i < S; ++i) {
         const Sequence* s = batch.sample_seqs[i];

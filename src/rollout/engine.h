@@ -10,9 +10,8 @@
 #include <vector>
 
 #include "model/weights.h"
-#include "rollout/model_runner.h"
-#include "rollout/sampler.h"
 #include "rollout/scheduler.h"
+#include "rollout/step_runner.h"
 
 namespace verl::rollout {
 
@@ -59,7 +58,12 @@ struct EngineStats {
 
 class Engine {
  public:
+  // The CPU runner (CpuStepRunner) on `weights`, with a KV pool of config.kv_cache_bytes (or
+  // scheduler.num_blocks).
   Engine(const model::Weights& weights, const EngineConfig& config);
+  // Any runner, e.g. ops::cuda::CudaModelRunner; it outlives the engine. Its KV pool fixes the
+  // scheduler's num_blocks and block_size (kv_cache_bytes is the runner's business then).
+  Engine(StepRunner& runner, const EngineConfig& config);
 
   // Runs all requests to completion; the returned list is in request order, samples in order.
   std::vector<Completion> generate(const std::vector<Request>& requests,
@@ -69,11 +73,10 @@ class Engine {
   const SchedulerConfig& scheduler_config() const { return sched_cfg_; }
 
  private:
-  const model::Weights& w_;
   SchedulerConfig sched_cfg_;
-  std::unique_ptr<KVCache> cache_;
-  std::unique_ptr<CpuModelRunner> runner_;
-  Sampler sampler_;
+  std::unique_ptr<StepRunner> owned_runner_;  // the CPU runner when the engine built it
+  StepRunner* runner_;
+  int64_t vocab_;
   EngineStats stats_;
 };
 

@@ -34,22 +34,28 @@ void save_model(const fs::path& dir, const ModelState& s, const std::string& tok
   if (!tokenizer_dir.empty()) model::copy_tokenizer_files(tokenizer_dir, (dir / "huggingface").string());
   // The moments share the parameters' flat layout: two 1-D tensors plus the step count.
   const int64_t n = s.weights->layout.total;
-  AdamW& opt = const_cast<AdamW&>(*s.opt);
+  const AdamWState& opt = *s.opt;
+  VERL_CHECK(static_cast<int64_t>(opt.exp_avg.size()) == n && static_cast<int64_t>(opt.exp_avg_sq.size()) == n,
+             "{}: optimizer moments of {} and {} floats for a model of {} parameters", dir.string(),
+             opt.exp_avg.size(), opt.exp_avg_sq.size(), n);
   model::write_safetensors((dir / "optim.safetensors").string(),
-                           {{"exp_avg", DType::F32, {n}, opt.exp_avg().data()},
-                            {"exp_avg_sq", DType::F32, {n}, opt.exp_avg_sq().data()}},
-                           {{"format", "verl.cpp-adamw"}, {"step", std::to_string(opt.num_steps())}});
+                           {{"exp_avg", DType::F32, {n}, opt.exp_avg.data()},
+                            {"exp_avg_sq", DType::F32, {n}, opt.exp_avg_sq.data()}},
+                           {{"format", "verl.cpp-adamw"}, {"step", std::to_string(opt.step)}});
 }
 
-void load_model(const fs::path& dir, model::Weights& w, AdamW& opt) {
+void load_model(const fs::path& dir, model::Weights& w, AdamWState& opt) {
   model::Weights loaded = dir.filename() == "critic" ? model::Weights::load_as_critic((dir / "huggingface").string())
                                                      : model::Weights::load((dir / "huggingface").string());
-  VERL_CHECK(loaded.data.size() == w.data.size(),
+  const size_t n = static_cast<size_t>(w.layout.total);
+  VERL_CHECK(loaded.data.size() == n,
              "{}: the checkpoint's model has {} parameters but the configured one has {}; resume with the same "
-             "model, or set trainer.resume_mode=disable", dir.string(), loaded.data.size(), w.data.size());
+             "model, or set trainer.resume_mode=disable", dir.string(), loaded.data.size(), n);
   w.data = std::move(loaded.data);
+  opt.exp_avg.resize(n);
+  opt.exp_avg_sq.resize(n);
   auto st = model::SafetensorsFile::open((dir / "optim.safetensors").string());
-  for (auto [name, buf] : {std::pair{"exp_avg", &opt.exp_avg()}, std::pair{"exp_avg_sq", &opt.exp_avg_sq()}}) {
+  for (auto [name, buf] : {std::pair{"exp_avg", &opt.exp_avg}, std::pair{"exp_avg_sq", &opt.exp_avg_sq}}) {
     const model::TensorInfo* t = st->find(name);
     VERL_CHECK(t && t->dtype == DType::F32 && t->numel() == static_cast<int64_t>(buf->size()),
                "{}/optim.safetensors: tensor {} missing or of the wrong size", dir.string(), name);
@@ -57,7 +63,7 @@ void load_model(const fs::path& dir, model::Weights& w, AdamW& opt) {
   }
   auto it = st->metadata().find("step");
   VERL_CHECK(it != st->metadata().end(), "{}/optim.safetensors: no optimizer step in the metadata", dir.string());
-  opt.set_num_steps(std::stoll(it->second));
+  opt.step = std::stoll(it->second);
 }
 
 std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& root) {
@@ -113,8 +119,8 @@ std::string find_latest_checkpoint(const std::string& root) {
   return dir.string();
 }
 
-nlohmann::json load_checkpoint(const std::string& dir, model::Weights& actor, AdamW& actor_opt,
-                               model::Weights* critic, AdamW* critic_opt) {
+nlohmann::json load_checkpoint(const std::string& dir, model::Weights& actor, AdamWState& actor_opt,
+                               model::Weights* critic, AdamWState* critic_opt) {
   const fs::path d(dir);
   std::ifstream f(d / "trainer_state.json");
   VERL_CHECK(f.good(), "{}: no trainer_state.json; not a verl.cpp checkpoint", dir);

@@ -3,7 +3,9 @@
 // likewise, and trainer_state.json (step, data-loader position, KL controller, versioned); the
 // tracker file latest_checkpointed_iteration.txt names the newest complete one. A checkpoint is
 // written into a temporary directory and renamed, so an interrupted save never leaves a broken
-// global_step_N and never touches the previous good one.
+// global_step_N and never touches the previous good one. The files are the same whichever device
+// (trainer.device) trained the model: fp32 weights, fp32 AdamW moments and the step count, so a run
+// saved on cuda resumes on cpu and the other way round.
 #pragma once
 
 #include <cstdint>
@@ -19,9 +21,11 @@ namespace verl::trainer {
 
 inline constexpr int kCheckpointVersion = 1;
 
+// One model as a checkpoint stores it: weights and AdamW state in the weights' flat layout (host
+// copies; a CUDA model downloads them first).
 struct ModelState {
   const model::Weights* weights = nullptr;
-  const AdamW* opt = nullptr;
+  const AdamWState* opt = nullptr;
 };
 
 // Writes global_step_<step> under `root` atomically, then updates the tracker, then removes the
@@ -34,9 +38,10 @@ std::string save_checkpoint(const std::string& root, int64_t step, const ModelSt
 // The newest complete checkpoint under `root` (from the tracker file), or "" when there is none.
 std::string find_latest_checkpoint(const std::string& root);
 
-// Restores weights and optimizer moments from a checkpoint directory; returns trainer_state.json.
-// Mismatched shapes or a missing file are Errors naming the file and how to fix it.
-nlohmann::json load_checkpoint(const std::string& dir, model::Weights& actor, AdamW& actor_opt,
-                               model::Weights* critic, AdamW* critic_opt);
+// Restores weights (their `data`, checked against their layout) and optimizer state (resized to
+// the layout) from a checkpoint directory; returns trainer_state.json. Mismatched shapes or a
+// missing file are Errors naming the file and how to fix it.
+nlohmann::json load_checkpoint(const std::string& dir, model::Weights& actor, AdamWState& actor_opt,
+                               model::Weights* critic, AdamWState* critic_opt);
 
 }  // namespace verl::trainer

@@ -16,6 +16,13 @@ struct AdamWConfig {
   float grad_clip = 1.0f;  // max global L2 norm; <= 0 disables clipping
 };
 
+// AdamW's state in the parameters' flat layout: what a checkpoint saves and restores, whichever
+// device ran the optimizer.
+struct AdamWState {
+  std::vector<float> exp_avg, exp_avg_sq;  // first and second moments
+  int64_t step = 0;                        // updates applied (skipped non-finite steps excluded)
+};
+
 class AdamW {
  public:
   AdamW(int64_t n, AdamWConfig cfg);
@@ -25,16 +32,17 @@ class AdamW {
   // clipping. A non-finite norm skips the update (as verl does) and is returned as is.
   double step(float* params, const float* grads, float lr);
 
-  int64_t num_steps() const { return step_; }
-  std::vector<float>& exp_avg() { return m_; }
-  std::vector<float>& exp_avg_sq() { return v_; }
-  void set_num_steps(int64_t s) { step_ = s; }
+  int64_t num_steps() const { return s_.step; }
+  std::vector<float>& exp_avg() { return s_.exp_avg; }
+  std::vector<float>& exp_avg_sq() { return s_.exp_avg_sq; }
+  void set_num_steps(int64_t s) { s_.step = s; }
+  const AdamWState& state() const { return s_; }
+  AdamWState& state() { return s_; }
   const AdamWConfig& config() const { return cfg_; }
 
  private:
   AdamWConfig cfg_;
-  std::vector<float> m_, v_;
-  int64_t step_ = 0;
+  AdamWState s_;
 };
 
 }  // namespace verl::trainer

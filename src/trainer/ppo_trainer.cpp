@@ -1,4 +1,5 @@
-// The step dataflow of verl's RayPPOTrainer.fit on our CPU engine. Names of stages, metrics and
+// The step dataflow of verl's RayPPOTrainer.fit on our engine (the actor and reference policy on
+// trainer.device, the rollout engine and the critic on the CPU). Names of stages, metrics and
 // config keys are verl's (verl/trainer/ppo/ray_trainer.py, metric_utils.py).
 #include "trainer/ppo_trainer.h"
 
@@ -36,9 +37,8 @@ uint64_t mix(uint64_t x) {  // splitmix64 finaliser: decorrelates derived seeds
   return x ^ (x >> 31);
 }
 
-// Builds the optimizer and schedule of a model from its `<prefix>.optim.*` keys.
-void setup_optim(TrainedModel& tm, const config::Config& cfg, const std::string& prefix,
-                 double grad_clip, int64_t total_steps) {
+// A model's AdamW settings from its `<prefix>.optim.*` keys.
+AdamWConfig optim_config(const config::Config& cfg, const std::string& prefix, double grad_clip) {
   AdamWConfig oc;
   oc.lr = static_cast<float>(cfg.get<double>(prefix + ".optim.lr"));
   auto betas = cfg.get<std::vector<double>>(prefix + ".optim.betas");
@@ -47,17 +47,66 @@ void setup_optim(TrainedModel& tm, const config::Config& cfg, const std::string&
   oc.beta2 = static_cast<float>(betas[1]);
   oc.weight_decay = static_cast<float>(cfg.get<double>(prefix + ".optim.weight_decay"));
   oc.grad_clip = static_cast<float>(grad_clip);
+  return oc;
+}
+
+// A model's learning-rate schedule from its `<prefix>.optim.*` keys.
+LrSchedule lr_schedule(const config::Config& cfg, const std::string& prefix, int64_t total_steps) {
+  LrSchedule s;
+  s.type = cfg.get<std::string>(prefix + ".optim.lr_scheduler_type");
+  s.total_steps = total_steps;
+  s.warmup_steps = LrSchedule::resolve_warmup(cfg.get<int64_t>(prefix + ".optim.lr_warmup_steps"),
+                                              cfg.get<double>(prefix + ".optim.lr_warmup_steps_ratio"), total_steps);
+  s.min_lr_ratio = cfg.get<std::optional<double>>(prefix + ".optim.min_lr_ratio").value_or(0.0);
+  s.num_cycles = cfg.get<double>(prefix + ".optim.num_cycles");
+  return s;
+}
+
+// Builds the optimizer and schedule of a CPU-trained model (the critic).
+void setup_optim(TrainedModel& tm, const config::Config& cfg, const std::string& prefix,
+                 double grad_clip, int64_t total_steps) {
+  AdamWConfig oc = optim_config(cfg, prefix, grad_clip);
   tm.base_lr = oc.lr;
   tm.opt = std::make_unique<AdamW>(tm.weights.layout.total, oc);
   tm.grads.assign(tm.weights.data.size(), 0.0f);
-  tm.schedule.type = cfg.get<std::string>(prefix + ".optim.lr_scheduler_type");
-  tm.schedule.total_steps = total_steps;
-  tm.schedule.warmup_steps = LrSchedule::resolve_warmup(cfg.get<int64_t>(prefix + ".optim.lr_warmup_steps"),
-                                                        cfg.get<double>(prefix + ".optim.lr_warmup_steps_ratio"),
-                                                        total_steps);
-  tm.schedule.min_lr_ratio = cfg.get<std::optional<double>>(prefix + ".optim.min_lr_ratio").value_or(0.0);
-  tm.schedule.num_cycles = cfg.get<double>(prefix + ".optim.num_cycles");
+  tm.schedule = lr_schedule(cfg, prefix, total_steps);
   tm.tf = std::make_unique<model::Transformer>(tm.weights);
+}
+
+// The largest micro-batch the trainer packs for a policy, from the config alone, so that the CUDA
+// model plans its memory once: log-prob passes (old_log_prob, ref) cut the step's
+// data.gen_batch_size x rollout.n sequences into ppo_max_token_len_per_gpu token budgets; the
+// update (update = true) cuts each mini-batch the same way under use_dynamic_bsz, else into
+// ppo_micro_batch_size_per_gpu sequences of at most max_prompt_length + max_response_length tokens.
+struct MicroBatchPlan {
+  int64_t max_tokens = 0, max_seqs = 0;
+};
+MicroBatchPlan plan_micro_batches(const config::Config& cfg, int64_t n, bool update) {
+  const std::string a = "actor_rollout_ref.actor.";
+  const int64_t seq_len = cfg.get<int64_t>("data.max_prompt_length") + cfg.get<int64_t>("data.max_response_length");
+  const int64_t step_seqs = cfg.get<int64_t>("data.gen_batch_size") * n;
+  const int64_t budget = cfg.get<int64_t>(a + "ppo_max_token_len_per_gpu");
+  MicroBatchPlan p;
+  p.max_tokens = std::min(budget, step_seqs * seq_len);
+  if (update && !cfg.get<bool>(a + "use_dynamic_bsz")) {
+    const int64_t mini = std::min(cfg.get<int64_t>(a + "ppo_mini_batch_size") * n, step_seqs);
+    const auto micro_cfg = cfg.get<std::optional<int64_t>>(a + "ppo_micro_batch_size_per_gpu");
+    const int64_t micro = std::min(micro_cfg.value_or(mini), mini);
+    p.max_tokens = std::max(p.max_tokens, micro * seq_len);
+  }
+  p.max_seqs = std::min(step_seqs, p.max_tokens);  // a sequence has at least one token
+  return p;
+}
+
+// A micro-batch beyond the plan (a CUDA model's max_tokens / max_seqs) is a config problem: name the keys.
+void check_plan(const PolicyModel& policy, const model::PackedBatch& pb) {
+  if (policy.max_tokens() == 0) return;  // the CPU model grows its buffers
+  VERL_CHECK(pb.num_tokens() <= policy.max_tokens() && pb.num_seqs() <= policy.max_seqs(),
+             "a micro-batch of {} tokens in {} sequences exceeds the {} tokens / {} sequences the {} model was "
+             "planned for from actor_rollout_ref.actor.ppo_max_token_len_per_gpu, ppo_micro_batch_size_per_gpu "
+             "(without use_dynamic_bsz), data.gen_batch_size x actor_rollout_ref.rollout.n and "
+             "data.max_prompt_length + data.max_response_length; check those keys",
+             pb.num_tokens(), pb.num_seqs(), policy.max_tokens(), policy.max_seqs(), to_string(policy.device()));
 }
 
 // Rows `idx` of a [B, L] matrix, as a contiguous [idx.size(), L] matrix.
@@ -73,17 +122,15 @@ std::vector<float> rows(const std::vector<float>& m, const std::vector<int64_t>&
 
 PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
   const std::string device = cfg_.get<std::string>("trainer.device");
-  if (device != "cpu") {
-    log::warn("trainer.device={}: this build has no CUDA backend yet; running on the CPU", device);
-  }
+  device_ = resolve_device(device);
   const std::string model_path = cfg_.get<std::string>("actor_rollout_ref.model.path");
-  actor_.weights = model::Weights::load(model_path);
-  VERL_CHECK(actor_.weights.config.head == model::HeadKind::CausalLM,
+  model::Weights actor_weights = model::Weights::load(model_path);
+  VERL_CHECK(actor_weights.config.head == model::HeadKind::CausalLM,
              "actor_rollout_ref.model.path={}: the actor must be a causal LM, got {}", model_path,
-             actor_.weights.config.architecture);
+             actor_weights.config.architecture);
   tokenizer_dir_ = cfg_.get<std::optional<std::string>>("data.tokenizer").value_or(model_path);
   tok_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::load(tokenizer_dir_));
-  eos_ids_ = model::generation_eos_ids(model_path, actor_.weights.config, tok_->eos_token_id());
+  eos_ids_ = model::generation_eos_ids(model_path, actor_weights.config, tok_->eos_token_id());
   n_ = cfg_.get<int64_t>("actor_rollout_ref.rollout.n");
   temperature_ = static_cast<float>(cfg_.get<double>("actor_rollout_ref.rollout.temperature"));
   seed_ = static_cast<uint64_t>(cfg_.get<std::optional<int64_t>>("data.seed").value_or(1));
@@ -99,8 +146,6 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
   if (auto t = cfg_.get<std::optional<int64_t>>("trainer.total_training_steps")) total_steps_ = std::min(total_steps_, *t);
 
   estimator_ = parse_adv_estimator(cfg_.get<std::string>("algorithm.adv_estimator"));
-  setup_optim(actor_, cfg_, "actor_rollout_ref.actor", cfg_.get<double>("actor_rollout_ref.actor.grad_clip"),
-              total_steps_);
   const bool use_critic = estimator_ == AdvantageEstimator::GAE ||
                           cfg_.get<std::optional<bool>>("critic.enable").value_or(false);
   if (use_critic) {
@@ -118,10 +163,32 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
   actor_loss_.use_kl_loss = cfg_.get<bool>("actor_rollout_ref.actor.use_kl_loss");
   actor_loss_.kl_loss_coef = cfg_.get<double>("actor_rollout_ref.actor.kl_loss_coef");
   actor_loss_.kl_loss_type = parse_kl_type(cfg_.get<std::string>("actor_rollout_ref.actor.kl_loss_type"));
+  // The actor and the frozen reference policy (the actor's starting weights) on trainer.device.
+  PolicyOptions po;
+  po.recompute = cfg_.get<bool>("actor_rollout_ref.model.enable_gradient_checkpointing");
   if (actor_loss_.use_kl_loss || use_kl_in_reward) {
-    // The frozen reference policy: the actor's starting weights.
-    ref_.emplace(actor_.weights);
-    ref_tf_ = std::make_unique<model::Transformer>(*ref_);
+    PolicyOptions ro = po;
+    ro.trainable = false;
+    const MicroBatchPlan plan = plan_micro_batches(cfg_, n_, /*update=*/false);
+    ro.max_tokens = plan.max_tokens;
+    ro.max_seqs = plan.max_seqs;
+    ref_ = make_policy(device_, actor_weights, ro);
+  }
+  {
+    po.optim = optim_config(cfg_, "actor_rollout_ref.actor", cfg_.get<double>("actor_rollout_ref.actor.grad_clip"));
+    const MicroBatchPlan plan = plan_micro_batches(cfg_, n_, /*update=*/true);
+    po.max_tokens = plan.max_tokens;
+    po.max_seqs = plan.max_seqs;
+    actor_.base_lr = po.optim.lr;
+    actor_.schedule = lr_schedule(cfg_, "actor_rollout_ref.actor", total_steps_);
+    actor_.model = make_policy(device_, std::move(actor_weights), po);
+  }
+  if (device_ == Device::Cuda) {
+    log::info("trainer.device={}: actor{} on cuda, micro-batches of at most {} tokens, {:.2f} GiB of device memory "
+              "in use; the rollout engine runs on the CPU from a host copy of the weights",
+              device, ref_ ? " and reference policy" : "", actor_.model->max_tokens(),
+              static_cast<double>(device_memory_in_use()) / (1 << 30));
+    if (critic_) log::info("trainer.device=cuda: the critic runs on the CPU (its CUDA path is not written yet)");
   }
   if (use_kl_in_reward) {
     kl_ctrl_ = KlController::from_config(cfg_.get<std::string>("algorithm.kl_ctrl.type"),
@@ -140,7 +207,7 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
     command_reward_ = std::make_unique<reward::CommandRewardFn>(rc);
   }
   log::info("PPO trainer: {} ({} parameters), {} training prompts, {} steps, adv_estimator={}{}{}",
-            model_path, actor_.weights.layout.total, train_set_->size(), total_steps_, to_string(estimator_),
+            model_path, actor_.model->weights().layout.total, train_set_->size(), total_steps_, to_string(estimator_),
             critic_ ? ", critic" : "", ref_ ? ", reference model" : "");
 }
 
@@ -184,7 +251,7 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, Experience& 
   ec.scheduler.max_num_batched_tokens =
       static_cast<int32_t>(cfg_.get<int64_t>("actor_rollout_ref.rollout.max_num_batched_tokens"));
   ec.scheduler.num_blocks = static_cast<int32_t>((total_tokens + 15) / 16 + static_cast<int64_t>(reqs.size()) * n + 16);
-  rollout::Engine engine(actor_.weights, ec);
+  rollout::Engine engine(actor_.model->weights(), ec);  // on cuda: downloaded if a step changed them
 
   const int64_t B = static_cast<int64_t>(samples.size()) * n;
   exp = Experience{};
@@ -350,28 +417,28 @@ std::vector<std::vector<int64_t>> PpoTrainer::micro_batches(const Experience& ex
   return out;
 }
 
-void PpoTrainer::compute_log_probs(const model::Transformer& tf, const Experience& exp, std::vector<float>& logp,
+void PpoTrainer::compute_log_probs(PolicyModel& policy, const Experience& exp, std::vector<float>& logp,
                                    std::vector<float>* entropy) {
   const int64_t L = exp.L;
   logp.assign(exp.B * L, 0.0f);
   if (entropy) entropy->assign(exp.B * L, 0.0f);
   std::vector<int64_t> all(exp.B);
   std::iota(all.begin(), all.end(), 0);
-  model::ForwardOptions fo;
-  fo.temperature = temperature_;
-  model::Activations acts;
+  std::vector<float> lp, ent;  // [T] of one micro-batch
   const int64_t budget = cfg_.get<int64_t>("actor_rollout_ref.actor.ppo_max_token_len_per_gpu");
   for (const auto& idx : micro_batches(exp, all, true, budget, 0)) {
     model::PackedBatch pb = pack(exp, idx);
-    tf.forward(pb, acts, fo);
+    check_plan(policy, pb);
+    policy.forward(pb, temperature_, lp, entropy ? &ent : nullptr);
     for (size_t i = 0; i < idx.size(); ++i) {
       const int64_t b = idx[i], base = response_base(exp, pb, i, b);
       for (size_t j = 0; j < exp.response[b].size(); ++j) {
-        logp[b * L + j] = acts.logprob[base + j];
-        if (entropy) (*entropy)[b * L + j] = acts.entropy[base + j];
+        logp[b * L + j] = lp[base + j];
+        if (entropy) (*entropy)[b * L + j] = ent[base + j];
       }
     }
   }
+  policy.release_activations();
 }
 
 void PpoTrainer::compute_values(const Experience& exp, std::vector<float>& values) {
@@ -408,9 +475,8 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
   const bool on_policy = exp.old_log_prob.empty();
   VERL_CHECK(!on_policy || (epochs == 1 && num_mini == 1), "internal: old_log_prob was skipped off-policy");
   const float lr = static_cast<float>(actor_.base_lr * actor_.schedule.multiplier(global_step_));
-  model::ForwardOptions fo;
-  fo.temperature = temperature_;
-  model::Activations acts;
+  PolicyModel& actor = *actor_.model;
+  std::vector<float> lp_tok, ent_tok;  // [T] of one micro-batch
   double pg_loss = 0, pg_clipfrac = 0, ppo_kl = 0, clip_lower = 0, ent = 0, kl_loss = 0, gnorm_sum = 0;
   int64_t updates = 0;
   std::vector<int64_t> order(exp.B);
@@ -431,17 +497,19 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
       lc.policy.norm.batch_num_tokens = mini_tokens;
       lc.policy.norm.global_batch_size = comm_->sum(static_cast<double>(idx.size()));
       lc.policy.norm.loss_scale_factor = static_cast<double>(cfg_.get<int64_t>("data.max_response_length"));
-      std::fill(actor_.grads.begin(), actor_.grads.end(), 0.0f);
+      // Gradients accumulate over the micro-batches (on the policy's device) until the step.
+      actor.zero_grad();
       for (const auto& micro : micro_batches(exp, idx, dynamic, max_tokens, micro_seqs)) {
         model::PackedBatch pb = pack(exp, micro);
-        actor_.tf->forward(pb, acts, fo);
+        check_plan(actor, pb);
+        actor.forward(pb, temperature_, lp_tok, &ent_tok);
         const int64_t bm = static_cast<int64_t>(micro.size());
         std::vector<float> logp(bm * L, 0.0f), entropy(bm * L, 0.0f);
         for (int64_t i = 0; i < bm; ++i) {
           const int64_t b = micro[i], base = response_base(exp, pb, i, b);
           for (size_t j = 0; j < exp.response[b].size(); ++j) {
-            logp[i * L + j] = acts.logprob[base + j];
-            entropy[i * L + j] = acts.entropy[base + j];
+            logp[i * L + j] = lp_tok[base + j];
+            entropy[i * L + j] = ent_tok[base + j];
           }
         }
         std::vector<float> old = on_policy ? logp : rows(exp.old_log_prob, micro, L);
@@ -456,7 +524,8 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
             if (!out.d_entropy.empty()) d_ent[base + j] = out.d_entropy[i * L + j];
           }
         }
-        actor_.tf->backward(pb, acts, d_lp.data(), d_ent.data(), nullptr, actor_.grads.data(), fo);
+        // Without an entropy bonus d_entropy is all zeros: pass null, which both models skip.
+        actor.backward(d_lp.data(), lc.entropy_coeff == 0 ? nullptr : d_ent.data());
         const double share = std::accumulate(mask.begin(), mask.end(), 0.0) / std::max(1.0, mini_tokens);
         pg_loss += out.pg_loss;
         // actor/entropy is the token-mean policy entropy, reported whatever entropy_coeff is.
@@ -467,10 +536,11 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
         clip_lower += out.pg_clipfrac_lower * share;
       }
       fault_point("train", global_step_ + 1);  // tests kill the process in the middle of a step
-      gnorm_sum += optimizer_step(actor_, lr);
+      gnorm_sum += actor.optimizer_step(lr, *comm_);  // all-reduces the gradients over comm_ first
       ++updates;
     }
   }
+  actor.release_activations();
   const double u = static_cast<double>(std::max<int64_t>(1, updates));
   // Loss terms carry global normalisers (their sum over ranks is the loss); fractions are means.
   pg_loss = comm_->sum(pg_loss);
@@ -495,6 +565,11 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
 double PpoTrainer::optimizer_step(TrainedModel& tm, float lr) {
   comm_->all_reduce(tm.grads, dist::ReduceOp::Sum);
   return tm.opt->step(tm.weights.data.data(), tm.grads.data(), lr);
+}
+
+void PpoTrainer::record_device_memory(metrics::Metrics& m, const char* phase) const {
+  if (device_ != Device::Cuda) return;
+  m.set(std::string("perf/device_memory_gib/") + phase, static_cast<double>(device_memory_in_use()) / (1 << 30));
 }
 
 void PpoTrainer::update_critic(Experience& exp, metrics::Metrics& m) {
@@ -605,17 +680,20 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
   Experience exp;
   auto step_scope = timer.scope("step");
   generate(batch.samples, exp, timer, /*validation=*/false);
+  record_device_memory(m, "gen");
 
   const int64_t mini = cfg_.get<int64_t>("actor_rollout_ref.actor.ppo_mini_batch_size") * n_;
   const bool on_policy = cfg_.get<int64_t>("actor_rollout_ref.actor.ppo_epochs") == 1 && mini >= exp.B;
   const bool use_kl_in_reward = kl_ctrl_.has_value();
   if (!on_policy || use_kl_in_reward) {
     auto s = timer.scope("old_log_prob");
-    compute_log_probs(*actor_.tf, exp, exp.old_log_prob, nullptr);
+    compute_log_probs(*actor_.model, exp, exp.old_log_prob, nullptr);
+    record_device_memory(m, "old_log_prob");
   }
-  if (ref_tf_) {
+  if (ref_) {
     auto s = timer.scope("ref");
-    compute_log_probs(*ref_tf_, exp, exp.ref_log_prob, nullptr);
+    compute_log_probs(*ref_, exp, exp.ref_log_prob, nullptr);
+    record_device_memory(m, "ref");
   }
   if (critic_) {
     auto s = timer.scope("values");
@@ -661,6 +739,7 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
   if (global_step_ + 1 >= cfg_.get<int64_t>("trainer.critic_warmup")) {
     auto s = timer.scope("update_actor");
     update_actor(exp, m);
+    record_device_memory(m, "update_actor");
   }
   step_scope.stop();
   ++global_step_;
@@ -720,8 +799,14 @@ void PpoTrainer::resume() {
     VERL_CHECK(mode == "disable", "trainer.resume_mode must be auto, disable or resume_path, got '{}'", mode);
   }
   if (dir.empty()) return;
-  nlohmann::json st = load_checkpoint(dir, actor_.weights, *actor_.opt, critic_ ? &critic_->weights : nullptr,
-                                      critic_ ? critic_->opt.get() : nullptr);
+  // The checkpoint's files do not depend on the device: load on the host, then hand the actor's
+  // weights and AdamW state to its model (on cuda: uploaded).
+  const model::Weights& current = actor_.model->weights();
+  model::Weights actor_weights{current.config, current.layout, {}};
+  AdamWState actor_opt;
+  nlohmann::json st = load_checkpoint(dir, actor_weights, actor_opt, critic_ ? &critic_->weights : nullptr,
+                                      critic_ ? &critic_->opt->state() : nullptr);
+  actor_.model->restore(std::move(actor_weights.data), std::move(actor_opt));
   global_step_ = st.at("global_step").get<int64_t>();
   train_loader_->load_state(st.at("dataloader"));
   if (kl_ctrl_ && st.contains("kl_coef")) {
@@ -738,9 +823,11 @@ std::string PpoTrainer::save() {
   if (kl_ctrl_) st["kl_coef"] = kl_ctrl_->value();
   const int64_t keep = cfg_.get<std::optional<int64_t>>("trainer.max_actor_ckpt_to_keep").value_or(0);
   std::optional<ModelState> critic;
-  if (critic_) critic = ModelState{&critic_->weights, critic_->opt.get()};
-  return save_checkpoint(cfg_.get<std::string>("trainer.default_local_dir"), global_step_,
-                         {&actor_.weights, actor_.opt.get()}, critic, st, tokenizer_dir_, keep);
+  if (critic_) critic = ModelState{&critic_->weights, &critic_->opt->state()};
+  // Host copies: on cuda the weights (if stale) and the AdamW moments are downloaded here.
+  const ModelState actor{&actor_.model->weights(), &actor_.model->optimizer_state()};
+  return save_checkpoint(cfg_.get<std::string>("trainer.default_local_dir"), global_step_, actor, critic, st,
+                         tokenizer_dir_, keep);
 }
 
 void PpoTrainer::fit() {

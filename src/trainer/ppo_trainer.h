@@ -3,7 +3,8 @@
 //   worker thread while generation continues) -> old_log_prob (skipped when the update is fully
 //   on-policy: then it equals the update's own forward) -> ref -> values -> adv -> update_critic ->
 //   update_actor (ppo_epochs x mini-batches x token-budget micro-batches) -> metrics.
-// The rollout engine runs on the actor's own weights (the hybrid engine: one copy).
+// The rollout engine runs on the actor's own weights (the hybrid engine: one copy). The actor and the
+// reference policy run on trainer.device through PolicyModel; the critic runs on the CPU.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,7 @@
 #include "trainer/core_algos.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/optimizer.h"
+#include "trainer/policy_model.h"
 
 namespace verl::tokenizer {
 class Tokenizer;
@@ -50,7 +52,15 @@ struct Experience {
   Shape shape() const { return {B, L}; }
 };
 
-// A model being trained: weights, its forward/backward, optimizer and schedule.
+// The actor: its model on trainer.device (forward/backward, gradients and AdamW inside) and its
+// learning-rate schedule.
+struct ActorModel {
+  std::unique_ptr<PolicyModel> model;
+  LrSchedule schedule;
+  float base_lr = 0;
+};
+
+// A model trained on the CPU (the critic): weights, its forward/backward, optimizer and schedule.
 struct TrainedModel {
   model::Weights weights;
   std::unique_ptr<model::Transformer> tf;
@@ -77,7 +87,10 @@ class PpoTrainer {
   // The directory of the last checkpoint this run saved ("" when none).
   const std::string& last_checkpoint() const { return last_checkpoint_; }
   int64_t total_training_steps() const { return total_steps_; }
-  const model::Weights& actor() const { return actor_.weights; }
+  // The actor's weights (on cuda: downloaded from the device when a step changed them).
+  const model::Weights& actor() { return actor_.model->weights(); }
+  // Where the actor and the reference policy run (trainer.device resolved).
+  Device device() const { return device_; }
 
  private:
   // Restores the newest checkpoint per trainer.resume_mode (auto | disable | resume_path).
@@ -92,14 +105,17 @@ class PpoTrainer {
   // The rule scorer's reward (by data_source) of row b's decoded response.
   float rule_score(const Experience& exp, int64_t b) const;
   static int64_t response_base(const Experience& exp, const model::PackedBatch& pb, size_t i, int64_t b);
-  // Log-probs (and entropies) of every response token under `tf` at the rollout temperature.
-  void compute_log_probs(const model::Transformer& tf, const Experience& exp, std::vector<float>& logp,
+  // Log-probs (and entropies) of every response token under `policy` at the rollout temperature.
+  void compute_log_probs(PolicyModel& policy, const Experience& exp, std::vector<float>& logp,
                          std::vector<float>* entropy);
   void compute_values(const Experience& exp, std::vector<float>& values);
   void update_actor(Experience& exp, metrics::Metrics& m);
-  // Sums gradients over data-parallel ranks (the loss already carries dp_size), then clips and
-  // steps the optimizer; returns the global gradient norm.
+  // The critic's: sums gradients over data-parallel ranks (the loss already carries dp_size), then
+  // clips and steps the optimizer; returns the global gradient norm. (The actor's is
+  // PolicyModel::optimizer_step.)
   double optimizer_step(TrainedModel& tm, float lr);
+  // perf/device_memory_gib/<phase> when the policies run on cuda.
+  void record_device_memory(metrics::Metrics& m, const char* phase) const;
   void update_critic(Experience& exp, metrics::Metrics& m);
   // Micro-batches of `idx` (token budget or sequence count).
   std::vector<std::vector<int64_t>> micro_batches(const Experience& exp, const std::vector<int64_t>& idx,
@@ -112,9 +128,9 @@ class PpoTrainer {
   // here; one process today.
   std::unique_ptr<dist::Communicator> comm_ = std::make_unique<dist::SingleProcess>();
   std::unique_ptr<tokenizer::Tokenizer> tok_;
-  TrainedModel actor_;
-  std::optional<model::Weights> ref_;
-  std::unique_ptr<model::Transformer> ref_tf_;
+  Device device_ = Device::Cpu;
+  ActorModel actor_;
+  std::unique_ptr<PolicyModel> ref_;  // the frozen reference policy, forward only
   std::optional<TrainedModel> critic_;
   std::unique_ptr<data::RLDataset> train_set_, val_set_;
   std::unique_ptr<data::DataLoader> train_loader_;

@@ -53,12 +53,36 @@ void check_linear(const CudaContext& ctx, const CudaSession& session, LinearShap
   expect_close_accumulated("d_x", download_bf16(d_dx), dx, dx0, kBf16Accumulate);
   expect_close("d_w", d_dw.download(), dw, kF32Gemm);
   expect_close("d_b", d_db.download(), db, kF32Kernel);
+
+  // d_x overwritten; and (leading dimensions multiples of 8, the model's layouts) the residual in
+  // the epilogue: y = x W^T + b + r, one rounding. With other layouts cuBLASLt may round the product
+  // before adding C, so the model adds residuals with add_inplace.
+  const bool aligned = K % 8 == 0 && N % 8 == 0;
+  const auto r = bf16_rounded(randn(T * N, 107));
+  std::vector<float> yr = yb;
+  for (int64_t i = 0; i < T * N; ++i) yr[i] += r[i];
+  auto d_r = upload_bf16(r);
+  DeviceBuffer<bf16> d_yr(T * N);
+  linear_forward(ctx, d_yr.data(), d_x.data(), d_w.data(), d_b.data(), d_r.data(), T, K, N);
+  linear_forward(ctx, d_r.data(), d_x.data(), d_w.data(), d_b.data(), d_r.data(), T, K, N);  // in place
+  std::vector<float> dx_only(T * K, 0.0f), dw_unused(N * K, 0.0f);
+  cpu::linear_backward(dx_only.data(), dw_unused.data(), nullptr, dy.data(), x.data(), w.data(),
+                       T, K, N);
+  auto d_dx2 = upload_bf16(dx0);  // garbage the overwrite must ignore
+  linear_backward(ctx, d_dx2.data(), nullptr, nullptr, d_dy.data(), d_x.data(), d_w.data(), T, K,
+                  N, /*accumulate_dx=*/false);
+  session.synchronize();
+  if (aligned) {
+    expect_close_accumulated("y + b + r", download_bf16(d_yr), yr, r, kBf16Accumulate);
+    expect_close_accumulated("y + b + r in place", download_bf16(d_r), yr, r, kBf16Accumulate);
+  }
+  expect_close("d_x overwritten", download_bf16(d_dx2), dx_only, kBf16Gemm);
 }
 
 // K and N multiples of 8: the layouts the model uses (hidden sizes, head dims, vocabularies).
 TEST_F(CudaOps, LinearAlignedShapesMatchCpu) {
   for (LinearShape s : {LinearShape{1, 64, 32}, LinearShape{7, 128, 96}, LinearShape{19, 256, 512},
-                        LinearShape{257, 896, 136}}) {
+                        LinearShape{257, 896, 136}, LinearShape{600, 64, 1152}}) {
     check_linear(ctx(), *session_, s);
   }
 }

@@ -1,6 +1,8 @@
 // The fused LM head (logits -> log-softmax, target gather, entropy; src/ops/cuda/lm_head.h) on the
 // GPU against the CPU op on the same bf16-rounded inputs: odd T, C not a multiple of 128, an odd
 // vocabulary, chunks of 1, 7 and T rows, temperatures 1 and 0.7, some tokens without a target.
+// Both modes: logits recomputed in the backward, and the kept bf16 probabilities
+// (lm_head_forward_keep_probs / lm_head_backward_from_probs).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,6 +34,11 @@ struct Reference {
   // sum_t |d_z[t,j]| |h[t,c]| for d_w: the GPU stores d_z as bf16, so its error is bounded by
   // 2^-9 of these (lm_head.h), not by the (possibly cancelled) gradient itself.
   std::vector<float> dh_terms, dw_terms;
+  // The kept-probabilities mode: p = exp(z - lse) [T,V] (fp32, from the CPU's lse), and the same
+  // sums with |d_z_j| replaced by b_j = (|d_logprob| (1[j==target] + p_j) + |d_entropy| p_j
+  // (|log p_j + H| + 1)) / temperature, which bounds both |d_z_j| and the terms that the bf16
+  // storage of p perturbs (lm_head.h).
+  std::vector<float> probs, dh_pterms, dw_pterms;
 };
 
 // with_dlp / with_dent: whether the upstream d_logprob / d_entropy is given (else null = zero).
@@ -65,7 +72,10 @@ Reference make_reference(LmShape s, float temperature, uint64_t seed, bool with_
   // |d_z| on the host (only a scale, so plain loops), then the term magnitudes.
   r.dh_terms.assign(T * C, 0.0f);
   r.dw_terms.assign(V * C, 0.0f);
-  std::vector<float> adz(V);
+  r.dh_pterms.assign(T * C, 0.0f);
+  r.dw_pterms.assign(V * C, 0.0f);
+  r.probs.assign(T * V, 0.0f);
+  std::vector<float> adz(V), bdz(V);
   for (int64_t t = 0; t < T; ++t) {
     const float* ht = r.h.data() + t * C;
     for (int64_t j = 0; j < V; ++j) {
@@ -79,14 +89,22 @@ Reference make_reference(LmShape s, float temperature, uint64_t seed, bool with_
       float g = -dl * p - de * p * (logp + r.entropy[t]);
       if (j == r.targets[t]) g += dl;
       adz[j] = std::abs(g) / temperature;
+      r.probs[t * V + j] = p;
+      bdz[j] = (std::abs(dl) * ((j == r.targets[t] ? 1.0f : 0.0f) + p) +
+                std::abs(de) * p * (std::abs(logp + r.entropy[t]) + 1.0f)) /
+               temperature;
     }
     float* dht = r.dh_terms.data() + t * C;
+    float* dhpt = r.dh_pterms.data() + t * C;
     for (int64_t j = 0; j < V; ++j) {
       const float* wj = r.w.data() + j * C;
       float* dwj = r.dw_terms.data() + j * C;
+      float* dwpj = r.dw_pterms.data() + j * C;
       for (int64_t c = 0; c < C; ++c) {
         dht[c] += adz[j] * std::abs(wj[c]);
         dwj[c] += adz[j] * std::abs(ht[c]);
+        dhpt[c] += bdz[j] * std::abs(wj[c]);
+        dwpj[c] += bdz[j] * std::abs(ht[c]);
       }
     }
   }
@@ -192,6 +210,101 @@ TEST_F(CudaLmHead, NullGradientsAndArena) {
   }
 }
 
+// The kept-probabilities mode on one (shape, temperature, upstream gradients): for each chunk, the
+// forward's outputs are bitwise those of lm_head_forward, p matches the CPU's exp(z - lse) to one
+// bf16 rounding, and the backward from p matches the CPU op within the bound of lm_head.h.
+void check_keep_probs(const CudaContext& ctx, const CudaSession& session, LmShape s,
+                      float temperature, bool with_dlp, bool with_dent) {
+  const auto [T, C, V] = s;
+  const Reference r = make_reference(s, temperature, 700 + T + C + V, with_dlp, with_dent);
+  auto d_h = upload_bf16(r.h), d_w = upload_bf16(r.w);
+  DeviceBuffer<int32_t> d_tg(r.targets);
+  DeviceBuffer<float> d_dlp(r.dlp), d_dent(r.dent);
+  DeviceBuffer<bf16> d_probs(lm_head_probs_bytes(T, V) / sizeof(bf16));
+  for (int64_t chunk : {int64_t{1}, int64_t{7}, T}) {
+    SCOPED_TRACE("T=" + std::to_string(T) + " C=" + std::to_string(C) + " V=" + std::to_string(V) +
+                 " temperature=" + std::to_string(temperature) + " chunk=" + std::to_string(chunk) +
+                 " d_logprob " + (with_dlp ? "on" : "off") + " d_entropy " +
+                 (with_dent ? "on" : "off"));
+    DeviceBuffer<float> d_lp(T), d_ent(T), d_lse(T), p_lp(T), p_ent(T), p_lse(T), d_dw(r.dw0);
+    auto d_dh = upload_bf16(r.dh0);
+    DeviceBuffer<uint8_t> fscratch(lm_head_forward_scratch_bytes(T, V, chunk));
+    DeviceBuffer<uint8_t> bscratch(lm_head_backward_from_probs_scratch_bytes(T, V, chunk));
+    lm_head_forward(ctx, p_lp.data(), p_ent.data(), p_lse.data(), d_h.data(), d_w.data(),
+                    d_tg.data(), T, C, V, temperature, chunk, fscratch.data(), fscratch.bytes());
+    lm_head_forward_keep_probs(ctx, d_lp.data(), d_ent.data(), d_lse.data(), d_probs.data(),
+                               d_h.data(), d_w.data(), d_tg.data(), T, C, V, temperature, chunk,
+                               fscratch.data(), fscratch.bytes());
+    lm_head_backward_from_probs(ctx, d_dh.data(), d_dw.data(), with_dlp ? d_dlp.data() : nullptr,
+                                with_dent ? d_dent.data() : nullptr, d_probs.data(), d_h.data(),
+                                d_w.data(), d_tg.data(), d_ent.data(), T, C, V, temperature, chunk,
+                                bscratch.data(), bscratch.bytes());
+    session.synchronize();
+    const auto lp = d_lp.download(), ent = d_ent.download(), lse = d_lse.download();
+    EXPECT_TRUE(bitwise_equal(lp, p_lp.download())) << "logprob differs from lm_head_forward";
+    EXPECT_TRUE(bitwise_equal(ent, p_ent.download())) << "entropy differs from lm_head_forward";
+    EXPECT_TRUE(bitwise_equal(lse, p_lse.download())) << "lse differs from lm_head_forward";
+    expect_close("logprob", lp, r.logprob, kLmHeadForward);
+    expect_close("entropy", ent, r.entropy, kLmHeadForward);
+    expect_close("lse", lse, r.lse, kLmHeadForward);
+    expect_close("probs", download_bf16(d_probs), r.probs, kBf16Out);
+    expect_close_terms("d_h", download_bf16(d_dh), r.dh, r.dh0, r.dh_pterms, kLmHeadGradKeptProbs);
+    expect_close_terms("d_w", d_dw.download(), r.dw, r.dw0, r.dw_pterms, kLmHeadGradKeptProbs);
+  }
+}
+
+// V = 1000: float4 forward and 8-wide backward; 1004: float4 forward, scalar backward; 4099 and
+// 257: scalar both (and rows not 16-byte aligned).
+TEST_F(CudaLmHead, KeepProbsMatchesCpu) {
+  const LmShape shapes[] = {{1, 64, 1000}, {7, 96, 4099}, {19, 64, 1004}, {130, 96, 4099},
+                            {130, 64, 1000}, {19, 96, 257}};
+  for (const LmShape& s : shapes) {
+    for (float temperature : {1.0f, 0.7f}) {
+      check_keep_probs(ctx(), *session_, s, temperature, true, true);
+      check_keep_probs(ctx(), *session_, s, temperature, true, false);
+      check_keep_probs(ctx(), *session_, s, temperature, false, true);
+    }
+  }
+}
+
+// The arena overloads; the backward from the same kept p twice (d_h alone, then d_w alone: p is
+// only read), and bitwise reproducible.
+TEST_F(CudaLmHead, KeepProbsArenaAndRepeat) {
+  const int64_t T = 19, C = 64, V = 1000, chunk = 7;
+  const float temperature = 0.7f;
+  const Reference r = make_reference(LmShape{T, C, V}, temperature, 800);
+  auto d_h = upload_bf16(r.h), d_w = upload_bf16(r.w);
+  DeviceBuffer<int32_t> d_tg(r.targets);
+  DeviceBuffer<float> d_dlp(r.dlp), d_dent(r.dent), d_lp(T), d_ent(T), d_lse(T);
+  DeviceBuffer<bf16> d_probs(lm_head_probs_bytes(T, V) / sizeof(bf16));
+  DeviceArena arena("lm_head_test", lm_head_forward_scratch_bytes(T, V, chunk) +
+                                        lm_head_backward_from_probs_scratch_bytes(T, V, chunk) * 4);
+  lm_head_forward_keep_probs(ctx(), arena, d_lp.data(), d_ent.data(), d_lse.data(),
+                             d_probs.data(), d_h.data(), d_w.data(), d_tg.data(), T, C, V,
+                             temperature, chunk);
+  std::vector<float> dw_first;
+  for (int rep = 0; rep < 2; ++rep) {
+    auto d_dh = upload_bf16(r.dh0);
+    DeviceBuffer<float> d_dw(r.dw0);
+    for (int part = 0; part < 2; ++part) {
+      lm_head_backward_from_probs(ctx(), arena, part == 0 ? d_dh.data() : nullptr,
+                                  part == 1 ? d_dw.data() : nullptr, d_dlp.data(), d_dent.data(),
+                                  d_probs.data(), d_h.data(), d_w.data(), d_tg.data(),
+                                  d_ent.data(), T, C, V, temperature, chunk);
+    }
+    sync();
+    const auto dw = d_dw.download();
+    expect_close("logprob", d_lp.download(), r.logprob, kLmHeadForward);
+    expect_close_terms("d_h", download_bf16(d_dh), r.dh, r.dh0, r.dh_pterms, kLmHeadGradKeptProbs);
+    expect_close_terms("d_w", dw, r.dw, r.dw0, r.dw_pterms, kLmHeadGradKeptProbs);
+    if (rep == 0) {
+      dw_first = dw;
+    } else {
+      EXPECT_TRUE(bitwise_equal(dw, dw_first)) << "d_w differs between two identical backwards";
+    }
+  }
+}
+
 TEST_F(CudaLmHead, RejectsSmallScratch) {
   const int64_t T = 7, C = 64, V = 1000;
   auto d_h = upload_bf16(randn(T * C, 500)), d_w = upload_bf16(randn(V * C, 501));
@@ -199,6 +312,14 @@ TEST_F(CudaLmHead, RejectsSmallScratch) {
   DeviceBuffer<uint8_t> scratch(lm_head_forward_scratch_bytes(T, V, 7) - 1);
   EXPECT_THROW(lm_head_forward(ctx(), nullptr, nullptr, d_lse.data(), d_h.data(), d_w.data(),
                                nullptr, T, C, V, 1.0f, 7, scratch.data(), scratch.bytes()),
+               Error);
+  DeviceBuffer<float> d_ent(T), d_dlp(T);
+  DeviceBuffer<bf16> d_probs(T * V), d_dh(T * C);
+  DeviceBuffer<uint8_t> bscratch(lm_head_backward_from_probs_scratch_bytes(T, V, 7) - 1);
+  EXPECT_THROW(lm_head_backward_from_probs(ctx(), d_dh.data(), nullptr, d_dlp.data(), nullptr,
+                                           d_probs.data(), d_h.data(), d_w.data(), nullptr,
+                                           d_ent.data(), T, C, V, 1.0f, 7, bscratch.data(),
+                                           bscratch.bytes()),
                Error);
 }
 

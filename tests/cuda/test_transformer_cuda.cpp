@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
+#include "model/safetensors.h"
 #include "model/batch.h"
 #include "model/transformer.h"
 #include "model/weights.h"
@@ -121,6 +123,94 @@ TEST_F(CudaTransformerTest, Qwen2MatchesCpu) { run_golden(ctx(), "qwen2", 1.0f);
 TEST_F(CudaTransformerTest, Llama3MatchesCpu) { run_golden(ctx(), "llama3", 1.0f); }
 TEST_F(CudaTransformerTest, Qwen3MatchesCpu) { run_golden(ctx(), "qwen3", 1.0f); }
 TEST_F(CudaTransformerTest, Qwen2MatchesCpuAtTemperature) { run_golden(ctx(), "qwen2", 0.7f); }
+
+// Straight against the transformers dumps (tests/fixtures/golden, tools/make_golden.py), from the
+// fp32 HF weights: log-probs at temperature 1 and 0.7, and every HF tensor's gradient of
+// sum(logprob), each relative to the tensor's max.
+void run_against_hf(const CudaContext& ctx, const std::string& name) {
+  model::Weights w = model::Weights::load(kGoldenDir + name);
+  auto golden = model::SafetensorsFile::open(kGoldenDir + name + "/golden.safetensors");
+  auto get = [&](const std::string& key) {
+    const model::TensorInfo* t = golden->find(key);
+    EXPECT_NE(t, nullptr) << key;
+    std::vector<float> out(t ? static_cast<size_t>(t->numel()) : 0);
+    if (t) convert_to_f32(out.data(), golden->data(*t), t->dtype, out.size());
+    return out;
+  };
+  const auto seqs = load_sequences(name);
+  model::PackedBatch b = model::PackedBatch::from_sequences(seqs);
+  const int64_t T = b.num_tokens();
+  CudaTransformer gpu(ctx, w, T, b.num_seqs(), /*lm_head_chunk=*/5);
+  double worst_lp = 0, worst_lp07 = 0;
+  for (float temp : {0.7f, 1.0f}) {
+    gpu.forward(b, temp);
+    const std::vector<float> lp = gpu.download_logprob();
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      const std::vector<float> ref =
+          get((temp == 1.0f ? "logprob." : "logprob_t07.") + std::to_string(s));
+      for (size_t i = 0; i < ref.size(); ++i) {
+        const double e = std::fabs(double(lp[b.cu_seqlens[s] + i]) - ref[i]);
+        (temp == 1.0f ? worst_lp : worst_lp07) = std::max(temp == 1.0f ? worst_lp : worst_lp07, e);
+      }
+    }
+  }
+  EXPECT_LE(worst_lp, kModelLogprob.atol) << name;
+  EXPECT_LE(worst_lp07, kModelLogprob.atol) << name;
+  std::vector<float> d_lp(T);
+  for (int64_t t = 0; t < T; ++t) d_lp[t] = b.targets[t] >= 0 ? 1.0f : 0.0f;
+  gpu.backward_host(d_lp.data(), nullptr);
+  const std::vector<float> grads = gpu.download_grads();
+  double worst = 0;
+  for (const model::HfTensorMap& m : w.layout.hf) {
+    const std::vector<float> ref = get("grad." + m.hf_name);
+    const int64_t off = w.layout.params[m.param].offset + m.offset;
+    std::vector<float> ours(grads.begin() + off, grads.begin() + off + ref.size());
+    const double err = rel_max_err(ours, ref, 0, static_cast<int64_t>(ref.size()));
+    EXPECT_LE(err, kModelGradRel) << name << ": gradient of " << m.hf_name;
+    worst = std::max(worst, err);
+  }
+  std::printf("%s vs transformers: max |dlogprob| %.3g (T=0.7: %.3g), max relative gradient "
+              "error over %zu tensors %.3g\n",
+              name.c_str(), worst_lp, worst_lp07, w.layout.hf.size(), worst);
+}
+
+TEST_F(CudaTransformerTest, Qwen2MatchesTransformers) { run_against_hf(ctx(), "qwen2"); }
+TEST_F(CudaTransformerTest, Llama3MatchesTransformers) { run_against_hf(ctx(), "llama3"); }
+TEST_F(CudaTransformerTest, Qwen3MatchesTransformers) { run_against_hf(ctx(), "qwen3"); }
+
+// Activation recomputation gives the same gradients (the same kernels rerun; only the
+// embedding's atomics may order differently), with a smaller arena; a forward-only model gives
+// the same log-probs with no gradient state.
+TEST_F(CudaTransformerTest, RecomputeAndForwardOnlyMatchThePlainModel) {
+  for (const std::string name : {"qwen2", "qwen3"}) {
+    model::Weights w = model::Weights::load(kGoldenDir + name);
+    model::PackedBatch b = model::PackedBatch::from_sequences(load_sequences(name));
+    const int64_t T = b.num_tokens();
+    std::vector<float> d_lp(T, 1.0f), d_ent(T, 0.5f);
+    CudaTransformerOptions o{T, b.num_seqs(), 7, true, false};
+    CudaTransformer plain(ctx(), w, o);
+    o.recompute = true;
+    CudaTransformer recompute(ctx(), w, o);
+    o.recompute = false;
+    o.trainable = false;
+    CudaTransformer fwd_only(ctx(), w, o);
+    EXPECT_LT(recompute.arena_bytes(), plain.arena_bytes()) << name;
+    EXPECT_LT(fwd_only.device_bytes(), recompute.device_bytes()) << name;
+    for (CudaTransformer* m : {&plain, &recompute}) {
+      m->forward(b, 1.0f);
+      m->backward_host(d_lp.data(), d_ent.data());
+    }
+    fwd_only.forward(b, 1.0f);
+    EXPECT_TRUE(bitwise_equal(recompute.download_logprob(), plain.download_logprob())) << name;
+    EXPECT_TRUE(bitwise_equal(fwd_only.download_logprob(), plain.download_logprob())) << name;
+    EXPECT_TRUE(bitwise_equal(fwd_only.download_entropy(), plain.download_entropy())) << name;
+    const std::vector<float> g0 = plain.download_grads(), g1 = recompute.download_grads();
+    for (const model::ParamInfo& p : w.layout.params) {
+      EXPECT_LE(rel_max_err(g1, g0, p.offset, p.numel), 1e-6) << name << ": " << p.name;
+    }
+    EXPECT_THROW(fwd_only.backward_host(d_lp.data(), nullptr), verl::Error);
+  }
+}
 
 TEST_F(CudaTransformerTest, RejectsBatchLargerThanPlanned) {
   model::Weights w = model::Weights::load(kGoldenDir + "qwen2");

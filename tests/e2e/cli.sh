@@ -58,5 +58,26 @@ check "train bad key suggests" grep -q "actor_rollout_ref.rollout.temperature" "
 "$verl" train "$root/configs/demo.yaml" actor_rollout_ref.model.path="$demo" data.train_files=[/nonexistent/train.jsonl] > /dev/null 2> "$work/err3.txt"
 check "train missing data file" grep -q "/nonexistent/train.jsonl" "$work/err3.txt"
 
+# bench train on CPU: exactly one JSON line; the FLOP count follows the documented formula.
+"$verl" bench train --device cpu --shape tiny --batch 2 --seq 64 --steps 1 --warmup 0 > "$work/bench.jsonl"
+check "bench train json" python3 -c "
+import json, math
+lines = open('$work/bench.jsonl').read().splitlines()
+assert len(lines) == 1, lines
+r = json.loads(lines[0])
+assert r['bench'] == 'train' and r['device'] == 'cpu' and r['shape'] == 'tiny' and r['recompute'] is False, r
+assert r['params'] == 12591744 and r['tokens_per_step'] == 128, r
+assert r['tokens_per_s'] > 0 and r['step_ms'] > 0 and r['peak_memory_bytes'] > 0, r
+L, B, S, H, D = 6, 2, 64, 6, 64
+assert r['model_flops_per_step'] == 6 * r['params'] * B * S + 6 * L * B * S * S * H * D, r
+assert math.isclose(r['mfu'], r['tflops'] / r['peak_tflops']), r
+assert abs(r['loss'] - math.log(8192)) < 0.5, r  # N(0, 0.02) weights: near-uniform next-token guess"
+# Bad arguments name the flag.
+"$verl" bench train --device cpu --shape qwen9 > /dev/null 2> "$work/err4.txt"
+check "bench bad shape exits non-zero" test $? -ne 0
+check "bench bad shape names --shape" grep -q -- "--shape 'qwen9' is not a known shape" "$work/err4.txt"
+"$verl" bench train --device cpu --shape tiny --batch 0 > /dev/null 2> "$work/err5.txt"
+check "bench bad batch names --batch" grep -q -- "--batch must be >= 1" "$work/err5.txt"
+
 echo "cli: $pass passed, $fail failed"
 test "$fail" -eq 0

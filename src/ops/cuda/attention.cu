@@ -1,18 +1,37 @@
-// Causal GQA attention over packed variable-length sequences, forward and backward: the same math
-// as src/ops/cpu/attention.cpp (see attention.h for the formulas and conventions).
+// Causal GQA attention over packed variable-length sequences, forward and backward, on tensor
+// cores: the same math as src/ops/cpu/attention.cpp (see attention.h for the formulas and the
+// conventions), organised as FlashAttention-2 (Dao 2023): no T x T matrix, scores in registers.
 //
-// Layout of the work: a "tile" is up to 64 consecutive rows of one sequence. Blocks have 128
-// threads, two per tile row: thread t owns row t/2 and the columns (keys, or feature dims) of
-// parity t%2. Rows are staged in shared memory as fp32 with a row stride of D+1 floats, so the 16
-// rows a warp touches at once fall in different banks.
-//   forward   block (query tile, head):   for each key tile <= causal limit: S = scale Q K^T, online
-//             softmax (running max m, sum l per row, O rescaled by exp(m_old - m_new)), O += P V.
-//   d_q       block (query tile, head):   for each key tile: P = exp(S - lse), dS = P (dO V^T - D),
-//             dQ += dS K; then d_q += scale dQ.
-//   d_k, d_v  block (key tile, kv head):  for each head of the group and each 32-row query tile at
-//             or after the key tile: the same P, dS (transposed), dV += P^T dO, dK += dS^T Q.
-// Plain and correct first; tensor cores (mma/wgmma) come later.
+// Matrix products use mma.sync.m16n8k16 (bf16 x bf16 -> fp32) fed by ldmatrix from shared
+// memory. Tiles of q/k/v/d_out rows are staged as bf16 in shared memory with a row stride of
+// Dp + 8 elements (Dp = D padded to 32, 64 or 128; the padding columns are zero): 8 rows read by
+// one ldmatrix phase then start in 8 different 16-byte bank groups, so there are no bank conflicts.
+// Rows are copied with cp.async (16 bytes) when D % 8 == 0 and the pointers are 16-byte aligned,
+// else element by element; the next key (or query) tile is fetched while the current one is used.
+//
+//   forward  block (query tile of 64 * kMT rows, head), 4 warps of 16 * kMT rows: for each key tile
+//            (64 keys, 32 for D = 128) up to the causal limit, S = Q K^T, online softmax in log2
+//            units (running max m and sum l per row), O = O * 2^(m_old - m_new) + P V;
+//            out = O / l, lse = (m + log2 l) ln 2.
+//   backward one launch, two kinds of blocks (heaviest first, so the short ones fill the tail):
+//            d_k/d_v block (key tile of 64, kv head), 4 warps of 16 keys: for each head of the
+//              group and each query tile of 64 from the key tile on, S^T = K Q^T, dP^T = V dO^T,
+//              P^T = 2^(S^T log2e scale - lse log2e), dS^T = P^T (dP^T - D), dV += P^T dO,
+//              dK += dS^T Q;
+//            d_q block (query tile of 64, head), 4 warps of 16 rows: for each key tile up to the
+//              causal limit, the same P and dS, dQ += dS K.
+//            Every d_k/d_v row is summed by one block and every d_q row by one block, in a fixed
+//            order: no atomics, the same bits on every run. D_i = d_out_i . out_i comes first.
+// Causal masks are applied only on tiles that cross the diagonal; rows past the end of a sequence
+// are zero in shared memory and never stored.
+//
+// Precision versus the fp32 reference: scores, softmax statistics, lse and every sum are fp32,
+// but P (forward and d_v) and dS (d_q, d_k) are rounded to bf16 to be mma operands, so each term of
+// those sums carries a relative error of at most 2^-8, half a bf16 ulp (the sums stay fp32; the
+// forward's l sums the unrounded P, so lse is as exact as before). The old fp32 kernels did not
+// round P or dS; tests/cuda/test_attention.cpp bounds the difference by 2^-8 sum_j |term_j|.
 #include <cmath>
+#include <cstring>
 
 #include "ops/cuda/attention.h"
 #include "ops/cuda/common.cuh"
@@ -22,13 +41,95 @@ namespace verl::ops::cuda {
 namespace {
 
 using detail::ceil_div;
+using bf16_t = __nv_bfloat16;
 
-constexpr int kThreads = 128;  // two threads per row of a 64-row tile
-constexpr int kTile = 64;      // query rows (forward, d_q) / key rows (d_k, d_v) per block
-constexpr int kKeyTile = 64;   // key rows per step (forward, d_q)
-constexpr int kQTile = 32;     // query rows per step (d_k, d_v)
+constexpr int kThreads = 128;  // 4 warps in every attention kernel
 constexpr int kMaxD = 128;
-constexpr float kNegInf = -INFINITY;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// ---- PTX wrappers ------------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, and register i of
+// lane l receives row l/4, columns 2(l%4), 2(l%4)+1 of matrix i (.trans: of its transpose).
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// c[16x8] += a[16x16] b[16x8]. With g = lane/4, t = lane%4: a holds rows (g, g+8) x columns
+// (2t, 2t+1, 2t+8, 2t+9), b holds k rows (2t, 2t+1, 2t+8, 2t+9) of column g, c holds rows
+// (g, g+8) x columns (2t, 2t+1) as c[0..1] (row g) and c[2..3] (row g+8).
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two fp32 -> one register of two bf16 (round to nearest even); lo is the lower column.
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  uint32_t u;
+  memcpy(&u, &v, sizeof(u));
+  return u;
+}
+
+// The A fragment (16 x 16, k = columns 16kk..16kk+15) of a product whose left operand is the
+// accumulator tile pair c0 (columns 0..7) and c1 (columns 8..15), rounded to bf16.
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c0)[4],
+                                         const float (&c1)[4]) {
+  a[0] = pack_bf16(c0[0], c0[1]);
+  a[1] = pack_bf16(c0[2], c0[3]);
+  a[2] = pack_bf16(c1[0], c1[1]);
+  a[3] = pack_bf16(c1[2], c1[3]);
+}
+
+// 2^x on the special function unit (relative error ~2^-22); 2^-inf = 0.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst),
+               "l"(__cvta_generic_to_global(src)));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Per-lane offsets (in elements, for a tile with row stride lds) of the three ldmatrix.x4 uses:
+//  a_off:  A operand, 16 rows x 16 k of a row-major [row][k] tile -> a[0..3].
+//  bn_off: B operand of 16 n x 16 k from a row-major [n][k] tile (B = tile^T): regs 0,1 are the
+//          b0,b1 of n 0..7 and regs 2,3 those of n 8..15.
+//  bt_off: B operand of 16 k x 16 n from a row-major [k][n] tile (.trans): same register order.
+struct LaneOffsets {
+  int a_off, bn_off, bt_off;
+  __device__ LaneOffsets(int lane, int lds) {
+    a_off = (lane & 15) * lds + (lane >> 4) * 8;
+    bn_off = ((lane & 7) + ((lane >> 4) << 3)) * lds + ((lane >> 3) & 1) * 8;
+    bt_off = ((lane & 7) + (((lane >> 3) & 1) << 3)) * lds + (lane >> 4) * 8;
+  }
+};
+
+// ---- Tiles -------------------------------------------------------------------------------------
 
 struct TileRef {
   int64_t s0;  // first token of the sequence
@@ -36,302 +137,700 @@ struct TileRef {
   int r0;      // first row of the tile inside the sequence
 };
 
-// Tile number t (counted over the sequences in order, ceil(L_b/rows) tiles each) -> its sequence
-// and first row. False when t is past the last tile (the grid is an upper bound).
-__device__ bool find_tile(const int32_t* cu_seqlens, int64_t B, int rows, int64_t t, TileRef& ref) {
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t s0 = cu_seqlens[b];
-    const int L = static_cast<int>(cu_seqlens[b + 1] - s0);
-    const int64_t n = (L + rows - 1) / rows;
-    if (t < n) {
-      ref = TileRef{s0, L, static_cast<int>(t * rows)};
-      return true;
+// Tile number t (sequences in order, ceil(L_b/rows) tiles each) -> its sequence and first row;
+// within a sequence the tiles are numbered from the last (heavy_last: causal rows cost more) or
+// from the first. Called by the whole block (the first warp scans cu_seqlens 32 sequences at a
+// time with a prefix sum); false, for every thread, when t is past the last tile.
+__device__ bool find_tile(const int32_t* cu_seqlens, int64_t B, int rows, int64_t t,
+                          bool heavy_last, TileRef& ref) {
+  __shared__ TileRef s_ref;
+  __shared__ int s_found;
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    int64_t before = 0;  // tiles of the sequences already scanned
+    bool found = false;
+    for (int64_t b0 = 0; b0 < B && !found; b0 += 32) {
+      const int64_t b = b0 + lane;
+      int64_t s0 = 0;
+      int L = 0, n = 0;
+      if (b < B) {
+        s0 = cu_seqlens[b];
+        L = static_cast<int>(cu_seqlens[b + 1] - s0);
+        n = (L + rows - 1) / rows;
+      }
+      int incl = n;  // inclusive prefix sum of n over the lanes
+      for (int off = 1; off < 32; off <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= off) incl += y;
+      }
+      const int total = __shfl_sync(0xffffffffu, incl, 31);
+      if (t < before + total) {
+        const int64_t first = before + incl - n;
+        if (t >= first && t < first + n) {  // exactly one lane
+          const int k = static_cast<int>(t - first);
+          s_ref = TileRef{s0, L, (heavy_last ? n - 1 - k : k) * rows};
+        }
+        found = true;
+      }
+      before += total;
     }
-    t -= n;
+    if (lane == 0) s_found = found ? 1 : 0;
   }
-  return false;
+  __syncthreads();
+  ref = s_ref;
+  return s_found != 0;
 }
 
-// dst[r*ld + d] = src[r*stride + d] for r < valid, 0 for valid <= r < rows (d < D).
-__device__ void load_rows(float* dst, int ld, const __nv_bfloat16* src, int64_t stride, int rows,
-                          int valid, int D) {
-  for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
-    const int r = e / D, d = e - r * D;
-    dst[r * ld + d] = r < valid ? __bfloat162float(src[r * stride + d]) : 0.0f;
+// Stages kRows rows (row r at src + r * stride, D elements) into dst [kRows][Dp + 8] bf16; rows
+// >= valid and columns >= D become zero. vec: 16-byte cp.async (D % 8 == 0, 16-byte aligned
+// pointers; the caller commits and waits), else plain element copies.
+template <int Dp, int kRows>
+__device__ __forceinline__ void stage_rows(bf16_t* dst, const bf16_t* src, int64_t stride,
+                                           int valid, int D, bool vec) {
+  constexpr int kLds = Dp + 8;
+  if (vec) {
+    constexpr int kChunks = Dp / 8;
+    constexpr int kIters = (kRows * kChunks + kThreads - 1) / kThreads;
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int e = it * kThreads + threadIdx.x;
+      if (kRows * kChunks % kThreads == 0 || e < kRows * kChunks) {
+        const int r = e / kChunks, c = (e % kChunks) * 8;
+        bf16_t* d = dst + r * kLds + c;
+        if (r < valid && c < D) {
+          cp_async_16(smem_u32(d), src + r * stride + c);
+        } else {
+          *reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u);
+        }
+      }
+    }
+  } else {
+    for (int e = threadIdx.x; e < kRows * Dp; e += kThreads) {
+      const int r = e / Dp, c = e % Dp;
+      dst[r * kLds + c] = (r < valid && c < D) ? src[r * stride + c] : __float2bfloat16_rn(0.0f);
+    }
   }
 }
 
-__device__ void zero_rows(float* dst, int ld, int rows, int D) {
-  for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
-    const int r = e / D, d = e - r * D;
-    dst[r * ld + d] = 0.0f;
-  }
-}
+// ---- Forward -----------------------------------------------------------------------------------
 
-__device__ __forceinline__ float dot_smem(const float* a, const float* b, int D) {
-  float s = 0.0f;
-  for (int d = 0; d < D; ++d) s += a[d] * b[d];
-  return s;
-}
+struct FwdArgs {
+  bf16_t* out;
+  float* lse;
+  const bf16_t* q;
+  const bf16_t* k;
+  const bf16_t* v;
+  const int32_t* cu_seqlens;
+  int64_t B;
+  int H, Hkv, D;
+  float scale_log2;  // scale * log2(e): scores in log2 units
+  bool vec;          // 16-byte staging of q, k, v
+  bool out_pairs;    // bf16x2 stores of out (D even, out 4-byte aligned)
+};
 
-size_t forward_smem(int D) {
-  const int ld = D + 1;
-  return sizeof(float) * (size_t(kTile) * ld * 2 + size_t(kKeyTile) * ld * 2 +
-                          size_t(kTile) * (kKeyTile + 1));
-}
+template <int Dp, int kMT, int kKeys>
+struct FwdTile {
+  static constexpr int kWarpRows = 16 * kMT;  // query rows per warp
+  static constexpr int kBM = 4 * kWarpRows;   // query rows per block
+  static constexpr int kBN = kKeys;           // keys per step
+  static constexpr int kLds = Dp + 8;
+  // sQ [kBM], sK [2][kBN], sV [2][kBN] rows.
+  static constexpr size_t kSmem = sizeof(bf16_t) * kLds * (kBM + 4 * kBN);
+};
 
-// smem: sQ[kTile][ld], sO[kTile][ld], sK[kKeyTile][ld], sV[kKeyTile][ld], sS[kTile][kKeyTile+1].
-__global__ void __launch_bounds__(kThreads)
-    attention_forward_kernel(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q,
-                             const __nv_bfloat16* k, const __nv_bfloat16* v,
-                             const int32_t* cu_seqlens, int64_t B, int H, int Hkv, int D,
-                             float scale) {
-  extern __shared__ float smem[];
+template <int Dp, int kMT, int kKeys, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) attention_forward_kernel(const FwdArgs a) {
+  using Cfg = FwdTile<Dp, kMT, kKeys>;
+  constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kLds = Cfg::kLds, kWarpRows = Cfg::kWarpRows;
+  constexpr int kNT = kBN / 8, kDT = Dp / 8;  // 8-column accumulator tiles: keys, dims
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16_t* sQ = reinterpret_cast<bf16_t*>(smem_raw);
+  bf16_t* sK = sQ + kBM * kLds;
+  bf16_t* sV = sK + 2 * kBN * kLds;
+
+  const int h = static_cast<int>(blockIdx.x % a.H);
   TileRef tl;
-  if (!find_tile(cu_seqlens, B, kTile, blockIdx.x, tl)) return;
-  const int h = blockIdx.y, g = h / (H / Hkv);
-  const int ld = D + 1, lds = kKeyTile + 1;
-  float* sQ = smem;
-  float* sO = sQ + kTile * ld;
-  float* sK = sO + kTile * ld;
-  float* sV = sK + kKeyTile * ld;
-  float* sS = sV + kKeyTile * ld;
-  const int64_t qs = int64_t(H) * D, ks = int64_t(Hkv) * D;
+  if (!find_tile(a.cu_seqlens, a.B, kBM, blockIdx.x / a.H, true, tl)) return;
+  const int g = h / (a.H / a.Hkv);
+  const int64_t qs = int64_t(a.H) * a.D, ks = int64_t(a.Hkv) * a.D;
+  const int kend = min(tl.L, tl.r0 + kBM);  // keys some row of the tile sees
+  const int nkt = (kend + kBN - 1) / kBN;
+  const bf16_t* kg = a.k + tl.s0 * ks + int64_t(g) * a.D;
+  const bf16_t* vg = a.v + tl.s0 * ks + int64_t(g) * a.D;
 
-  const int nq = min(kTile, tl.L - tl.r0);
-  load_rows(sQ, ld, q + (tl.s0 + tl.r0) * qs + int64_t(h) * D, qs, kTile, nq, D);
-  zero_rows(sO, ld, kTile, D);
+  stage_rows<Dp, kBM>(sQ, a.q + (tl.s0 + tl.r0) * qs + int64_t(h) * a.D, qs, min(kBM, tl.L - tl.r0),
+                      a.D, a.vec);
+  stage_rows<Dp, kBN>(sK, kg, ks, min(kBN, kend), a.D, a.vec);
+  stage_rows<Dp, kBN>(sV, vg, ks, min(kBN, kend), a.D, a.vec);
+  cp_async_commit();
 
-  const int r = threadIdx.x >> 1, half = threadIdx.x & 1;
-  const int i = tl.r0 + r;  // query position in the sequence
-  const bool row_ok = r < nq;
-  float* Sr = sS + r * lds;
-  float* Or = sO + r * ld;
-  const float* Qr = sQ + r * ld;
-  float m = kNegInf, l = 0.0f;
-  const int kend = min(tl.L, tl.r0 + kTile);  // keys any row of this tile can see
-  for (int j0 = 0; j0 < kend; j0 += kKeyTile) {
-    const int nk = min(kKeyTile, kend - j0);
-    __syncthreads();  // everyone is done with the previous K, V tile
-    load_rows(sK, ld, k + (tl.s0 + j0) * ks + int64_t(g) * D, ks, kKeyTile, nk, D);
-    load_rows(sV, ld, v + (tl.s0 + j0) * ks + int64_t(g) * D, ks, kKeyTile, nk, D);
-    __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int gr = lane >> 2, tc = lane & 3;
+  const int wr0 = tl.r0 + warp * kWarpRows;  // first query row of this warp (in the sequence)
+  const int wlast = wr0 + kWarpRows - 1;
+  const bool live = wr0 < tl.L;
+  const LaneOffsets lo(lane, kLds);
+  const uint32_t q_addr = smem_u32(sQ + warp * kWarpRows * kLds + lo.a_off);
+  const uint32_t k_addr = smem_u32(sK + lo.bn_off), v_addr = smem_u32(sV + lo.bt_off);
+  constexpr uint32_t kBufBytes = sizeof(bf16_t) * kBN * kLds;
 
-    float tmax = kNegInf;
-    for (int jj = half; jj < kKeyTile; jj += 2) {
-      float s = kNegInf;
-      if (row_ok && jj < nk && j0 + jj <= i) s = scale * dot_smem(Qr, sK + jj * ld, D);
-      Sr[jj] = s;
-      tmax = fmaxf(tmax, s);
-    }
-    tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
-    const float m_new = fmaxf(m, tmax);
-    // m_new = -inf only for a row with nothing visible yet (padding rows): keep everything 0.
-    const float alpha = m_new == kNegInf ? 1.0f : expf(m - m_new);
-    float psum = 0.0f;
-    for (int jj = half; jj < kKeyTile; jj += 2) {
-      const float s = Sr[jj];
-      const float p = s == kNegInf ? 0.0f : expf(s - m_new);
-      Sr[jj] = p;
-      psum += p;
-    }
-    psum += __shfl_xor_sync(0xffffffffu, psum, 1);
-    l = l * alpha + psum;
-    m = m_new;
-    __syncwarp();  // the row's P was written by this thread and its partner (same warp)
-    for (int d = half; d < D; d += 2) {
-      float acc = Or[d] * alpha;
-      for (int jj = 0; jj < nk; ++jj) acc += Sr[jj] * sV[jj * ld + d];
-      Or[d] = acc;
-    }
+  float o[kMT][kDT][4];
+  float m_run[kMT][2], l_run[kMT][2];  // per row g / g+8: running max (log2 units), partial sum
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt)
+      o[mt][dt][0] = o[mt][dt][1] = o[mt][dt][2] = o[mt][dt][3] = 0.0f;
+    m_run[mt][0] = m_run[mt][1] = -INFINITY;
+    l_run[mt][0] = l_run[mt][1] = 0.0f;
   }
-  if (row_ok) {
-    const float inv_l = 1.0f / l;
-    __nv_bfloat16* o = out + (tl.s0 + i) * qs + int64_t(h) * D;
-    for (int d = half; d < D; d += 2) o[d] = __float2bfloat16_rn(Or[d] * inv_l);
-    if (lse != nullptr && half == 0) lse[(tl.s0 + i) * H + h] = m + logf(l);
+
+  for (int j = 0; j < nkt; ++j) {
+    if (j + 1 < nkt) {  // prefetch the next key tile into the other buffer
+      const int j0 = (j + 1) * kBN, buf = (j + 1) & 1;
+      stage_rows<Dp, kBN>(sK + buf * kBN * kLds, kg + j0 * ks, ks, min(kBN, kend - j0), a.D, a.vec);
+      stage_rows<Dp, kBN>(sV + buf * kBN * kLds, vg + j0 * ks, ks, min(kBN, kend - j0), a.D, a.vec);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int key0 = j * kBN;
+    if (live && key0 <= wlast) {  // warp-uniform: a warp above the diagonal skips the tile
+      const uint32_t kb = k_addr + (j & 1) * kBufBytes, vb = v_addr + (j & 1) * kBufBytes;
+      const int kvis = min(kBN, wlast - key0 + 1);  // keys of the tile some row of the warp sees
+
+      float s[kMT][kNT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+          s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < Dp / 16; ++kk) {
+        uint32_t qa[kMT][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) ldsm_x4(qa[mt], q_addr + 2 * (mt * 16 * kLds + kk * 16));
+#pragma unroll
+        for (int np = 0; np < kBN / 16; ++np) {
+          if (np * 16 < kvis) {
+            uint32_t kf[4];
+            ldsm_x4(kf, kb + 2 * (np * 16 * kLds + kk * 16));
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+              mma_bf16(s[mt][2 * np], qa[mt], kf[0], kf[1]);
+              mma_bf16(s[mt][2 * np + 1], qa[mt], kf[2], kf[3]);
+            }
+          }
+        }
+      }
+
+      // Scores to log2 units, the causal mask where the tile crosses the diagonal (it also
+      // covers keys past the sequence end and the n-tiles skipped above), online softmax.
+      const bool diag = key0 + kBN - 1 > wr0;
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          const int row = wr0 + mt * 16 + gr + 8 * hf;
+          float mx = -INFINITY;
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              float& x = s[mt][nt][2 * hf + e];
+              const int key = key0 + nt * 8 + 2 * tc + e;
+              x = (diag && key > row) ? -INFINITY : x * a.scale_log2;
+              mx = fmaxf(mx, x);
+            }
+          }
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_new = fmaxf(m_run[mt][hf], mx);
+          // Every row sees key 0 in the first tile, so m_new is finite; the guard keeps a row
+          // with nothing visible at zeros instead of NaN.
+          const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+          const float alpha = exp2_approx(m_run[mt][hf] - m_use);
+          float sum = 0.0f;
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              float& x = s[mt][nt][2 * hf + e];
+              x = exp2_approx(x - m_use);
+              sum += x;
+            }
+          }
+          l_run[mt][hf] = l_run[mt][hf] * alpha + sum;
+          m_run[mt][hf] = m_new;
+#pragma unroll
+          for (int dt = 0; dt < kDT; ++dt) {
+            o[mt][dt][2 * hf] *= alpha;
+            o[mt][dt][2 * hf + 1] *= alpha;
+          }
+        }
+      }
+
+      // O += P V (P rounded to bf16), skipping 16-key steps no row of the warp sees.
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+        if (kk * 16 < kvis) {
+          uint32_t pa[kMT][4];
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) acc_to_a(pa[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
+#pragma unroll
+          for (int np = 0; np < Dp / 16; ++np) {
+            uint32_t vf[4];
+            ldsm_x4_trans(vf, vb + 2 * (kk * 16 * kLds + np * 16));
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+              mma_bf16(o[mt][2 * np], pa[mt], vf[0], vf[1]);
+              mma_bf16(o[mt][2 * np + 1], pa[mt], vf[2], vf[3]);
+            }
+          }
+        }
+      }
+    }
+    __syncthreads();  // the buffer just read is the next prefetch's target
+  }
+
+  if (!live) return;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float l = l_run[mt][hf];  // the row's sum over the four lanes that share it
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int row = wr0 + mt * 16 + gr + 8 * hf;
+      if (row >= tl.L) continue;
+      const float inv_l = 1.0f / l;
+      bf16_t* orow = a.out + (tl.s0 + row) * qs + int64_t(h) * a.D;
+#pragma unroll
+      for (int dt = 0; dt < kDT; ++dt) {
+        const int col = dt * 8 + 2 * tc;
+        const float x0 = o[mt][dt][2 * hf] * inv_l, x1 = o[mt][dt][2 * hf + 1] * inv_l;
+        if (a.out_pairs) {
+          if (col < a.D)
+            *reinterpret_cast<__nv_bfloat162*>(orow + col) = __floats2bfloat162_rn(x0, x1);
+        } else {
+          if (col < a.D) orow[col] = __float2bfloat16_rn(x0);
+          if (col + 1 < a.D) orow[col + 1] = __float2bfloat16_rn(x1);
+        }
+      }
+      if (a.lse != nullptr && tc == 0) {
+        a.lse[(tl.s0 + row) * a.H + h] = (m_run[mt][hf] + log2f(l)) * kLn2;
+      }
+    }
   }
 }
 
-// Dbuf[t*H + h] = d_out[t,h,:] . out[t,h,:]: one warp per row.
-__global__ void attention_rowdot_kernel(float* Dbuf, const __nv_bfloat16* d_out,
-                                        const __nv_bfloat16* out, int64_t rows, int D) {
-  const int lane = threadIdx.x & 31;
+// ---- Backward ----------------------------------------------------------------------------------
+
+// Dbuf[r] = d_out[r,:] . out[r,:] for the T*H rows of D elements: 16 lanes per row, two rows per
+// warp, fixed reduction tree. vec: 16-byte loads (D % 8 == 0, 16-byte aligned pointers).
+__global__ void attention_rowdot_kernel(float* Dbuf, const bf16_t* d_out, const bf16_t* out,
+                                        int64_t rows, int D, bool vec) {
+  const int lane = threadIdx.x & 31, sub = lane & 15;
   const int64_t warps = int64_t(gridDim.x) * (blockDim.x >> 5);
-  for (int64_t row = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); row < rows;
-       row += warps) {
+  for (int64_t w = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); 2 * w < rows;
+       w += warps) {
+    const int64_t row = 2 * w + (lane >> 4);
     float s = 0.0f;
-    for (int d = lane; d < D; d += 32) {
-      s += __bfloat162float(d_out[row * D + d]) * __bfloat162float(out[row * D + d]);
-    }
-    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-    if (lane == 0) Dbuf[row] = s;
-  }
-}
-
-size_t dq_smem(int D) {
-  const int ld = D + 1;
-  return sizeof(float) * (size_t(kTile) * ld * 3 + size_t(kKeyTile) * ld * 2 +
-                          size_t(kTile) * (kKeyTile + 1));
-}
-
-// smem: sQ, sdO, sdQ [kTile][ld], sK, sV [kKeyTile][ld], sS [kTile][kKeyTile+1] (holds dS).
-__global__ void __launch_bounds__(kThreads)
-    attention_dq_kernel(float* d_q, const __nv_bfloat16* d_out, const __nv_bfloat16* q,
-                        const __nv_bfloat16* k, const __nv_bfloat16* v, const float* lse,
-                        const float* Dbuf, const int32_t* cu_seqlens, int64_t B, int H, int Hkv,
-                        int D, float scale) {
-  extern __shared__ float smem[];
-  TileRef tl;
-  if (!find_tile(cu_seqlens, B, kTile, blockIdx.x, tl)) return;
-  const int h = blockIdx.y, g = h / (H / Hkv);
-  const int ld = D + 1, lds = kKeyTile + 1;
-  float* sQ = smem;
-  float* sdO = sQ + kTile * ld;
-  float* sdQ = sdO + kTile * ld;
-  float* sK = sdQ + kTile * ld;
-  float* sV = sK + kKeyTile * ld;
-  float* sS = sV + kKeyTile * ld;
-  const int64_t qs = int64_t(H) * D, ks = int64_t(Hkv) * D;
-
-  const int nq = min(kTile, tl.L - tl.r0);
-  const int64_t qoff = (tl.s0 + tl.r0) * qs + int64_t(h) * D;
-  load_rows(sQ, ld, q + qoff, qs, kTile, nq, D);
-  load_rows(sdO, ld, d_out + qoff, qs, kTile, nq, D);
-  zero_rows(sdQ, ld, kTile, D);
-
-  const int r = threadIdx.x >> 1, half = threadIdx.x & 1;
-  const int i = tl.r0 + r;
-  const bool row_ok = r < nq;
-  const float lse_i = row_ok ? lse[(tl.s0 + i) * H + h] : 0.0f;
-  const float D_i = row_ok ? Dbuf[(tl.s0 + i) * H + h] : 0.0f;
-  float* Sr = sS + r * lds;
-  float* dQr = sdQ + r * ld;
-  const float* Qr = sQ + r * ld;
-  const float* dOr = sdO + r * ld;
-  const int kend = min(tl.L, tl.r0 + kTile);
-  for (int j0 = 0; j0 < kend; j0 += kKeyTile) {
-    const int nk = min(kKeyTile, kend - j0);
-    __syncthreads();
-    load_rows(sK, ld, k + (tl.s0 + j0) * ks + int64_t(g) * D, ks, kKeyTile, nk, D);
-    load_rows(sV, ld, v + (tl.s0 + j0) * ks + int64_t(g) * D, ks, kKeyTile, nk, D);
-    __syncthreads();
-    for (int jj = half; jj < kKeyTile; jj += 2) {
-      float ds = 0.0f;
-      if (row_ok && jj < nk && j0 + jj <= i) {
-        const float p = expf(scale * dot_smem(Qr, sK + jj * ld, D) - lse_i);
-        ds = p * (dot_smem(dOr, sV + jj * ld, D) - D_i);
-      }
-      Sr[jj] = ds;
-    }
-    __syncwarp();
-    for (int d = half; d < D; d += 2) {
-      float acc = dQr[d];
-      for (int jj = 0; jj < nk; ++jj) acc += Sr[jj] * sK[jj * ld + d];
-      dQr[d] = acc;
-    }
-  }
-  if (row_ok) {
-    float* o = d_q + (tl.s0 + i) * qs + int64_t(h) * D;
-    for (int d = half; d < D; d += 2) o[d] += scale * dQr[d];
-  }
-}
-
-size_t dkdv_smem(int D) {
-  const int ld = D + 1;
-  return sizeof(float) * (size_t(kTile) * ld * 4 + size_t(kQTile) * ld * 2 +
-                          size_t(kTile) * (kQTile + 1) * 2 + size_t(kQTile) * 2);
-}
-
-// smem: sK, sV, sdK, sdV [kTile][ld], sQ, sdO [kQTile][ld], sP, sdS [kTile][kQTile+1],
-// sLse, sD [kQTile].
-__global__ void __launch_bounds__(kThreads)
-    attention_dkdv_kernel(float* d_k, float* d_v, const __nv_bfloat16* d_out,
-                          const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                          const float* lse, const float* Dbuf, const int32_t* cu_seqlens,
-                          int64_t B, int H, int Hkv, int D, float scale) {
-  extern __shared__ float smem[];
-  TileRef tl;
-  if (!find_tile(cu_seqlens, B, kTile, blockIdx.x, tl)) return;
-  const int g = blockIdx.y, rep = H / Hkv;
-  const int ld = D + 1, ldp = kQTile + 1;
-  float* sK = smem;
-  float* sV = sK + kTile * ld;
-  float* sdK = sV + kTile * ld;
-  float* sdV = sdK + kTile * ld;
-  float* sQ = sdV + kTile * ld;
-  float* sdO = sQ + kQTile * ld;
-  float* sP = sdO + kQTile * ld;
-  float* sdS = sP + kTile * ldp;
-  float* sLse = sdS + kTile * ldp;
-  float* sD = sLse + kQTile;
-  const int64_t qs = int64_t(H) * D, ks = int64_t(Hkv) * D;
-
-  const int nk = min(kTile, tl.L - tl.r0);
-  const int64_t koff = (tl.s0 + tl.r0) * ks + int64_t(g) * D;
-  load_rows(sK, ld, k + koff, ks, kTile, nk, D);
-  load_rows(sV, ld, v + koff, ks, kTile, nk, D);
-  zero_rows(sdK, ld, kTile, D);
-  zero_rows(sdV, ld, kTile, D);
-
-  const int c = threadIdx.x >> 1, half = threadIdx.x & 1;
-  const int j = tl.r0 + c;  // key position in the sequence
-  const bool col_ok = c < nk;
-  const float* Kc = sK + c * ld;
-  const float* Vc = sV + c * ld;
-  float* Pc = sP + c * ldp;
-  float* dSc = sdS + c * ldp;
-  float* dKc = sdK + c * ld;
-  float* dVc = sdV + c * ld;
-  for (int h = g * rep; h < (g + 1) * rep; ++h) {
-    // Queries i >= j only: the first query tile starts at the key tile (both 32-aligned).
-    for (int i0 = tl.r0; i0 < tl.L; i0 += kQTile) {
-      const int nq = min(kQTile, tl.L - i0);
-      __syncthreads();
-      const int64_t qoff = (tl.s0 + i0) * qs + int64_t(h) * D;
-      load_rows(sQ, ld, q + qoff, qs, kQTile, nq, D);
-      load_rows(sdO, ld, d_out + qoff, qs, kQTile, nq, D);
-      if (threadIdx.x < kQTile) {
-        const int ii = threadIdx.x;
-        sLse[ii] = ii < nq ? lse[(tl.s0 + i0 + ii) * H + h] : 0.0f;
-        sD[ii] = ii < nq ? Dbuf[(tl.s0 + i0 + ii) * H + h] : 0.0f;
-      }
-      __syncthreads();
-      for (int ii = half; ii < kQTile; ii += 2) {
-        float p = 0.0f, ds = 0.0f;
-        if (col_ok && ii < nq && i0 + ii >= j) {
-          p = expf(scale * dot_smem(sQ + ii * ld, Kc, D) - sLse[ii]);
-          ds = p * (dot_smem(sdO + ii * ld, Vc, D) - sD[ii]);
+    if (row < rows) {
+      const bf16_t* x = d_out + row * D;
+      const bf16_t* y = out + row * D;
+      if (vec) {
+        const int c = sub * 8;
+        if (c < D) {
+          const uint4 xv = *reinterpret_cast<const uint4*>(x + c);
+          const uint4 yv = *reinterpret_cast<const uint4*>(y + c);
+          __nv_bfloat162 x2[4], y2[4];
+          memcpy(x2, &xv, sizeof(xv));
+          memcpy(y2, &yv, sizeof(yv));
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float2 xf = __bfloat1622float2(x2[i]), yf = __bfloat1622float2(y2[i]);
+            s += xf.x * yf.x + xf.y * yf.y;
+          }
         }
-        Pc[ii] = p;
-        dSc[ii] = ds;
-      }
-      __syncwarp();
-      for (int d = half; d < D; d += 2) {
-        float av = dVc[d], ak = dKc[d];
-        for (int ii = 0; ii < nq; ++ii) {
-          av += Pc[ii] * sdO[ii * ld + d];
-          ak += dSc[ii] * sQ[ii * ld + d];
-        }
-        dVc[d] = av;
-        dKc[d] = ak;
+      } else {
+        for (int d = sub; d < D; d += 16) s += __bfloat162float(x[d]) * __bfloat162float(y[d]);
       }
     }
+    for (int off = 8; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    if (row < rows && sub == 0) Dbuf[row] = s;
   }
-  if (col_ok) {
-    const int64_t off = (tl.s0 + j) * ks + int64_t(g) * D;
-    for (int d = half; d < D; d += 2) {
-      if (d_k != nullptr) d_k[off + d] += scale * dKc[d];
-      if (d_v != nullptr) d_v[off + d] += dVc[d];
+}
+
+struct BwdArgs {
+  float* d_q;
+  float* d_k;
+  float* d_v;
+  const bf16_t* d_out;
+  const bf16_t* q;
+  const bf16_t* k;
+  const bf16_t* v;
+  const float* lse;
+  const float* Dbuf;
+  const int32_t* cu_seqlens;
+  int64_t B;
+  int H, Hkv, D;
+  float scale, scale_log2;
+  bool vec;               // 16-byte staging of q, k, v, d_out
+  int64_t n_dkdv_blocks;  // blocks [0, n) compute d_k/d_v, the rest d_q
+};
+
+// Both block kinds: 64 own rows (keys, or queries) x 2 operands, and 64 streamed rows x 2 operands
+// double-buffered; the d_k/d_v blocks also stage lse (log2 units) and D of their 64 queries.
+template <int Dp, int kSubQ>
+struct BwdTile {
+  static constexpr int kRows = 64;
+  static constexpr int kLds = Dp + 8;
+  static constexpr size_t kTileElems = size_t(kRows) * kLds;
+  static constexpr size_t kSmem = sizeof(bf16_t) * 6 * kTileElems + sizeof(float) * 4 * kRows;
+  // d_k/d_v: queries per register sub-block (S^T and dP^T of 16 keys x kSub queries per warp).
+  static constexpr int kSub = kSubQ;
+};
+
+// d_k/d_v for the 64 keys of tile `tile_kv` (tile index * Hkv + kv head).
+template <int Dp, int kSubQ>
+__device__ __forceinline__ void dkdv_block(const BwdArgs& a, int64_t tile_kv, unsigned char* smem) {
+  using Cfg = BwdTile<Dp, kSubQ>;
+  constexpr int kRows = Cfg::kRows, kLds = Cfg::kLds, kSub = Cfg::kSub;
+  constexpr int kDT = Dp / 8, kNT = kSub / 8;
+  bf16_t* sK = reinterpret_cast<bf16_t*>(smem);
+  bf16_t* sV = sK + Cfg::kTileElems;
+  bf16_t* sQ = sV + Cfg::kTileElems;                                // [2]
+  bf16_t* sdO = sQ + 2 * Cfg::kTileElems;                           // [2]
+  float* sL = reinterpret_cast<float*>(sdO + 2 * Cfg::kTileElems);  // [2][kRows] lse * log2(e)
+  float* sDi = sL + 2 * kRows;                                      // [2][kRows] D
+
+  const int g = static_cast<int>(tile_kv % a.Hkv);
+  TileRef tl;
+  if (!find_tile(a.cu_seqlens, a.B, kRows, tile_kv / a.Hkv, false, tl)) return;
+  const int rep = a.H / a.Hkv;
+  const int64_t qs = int64_t(a.H) * a.D, ks = int64_t(a.Hkv) * a.D;
+  const int64_t koff = (tl.s0 + tl.r0) * ks + int64_t(g) * a.D;
+  stage_rows<Dp, kRows>(sK, a.k + koff, ks, min(kRows, tl.L - tl.r0), a.D, a.vec);
+  stage_rows<Dp, kRows>(sV, a.v + koff, ks, min(kRows, tl.L - tl.r0), a.D, a.vec);
+
+  // Steps: (head of the group, query tile from the key tile on); queries before r0 see no key here.
+  const int nqt = (tl.L - tl.r0 + kRows - 1) / kRows;
+  const int steps = rep * nqt;
+  auto stage_step = [&](int it, int buf) {
+    const int h = g * rep + it / nqt, i0 = tl.r0 + (it % nqt) * kRows;
+    const int nq = min(kRows, tl.L - i0);
+    const int64_t off = (tl.s0 + i0) * qs + int64_t(h) * a.D;
+    stage_rows<Dp, kRows>(sQ + buf * Cfg::kTileElems, a.q + off, qs, nq, a.D, a.vec);
+    stage_rows<Dp, kRows>(sdO + buf * Cfg::kTileElems, a.d_out + off, qs, nq, a.D, a.vec);
+    if (threadIdx.x < kRows) {
+      const int r = threadIdx.x;
+      // A query past the end gets lse = +inf, so its P (and dS) is exactly 0.
+      float l2 = INFINITY, di = 0.0f;
+      if (r < nq) {
+        const int64_t idx = (tl.s0 + i0 + r) * a.H + h;
+        l2 = a.lse[idx] * kLog2e;
+        di = a.Dbuf[idx];
+      }
+      sL[buf * kRows + r] = l2;
+      sDi[buf * kRows + r] = di;
+    }
+  };
+  stage_step(0, 0);
+  cp_async_commit();
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int gr = lane >> 2, tc = lane & 3;
+  const int wk0 = tl.r0 + warp * 16;  // first key of this warp (in the sequence)
+  const bool live = wk0 < tl.L;
+  const LaneOffsets lo(lane, kLds);
+  const uint32_t k_addr = smem_u32(sK + warp * 16 * kLds + lo.a_off);
+  const uint32_t v_addr = smem_u32(sV + warp * 16 * kLds + lo.a_off);
+  const uint32_t qn_addr = smem_u32(sQ + lo.bn_off), qt_addr = smem_u32(sQ + lo.bt_off);
+  const uint32_t on_addr = smem_u32(sdO + lo.bn_off), ot_addr = smem_u32(sdO + lo.bt_off);
+  constexpr uint32_t kBufBytes = sizeof(bf16_t) * Cfg::kTileElems;
+
+  float dk[kDT][4], dv[kDT][4];
+#pragma unroll
+  for (int dt = 0; dt < kDT; ++dt) {
+    dk[dt][0] = dk[dt][1] = dk[dt][2] = dk[dt][3] = 0.0f;
+    dv[dt][0] = dv[dt][1] = dv[dt][2] = dv[dt][3] = 0.0f;
+  }
+
+  for (int it = 0; it < steps; ++it) {
+    const int buf = it & 1;
+    if (it + 1 < steps) {
+      stage_step(it + 1, buf ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int i0 = tl.r0 + (it % nqt) * kRows;
+    if (live) {
+      const uint32_t boff = buf * kBufBytes;
+      const float* lrow = sL + buf * kRows;
+      const float* drow = sDi + buf * kRows;
+#pragma unroll
+      for (int sb = 0; sb < kRows / kSub; ++sb) {
+        const int q0 = i0 + sb * kSub;                    // first query of the sub-block
+        if (q0 + kSub - 1 < wk0 || q0 >= tl.L) continue;  // all pairs masked / no queries
+
+        float st[kNT][4], dpt[kNT][4];  // S^T, dP^T: rows = the warp's 16 keys, cols = queries
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          st[nt][0] = st[nt][1] = st[nt][2] = st[nt][3] = 0.0f;
+          dpt[nt][0] = dpt[nt][1] = dpt[nt][2] = dpt[nt][3] = 0.0f;
+        }
+#pragma unroll
+        for (int kk = 0; kk < Dp / 16; ++kk) {
+          uint32_t ka[4], va[4];
+          ldsm_x4(ka, k_addr + 2 * kk * 16);
+          ldsm_x4(va, v_addr + 2 * kk * 16);
+#pragma unroll
+          for (int np = 0; np < kSub / 16; ++np) {
+            const uint32_t off = boff + 2 * ((sb * kSub + np * 16) * kLds + kk * 16);
+            uint32_t qf[4], of[4];
+            ldsm_x4(qf, qn_addr + off);
+            mma_bf16(st[2 * np], ka, qf[0], qf[1]);
+            mma_bf16(st[2 * np + 1], ka, qf[2], qf[3]);
+            ldsm_x4(of, on_addr + off);
+            mma_bf16(dpt[2 * np], va, of[0], of[1]);
+            mma_bf16(dpt[2 * np + 1], va, of[2], of[3]);
+          }
+        }
+
+        // P^T = 2^(S^T scale log2e - lse log2e), masked where query < key; dS^T = P^T (dP^T - D).
+        const bool diag = q0 < wk0 + 15;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int qc = sb * kSub + nt * 8 + 2 * tc + e;  // query inside the staged tile
+            const float l2 = lrow[qc], di = drow[qc];
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+              const int key = wk0 + gr + 8 * hf;
+              float p = exp2_approx(st[nt][2 * hf + e] * a.scale_log2 - l2);
+              if (diag && i0 + qc < key) p = 0.0f;
+              st[nt][2 * hf + e] = p;
+              dpt[nt][2 * hf + e] = p * (dpt[nt][2 * hf + e] - di);
+            }
+          }
+        }
+
+        // dV += P^T dO, dK += dS^T Q over the sub-block's queries (P, dS rounded to bf16).
+#pragma unroll
+        for (int kk = 0; kk < kSub / 16; ++kk) {
+          uint32_t pa[4], sa[4];
+          acc_to_a(pa, st[2 * kk], st[2 * kk + 1]);
+          acc_to_a(sa, dpt[2 * kk], dpt[2 * kk + 1]);
+#pragma unroll
+          for (int np = 0; np < Dp / 16; ++np) {
+            const uint32_t off = boff + 2 * ((sb * kSub + kk * 16) * kLds + np * 16);
+            uint32_t of[4], qf[4];
+            ldsm_x4_trans(of, ot_addr + off);
+            mma_bf16(dv[2 * np], pa, of[0], of[1]);
+            mma_bf16(dv[2 * np + 1], pa, of[2], of[3]);
+            ldsm_x4_trans(qf, qt_addr + off);
+            mma_bf16(dk[2 * np], sa, qf[0], qf[1]);
+            mma_bf16(dk[2 * np + 1], sa, qf[2], qf[3]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // the buffer just read is the next prefetch's target
+  }
+
+  if (!live) return;
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int key = wk0 + gr + 8 * hf;
+    if (key >= tl.L) continue;
+    const int64_t off = (tl.s0 + key) * ks + int64_t(g) * a.D;
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = dt * 8 + 2 * tc + e;
+        if (col < a.D) {
+          if (a.d_k != nullptr) a.d_k[off + col] += a.scale * dk[dt][2 * hf + e];
+          if (a.d_v != nullptr) a.d_v[off + col] += dv[dt][2 * hf + e];
+        }
+      }
     }
   }
 }
+
+// d_q for the 64 queries of tile `tile_h` (tile index * H + head).
+template <int Dp, int kSubQ>
+__device__ __forceinline__ void dq_block(const BwdArgs& a, int64_t tile_h, unsigned char* smem) {
+  using Cfg = BwdTile<Dp, kSubQ>;
+  constexpr int kRows = Cfg::kRows, kLds = Cfg::kLds;
+  constexpr int kDT = Dp / 8, kNT = kRows / 8;
+  bf16_t* sQ = reinterpret_cast<bf16_t*>(smem);
+  bf16_t* sdO = sQ + Cfg::kTileElems;
+  bf16_t* sK = sdO + Cfg::kTileElems;     // [2]
+  bf16_t* sV = sK + 2 * Cfg::kTileElems;  // [2]
+
+  const int h = static_cast<int>(tile_h % a.H);
+  TileRef tl;
+  if (!find_tile(a.cu_seqlens, a.B, kRows, tile_h / a.H, true, tl)) return;
+  const int g = h / (a.H / a.Hkv);
+  const int64_t qs = int64_t(a.H) * a.D, ks = int64_t(a.Hkv) * a.D;
+  const int64_t qoff = (tl.s0 + tl.r0) * qs + int64_t(h) * a.D;
+  const int kend = min(tl.L, tl.r0 + kRows);
+  const int nkt = (kend + kRows - 1) / kRows;
+  const bf16_t* kg = a.k + tl.s0 * ks + int64_t(g) * a.D;
+  const bf16_t* vg = a.v + tl.s0 * ks + int64_t(g) * a.D;
+  stage_rows<Dp, kRows>(sQ, a.q + qoff, qs, min(kRows, tl.L - tl.r0), a.D, a.vec);
+  stage_rows<Dp, kRows>(sdO, a.d_out + qoff, qs, min(kRows, tl.L - tl.r0), a.D, a.vec);
+  stage_rows<Dp, kRows>(sK, kg, ks, min(kRows, kend), a.D, a.vec);
+  stage_rows<Dp, kRows>(sV, vg, ks, min(kRows, kend), a.D, a.vec);
+  cp_async_commit();
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int gr = lane >> 2, tc = lane & 3;
+  const int wr0 = tl.r0 + warp * 16, wlast = wr0 + 15;
+  const bool live = wr0 < tl.L;
+  float l2[2], di[2];  // rows g, g+8: lse log2(e) (+inf past the end: P = 0) and D
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int row = wr0 + gr + 8 * hf;
+    l2[hf] = INFINITY;
+    di[hf] = 0.0f;
+    if (row < tl.L) {
+      const int64_t idx = (tl.s0 + row) * a.H + h;
+      l2[hf] = a.lse[idx] * kLog2e;
+      di[hf] = a.Dbuf[idx];
+    }
+  }
+  const LaneOffsets lo(lane, kLds);
+  const uint32_t q_addr = smem_u32(sQ + warp * 16 * kLds + lo.a_off);
+  const uint32_t o_addr = smem_u32(sdO + warp * 16 * kLds + lo.a_off);
+  const uint32_t kn_addr = smem_u32(sK + lo.bn_off), kt_addr = smem_u32(sK + lo.bt_off);
+  const uint32_t vn_addr = smem_u32(sV + lo.bn_off);
+  constexpr uint32_t kBufBytes = sizeof(bf16_t) * Cfg::kTileElems;
+
+  float dq[kDT][4];
+#pragma unroll
+  for (int dt = 0; dt < kDT; ++dt) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
+
+  for (int j = 0; j < nkt; ++j) {
+    if (j + 1 < nkt) {
+      const int j0 = (j + 1) * kRows, buf = (j + 1) & 1;
+      stage_rows<Dp, kRows>(sK + buf * Cfg::kTileElems, kg + j0 * ks, ks, min(kRows, kend - j0),
+                            a.D, a.vec);
+      stage_rows<Dp, kRows>(sV + buf * Cfg::kTileElems, vg + j0 * ks, ks, min(kRows, kend - j0),
+                            a.D, a.vec);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int key0 = j * kRows;
+    if (live && key0 <= wlast) {
+      const uint32_t boff = (j & 1) * kBufBytes;
+      const int kvis = min(kRows, wlast - key0 + 1);
+      float s[kNT][4], dp[kNT][4];
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+        dp[nt][0] = dp[nt][1] = dp[nt][2] = dp[nt][3] = 0.0f;
+      }
+#pragma unroll
+      for (int kk = 0; kk < Dp / 16; ++kk) {
+        uint32_t qa[4], oa[4];
+        ldsm_x4(qa, q_addr + 2 * kk * 16);
+        ldsm_x4(oa, o_addr + 2 * kk * 16);
+#pragma unroll
+        for (int np = 0; np < kRows / 16; ++np) {
+          if (np * 16 < kvis) {
+            const uint32_t off = boff + 2 * (np * 16 * kLds + kk * 16);
+            uint32_t kf[4], vf[4];
+            ldsm_x4(kf, kn_addr + off);
+            mma_bf16(s[2 * np], qa, kf[0], kf[1]);
+            mma_bf16(s[2 * np + 1], qa, kf[2], kf[3]);
+            ldsm_x4(vf, vn_addr + off);
+            mma_bf16(dp[2 * np], oa, vf[0], vf[1]);
+            mma_bf16(dp[2 * np + 1], oa, vf[2], vf[3]);
+          }
+        }
+      }
+      // P = 2^(S scale log2e - lse log2e), masked where key > row (this also covers keys past
+      // the end and the skipped n-tiles); dS = P (dP - D), kept in s.
+      const bool diag = key0 + kRows - 1 > wr0;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          const int row = wr0 + gr + 8 * hf;
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int key = key0 + nt * 8 + 2 * tc + e;
+            float p = exp2_approx(s[nt][2 * hf + e] * a.scale_log2 - l2[hf]);
+            if (diag && key > row) p = 0.0f;
+            s[nt][2 * hf + e] = p * (dp[nt][2 * hf + e] - di[hf]);
+          }
+        }
+      }
+      // dQ += dS K (dS rounded to bf16).
+#pragma unroll
+      for (int kk = 0; kk < kRows / 16; ++kk) {
+        if (kk * 16 < kvis) {
+          uint32_t sa[4];
+          acc_to_a(sa, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+          for (int np = 0; np < Dp / 16; ++np) {
+            uint32_t kf[4];
+            ldsm_x4_trans(kf, kt_addr + boff + 2 * (kk * 16 * kLds + np * 16));
+            mma_bf16(dq[2 * np], sa, kf[0], kf[1]);
+            mma_bf16(dq[2 * np + 1], sa, kf[2], kf[3]);
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+  if (!live) return;
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int row = wr0 + gr + 8 * hf;
+    if (row >= tl.L) continue;
+    float* dqr = a.d_q + (tl.s0 + row) * qs + int64_t(h) * a.D;
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = dt * 8 + 2 * tc + e;
+        if (col < a.D) dqr[col] += a.scale * dq[dt][2 * hf + e];
+      }
+    }
+  }
+}
+
+template <int Dp, int kSubQ, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) attention_backward_kernel(const BwdArgs a) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  if (blockIdx.x < a.n_dkdv_blocks) {
+    dkdv_block<Dp, kSubQ>(a, blockIdx.x, smem_raw);
+  } else {
+    dq_block<Dp, kSubQ>(a, blockIdx.x - a.n_dkdv_blocks, smem_raw);
+  }
+}
+
+// ---- Host side ---------------------------------------------------------------------------------
 
 void check_args(const char* op, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D) {
-  VERL_CUDA_REQUIRE(B >= 0 && T >= 0 && H > 0 && Hkv > 0 && H % Hkv == 0 && D > 0 && D <= kMaxD &&
-                        H <= 65535 && Hkv <= 65535,
-                    detail::shape_str(op, {B, T, H, Hkv, D}) +
-                        ": need H a multiple of Hkv, 0 < D <= 128");
+  VERL_CUDA_REQUIRE(
+      B >= 0 && T >= 0 && T < (int64_t{1} << 31) && H > 0 && Hkv > 0 && H % Hkv == 0 && D > 0 &&
+          D <= kMaxD && H <= 65535,
+      detail::shape_str(op, {B, T, H, Hkv, D}) + ": need H a multiple of Hkv, 0 < D <= 128");
 }
 
 template <typename Kernel>
@@ -340,8 +839,41 @@ void set_smem(Kernel kernel, size_t bytes) {
                                        static_cast<int>(bytes)));
 }
 
-unsigned tile_grid(int64_t T, int64_t B) {
-  return static_cast<unsigned>(ceil_div(T, kTile) + B);
+bool aligned(const void* p, size_t n) {
+  return reinterpret_cast<uintptr_t>(p) % n == 0;
+}
+
+// Blocks for `per_tile` blocks per tile of `rows` rows: ceil(T/rows) + B bounds sum_b
+// ceil(L_b/rows); surplus blocks exit at once.
+unsigned tile_blocks(int64_t T, int64_t B, int rows, int64_t per_tile) {
+  const int64_t n = (ceil_div(T, rows) + B) * per_tile;
+  VERL_CUDA_REQUIRE(n < (int64_t{1} << 31), detail::shape_str("attention", {T, B, per_tile}) +
+                                                ": too many tiles for one grid");
+  return static_cast<unsigned>(n);
+}
+
+template <int Dp, int kMT, int kKeys, int kMinBlocks>
+void launch_forward(const CudaContext& ctx, const FwdArgs& a, int64_t T) {
+  using Cfg = FwdTile<Dp, kMT, kKeys>;
+  const auto kernel = attention_forward_kernel<Dp, kMT, kKeys, kMinBlocks>;
+  set_smem(kernel, Cfg::kSmem);
+  kernel<<<tile_blocks(T, a.B, Cfg::kBM, a.H), kThreads, Cfg::kSmem, ctx.stream>>>(a);
+  VERL_CUDA_CHECK_LAUNCH();
+}
+
+template <int Dp, int kSubQ, int kMinBlocks>
+void launch_backward(const CudaContext& ctx, BwdArgs a, int64_t T) {
+  using Cfg = BwdTile<Dp, kSubQ>;
+  const bool dkdv = a.d_k != nullptr || a.d_v != nullptr;
+  a.n_dkdv_blocks = dkdv ? tile_blocks(T, a.B, Cfg::kRows, a.Hkv) : 0;
+  const int64_t n_dq = a.d_q != nullptr ? tile_blocks(T, a.B, Cfg::kRows, a.H) : 0;
+  const int64_t blocks = a.n_dkdv_blocks + n_dq;
+  VERL_CUDA_REQUIRE(blocks < (int64_t{1} << 31),
+                    detail::shape_str("attention_backward", {T, a.B}) + ": grid too large");
+  const auto kernel = attention_backward_kernel<Dp, kSubQ, kMinBlocks>;
+  set_smem(kernel, Cfg::kSmem);
+  kernel<<<static_cast<unsigned>(blocks), kThreads, Cfg::kSmem, ctx.stream>>>(a);
+  VERL_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -351,13 +883,30 @@ void attention_forward(const CudaContext& ctx, bf16* out, float* lse, const bf16
                        int64_t Hkv, int64_t D, float scale) {
   check_args("attention_forward", B, T, H, Hkv, D);
   if (T == 0 || B == 0) return;
-  const size_t smem = forward_smem(static_cast<int>(D));
-  set_smem(attention_forward_kernel, smem);
-  const dim3 grid(tile_grid(T, B), static_cast<unsigned>(H));
-  attention_forward_kernel<<<grid, kThreads, smem, ctx.stream>>>(
-      out, lse, q, k, v, cu_seqlens, B, static_cast<int>(H), static_cast<int>(Hkv),
-      static_cast<int>(D), scale);
-  VERL_CUDA_CHECK_LAUNCH();
+  FwdArgs a{};
+  a.out = out;
+  a.lse = lse;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.cu_seqlens = cu_seqlens;
+  a.B = B;
+  a.H = static_cast<int>(H);
+  a.Hkv = static_cast<int>(Hkv);
+  a.D = static_cast<int>(D);
+  a.scale_log2 = scale * kLog2e;
+  a.vec = D % 8 == 0 && aligned(q, 16) && aligned(k, 16) && aligned(v, 16);
+  a.out_pairs = D % 2 == 0 && aligned(out, 4);
+  // <Dp, 16-row m-tiles per warp, keys per step, min blocks per SM>: 32 query rows per warp halve
+  // the shared-memory reads per mma; the register caps were chosen so ptxas spills nothing
+  // (D=32: 162 registers, D=64: 213, D=128: 245).
+  if (D <= 32) {
+    launch_forward<32, 2, 64, 3>(ctx, a, T);
+  } else if (D <= 64) {
+    launch_forward<64, 2, 64, 2>(ctx, a, T);
+  } else {
+    launch_forward<128, 2, 32, 2>(ctx, a, T);
+  }
 }
 
 void attention_backward(const CudaContext& ctx, float* d_q, float* d_k, float* d_v,
@@ -372,28 +921,39 @@ void attention_backward(const CudaContext& ctx, float* d_q, float* d_k, float* d
                         std::to_string(dbytes) + " bytes of workspace, has " +
                         std::to_string(ctx.workspace_bytes));
   float* Dbuf = static_cast<float*>(ctx.workspace);
-  const int Di = static_cast<int>(D), Hi = static_cast<int>(H), Hkvi = static_cast<int>(Hkv);
 
-  const int rows_per_block = 256 / 32;
-  attention_rowdot_kernel<<<detail::grid_for(T * H, rows_per_block), 256, 0, ctx.stream>>>(
-      Dbuf, d_out, out, T * H, Di);
+  const bool rowdot_vec = D % 8 == 0 && aligned(d_out, 16) && aligned(out, 16);
+  attention_rowdot_kernel<<<detail::grid_for(T * H, 16), 256, 0, ctx.stream>>>(
+      Dbuf, d_out, out, T * H, static_cast<int>(D), rowdot_vec);
   VERL_CUDA_CHECK_LAUNCH();
 
-  if (d_q != nullptr) {
-    const size_t smem = dq_smem(Di);
-    set_smem(attention_dq_kernel, smem);
-    const dim3 grid(tile_grid(T, B), static_cast<unsigned>(H));
-    attention_dq_kernel<<<grid, kThreads, smem, ctx.stream>>>(d_q, d_out, q, k, v, lse, Dbuf,
-                                                              cu_seqlens, B, Hi, Hkvi, Di, scale);
-    VERL_CUDA_CHECK_LAUNCH();
-  }
-  if (d_k != nullptr || d_v != nullptr) {
-    const size_t smem = dkdv_smem(Di);
-    set_smem(attention_dkdv_kernel, smem);
-    const dim3 grid(tile_grid(T, B), static_cast<unsigned>(Hkv));
-    attention_dkdv_kernel<<<grid, kThreads, smem, ctx.stream>>>(
-        d_k, d_v, d_out, q, k, v, lse, Dbuf, cu_seqlens, B, Hi, Hkvi, Di, scale);
-    VERL_CUDA_CHECK_LAUNCH();
+  BwdArgs a{};
+  a.d_q = d_q;
+  a.d_k = d_k;
+  a.d_v = d_v;
+  a.d_out = d_out;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.lse = lse;
+  a.Dbuf = Dbuf;
+  a.cu_seqlens = cu_seqlens;
+  a.B = B;
+  a.H = static_cast<int>(H);
+  a.Hkv = static_cast<int>(Hkv);
+  a.D = static_cast<int>(D);
+  a.scale = scale;
+  a.scale_log2 = scale * kLog2e;
+  a.vec = D % 8 == 0 && aligned(q, 16) && aligned(k, 16) && aligned(v, 16) && aligned(d_out, 16);
+  // <Dp, queries per d_k/d_v register sub-block, min blocks per SM>: a warp holds dK and dV for
+  // its 16 keys (Dp registers) plus S^T and dP^T of the sub-block; chosen so ptxas spills nothing
+  // (D=32: 164 registers, D=64: 199, D=128: 255).
+  if (D <= 32) {
+    launch_backward<32, 64, 3>(ctx, a, T);
+  } else if (D <= 64) {
+    launch_backward<64, 32, 2>(ctx, a, T);
+  } else {
+    launch_backward<128, 16, 2>(ctx, a, T);
   }
 }
 

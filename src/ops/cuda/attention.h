@@ -13,8 +13,10 @@
 // Precision: q, k, v, out, d_out are bf16; every score, softmax statistic and sum is fp32;
 // lse [T,H] is fp32; the gradients d_q, d_k, d_v are fp32 buffers (the caller rounds/adds them
 // into its bf16 activation gradients), so the sums over keys / queries are never rounded to bf16.
-// D <= 128 (checked). Flash-attention style: no T x T matrix exists, only 64 x 64 score tiles in
-// shared memory (dynamic shared memory up to ~180 KiB per block, opted in per kernel).
+// The products run on tensor cores (mma.sync bf16 -> fp32), so the probabilities P (for out and
+// d_v) and dS (for d_q, d_k) are rounded to bf16 as operands: each term of those sums is off by at
+// most 2^-8 of itself. D <= 128 (checked; padded to 32, 64 or 128 inside). FlashAttention-2 style
+// (Dao 2023): no T x T matrix exists, score tiles live in registers (attention.cu has the tiling).
 #pragma once
 
 #include <cstdint>
@@ -24,9 +26,9 @@
 
 namespace verl::ops::cuda {
 
-// Overwrites out [T,H,D] and lse [T,H] (lse may be null). One block per (64-row query tile of one
-// sequence, head); key tiles of 64 up to the causal limit stream through shared memory with an
-// online softmax (running max and sum per row).
+// Overwrites out [T,H,D] and lse [T,H] (lse may be null). One block per (query tile of one
+// sequence, head); key tiles up to the causal limit stream through shared memory with an online
+// softmax (running max and sum per row).
 void attention_forward(const CudaContext& ctx, bf16* out, float* lse, const bf16* q, const bf16* k,
                        const bf16* v, const int32_t* cu_seqlens, int64_t B, int64_t T, int64_t H,
                        int64_t Hkv, int64_t D, float scale);
@@ -35,8 +37,9 @@ void attention_forward(const CudaContext& ctx, bf16* out, float* lse, const bf16
 //   D_i = d_out_i.out_i,  p_ij = exp(s_ij - lse_i),  dp_ij = d_out_i.v_j,  ds_ij = p_ij (dp_ij - D_i)
 //   d_q_i += scale sum_j ds_ij k_j,  d_k_j += scale sum_i ds_ij q_i,  d_v_j += sum_i p_ij d_out_i
 // d_q [T,H,D], d_k and d_v [T,Hkv,D] are fp32 and ACCUMULATED (+=); a null one is skipped.
-// Uses T*H floats of ctx.workspace (D_i). Two kernels, no atomics (deterministic): d_q per
-// (query tile, head); d_k/d_v per (key tile, kv head), looping over the heads of its group.
+// Uses T*H floats of ctx.workspace (D_i). No atomics (deterministic): after the D_i pass, one
+// launch whose blocks are either d_k/d_v per (key tile, kv head), looping over the heads of its
+// group, or d_q per (query tile, head).
 void attention_backward(const CudaContext& ctx, float* d_q, float* d_k, float* d_v,
                         const bf16* d_out, const bf16* q, const bf16* k, const bf16* v,
                         const bf16* out, const float* lse, const int32_t* cu_seqlens, int64_t B,

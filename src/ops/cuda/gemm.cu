@@ -1,6 +1,10 @@
 // cuBLASLt matmul with per-call descriptors and the alignment-aware algorithm heuristic (gemm.h).
 #include <cstdint>
+#include <algorithm>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/gemm.h"
@@ -36,60 +40,132 @@ uint32_t alignment_of(const void* p) {
   return al;
 }
 
-}  // namespace
-
-void run_gemm(const CudaContext& ctx, const Gemm& g, const char* what) {
+// A planned matmul: descriptors and the heuristic's algorithm for one (shape, types, alignments,
+// epilogue, workspace) key. Planning costs tens of microseconds of host time (the heuristic
+// query), more than the kernels of a small layer, so plans are cached for the process and a step
+// loop plans nothing after its first iteration.
+struct Plan {
   MatmulDesc op;
-  VERL_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op.h, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  Layout la, lb, ld;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+struct PlanKey {
+  int32_t ta, tb;
+  int64_t m, n, k, lda, ldb, ldd;
+  int32_t ab_type, d_type;
+  bool bias;
+  uint32_t al_a, al_b, al_d;
+  uint64_t workspace;
+  int device;
+  bool operator==(const PlanKey& o) const {
+    return ta == o.ta && tb == o.tb && m == o.m && n == o.n && k == o.k && lda == o.lda &&
+           ldb == o.ldb && ldd == o.ldd && ab_type == o.ab_type && d_type == o.d_type &&
+           bias == o.bias && al_a == o.al_a && al_b == o.al_b && al_d == o.al_d &&
+           workspace == o.workspace && device == o.device;
+  }
+};
+
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& k) const {
+    size_t h = 1469598103934665603ull;
+    auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+    mix(static_cast<uint64_t>(k.ta) | static_cast<uint64_t>(k.tb) << 8 |
+        static_cast<uint64_t>(k.ab_type) << 16 | static_cast<uint64_t>(k.d_type) << 32 |
+        static_cast<uint64_t>(k.bias) << 48);
+    for (int64_t v : {k.m, k.n, k.k, k.lda, k.ldb, k.ldd}) mix(static_cast<uint64_t>(v));
+    mix(static_cast<uint64_t>(k.al_a) | static_cast<uint64_t>(k.al_b) << 16 |
+        static_cast<uint64_t>(k.al_d) << 32);
+    mix(k.workspace);
+    mix(static_cast<uint64_t>(k.device));
+    return h;
+  }
+};
+
+std::unique_ptr<Plan> make_plan(const CudaContext& ctx, const Gemm& g, const PlanKey& key,
+                                const char* what) {
+  auto plan = std::make_unique<Plan>();
+  VERL_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op.h, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const int32_t ta = g.ta, tb = g.tb;
   VERL_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(op.h, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+      cublasLtMatmulDescSetAttribute(plan->op.h, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   VERL_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(op.h, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+      cublasLtMatmulDescSetAttribute(plan->op.h, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
   if (g.bias != nullptr) {
     const uint32_t epi = CUBLASLT_EPILOGUE_BIAS;
-    VERL_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(op.h, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-    VERL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                     &g.bias, sizeof(g.bias)));
+    VERL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op.h, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                     &epi, sizeof(epi)));
+    VERL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan->op.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
   }
   // Stored (not transposed) shapes of A and B, column-major.
   const bool a_n = g.ta == CUBLAS_OP_N, b_n = g.tb == CUBLAS_OP_N;
-  Layout la, lb, ld;
-  VERL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la.h, g.ab_type, a_n ? g.m : g.k, a_n ? g.k : g.m,
-                                               g.lda));
-  VERL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb.h, g.ab_type, b_n ? g.k : g.n, b_n ? g.n : g.k,
-                                               g.ldb));
-  VERL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld.h, g.d_type, g.m, g.n, g.ldd));
+  VERL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->la.h, g.ab_type, a_n ? g.m : g.k,
+                                               a_n ? g.k : g.m, g.lda));
+  VERL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->lb.h, g.ab_type, b_n ? g.k : g.n,
+                                               b_n ? g.n : g.k, g.ldb));
+  VERL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->ld.h, g.d_type, g.m, g.n, g.ldd));
 
   Preference pref;
   VERL_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.h));
   const uint64_t ws = ctx.workspace_bytes;
   VERL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  const uint32_t al_a = alignment_of(g.a), al_b = alignment_of(g.b), al_d = alignment_of(g.d);
   VERL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
+      pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.al_a, sizeof(key.al_a)));
   VERL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
+      pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.al_b, sizeof(key.al_b)));
   VERL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d)));
+      pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.al_d, sizeof(key.al_d)));
   VERL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
+      pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.al_d, sizeof(key.al_d)));
 
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  VERL_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt, op.h, la.h, lb.h, ld.h, ld.h, pref.h, 1,
-                                                   &result, &found));
+  VERL_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt, plan->op.h, plan->la.h, plan->lb.h,
+                                                   plan->ld.h, plan->ld.h, pref.h, 1, &result,
+                                                   &found));
   VERL_CUDA_REQUIRE(found > 0,
                     std::string(what) + ": cuBLASLt has no algorithm for m=" + std::to_string(g.m) +
                         " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
-                        " (alignments A/B/D " + std::to_string(al_a) + "/" + std::to_string(al_b) +
-                        "/" + std::to_string(al_d) + " bytes, workspace " +
-                        std::to_string(ctx.workspace_bytes) + " bytes)");
-  VERL_CUBLAS_CHECK(cublasLtMatmul(ctx.lt, op.h, &g.alpha, g.a, la.h, g.b, lb.h, &g.beta, g.d, ld.h,
-                                   g.d, ld.h, &result.algo, ctx.workspace, ctx.workspace_bytes,
-                                   ctx.stream));
+                        " (alignments A/B/D " + std::to_string(key.al_a) + "/" +
+                        std::to_string(key.al_b) + "/" + std::to_string(key.al_d) +
+                        " bytes, workspace " + std::to_string(ctx.workspace_bytes) + " bytes)");
+  plan->algo = result.algo;
+  return plan;
+}
+
+}  // namespace
+
+void run_gemm(const CudaContext& ctx, const Gemm& g, const char* what) {
+  // C (the beta term) shares D's layout; its alignment joins D's in the key.
+  const void* c = g.c != nullptr ? g.c : g.d;
+  int device = 0;
+  VERL_CUDA_CHECK(cudaGetDevice(&device));
+  const PlanKey key{static_cast<int32_t>(g.ta), static_cast<int32_t>(g.tb), g.m, g.n, g.k, g.lda,
+                    g.ldb, g.ldd, static_cast<int32_t>(g.ab_type), static_cast<int32_t>(g.d_type),
+                    g.bias != nullptr, alignment_of(g.a), alignment_of(g.b),
+                    std::min(alignment_of(g.d), alignment_of(c)),
+                    static_cast<uint64_t>(ctx.workspace_bytes), device};
+  static std::mutex mu;
+  static std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
+  Plan* plan = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = plans.find(key);
+    if (it == plans.end()) it = plans.emplace(key, make_plan(ctx, g, key, what)).first;
+    plan = it->second.get();
+    // The bias pointer is the one per-call attribute; set it under the lock, as the descriptor
+    // is shared, and enqueue the matmul before releasing it.
+    if (g.bias != nullptr) {
+      VERL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          plan->op.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+    }
+    VERL_CUBLAS_CHECK(cublasLtMatmul(ctx.lt, plan->op.h, &g.alpha, g.a, plan->la.h, g.b,
+                                     plan->lb.h, &g.beta, c, plan->ld.h, g.d, plan->ld.h,
+                                     &plan->algo, ctx.workspace, ctx.workspace_bytes,
+                                     ctx.stream));
+  }
 }
 
 }  // namespace verl::ops::cuda::detail

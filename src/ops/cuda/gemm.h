@@ -1,6 +1,7 @@
 // One cuBLASLt matmul call, shared by the ops that run GEMMs (linear, lm_head):
-//   D[m,n] (column-major, ld = ldd) = alpha op(A)[m,k] op(B)[k,n] + beta D (+ bias[m])
-// with fp32 compute. A row-major [R, S] matrix is a column-major [S, R] one with ld = S.
+//   D[m,n] (column-major, ld = ldd) = alpha op(A)[m,k] op(B)[k,n] + beta C (+ bias[m])
+// with fp32 compute; C is D itself unless given (same type and ld as D: a residual input).
+// Plans (descriptors and the heuristic's algorithm) are cached per shape for the process. A row-major [R, S] matrix is a column-major [S, R] one with ld = S.
 #pragma once
 
 #include <cublasLt.h>
@@ -25,6 +26,7 @@ struct Gemm {
   float beta;
   const void* bias = nullptr;  // length m, D's type; nullptr = none
   float alpha = 1.0f;
+  const void* c = nullptr;  // the beta term's matrix; nullptr = D
 };
 
 // Runs g on ctx's stream with its workspace; `what` names the caller in errors (e.g. no algorithm).

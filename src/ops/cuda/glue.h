@@ -1,5 +1,6 @@
 // Small element-wise kernels that glue the ops into a model (src/ops/cuda/glue.cu): the residual
-// add, fp32 <-> bf16 conversion, and the split / pack of the fused q|k|v projection rows.
+// add, fp32 <-> bf16 conversion, and the split / pack of the fused q|k|v projection rows, alone
+// or fused with RoPE (src/ops/cuda/rope.cu, the same kernel as rope_forward / rope_backward).
 // Same conventions as ops_cuda.h: enqueued on ctx.stream, no synchronisation, sizes of 0 no-ops.
 #pragma once
 
@@ -22,5 +23,17 @@ void pack_qkv(const CudaContext& ctx, bf16* d_qkv, const float* d_q, const float
               const float* d_v, int64_t T, int64_t qd, int64_t kvd);
 void pack_qkv(const CudaContext& ctx, bf16* d_qkv, const bf16* d_q, const bf16* d_k,
               const float* d_v, int64_t T, int64_t qd, int64_t kvd);
+
+// split_qkv then rope_forward on q [T,H,D] and k [T,Hkv,D], in one pass over qkv [T, (H+2Hkv)D]:
+// the same bits as the two steps (fp32 rotation, one rounding). q, k, v are overwritten.
+void split_qkv_rope(const CudaContext& ctx, bf16* q, bf16* k, bf16* v, const bf16* qkv,
+                    const int32_t* pos, const float* inv_freq, int64_t T, int64_t H, int64_t Hkv,
+                    int64_t D);
+// rope_backward on d_q [T,H,D] and d_k [T,Hkv,D] (fp32, read only here: not rotated in place),
+// then pack_qkv into d_qkv [T, (H+2Hkv)D] (overwritten): the same bits as the two steps (the
+// fp32 rotation rounded once to bf16).
+void rope_backward_pack_qkv(const CudaContext& ctx, bf16* d_qkv, const float* d_q, const float* d_k,
+                            const float* d_v, const int32_t* pos, const float* inv_freq, int64_t T,
+                            int64_t H, int64_t Hkv, int64_t D);
 
 }  // namespace verl::ops::cuda

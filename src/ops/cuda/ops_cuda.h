@@ -27,10 +27,17 @@ using bf16 = __nv_bfloat16;
 // one rounding to bf16 (bias added in fp32 in the epilogue). Needs ctx.lt and ctx.workspace.
 void linear_forward(const CudaContext& ctx, bf16* y, const bf16* x, const bf16* w, const bf16* b,
                     int64_t T, int64_t K, int64_t N);
+// The same plus a residual in the GEMM epilogue: y = x W^T + b + residual (residual [T,N] bf16,
+// read as the GEMM's C with beta = 1; added in fp32, one rounding; residual may equal y).
+void linear_forward(const CudaContext& ctx, bf16* y, const bf16* x, const bf16* w, const bf16* b,
+                    const bf16* residual, int64_t T, int64_t K, int64_t N);
 // d_x[T,K] += d_y @ w (bf16, accumulated in fp32 then rounded);  d_w[N,K] += d_y^T @ x (fp32);
-// d_b[N] += sum_t d_y[t] (fp32, rows summed in order: deterministic).
+// d_b[N] += sum_t d_y[t] (fp32, a fixed two-pass partition of the rows through ctx.workspace:
+// deterministic).
+// accumulate_dx = false overwrites d_x instead (d_x = d_y @ w; no memset needed before).
 void linear_backward(const CudaContext& ctx, bf16* d_x, float* d_w, float* d_b, const bf16* d_y,
-                     const bf16* x, const bf16* w, int64_t T, int64_t K, int64_t N);
+                     const bf16* x, const bf16* w, int64_t T, int64_t K, int64_t N,
+                     bool accumulate_dx = true);
 
 // ---- embedding.cu -------------------------------------------------------------------------------
 // out[t,:] = table[ids[t],:] (table [V,C]). The caller checks ids on the host (the data pipeline
@@ -54,15 +61,19 @@ void rmsnorm_forward(const CudaContext& ctx, float* out, float* rstd, const floa
                      const float* w, int64_t R, int64_t C, float eps);
 // d_x[r,c] += rstd (w g) - rstd^3/C x sum_k(w g x);  d_w[c] += sum_r g x rstd (fp32; a fixed
 // two-pass column reduction through ctx.workspace, at least C floats, so it is deterministic).
+// accumulate_dx = false overwrites d_x instead (d_x = 0 + update: the bits of zeroing it first,
+// without the memset or the read); d_w is always accumulated.
 void rmsnorm_backward(const CudaContext& ctx, bf16* d_x, float* d_w, const bf16* d_out,
-                      const bf16* x, const bf16* w, const float* rstd, int64_t R, int64_t C);
+                      const bf16* x, const bf16* w, const float* rstd, int64_t R, int64_t C,
+                      bool accumulate_dx = true);
 void rmsnorm_backward(const CudaContext& ctx, float* d_x, float* d_w, const float* d_out,
-                      const float* x, const float* w, const float* rstd, int64_t R, int64_t C);
+                      const float* x, const float* w, const float* rstd, int64_t R, int64_t C,
+                      bool accumulate_dx = true);
 
 // ---- rope.cu: HF rotary embedding, "rotate_half" layout ---------------------------------------------
-// In place on x[T, nh, D] (D even): a = pos[t] * inv_freq[i] in fp32, i < D/2,
+// In place on x[T, nh, D] (D even, at most 8192): a = pos[t] * inv_freq[i] in fp32, i < D/2,
 //   x'[i] = x[i] cos a - x[i+D/2] sin a,  x'[i+D/2] = x[i+D/2] cos a + x[i] sin a.
-// pos [T] and inv_freq [D/2] are device arrays.
+// pos [T] and inv_freq [D/2] are device arrays. Fused with the q|k|v split / pack: glue.h.
 void rope_forward(const CudaContext& ctx, bf16* x, const int32_t* pos, const float* inv_freq,
                   int64_t T, int64_t nh, int64_t D);
 void rope_forward(const CudaContext& ctx, float* x, const int32_t* pos, const float* inv_freq,
@@ -78,10 +89,12 @@ void rope_backward(const CudaContext& ctx, float* d_x, const int32_t* pos, const
 void swiglu_forward(const CudaContext& ctx, bf16* out, const bf16* gu, int64_t T, int64_t F);
 void swiglu_forward(const CudaContext& ctx, float* out, const float* gu, int64_t T, int64_t F);
 // s = sigmoid(gate):  d_gate += d_out up s (1 + gate (1-s));  d_up += d_out silu(gate).
+// accumulate = false overwrites d_gu instead (0 + update: the bits of zeroing it first, without
+// the memset or the read).
 void swiglu_backward(const CudaContext& ctx, bf16* d_gu, const bf16* d_out, const bf16* gu,
-                     int64_t T, int64_t F);
+                     int64_t T, int64_t F, bool accumulate = true);
 void swiglu_backward(const CudaContext& ctx, float* d_gu, const float* d_out, const float* gu,
-                     int64_t T, int64_t F);
+                     int64_t T, int64_t F, bool accumulate = true);
 
 // ---- adamw.cu: torch.optim.AdamW over flat fp32 master weights ------------------------------------
 // As cpu::adamw_step (g = grad * grad_scale; decoupled decay; bias-corrected moments; step from 1),

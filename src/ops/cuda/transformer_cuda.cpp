@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <type_traits>
 
+#include "core/dtype.h"
 #include "ops/cuda/attention.h"
 #include "ops/cuda/glue.h"
 #include "ops/cuda/lm_head.h"
@@ -30,14 +32,18 @@ std::vector<T> download_n(const T* p, int64_t n) {
 }  // namespace
 
 CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::Weights& w,
-                                 const std::vector<float>& inv_freq, int64_t max_tokens,
-                                 int64_t max_seqs, int64_t lm_head_chunk)
+                                 const std::vector<float>& inv_freq,
+                                 const CudaTransformerOptions& options)
     : ctx_(ctx),
       cfg_(w.config),
       layout_(w.layout),
-      max_tokens_(max_tokens),
-      max_seqs_(max_seqs),
-      chunk_(lm_head_chunk <= 0 || lm_head_chunk > max_tokens ? max_tokens : lm_head_chunk) {
+      opts_(options),
+      max_tokens_(options.max_tokens),
+      max_seqs_(options.max_seqs),
+      chunk_(options.lm_head_chunk <= 0 || options.lm_head_chunk > options.max_tokens
+                 ? options.max_tokens
+                 : options.lm_head_chunk) {
+  const int64_t max_tokens = max_tokens_, max_seqs = max_seqs_;
   VERL_CUDA_REQUIRE(cfg_.head == model::HeadKind::CausalLM,
                     "CudaTransformer: only causal LM models are supported");
   VERL_CUDA_REQUIRE(max_tokens > 0 && max_seqs > 0,
@@ -49,17 +55,19 @@ CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::Weights& w
   lm_param_ = layout_.lm_head >= 0 ? layout_.lm_head : layout_.embed;
 
   const int64_t n = layout_.total;
-  master_ = DeviceBuffer<float>(w.data);
   wbf_ = DeviceBuffer<bf16>(static_cast<size_t>(n));
-  grads_ = DeviceBuffer<float>(static_cast<size_t>(n));
-  m_ = DeviceBuffer<float>(static_cast<size_t>(n));
-  v_ = DeviceBuffer<float>(static_cast<size_t>(n));
   inv_freq_ = DeviceBuffer<float>(inv_freq);
-  norm_ = DeviceBuffer<double>(1);
-  grads_.zero(ctx_.stream);
-  m_.zero(ctx_.stream);
-  v_.zero(ctx_.stream);
-  convert(ctx_, wbf_.data(), master_.data(), n);
+  if (opts_.trainable) {
+    grads_ = DeviceBuffer<float>(static_cast<size_t>(n));
+    m_ = DeviceBuffer<float>(static_cast<size_t>(n));
+    v_ = DeviceBuffer<float>(static_cast<size_t>(n));
+    norm_ = DeviceBuffer<double>(1);
+    master_ = DeviceBuffer<float>(static_cast<size_t>(n));
+    grads_.zero(ctx_.stream);
+    m_.zero(ctx_.stream);
+    v_.zero(ctx_.stream);
+  }
+  upload_weights(w.data);
 
   // Arena plan: one pass counts the bytes, the second takes the slices.
   const int64_t T = max_tokens_, C = cfg_.hidden_size, F = cfg_.intermediate_size;
@@ -67,10 +75,17 @@ CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::Weights& w
   const int64_t qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), Q3 = qd + 2 * kvd;
   const int64_t L = cfg_.num_hidden_layers;
   const bool qkn = cfg_.qk_norm;
-  x_.assign(static_cast<size_t>(L + 1), nullptr);
-  layers_.assign(static_cast<size_t>(L), LayerBufs{});
-  lm_scratch_bytes_ = std::max(lm_head_forward_scratch_bytes(T, cfg_.vocab_size, chunk_),
-                               lm_head_backward_scratch_bytes(T, cfg_.vocab_size, chunk_));
+  // Saved activations: every layer's own buffers for a plain trainable model; one shared set when
+  // recomputing (backward refills it per layer) or forward-only. A forward-only model keeps two
+  // residual-stream buffers and alternates; the others keep every layer's input.
+  const bool own_layers = opts_.trainable && !opts_.recompute;
+  x_.assign(static_cast<size_t>(opts_.trainable ? L + 1 : 2), nullptr);
+  layers_.assign(static_cast<size_t>(own_layers ? L : 1), LayerBufs{});
+  const bool keep_probs = opts_.trainable && opts_.lm_head_keep_probs;
+  lm_scratch_bytes_ = std::max(
+      lm_head_forward_scratch_bytes(T, cfg_.vocab_size, chunk_),
+      keep_probs ? lm_head_backward_from_probs_scratch_bytes(T, cfg_.vocab_size, chunk_)
+                 : lm_head_backward_scratch_bytes(T, cfg_.vocab_size, chunk_));
   auto carve = [&](auto&& take) {
     take(tokens_, T);
     take(positions_, T);
@@ -103,6 +118,8 @@ CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::Weights& w
     take(logprob_, T);
     take(entropy_, T);
     take(lse_head_, T);
+    if (!opts_.trainable) return;  // the rest is for backward
+    if (keep_probs) take(lm_probs_, T * cfg_.vocab_size);
     take(d_lp_, T);
     take(d_ent_, T);
     take(d_x_, T * C);
@@ -128,7 +145,75 @@ CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::Weights& w
     p = arena_.alloc_n<T_>(static_cast<size_t>(count));
   });
   lm_scratch_ = arena_.alloc(lm_scratch_bytes_);
+  if (!opts_.trainable) {
+    // Alternate the two residual buffers: layer l reads x_[l % 2] and writes x_[(l + 1) % 2].
+    const std::vector<bf16*> two = x_;
+    x_.assign(static_cast<size_t>(L + 1), nullptr);
+    for (int64_t l = 0; l <= L; ++l) x_[l] = two[l % 2];
+  }
   VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+}
+
+CudaTransformer::~CudaTransformer() = default;
+
+void CudaTransformer::require_trainable(const char* what) const {
+  VERL_CUDA_REQUIRE(opts_.trainable, std::string("CudaTransformer::") + what +
+                                         ": this model was built forward-only (trainable = false)");
+}
+
+void CudaTransformer::mark(const char* section) {
+  if (timer_) timer_->mark(ctx_.stream, section);
+}
+
+void CudaTransformer::set_profiling(bool on) {
+  if (on && !timer_) timer_ = std::make_unique<SectionTimer>();
+  if (!on) timer_.reset();
+}
+
+std::vector<std::pair<std::string, double>> CudaTransformer::take_profile() {
+  if (!timer_) return {};
+  timer_->stop(ctx_.stream);
+  return timer_->take();
+}
+
+size_t CudaTransformer::device_bytes() const {
+  return master_.bytes() + grads_.bytes() + m_.bytes() + v_.bytes() + wbf_.bytes() +
+         inv_freq_.bytes() + norm_.bytes() + arena_.capacity();
+}
+
+void CudaTransformer::upload_weights(const std::vector<float>& w) {
+  VERL_CUDA_REQUIRE(static_cast<int64_t>(w.size()) == layout_.total,
+                    "CudaTransformer::upload_weights: " + std::to_string(w.size()) +
+                        " floats for a model of " + std::to_string(layout_.total));
+  if (opts_.trainable) {
+    master_.upload(w);
+    convert(ctx_, wbf_.data(), master_.data(), layout_.total);
+    VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    return;
+  }
+  // Forward-only: no fp32 copy on the device; round on the host (round to nearest even, as
+  // the device conversion does).
+  std::vector<uint16_t> h(w.size());
+  for (size_t i = 0; i < w.size(); ++i) h[i] = f32_to_bf16(w[i]);
+  VERL_CUDA_CHECK(cudaMemcpy(wbf_.data(), h.data(), h.size() * sizeof(uint16_t),
+                             cudaMemcpyHostToDevice));
+}
+
+void CudaTransformer::download_optimizer_state(std::vector<float>& m, std::vector<float>& v) const {
+  require_trainable("download_optimizer_state");
+  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  m = m_.download();
+  v = v_.download();
+}
+
+void CudaTransformer::upload_optimizer_state(const std::vector<float>& m,
+                                             const std::vector<float>& v, int64_t step) {
+  require_trainable("upload_optimizer_state");
+  VERL_CUDA_REQUIRE(step >= 0, "CudaTransformer::upload_optimizer_state: negative step");
+  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  m_.upload(m);
+  v_.upload(v);
+  step_ = step;
 }
 
 void CudaTransformer::forward(const model::PackedBatch& b, float temperature) {
@@ -155,17 +240,27 @@ void CudaTransformer::forward(const model::PackedBatch& b, float temperature) {
       cudaMemcpyAsync(cu_, b.cu_seqlens.data(), (B + 1) * 4, cudaMemcpyHostToDevice, s));
 
   const int64_t C = cfg_.hidden_size, L = cfg_.num_hidden_layers;
+  mark("embedding");
   embedding_forward(ctx_, x_[0], tokens_, W(layout_.embed), T, C, V);
   for (int64_t l = 0; l < L; ++l) layer_forward(static_cast<int>(l));
+  mark("norm_fwd");
   rmsnorm_forward(ctx_, h_final_, rstd_final_, x_[L], W(layout_.final_norm), T, C,
                   static_cast<float>(cfg_.rms_norm_eps));
-  lm_head_forward(ctx_, logprob_, entropy_, lse_head_, h_final_, W(lm_param_), targets_, T, C, V,
-                  temperature, chunk_, lm_scratch_, lm_scratch_bytes_);
+  mark("lm_head_fwd");
+  if (lm_probs_ != nullptr) {
+    lm_head_forward_keep_probs(ctx_, logprob_, entropy_, lse_head_, lm_probs_, h_final_,
+                               W(lm_param_), targets_, T, C, V, temperature, chunk_, lm_scratch_,
+                               lm_scratch_bytes_);
+  } else {
+    lm_head_forward(ctx_, logprob_, entropy_, lse_head_, h_final_, W(lm_param_), targets_, T, C, V,
+                    temperature, chunk_, lm_scratch_, lm_scratch_bytes_);
+  }
+  mark("other");
 }
 
-void CudaTransformer::layer_forward(int l) {
+void CudaTransformer::layer_forward(int l, bool full) {
   const model::LayerParams& p = layout_.layers[l];
-  LayerBufs& a = layers_[l];
+  LayerBufs& a = bufs(l);
   const int64_t T = T_, B = B_, C = cfg_.hidden_size, F = cfg_.intermediate_size;
   const int64_t H = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;
   const int64_t qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), Q3 = qd + 2 * kvd;
@@ -173,29 +268,45 @@ void CudaTransformer::layer_forward(int l) {
   const bf16* x_in = x_[l];
   bf16* x_out = x_[l + 1];
 
+  mark("norm_fwd");
   rmsnorm_forward(ctx_, a.xn1, a.rstd1, x_in, W(p.attn_norm), T, C, eps);
+  mark("gemm_fwd");
   linear_forward(ctx_, qkv_, a.xn1, W(p.wqkv), W(p.bqkv), T, C, Q3);
-  split_qkv(ctx_, cfg_.qk_norm ? a.q_pre : a.q, cfg_.qk_norm ? a.k_pre : a.k, a.v, qkv_, T, qd,
-            kvd);
+  mark("elementwise_fwd");
   if (cfg_.qk_norm) {
+    split_qkv(ctx_, a.q_pre, a.k_pre, a.v, qkv_, T, qd, kvd);
+    mark("norm_fwd");
     rmsnorm_forward(ctx_, a.q, a.rstd_q, a.q_pre, W(p.q_norm), T * H, D, eps);
     rmsnorm_forward(ctx_, a.k, a.rstd_k, a.k_pre, W(p.k_norm), T * Hkv, D, eps);
+    mark("elementwise_fwd");
+    rope_forward(ctx_, a.q, positions_, inv_freq_.data(), T, H, D);
+    rope_forward(ctx_, a.k, positions_, inv_freq_.data(), T, Hkv, D);
+  } else {
+    split_qkv_rope(ctx_, a.q, a.k, a.v, qkv_, positions_, inv_freq_.data(), T, H, Hkv, D);
   }
-  rope_forward(ctx_, a.q, positions_, inv_freq_.data(), T, H, D);
-  rope_forward(ctx_, a.k, positions_, inv_freq_.data(), T, Hkv, D);
+  mark("attention_fwd");
   attention_forward(ctx_, a.att, a.lse, a.q, a.k, a.v, cu_, B, T, H, Hkv, D,
                     1.0f / std::sqrt(static_cast<float>(D)));
+  mark("gemm_fwd");
   linear_forward(ctx_, a.x_mid, a.att, W(p.wo), W(p.bo), T, qd, C);
+  mark("elementwise_fwd");
   add_inplace(ctx_, a.x_mid, x_in, T * C);
 
+  mark("norm_fwd");
   rmsnorm_forward(ctx_, a.xn2, a.rstd2, a.x_mid, W(p.mlp_norm), T, C, eps);
+  mark("gemm_fwd");
   linear_forward(ctx_, a.gu, a.xn2, W(p.wgu), W(p.bgu), T, C, 2 * F);
+  mark("elementwise_fwd");
   swiglu_forward(ctx_, a.act, a.gu, T, F);
+  if (!full) return;
+  mark("gemm_fwd");
   linear_forward(ctx_, x_out, a.act, W(p.wdown), W(p.bdown), T, F, C);
+  mark("elementwise_fwd");
   add_inplace(ctx_, x_out, a.x_mid, T * C);
 }
 
 void CudaTransformer::backward_host(const float* d_logprob, const float* d_entropy) {
+  require_trainable("backward_host");
   VERL_CUDA_REQUIRE(T_ > 0, "CudaTransformer::backward before a forward");
   if (d_logprob) {
     VERL_CUDA_CHECK(cudaMemcpyAsync(d_lp_, d_logprob, T_ * sizeof(float), cudaMemcpyHostToDevice,
@@ -209,89 +320,125 @@ void CudaTransformer::backward_host(const float* d_logprob, const float* d_entro
 }
 
 void CudaTransformer::backward(const float* d_logprob, const float* d_entropy) {
+  require_trainable("backward");
   VERL_CUDA_REQUIRE(T_ > 0, "CudaTransformer::backward before a forward");
   const int64_t T = T_, C = cfg_.hidden_size, V = cfg_.vocab_size, L = cfg_.num_hidden_layers;
   cudaStream_t s = ctx_.stream;
   bf16* d_h = d_xn_;
+  mark("memset_bwd");
   VERL_CUDA_CHECK(cudaMemsetAsync(d_h, 0, T * C * sizeof(bf16), s));
-  lm_head_backward(ctx_, d_h, G(lm_param_), d_logprob, d_entropy, h_final_, W(lm_param_),
-                   targets_, lse_head_, entropy_, T, C, V, temperature_, chunk_, lm_scratch_,
-                   lm_scratch_bytes_);
+  mark("lm_head_bwd");
+  if (lm_probs_ != nullptr) {
+    lm_head_backward_from_probs(ctx_, d_h, G(lm_param_), d_logprob, d_entropy, lm_probs_,
+                                h_final_, W(lm_param_), targets_, entropy_, T, C, V, temperature_,
+                                chunk_, lm_scratch_, lm_scratch_bytes_);
+  } else {
+    lm_head_backward(ctx_, d_h, G(lm_param_), d_logprob, d_entropy, h_final_, W(lm_param_),
+                     targets_, lse_head_, entropy_, T, C, V, temperature_, chunk_, lm_scratch_,
+                     lm_scratch_bytes_);
+  }
+  mark("memset_bwd");
   VERL_CUDA_CHECK(cudaMemsetAsync(d_x_, 0, T * C * sizeof(bf16), s));
+  mark("norm_bwd");
   rmsnorm_backward(ctx_, d_x_, G(layout_.final_norm), d_h, x_[L], W(layout_.final_norm),
                    rstd_final_, T, C);
-  for (int64_t l = L - 1; l >= 0; --l) layer_backward(static_cast<int>(l));
+  for (int64_t l = L - 1; l >= 0; --l) {
+    if (opts_.recompute) layer_forward(static_cast<int>(l), /*full=*/false);
+    layer_backward(static_cast<int>(l));
+  }
+  mark("embedding_bwd");
   embedding_backward(ctx_, G(layout_.embed), d_x_, tokens_, T, C, V);
+  mark("other");
 }
 
 void CudaTransformer::layer_backward(int l) {
   const model::LayerParams& p = layout_.layers[l];
-  LayerBufs& a = layers_[l];
+  LayerBufs& a = bufs(l);
   const int64_t T = T_, B = B_, C = cfg_.hidden_size, F = cfg_.intermediate_size;
   const int64_t H = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;
   const int64_t qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
   cudaStream_t s = ctx_.stream;
   auto zero = [&](void* ptr, size_t bytes) {
+    mark("memset_bwd");
     VERL_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, s));
   };
 
   // MLP branch. On entry d_x = dL/dx_out, also the residual part of dL/dx_mid.
-  zero(d_act_, T * F * sizeof(bf16));
-  linear_backward(ctx_, d_act_, G(p.wdown), G(p.bdown), d_x_, a.act, W(p.wdown), T, F, C);
-  zero(d_gu_, T * 2 * F * sizeof(bf16));
-  swiglu_backward(ctx_, d_gu_, d_act_, a.gu, T, F);
-  zero(d_xn_, T * C * sizeof(bf16));
-  linear_backward(ctx_, d_xn_, G(p.wgu), G(p.bgu), d_gu_, a.xn2, W(p.wgu), T, C, 2 * F);
+  mark("gemm_bwd");
+  linear_backward(ctx_, d_act_, G(p.wdown), G(p.bdown), d_x_, a.act, W(p.wdown), T, F, C,
+                  /*accumulate_dx=*/false);
+  mark("elementwise_bwd");
+  swiglu_backward(ctx_, d_gu_, d_act_, a.gu, T, F, /*accumulate=*/false);
+  mark("gemm_bwd");
+  linear_backward(ctx_, d_xn_, G(p.wgu), G(p.bgu), d_gu_, a.xn2, W(p.wgu), T, C, 2 * F,
+                  /*accumulate_dx=*/false);
+  mark("norm_bwd");
   rmsnorm_backward(ctx_, d_x_, G(p.mlp_norm), d_xn_, a.x_mid, W(p.mlp_norm), a.rstd2, T, C);
 
   // Attention branch. Now d_x = dL/dx_mid, also the residual part of dL/dx_in.
-  zero(d_att_, T * qd * sizeof(bf16));
-  linear_backward(ctx_, d_att_, G(p.wo), G(p.bo), d_x_, a.att, W(p.wo), T, qd, C);
+  mark("gemm_bwd");
+  linear_backward(ctx_, d_att_, G(p.wo), G(p.bo), d_x_, a.att, W(p.wo), T, qd, C,
+                  /*accumulate_dx=*/false);
   zero(d_q_, T * qd * sizeof(float));
   zero(d_k_, T * kvd * sizeof(float));
   zero(d_v_, T * kvd * sizeof(float));
+  mark("attention_bwd");
   attention_backward(ctx_, d_q_, d_k_, d_v_, d_att_, a.q, a.k, a.v, a.att, a.lse, cu_, B, T, H,
                      Hkv, D, 1.0f / std::sqrt(static_cast<float>(D)));
-  rope_backward(ctx_, d_q_, positions_, inv_freq_.data(), T, H, D);
-  rope_backward(ctx_, d_k_, positions_, inv_freq_.data(), T, Hkv, D);
+  mark("elementwise_bwd");
   bf16* d_qkv = qkv_;  // the forward's qkv scratch is free now
   if (cfg_.qk_norm) {
+    rope_backward(ctx_, d_q_, positions_, inv_freq_.data(), T, H, D);
+    rope_backward(ctx_, d_k_, positions_, inv_freq_.data(), T, Hkv, D);
     convert(ctx_, d_q_bf_, d_q_, T * qd);
     convert(ctx_, d_k_bf_, d_k_, T * kvd);
-    zero(d_qpre_, T * qd * sizeof(bf16));
-    zero(d_kpre_, T * kvd * sizeof(bf16));
+    mark("norm_bwd");
     rmsnorm_backward(ctx_, d_qpre_, G(p.q_norm), d_q_bf_, a.q_pre, W(p.q_norm), a.rstd_q, T * H,
-                     D);
+                     D, /*accumulate_dx=*/false);
     rmsnorm_backward(ctx_, d_kpre_, G(p.k_norm), d_k_bf_, a.k_pre, W(p.k_norm), a.rstd_k,
-                     T * Hkv, D);
+                     T * Hkv, D, /*accumulate_dx=*/false);
+    mark("elementwise_bwd");
     pack_qkv(ctx_, d_qkv, d_qpre_, d_kpre_, d_v_, T, qd, kvd);
   } else {
-    pack_qkv(ctx_, d_qkv, d_q_, d_k_, d_v_, T, qd, kvd);
+    rope_backward_pack_qkv(ctx_, d_qkv, d_q_, d_k_, d_v_, positions_, inv_freq_.data(), T, H,
+                           Hkv, D);
   }
-  zero(d_xn_, T * C * sizeof(bf16));
+  mark("gemm_bwd");
   linear_backward(ctx_, d_xn_, G(p.wqkv), G(p.bqkv), d_qkv, a.xn1, W(p.wqkv), T, C,
-                  qd + 2 * kvd);
+                  qd + 2 * kvd, /*accumulate_dx=*/false);
+  mark("norm_bwd");
   rmsnorm_backward(ctx_, d_x_, G(p.attn_norm), d_xn_, x_[l], W(p.attn_norm), a.rstd1, T, C);
 }
 
-void CudaTransformer::zero_grad() { grads_.zero(ctx_.stream); }
+void CudaTransformer::zero_grad() {
+  require_trainable("zero_grad");
+  mark("optimizer");
+  grads_.zero(ctx_.stream);
+  mark("other");
+}
 
 double CudaTransformer::optimizer_step(float lr, float beta1, float beta2, float eps,
                                        float weight_decay, float grad_clip) {
+  require_trainable("optimizer_step");
   const int64_t n = layout_.total;
+  mark("optimizer");
   sum_squares(ctx_, norm_.data(), grads_.data(), n);
   double sq = 0;
   VERL_CUDA_CHECK(
       cudaMemcpyAsync(&sq, norm_.data(), sizeof(double), cudaMemcpyDeviceToHost, ctx_.stream));
   VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
   const double norm = std::sqrt(sq);
-  if (!std::isfinite(norm)) return norm;
+  if (!std::isfinite(norm)) {
+    mark("other");
+    return norm;
+  }
   // clip_grad_norm_: scale = max_norm / (norm + 1e-6), applied only when it is below one.
   float scale = 1.0f;
   if (grad_clip > 0) scale = static_cast<float>(std::min(1.0, grad_clip / (norm + 1e-6)));
   ++step_;
   adamw_step(ctx_, master_.data(), wbf_.data(), grads_.data(), m_.data(), v_.data(), n, lr, beta1,
              beta2, eps, weight_decay, step_, scale);
+  mark("other");
   return norm;
 }
 
@@ -304,12 +451,21 @@ std::vector<float> CudaTransformer::download_entropy() const {
   return download_n(entropy_, T_);
 }
 std::vector<float> CudaTransformer::download_grads() const {
+  require_trainable("download_grads");
   VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
   return grads_.download();
 }
 std::vector<float> CudaTransformer::download_weights() const {
   VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-  return master_.download();
+  if (opts_.trainable) return master_.download();
+  const std::vector<bf16> h = wbf_.download();
+  std::vector<float> out(h.size());
+  for (size_t i = 0; i < h.size(); ++i) {
+    uint16_t bits;
+    std::memcpy(&bits, &h[i], sizeof(bits));
+    out[i] = bf16_to_f32(bits);
+  }
+  return out;
 }
 
 }  // namespace verl::ops::cuda

@@ -10,6 +10,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "model/batch.h"
@@ -17,8 +20,30 @@
 #include "model/weights.h"
 #include "ops/cuda/device.h"
 #include "ops/cuda/ops_cuda.h"
+#include "ops/cuda/section_timer.h"
 
 namespace verl::ops::cuda {
+
+// How a CudaTransformer is planned. max_tokens / max_seqs bound every forward's packed batch; the
+// arena is sized for them once.
+struct CudaTransformerOptions {
+  int64_t max_tokens = 0;
+  int64_t max_seqs = 0;
+  int64_t lm_head_chunk = 4096;  // token rows of fp32 logits alive at once in the LM head
+  // false: a forward-only model (a reference policy, a log-prob pass): only the bf16 weights are
+  // kept (no fp32 master, gradients or moments) and the layers share one activation buffer set.
+  bool trainable = true;
+  // Activation recomputation (actor_rollout_ref.model.enable_gradient_checkpointing): the forward
+  // keeps only each layer's input; backward recomputes the layer's activations into one shared
+  // buffer set before differentiating it. Trades one extra forward of the layers for memory.
+  bool recompute = false;
+  // Trainable models only: the LM head's forward keeps p = softmax(z) as bf16 [max_tokens, V] in
+  // the arena (T x V x 2 bytes: 2.5 GB at 8192 tokens x 151936) and the backward forms d_z from it
+  // (lm_head_backward_from_probs), saving the backward's logits GEMM and its fp32 logits read; p's
+  // bf16 storage adds an error of about 2^-8 of the p-terms to d_z (lm_head.h). false: the
+  // backward recomputes the logits (less memory).
+  bool lm_head_keep_probs = true;
+};
 
 class CudaTransformer {
  public:
@@ -26,11 +51,14 @@ class CudaTransformer {
   // object) so that verl_cuda needs nothing but headers from verl_model.
   CudaTransformer(const CudaContext& ctx, const model::Weights& w, int64_t max_tokens,
                   int64_t max_seqs, int64_t lm_head_chunk = 1024)
-      : CudaTransformer(ctx, w, model::rope_inv_freq(w.config), max_tokens, max_seqs,
-                        lm_head_chunk) {}
+      : CudaTransformer(ctx, w, model::rope_inv_freq(w.config),
+                        CudaTransformerOptions{max_tokens, max_seqs, lm_head_chunk}) {}
   CudaTransformer(const CudaContext& ctx, const model::Weights& w,
-                  const std::vector<float>& inv_freq, int64_t max_tokens, int64_t max_seqs,
-                  int64_t lm_head_chunk);
+                  const CudaTransformerOptions& options)
+      : CudaTransformer(ctx, w, model::rope_inv_freq(w.config), options) {}
+  CudaTransformer(const CudaContext& ctx, const model::Weights& w,
+                  const std::vector<float>& inv_freq, const CudaTransformerOptions& options);
+  ~CudaTransformer();
 
   // Uploads the batch and runs the model; logprob()/entropy() hold [T] fp32 results on device.
   void forward(const model::PackedBatch& batch, float temperature = 1.0f);
@@ -51,13 +79,36 @@ class CudaTransformer {
   int64_t num_params() const { return layout_.total; }
   int64_t num_tokens() const { return T_; }
   size_t arena_bytes() const { return arena_.capacity(); }
+  // Device bytes this object holds: weights, gradients, optimizer state and the arena.
+  size_t device_bytes() const;
   const CudaContext& ctx() const { return ctx_; }
+  const model::ModelConfig& config() const { return cfg_; }
+  const model::ParamLayout& layout() const { return layout_; }
+  const CudaTransformerOptions& options() const { return opts_; }
+  bool trainable() const { return opts_.trainable; }
+  // The bf16 compute copy of the weights, flat in layout() order: what the rollout engine reads
+  // (the same buffer the optimizer writes; no copy).
+  const bf16* weights_bf16() const { return wbf_.data(); }
 
   // Synchronous downloads (tests, checkpoints).
   std::vector<float> download_logprob() const;
   std::vector<float> download_entropy() const;
   std::vector<float> download_grads() const;
-  std::vector<float> download_weights() const;  // fp32 master weights, layout order
+  // fp32 weights in layout order: the master copy (trainable) or the bf16 copy widened.
+  std::vector<float> download_weights() const;
+  // Replaces the weights (master and bf16 copy) with w (layout order, layout().total floats).
+  void upload_weights(const std::vector<float>& w);
+  // AdamW state (trainable only): first/second moments in layout order and the step count.
+  void download_optimizer_state(std::vector<float>& m, std::vector<float>& v) const;
+  void upload_optimizer_state(const std::vector<float>& m, const std::vector<float>& v,
+                              int64_t step);
+  int64_t optimizer_steps() const { return step_; }
+
+  // Per-section GPU time (ms, cudaEvents) accumulated since the last call; sections are the op
+  // families of the step ("attention_fwd", "gemm_bwd", ...). Empty unless profiling was enabled.
+  // Profiling adds an event per op, so only benchmarks turn it on.
+  void set_profiling(bool on);
+  std::vector<std::pair<std::string, double>> take_profile();
 
  private:
   struct LayerBufs {
@@ -69,12 +120,18 @@ class CudaTransformer {
   };
   const bf16* W(int i) const { return i >= 0 ? wbf_.data() + layout_.params[i].offset : nullptr; }
   float* G(int i) { return i >= 0 ? grads_.data() + layout_.params[i].offset : nullptr; }
-  void layer_forward(int l);
+  LayerBufs& bufs(int l) { return layers_[opts_.trainable && !opts_.recompute ? l : 0]; }
+  // full = false (recomputation inside backward) stops before the down projection: backward
+  // needs the layer's activations, not its output.
+  void layer_forward(int l, bool full = true);
   void layer_backward(int l);
+  void require_trainable(const char* what) const;
+  void mark(const char* section);  // profiling: the ops enqueued next belong to `section`
 
   CudaContext ctx_;
   model::ModelConfig cfg_;
   model::ParamLayout layout_;
+  CudaTransformerOptions opts_;
   int lm_param_ = -1;
   int64_t max_tokens_, max_seqs_, chunk_;
   int64_t T_ = 0, B_ = 0, step_ = 0;
@@ -95,8 +152,10 @@ class CudaTransformer {
   bf16 *d_x_ = nullptr, *d_xn_ = nullptr, *d_act_ = nullptr, *d_gu_ = nullptr, *d_att_ = nullptr;
   float *d_q_ = nullptr, *d_k_ = nullptr, *d_v_ = nullptr;
   bf16 *d_q_bf_ = nullptr, *d_k_bf_ = nullptr, *d_qpre_ = nullptr, *d_kpre_ = nullptr;
+  bf16* lm_probs_ = nullptr;  // [max_tokens, V] kept p (trainable with lm_head_keep_probs)
   void* lm_scratch_ = nullptr;
   size_t lm_scratch_bytes_ = 0;
+  std::unique_ptr<SectionTimer> timer_;  // null unless profiling
 };
 
 }  // namespace verl::ops::cuda

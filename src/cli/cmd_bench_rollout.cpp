@@ -1,0 +1,233 @@
+// `verl bench-rollout`: rollout throughput of the CUDA engine (scheduler + CudaModelRunner), on a
+// model shape with random weights (--shape) or an HF model (--model): G prompts of random tokens,
+// n samples each, a fixed number of new tokens (EOS ignored). One JSON line: output tokens/s over
+// the whole generate() (prefill included), the decode steps' achieved memory bandwidth (bf16 weights
+// plus the live KV read by each decode step, summed, over the decode steps' time) against the H200's
+// 4.8 TB/s HBM3e peak, and memory. (A two-word `bench rollout` would need a hook in cmd_bench.cpp's
+// `bench` command; this file registers a command of its own.)
+#include <omp.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/bench_shapes.h"
+#include "cli/command.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "model/weights.h"
+#include "rollout/engine.h"
+#ifdef VERL_HAVE_CUDA
+#include "ops/cuda/rollout_cuda.h"
+#endif
+
+namespace verl::cli {
+namespace {
+
+constexpr double kH200HbmBytesPerSecond = 4.8e12;  // H200 HBM3e peak (NVIDIA spec sheet)
+
+struct RolloutOpts {
+  std::string shape = "qwen2.5-0.5b";
+  std::string model;
+  int64_t prompts = 256;
+  int32_t n = 1;
+  int32_t prompt_len = 256;
+  int32_t new_tokens = 256;
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int32_t top_k = -1;
+  bool enforce_eager = false;
+  int32_t max_num_seqs = 256;
+  int32_t max_num_batched_tokens = 8192;
+  int32_t block_size = 16;
+  double gpu_memory_utilization = 0.5;
+  double kv_cache_gb = 0.0;
+  int32_t decode_partition = 512;
+  int warmup = 1;
+  uint64_t seed = 1;
+};
+
+#ifdef VERL_HAVE_CUDA
+
+// Matrices N(0, 0.02), norms one, biases zero (the HF-style init), filled in parallel: element pair
+// k of parameter i from Philox block (seed, i, k) by Box-Muller.
+model::Weights random_weights(const model::ModelConfig& c, uint64_t seed) {
+  model::Weights w = model::Weights::from_config(c);
+  for (size_t i = 0; i < w.layout.params.size(); ++i) {
+    const model::ParamInfo& p = w.layout.params[i];
+    float* x = w.data.data() + p.offset;
+    if (p.shape.size() != 2) {
+      std::fill(x, x + p.numel, p.name.find("norm") != std::string::npos ? 1.0f : 0.0f);
+      continue;
+    }
+    const int64_t pairs = (p.numel + 1) / 2;
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < pairs; ++k) {
+      const std::array<uint32_t, 4> r = philox4x32(seed, i, static_cast<uint64_t>(k));
+      const double u1 = 1.0 - static_cast<double>(((uint64_t{r[0]} << 32) | r[1]) >> 11) * 0x1p-53;
+      const double u2 = static_cast<double>(((uint64_t{r[2]} << 32) | r[3]) >> 11) * 0x1p-53;
+      const double radius = 0.02 * std::sqrt(-2.0 * std::log(u1));
+      x[2 * k] = static_cast<float>(radius * std::cos(6.283185307179586 * u2));
+      if (2 * k + 1 < p.numel) x[2 * k + 1] = static_cast<float>(radius * std::sin(6.283185307179586 * u2));
+    }
+  }
+  return w;
+}
+
+int run_bench_rollout(const RolloutOpts& o) {
+  VERL_CHECK(o.prompts >= 1 && o.n >= 1 && o.prompt_len >= 1 && o.new_tokens >= 1,
+             "bench-rollout: --prompts {}, --n {}, --prompt-len {}, --new-tokens {} must be >= 1",
+             o.prompts, o.n, o.prompt_len, o.new_tokens);
+  VERL_CHECK(ops::cuda::device_count() > 0, "bench-rollout: no CUDA device is visible");
+  model::Weights w;
+  std::string name = o.model;
+  if (!o.model.empty()) {
+    w = model::Weights::load(o.model);
+  } else {
+    const BenchShape* s = find_bench_shape(o.shape);
+    VERL_CHECK(s != nullptr, "bench-rollout: unknown --shape '{}' (known: {})", o.shape, bench_shape_names());
+    w = random_weights(bench_shape_config(*s), o.seed);
+    name = o.shape;
+  }
+  const model::ModelConfig cfg = w.config;
+  const model::ParamLayout layout = w.layout;
+
+  ops::cuda::CudaSession session;
+  ops::cuda::DeviceBuffer<ops::cuda::bf16> wbf = ops::cuda::upload_weights_bf16(session.ctx(), w);
+  w.data = {};  // the GPU copy is all the runner reads
+
+  rollout::EngineConfig ec;
+  ec.scheduler.max_num_seqs = o.max_num_seqs;
+  ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
+  ec.scheduler.max_model_len = o.prompt_len + o.new_tokens;
+  ec.scheduler.block_size = o.block_size;
+  ops::cuda::CudaRunnerOptions ro;
+  ro.kv_cache_bytes = static_cast<int64_t>(o.kv_cache_gb * (1ll << 30));
+  ro.gpu_memory_utilization = o.gpu_memory_utilization;
+  ro.enforce_eager = o.enforce_eager;
+  ro.decode_partition = o.decode_partition;
+  ops::cuda::CudaModelRunner runner(session.ctx(), cfg, layout, wbf.data(), ec.scheduler, ro);
+  rollout::Engine engine(runner, ec);
+
+  Rng rng(o.seed + 17);
+  std::vector<rollout::Request> reqs(static_cast<size_t>(o.prompts));
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    rollout::Request& r = reqs[i];
+    r.prompt.resize(static_cast<size_t>(o.prompt_len));
+    for (auto& t : r.prompt) t = static_cast<int32_t>(rng.below(static_cast<uint64_t>(cfg.vocab_size)));
+    r.params.temperature = o.temperature;
+    r.params.top_p = o.top_p;
+    r.params.top_k = o.top_k;
+    r.params.max_tokens = o.new_tokens;
+    r.params.ignore_eos = true;
+    r.params.seed = o.seed * 1000003 + i;
+    r.n = o.n;
+  }
+  // Warm-up runs of the same workload: kernels loaded, GEMM plans made, every decode bucket's CUDA
+  // graph captured, so the timed run measures steady state.
+  for (int i = 0; i < o.warmup; ++i) engine.generate(reqs);
+  runner.reset_stats();
+  Timer timer;
+  engine.generate(reqs);
+  const double seconds = timer.seconds();
+  const rollout::EngineStats& es = engine.stats();
+  const ops::cuda::CudaRunnerStats& rs = runner.stats();
+
+  size_t free_b = 0, total_b = 0;
+  VERL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const double weight_bytes = 2.0 * static_cast<double>(layout.total);
+  const double kv_token_bytes = static_cast<double>(ops::cuda::kv_cache_bytes_per_block(cfg, 1));
+  const double decode_bytes = static_cast<double>(rs.decode_steps) * weight_bytes +
+                              static_cast<double>(rs.decode_context_tokens) * kv_token_bytes;
+  const double bandwidth = rs.decode_seconds > 0 ? decode_bytes / rs.decode_seconds : 0.0;
+  cudaDeviceProp prop{};
+  int device = 0;
+  VERL_CUDA_CHECK(cudaGetDevice(&device));
+  VERL_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  nlohmann::json j = {
+      {"bench", "rollout"},
+      {"device", prop.name},
+      {"model", name},
+      {"params", layout.total},
+      {"prompts", o.prompts},
+      {"n", o.n},
+      {"sequences", o.prompts * o.n},
+      {"prompt_len", o.prompt_len},
+      {"new_tokens", o.new_tokens},
+      {"temperature", o.temperature},
+      {"top_p", o.top_p},
+      {"top_k", o.top_k},
+      {"enforce_eager", o.enforce_eager},
+      {"max_num_seqs", o.max_num_seqs},
+      {"max_num_batched_tokens", o.max_num_batched_tokens},
+      {"seconds", seconds},
+      {"output_tokens", es.output_tokens},
+      {"output_tokens_per_s", static_cast<double>(es.output_tokens) / seconds},
+      {"steps", es.steps},
+      {"prompt_tokens_computed", es.prompt_tokens_computed},
+      {"preemptions", es.preemptions},
+      {"decode_steps", rs.decode_steps},
+      {"graph_steps", rs.graph_steps},
+      {"decode_seconds", rs.decode_seconds},
+      {"decode_bytes", decode_bytes},
+      {"decode_bandwidth_bytes_per_s", bandwidth},
+      {"hbm_peak_bytes_per_s", kH200HbmBytesPerSecond},
+      {"bandwidth_fraction_of_peak", bandwidth / kH200HbmBytesPerSecond},
+      {"weights_bytes", weight_bytes},
+      {"kv_cache_bytes", runner.cache().bytes()},
+      {"kv_blocks", runner.cache().num_blocks()},
+      {"scratch_bytes", runner.scratch_bytes()},
+      {"device_used_bytes", static_cast<int64_t>(total_b - free_b)},  // all allocations are static:
+      {"peak_memory_bytes", static_cast<int64_t>(total_b - free_b)},  // the peak is what is held now
+      {"device_total_bytes", static_cast<int64_t>(total_b)}};
+  std::printf("%s\n", j.dump().c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
+#else
+
+int run_bench_rollout(const RolloutOpts&) {
+  VERL_FAIL("bench-rollout: this verl was built without CUDA (VERL_CUDA=OFF)");
+}
+
+#endif
+
+Command reg("bench-rollout",
+            "Rollout throughput of the CUDA engine on random or HF weights; prints one JSON line",
+            [](CLI::App& app) -> Action {
+              auto o = std::make_shared<RolloutOpts>();
+              app.add_option("--shape", o->shape,
+                             "model shape with random N(0, 0.02) weights: " + bench_shape_names() +
+                                 " (default qwen2.5-0.5b)");
+              app.add_option("--model", o->model, "HF model directory instead of --shape");
+              app.add_option("--prompts", o->prompts, "prompts (default 256)");
+              app.add_option("--n", o->n, "samples per prompt (default 1)");
+              app.add_option("--prompt-len", o->prompt_len, "tokens per prompt (default 256)");
+              app.add_option("--new-tokens", o->new_tokens, "tokens generated per sample (default 256)");
+              app.add_option("--temperature", o->temperature, "sampling temperature (default 1; 0 = greedy)");
+              app.add_option("--top-p", o->top_p, "nucleus sampling (default 1: off)");
+              app.add_option("--top-k", o->top_k, "top-k sampling (default -1: off)");
+              app.add_flag("--enforce-eager", o->enforce_eager, "no CUDA graphs for decode steps");
+              app.add_option("--max-num-seqs", o->max_num_seqs, "running sequences at most (default 256)");
+              app.add_option("--max-num-batched-tokens", o->max_num_batched_tokens,
+                             "new tokens per step at most (default 8192)");
+              app.add_option("--block-size", o->block_size, "KV block size in tokens (default 16)");
+              app.add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
+                             "fraction of device memory the rollout may hold (default 0.5)");
+              app.add_option("--kv-cache-gb", o->kv_cache_gb,
+                             "KV cache size in GiB instead of --gpu-memory-utilization");
+              app.add_option("--decode-partition", o->decode_partition,
+                             "keys per split-K partition of decode attention (default 512)");
+              app.add_option("--warmup", o->warmup, "untimed runs of the same workload first (default 1)");
+              app.add_option("--seed", o->seed, "weights and prompts seed (default 1)");
+              return [o] { return run_bench_rollout(*o); };
+            });
+
+}  // namespace
+}  // namespace verl::cli

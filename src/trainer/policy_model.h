@@ -1,0 +1,85 @@
+// The actor's and the reference policy's model behind one interface, so the trainer's log-prob
+// passes and updates run on the CPU model (model::Transformer, fp32) or on the GPU
+// (ops::cuda::CudaTransformer: bf16 compute, fp32 master weights, gradients and AdamW moments), as
+// trainer.device picks. The rollout engine and checkpoints read host copies of the weights.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "model/batch.h"
+#include "model/weights.h"
+#include "trainer/optimizer.h"
+
+namespace verl::trainer {
+
+enum class Device { Cpu, Cuda };
+const char* to_string(Device d);
+
+// Whether this build has the CUDA backend (VERL_HAVE_CUDA) and the driver sees a device.
+bool cuda_available();
+// trainer.device: cpu | cuda | auto (cuda when cuda_available(), else cpu). cuda without a usable
+// device is an error naming the key rather than a silent fallback.
+Device resolve_device(const std::string& value);
+// Device memory in use (cudaMemGetInfo: total - free) in bytes; 0 in a build without CUDA.
+size_t device_memory_in_use();
+
+struct PolicyOptions {
+  // false: forward only (the reference policy): no gradients and no optimizer; on CUDA only the
+  // bf16 weights are kept.
+  bool trainable = true;
+  AdamWConfig optim;  // trainable only
+  // CUDA: the device model is planned once for micro-batches of at most max_tokens tokens and
+  // max_seqs sequences (the trainer derives them from its config). The CPU model grows its buffers.
+  int64_t max_tokens = 0, max_seqs = 0;
+  // Activation recomputation in backward (actor_rollout_ref.model.enable_gradient_checkpointing).
+  // CUDA only; the CPU model keeps every activation, so there it changes nothing.
+  bool recompute = false;
+};
+
+class PolicyModel {
+ public:
+  virtual ~PolicyModel() = default;
+  virtual Device device() const = 0;
+  virtual bool trainable() const = 0;
+
+  // Runs the model over `batch` with logits divided by `temperature`: logprob[t] of token t+1 and,
+  // when `entropy` is given, the entropy of that distribution ([T] each, host). A trainable model
+  // keeps the activations for backward().
+  virtual void forward(const model::PackedBatch& batch, float temperature,
+                       std::vector<float>& logprob, std::vector<float>* entropy) = 0;
+  // Accumulates into the gradients d/dθ sum_t d_logprob[t] logprob[t] + d_entropy[t] entropy[t] for
+  // the last forward's batch (host arrays [T]; null counts as zero). Micro-batches accumulate.
+  virtual void backward(const float* d_logprob, const float* d_entropy) = 0;
+  virtual void zero_grad() = 0;
+  // Sums the gradients over `comm`'s ranks, clips them to optim.grad_clip and applies one AdamW
+  // step with learning rate `lr`. Returns the global gradient norm before clipping; a non-finite
+  // norm skips the update (as verl does).
+  virtual double optimizer_step(float lr, dist::Communicator& comm) = 0;
+  // Frees what forward() kept for backward, between phases (the CUDA arena is planned once and
+  // stays).
+  virtual void release_activations() {}
+
+  // Host copy of the weights for the rollout engine and checkpoints. On CUDA an optimizer step
+  // makes it stale and the next call downloads the fp32 master weights once.
+  virtual const model::Weights& weights() = 0;
+  // AdamW state for checkpoints (trainable only; on CUDA downloaded by each call).
+  virtual const AdamWState& optimizer_state() = 0;
+  // Resume: replaces the weights (layout order) and, for a trainable model, the AdamW state.
+  virtual void restore(std::vector<float> weights, AdamWState opt) = 0;
+
+  // The plan's limits (0: none) and the device memory this model holds (0 on CPU).
+  virtual int64_t max_tokens() const { return 0; }
+  virtual int64_t max_seqs() const { return 0; }
+  virtual size_t device_bytes() const { return 0; }
+};
+
+// The model for `device`. `weights` must be a causal LM.
+std::unique_ptr<PolicyModel> make_policy(Device device, model::Weights weights,
+                                         const PolicyOptions& opts);
+
+}  // namespace verl::trainer

@@ -1,0 +1,212 @@
+// The device seam (trainer/policy_model.h) on the CPU: the CPU policy gives exactly the numbers of
+// the model + AdamW it wraps (gradient accumulation over micro-batches included), a forward-only
+// policy refuses to train, restore round-trips, trainer.device resolves (auto without a GPU is the
+// CPU, with metrics identical to trainer.device=cpu) and a bad value names the key.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "config/config.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "dist/communicator.h"
+#include "model/transformer.h"
+#include "trainer/policy_model.h"
+#include "trainer/ppo_trainer.h"
+
+namespace verl::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kRoot = VERL_SOURCE_DIR;
+
+// Sequences of random tokens with the given lengths.
+model::PackedBatch random_batch(const std::vector<int>& lens, int64_t vocab, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<std::vector<int32_t>> seqs;
+  for (int n : lens) {
+    seqs.emplace_back();
+    for (int i = 0; i < n; ++i) seqs.back().push_back(static_cast<int32_t>(rng.below(vocab)));
+  }
+  return model::PackedBatch::from_sequences(seqs);
+}
+
+std::vector<float> random_vec(int64_t n, uint64_t seed, float scale) {
+  Rng rng(seed);
+  std::vector<float> v(n);
+  for (auto& e : v) e = scale * rng.normal();
+  return v;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(PolicyModel, CpuPolicyIsTheModelAndAdamWItWraps) {
+  const model::Weights w = model::Weights::load(kRoot + "/assets/demo/model");
+  const int64_t V = w.config.vocab_size;
+  const model::PackedBatch b1 = random_batch({9, 4, 13}, V, 1), b2 = random_batch({7, 11}, V, 2);
+  const float temperature = 0.7f, lr = 1e-3f;
+  AdamWConfig oc;
+  oc.lr = lr;
+  oc.weight_decay = 0.1f;
+  oc.grad_clip = 0.5f;
+
+  // Direct: the model, flat gradients accumulated over two micro-batches, AdamW.
+  model::Weights ref = w;
+  model::Transformer tf(ref);
+  model::ForwardOptions fo;
+  fo.temperature = temperature;
+  model::Activations acts;
+  std::vector<float> grads(ref.data.size(), 0.0f);
+  std::vector<float> lp1;
+  for (int k = 0; k < 2; ++k) {
+    const model::PackedBatch& b = k == 0 ? b1 : b2;
+    tf.forward(b, acts, fo);
+    if (k == 0) lp1 = acts.logprob;
+    const auto d_lp = random_vec(b.num_tokens(), 10 + k, 1.0f),
+               d_ent = random_vec(b.num_tokens(), 20 + k, 0.1f);
+    tf.backward(b, acts, d_lp.data(), d_ent.data(), nullptr, grads.data(), fo);
+  }
+  AdamW opt(ref.layout.total, oc);
+  const double want_norm = opt.step(ref.data.data(), grads.data(), lr);
+
+  // Through the seam.
+  PolicyOptions po;
+  po.optim = oc;
+  auto p = make_policy(Device::Cpu, w, po);
+  EXPECT_EQ(p->device(), Device::Cpu);
+  EXPECT_TRUE(p->trainable());
+  p->zero_grad();
+  std::vector<float> lp, ent;
+  for (int k = 0; k < 2; ++k) {
+    const model::PackedBatch& b = k == 0 ? b1 : b2;
+    p->forward(b, temperature, lp, &ent);
+    ASSERT_EQ(static_cast<int64_t>(lp.size()), b.num_tokens());
+    ASSERT_EQ(static_cast<int64_t>(ent.size()), b.num_tokens());
+    if (k == 0) {
+      EXPECT_TRUE(lp == lp1) << "log-probs differ from the model's";
+    }
+    const auto d_lp = random_vec(b.num_tokens(), 10 + k, 1.0f),
+               d_ent = random_vec(b.num_tokens(), 20 + k, 0.1f);
+    p->backward(d_lp.data(), d_ent.data());
+  }
+  dist::SingleProcess comm;
+  EXPECT_EQ(p->optimizer_step(lr, comm), want_norm);
+  EXPECT_TRUE(p->weights().data == ref.data) << "updated weights differ from model + AdamW";
+  EXPECT_EQ(p->optimizer_state().step, 1);
+  EXPECT_TRUE(p->optimizer_state().exp_avg == opt.exp_avg());
+  EXPECT_TRUE(p->optimizer_state().exp_avg_sq == opt.exp_avg_sq());
+  EXPECT_FALSE(p->weights().data == w.data);  // it did move
+}
+
+TEST(PolicyModel, ForwardOnlyPolicyScoresButDoesNotTrain) {
+  const model::Weights w = model::Weights::load(kRoot + "/assets/demo/model");
+  const model::PackedBatch b = random_batch({5, 8}, w.config.vocab_size, 3);
+  PolicyOptions train_opts, ref_opts;
+  ref_opts.trainable = false;
+  auto actor = make_policy(Device::Cpu, w, train_opts);
+  auto ref = make_policy(Device::Cpu, w, ref_opts);
+  EXPECT_FALSE(ref->trainable());
+  std::vector<float> a, r;
+  actor->forward(b, 1.0f, a, nullptr);
+  ref->forward(b, 1.0f, r, nullptr);
+  EXPECT_TRUE(a == r);
+  const std::vector<float> d(b.num_tokens(), 1.0f);
+  EXPECT_NE(error_of([&] { ref->backward(d.data(), nullptr); }).find("forward-only"),
+            std::string::npos);
+  dist::SingleProcess comm;
+  EXPECT_NE(error_of([&] { ref->optimizer_step(1e-3f, comm); }).find("forward-only"),
+            std::string::npos);
+}
+
+TEST(PolicyModel, RestoreReplacesWeightsAndOptimizerState) {
+  const model::Weights w = model::Weights::load(kRoot + "/assets/demo/model");
+  auto p = make_policy(Device::Cpu, w, PolicyOptions{});
+  const int64_t n = w.layout.total;
+  AdamWState st{random_vec(n, 4, 1e-3f), random_vec(n, 5, 1e-6f), 17};
+  for (auto& e : st.exp_avg_sq) e = std::fabs(e);
+  const std::vector<float> nw = random_vec(n, 6, 0.02f);
+  p->restore(nw, st);
+  EXPECT_TRUE(p->weights().data == nw);
+  EXPECT_EQ(p->optimizer_state().step, 17);
+  EXPECT_TRUE(p->optimizer_state().exp_avg == st.exp_avg);
+  // The model reads the restored weights: its log-probs change.
+  const model::PackedBatch b = random_batch({6}, w.config.vocab_size, 7);
+  std::vector<float> before, after;
+  make_policy(Device::Cpu, w, PolicyOptions{})->forward(b, 1.0f, before, nullptr);
+  p->forward(b, 1.0f, after, nullptr);
+  EXPECT_FALSE(before == after);
+  EXPECT_NE(error_of([&] { p->restore(std::vector<float>(3), st); }).find("restore"),
+            std::string::npos);
+}
+
+TEST(PolicyModel, DeviceResolution) {
+  EXPECT_EQ(resolve_device("cpu"), Device::Cpu);
+  EXPECT_EQ(resolve_device("auto"), cuda_available() ? Device::Cuda : Device::Cpu);
+  EXPECT_NE(error_of([] { resolve_device("tpu"); }).find("trainer.device"), std::string::npos);
+  // The config schema rejects it first, naming the key and the choices.
+  const std::string e = error_of([] { config::load_config("", {"trainer.device=tpu"}); });
+  EXPECT_NE(e.find("trainer.device"), std::string::npos) << e;
+  EXPECT_NE(e.find("auto"), std::string::npos) << e;
+  if (!cuda_available()) {
+    const std::string c = error_of([] { resolve_device("cuda"); });
+    EXPECT_NE(c.find("trainer.device=cuda"), std::string::npos) << c;
+    EXPECT_NE(c.find("trainer.device=cpu or auto"), std::string::npos) << c;
+    EXPECT_EQ(device_memory_in_use(), 0u);
+  }
+}
+
+config::Config demo_config(const std::string& out, const std::string& device) {
+  return config::load_config(
+      kRoot + "/configs/demo.yaml",
+      {"actor_rollout_ref.model.path=" + kRoot + "/assets/demo/model",
+       "data.train_files=[" + kRoot + "/assets/demo/train.jsonl]", "data.val_files=null",
+       "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+       "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.use_kl_loss=true",
+       "trainer.total_training_steps=2", "trainer.logger=[jsonl]", "trainer.save_freq=-1",
+       "trainer.device=" + device, "trainer.default_local_dir=" + out});
+}
+
+// Without a GPU, auto is the CPU: the same run, bit for bit, and no device-memory metrics.
+TEST(PolicyModel, AutoWithoutGpuRunsExactlyAsCpu) {
+  if (cuda_available())
+    GTEST_SKIP() << "a GPU is visible: auto picks cuda (tests/cuda/test_trainer_cuda.cpp)";
+  std::vector<nlohmann::json> lines[2];
+  std::vector<float> weights[2];
+  for (int i = 0; i < 2; ++i) {
+    const std::string out =
+        (fs::temp_directory_path() / (i ? "verl_test_dev_auto" : "verl_test_dev_cpu")).string();
+    fs::remove_all(out);
+    PpoTrainer t(demo_config(out, i ? "auto" : "cpu"));
+    EXPECT_EQ(t.device(), Device::Cpu);
+    t.fit();
+    weights[i] = t.actor().data;
+    std::ifstream f(out + "/metrics.jsonl");
+    std::string line;
+    while (std::getline(f, line)) lines[i].push_back(nlohmann::json::parse(line));
+  }
+  ASSERT_EQ(lines[0].size(), 2u);
+  ASSERT_EQ(lines[1].size(), 2u);
+  for (size_t s = 0; s < 2; ++s) {
+    for (auto& [k, v] : lines[0][s].items()) {
+      EXPECT_EQ(k.rfind("perf/device_memory_gib", 0), std::string::npos) << k;
+      if (k.rfind("timing_s/", 0) == 0 || k.rfind("perf/", 0) == 0 || !v.is_number()) continue;
+      ASSERT_TRUE(lines[1][s].contains(k)) << k;
+      EXPECT_EQ(v.get<double>(), lines[1][s][k].get<double>()) << k << " at step " << s + 1;
+    }
+  }
+  EXPECT_TRUE(weights[0] == weights[1]);
+}
+
+}  // namespace
+}  // namespace verl::trainer
