@@ -29,6 +29,7 @@ class CpuPolicy final : public PolicyModel {
   CpuPolicy& operator=(const CpuPolicy&) = delete;
 
   Device device() const override { return Device::Cpu; }
+  const model::ModelConfig& config() const override { return w_.config; }
   bool trainable() const override { return opt_.has_value(); }
 
   void forward(const model::PackedBatch& batch, float temperature, std::vector<float>& logprob,

@@ -13,6 +13,8 @@
 #include "dist/communicator.h"
 #include "model/batch.h"
 #include "model/weights.h"
+#include "rollout/scheduler.h"
+#include "rollout/step_runner.h"
 #include "trainer/optimizer.h"
 
 namespace verl::trainer {
@@ -27,6 +29,13 @@ bool cuda_available();
 Device resolve_device(const std::string& value);
 // Device memory in use (cudaMemGetInfo: total - free) in bytes; 0 in a build without CUDA.
 size_t device_memory_in_use();
+
+// The GPU rollout's memory and mode (actor_rollout_ref.rollout.*).
+struct RolloutRunnerOptions {
+  int64_t kv_cache_bytes = 0;           // what the scheduler's blocks need; capped by the next
+  double gpu_memory_utilization = 0.5;  // share of the device the rollout may hold in total
+  bool enforce_eager = false;           // no CUDA graphs
+};
 
 struct PolicyOptions {
   // false: forward only (the reference policy): no gradients and no optimizer; on CUDA only the
@@ -46,6 +55,8 @@ class PolicyModel {
   virtual ~PolicyModel() = default;
   virtual Device device() const = 0;
   virtual bool trainable() const = 0;
+  // The model's config (never downloads anything).
+  virtual const model::ModelConfig& config() const = 0;
 
   // Runs the model over `batch` with logits divided by `temperature`: logprob[t] of token t+1 and,
   // when `entropy` is given, the entropy of that distribution ([T] each, host). A trainable model
@@ -71,6 +82,16 @@ class PolicyModel {
   virtual const AdamWState& optimizer_state() = 0;
   // Resume: replaces the weights (layout order) and, for a trainable model, the AdamW state.
   virtual void restore(std::vector<float> weights, AdamWState opt) = 0;
+
+  // A rollout step runner over this model's own device weights (the hybrid engine: the rollout
+  // reads the bf16 copy the optimizer writes, no copy), with a KV cache of its own that is freed
+  // when the runner is destroyed. nullptr: the rollout engine runs on the CPU from weights().
+  virtual std::unique_ptr<rollout::StepRunner> make_rollout_runner(
+      const rollout::SchedulerConfig& sched, const RolloutRunnerOptions& opts) {
+    (void)sched;
+    (void)opts;
+    return nullptr;
+  }
 
   // The plan's limits (0: none) and the device memory this model holds (0 on CPU).
   virtual int64_t max_tokens() const { return 0; }

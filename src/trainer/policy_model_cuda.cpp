@@ -6,12 +6,14 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 
 #include "core/error.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/device.h"
+#include "ops/cuda/rollout_cuda.h"
 #include "ops/cuda/transformer_cuda.h"
 #include "trainer/policy_model.h"
 
@@ -53,6 +55,7 @@ class CudaPolicy final : public PolicyModel {
   CudaPolicy& operator=(const CudaPolicy&) = delete;
 
   Device device() const override { return Device::Cuda; }
+  const model::ModelConfig& config() const override { return host_.config; }
   bool trainable() const override { return tf_->trainable(); }
 
   void forward(const model::PackedBatch& batch, float temperature, std::vector<float>& logprob,
@@ -112,6 +115,19 @@ class CudaPolicy final : public PolicyModel {
       host_stale_ = false;
     }
     opt_host_ = AdamWState{};
+  }
+
+  std::unique_ptr<rollout::StepRunner> make_rollout_runner(
+      const rollout::SchedulerConfig& sched, const RolloutRunnerOptions& opts) override {
+    ops::cuda::CudaRunnerOptions ro;
+    // The KV the scheduler's blocks need, capped by gpu_memory_utilization of the device (vLLM's
+    // rule: what is in use now, the trainer's state included, counts against the share).
+    const int64_t cap = ops::cuda::kv_cache_budget_from_utilization(opts.gpu_memory_utilization);
+    ro.kv_cache_bytes = opts.kv_cache_bytes > 0 ? std::min(opts.kv_cache_bytes, cap) : cap;
+    ro.enforce_eager = opts.enforce_eager;
+    return std::make_unique<ops::cuda::CudaModelRunner>(session_.ctx(), host_.config,
+                                                       host_.layout, tf_->weights_bf16(), sched,
+                                                       ro);
   }
 
   int64_t max_tokens() const override { return tf_->options().max_tokens; }

@@ -1,5 +1,5 @@
-// The step dataflow of verl's RayPPOTrainer.fit on our engine (the actor and reference policy on
-// trainer.device, the rollout engine and the critic on the CPU). Names of stages, metrics and
+// The step dataflow of verl's RayPPOTrainer.fit on our engine (the actor, the reference policy and
+// the rollout on trainer.device; the critic on the CPU). Names of stages, metrics and
 // config keys are verl's (verl/trainer/ppo/ray_trainer.py, metric_utils.py).
 #include "trainer/ppo_trainer.h"
 
@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <mutex>
 #include <numeric>
+#include <optional>
+#include <string_view>
 #include <thread>
 
 #include "core/error.h"
@@ -185,7 +187,7 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
   }
   if (device_ == Device::Cuda) {
     log::info("trainer.device={}: actor{} on cuda, micro-batches of at most {} tokens, {:.2f} GiB of device memory "
-              "in use; the rollout engine runs on the CPU from a host copy of the weights",
+              "in use; the rollout runs on the GPU from the actor's bf16 weights",
               device, ref_ ? " and reference policy" : "", actor_.model->max_tokens(),
               static_cast<double>(device_memory_in_use()) / (1 << 30));
     if (critic_) log::info("trainer.device=cuda: the critic runs on the CPU (its CUDA path is not written yet)");
@@ -251,7 +253,21 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, Experience& 
   ec.scheduler.max_num_batched_tokens =
       static_cast<int32_t>(cfg_.get<int64_t>("actor_rollout_ref.rollout.max_num_batched_tokens"));
   ec.scheduler.num_blocks = static_cast<int32_t>((total_tokens + 15) / 16 + static_cast<int64_t>(reqs.size()) * n + 16);
-  rollout::Engine engine(actor_.model->weights(), ec);  // on cuda: downloaded if a step changed them
+  // On cuda the rollout runs on the GPU from the actor's own bf16 weights; its KV cache lives as
+  // long as `runner` and is freed before the next phase. On cpu it reads the host weights.
+  const int64_t kv_needed = static_cast<int64_t>(ec.scheduler.num_blocks) * kv_bytes_per_block(ec.scheduler.block_size);
+  RolloutRunnerOptions ro;
+  ro.kv_cache_bytes = kv_needed;
+  ro.gpu_memory_utilization = cfg_.get<double>("actor_rollout_ref.rollout.gpu_memory_utilization");
+  ro.enforce_eager = cfg_.get<bool>("actor_rollout_ref.rollout.enforce_eager");
+  std::unique_ptr<rollout::StepRunner> runner = actor_.model->make_rollout_runner(ec.scheduler, ro);
+  std::optional<rollout::Engine> engine_holder;
+  if (runner) {
+    engine_holder.emplace(*runner, ec);
+  } else {
+    engine_holder.emplace(actor_.model->weights(), ec);  // on cuda: downloaded if a step changed them
+  }
+  rollout::Engine& engine = *engine_holder;
 
   const int64_t B = static_cast<int64_t>(samples.size()) * n;
   exp = Experience{};
@@ -315,6 +331,11 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, Experience& 
     auto gen = timer.scope("gen");
     engine.generate(reqs, hooks);
   }
+  // Device memory with the rollout's KV cache still held (the gen phase's peak), then the cache is
+  // given back before the log-prob and update phases.
+  gen_device_bytes_ = device_memory_in_use();
+  engine_holder.reset();
+  runner.reset();
   if (parallel) {
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -569,7 +590,18 @@ double PpoTrainer::optimizer_step(TrainedModel& tm, float lr) {
 
 void PpoTrainer::record_device_memory(metrics::Metrics& m, const char* phase) const {
   if (device_ != Device::Cuda) return;
-  m.set(std::string("perf/device_memory_gib/") + phase, static_cast<double>(device_memory_in_use()) / (1 << 30));
+  const bool gen = std::string_view(phase) == "gen";
+  m.set(std::string("perf/device_memory_gib/") + phase,
+        static_cast<double>(gen ? gen_device_bytes_ : device_memory_in_use()) / (1 << 30));
+  if (gen) {
+    m.set("perf/device_memory_gib/after_gen_free", static_cast<double>(device_memory_in_use()) / (1 << 30));
+  }
+}
+
+int64_t PpoTrainer::kv_bytes_per_block(int32_t block_size) const {
+  // bf16 K and V of every layer (the CUDA rollout's cache; the CPU cache sizes itself).
+  const model::ModelConfig& c = actor_.model->config();
+  return 2 * c.num_hidden_layers * static_cast<int64_t>(block_size) * c.num_key_value_heads * c.head_dim * 2;
 }
 
 void PpoTrainer::update_critic(Experience& exp, metrics::Metrics& m) {

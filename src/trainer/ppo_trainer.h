@@ -116,6 +116,8 @@ class PpoTrainer {
   double optimizer_step(TrainedModel& tm, float lr);
   // perf/device_memory_gib/<phase> when the policies run on cuda.
   void record_device_memory(metrics::Metrics& m, const char* phase) const;
+  // Bytes of one bf16 KV block over all layers (sizes the CUDA rollout's cache).
+  int64_t kv_bytes_per_block(int32_t block_size) const;
   void update_critic(Experience& exp, metrics::Metrics& m);
   // Micro-batches of `idx` (token budget or sequence count).
   std::vector<std::vector<int64_t>> micro_batches(const Experience& exp, const std::vector<int64_t>& idx,
@@ -143,6 +145,7 @@ class PpoTrainer {
   std::vector<int32_t> eos_ids_;
   std::string tokenizer_dir_, last_checkpoint_;
   int64_t global_step_ = 0, total_steps_ = 0;
+  size_t gen_device_bytes_ = 0;  // device memory in use at the end of the last generation
   int64_t n_ = 1;
   float temperature_ = 1.0f;
   uint64_t seed_ = 1;
