@@ -33,7 +33,8 @@ class CpuPolicy final : public PolicyModel {
   bool trainable() const override { return opt_.has_value(); }
 
   void forward(const model::PackedBatch& batch, float temperature, std::vector<float>& logprob,
-               std::vector<float>* entropy) override {
+               std::vector<float>* entropy, bool for_backward = true) override {
+    (void)for_backward;  // the CPU model keeps the same activations either way
     fo_.temperature = temperature;
     tf_.forward(batch, acts_, fo_);
     batch_ = batch;  // backward needs it; a copy of T ints, small beside the activations

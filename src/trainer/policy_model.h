@@ -60,9 +60,11 @@ class PolicyModel {
 
   // Runs the model over `batch` with logits divided by `temperature`: logprob[t] of token t+1 and,
   // when `entropy` is given, the entropy of that distribution ([T] each, host). A trainable model
-  // keeps the activations for backward().
+  // keeps the activations for backward() unless for_backward is false (a log-prob pass: the CUDA
+  // model then skips what only backward reads).
   virtual void forward(const model::PackedBatch& batch, float temperature,
-                       std::vector<float>& logprob, std::vector<float>* entropy) = 0;
+                       std::vector<float>& logprob, std::vector<float>* entropy,
+                       bool for_backward = true) = 0;
   // Accumulates into the gradients d/dθ sum_t d_logprob[t] logprob[t] + d_entropy[t] entropy[t] for
   // the last forward's batch (host arrays [T]; null counts as zero). Micro-batches accumulate.
   virtual void backward(const float* d_logprob, const float* d_entropy) = 0;

@@ -59,8 +59,8 @@ class CudaPolicy final : public PolicyModel {
   bool trainable() const override { return tf_->trainable(); }
 
   void forward(const model::PackedBatch& batch, float temperature, std::vector<float>& logprob,
-               std::vector<float>* entropy) override {
-    tf_->forward(batch, temperature);
+               std::vector<float>* entropy, bool for_backward = true) override {
+    tf_->forward(batch, temperature, for_backward && tf_->trainable());
     logprob = tf_->download_logprob();
     if (entropy) *entropy = tf_->download_entropy();
   }

@@ -450,7 +450,7 @@ void PpoTrainer::compute_log_probs(PolicyModel& policy, const Experience& exp, s
   for (const auto& idx : micro_batches(exp, all, true, budget, 0)) {
     model::PackedBatch pb = pack(exp, idx);
     check_plan(policy, pb);
-    policy.forward(pb, temperature_, lp, entropy ? &ent : nullptr);
+    policy.forward(pb, temperature_, lp, entropy ? &ent : nullptr, /*for_backward=*/false);
     for (size_t i = 0; i < idx.size(); ++i) {
       const int64_t b = idx[i], base = response_base(exp, pb, i, b);
       for (size_t j = 0; j < exp.response[b].size(); ++j) {

@@ -52,7 +52,10 @@ namespace verl::ops::cuda::test { inline constexpr Tol kLmHeadGrad{1e-5, 1.0 / 1
 // against transformers, 0.064 against the CPU model.
 namespace verl::ops::cuda::test { inline constexpr Tol kModelLogprob{1e-1, 0.0}; }
 // Parameter gradients of sum(logprob): max |gpu - cpu| over a tensor relative to max |cpu|.
-namespace verl::ops::cuda::test { inline constexpr double kModelGradRel = 5e-2; }
+// Measured on the H200 (2026-11-29, LM head keeping bf16 p): 2.4% against the CPU model; 5.4%
+// (qwen2), 3.9% (llama3), 4.9% (qwen3) against the transformers fp32 dumps, whose weights the GPU
+// also rounds to bf16.
+namespace verl::ops::cuda::test { inline constexpr double kModelGradRel = 7.5e-2; }
 // One AdamW step from the same weights: the first step moves each weight by about lr sign(g), so
 // where the two gradients differ in sign the weights differ by up to 2 lr; bound = this times lr.
 namespace verl::ops::cuda::test { inline constexpr double kModelAdamWInLr = 2.05; }

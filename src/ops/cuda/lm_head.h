@@ -22,8 +22,8 @@
 //   d_w[V,C] += d_z^T @ h    (fp32: the fp32 gradient buffer; accumulated over chunks in fp32)
 // Precision: d_z is computed in fp32 and stored as bf16 (a relative error of at most u = 2^-8 per
 // element, see below) as the operand of both GEMMs, which accumulate in fp32. So d_h and d_w carry
-// an error of about 2^-8 of sum_j |d_z_j| |w_j| (resp. sum_t |d_z_t| |h_t|) relative to the fp32 CPU op:
-// bounded by the magnitude of the terms, not of the (possibly cancelled) sum.
+// an error of about 2^-8 of sum_j |d_z_j| |w_j| (resp. sum_t |d_z_t| |h_t|) relative to the fp32
+// CPU op: bounded by the magnitude of the terms, not of the (possibly cancelled) sum.
 //
 // Conventions, as the other CUDA ops (ops_cuda.h): forward outputs logprob, entropy, lse (fp32
 // [T], each may be null) are overwritten; backward outputs d_h, d_w are ACCUMULATED (+=), a null
@@ -51,7 +51,7 @@
 // i.e. at most u of the magnitude of the p-terms (not of d_z_j, which may cancel). With d_z's bf16
 // storage (another u of |d_z_j|), d_h and d_w are within about 2u of sum_j b_j |w_j| (resp.
 // sum_t b_t |h_t|), b_j = (|d_logprob| (1[j==target] + p_j) + |d_entropy| p_j (|log p_j + H| + 1))
-// / temperature, of the fp32 CPU op (tests/cuda/test_lm_head.cpp checks exactly that bound).
+// / temperature, of the fp32 CPU op (tests/cuda/test_lm_head.cpp checks it, kLmHeadGradKeptProbs).
 //
 // Targets: a device array [T] of int32 (may be null: no targets, logprob = 0 and no logprob
 // gradient). The caller checks ids against V on the host (the data pipeline does); an id >= V is

@@ -216,7 +216,7 @@ void CudaTransformer::upload_optimizer_state(const std::vector<float>& m,
   step_ = step;
 }
 
-void CudaTransformer::forward(const model::PackedBatch& b, float temperature) {
+void CudaTransformer::forward(const model::PackedBatch& b, float temperature, bool for_backward) {
   const int64_t T = b.num_tokens(), B = b.num_seqs();
   VERL_CUDA_REQUIRE(T > 0 && B > 0 && T <= max_tokens_ && B <= max_seqs_ &&
                         b.cu_seqlens.back() == T && b.positions.size() == b.tokens.size() &&
@@ -247,7 +247,8 @@ void CudaTransformer::forward(const model::PackedBatch& b, float temperature) {
   rmsnorm_forward(ctx_, h_final_, rstd_final_, x_[L], W(layout_.final_norm), T, C,
                   static_cast<float>(cfg_.rms_norm_eps));
   mark("lm_head_fwd");
-  if (lm_probs_ != nullptr) {
+  backward_ready_ = for_backward;
+  if (lm_probs_ != nullptr && for_backward) {
     lm_head_forward_keep_probs(ctx_, logprob_, entropy_, lse_head_, lm_probs_, h_final_,
                                W(lm_param_), targets_, T, C, V, temperature, chunk_, lm_scratch_,
                                lm_scratch_bytes_);
@@ -322,6 +323,8 @@ void CudaTransformer::backward_host(const float* d_logprob, const float* d_entro
 void CudaTransformer::backward(const float* d_logprob, const float* d_entropy) {
   require_trainable("backward");
   VERL_CUDA_REQUIRE(T_ > 0, "CudaTransformer::backward before a forward");
+  VERL_CUDA_REQUIRE(backward_ready_, "CudaTransformer::backward: the last forward ran with "
+                                    "for_backward = false");
   const int64_t T = T_, C = cfg_.hidden_size, V = cfg_.vocab_size, L = cfg_.num_hidden_layers;
   cudaStream_t s = ctx_.stream;
   bf16* d_h = d_xn_;

@@ -61,7 +61,10 @@ class CudaTransformer {
   ~CudaTransformer();
 
   // Uploads the batch and runs the model; logprob()/entropy() hold [T] fp32 results on device.
-  void forward(const model::PackedBatch& batch, float temperature = 1.0f);
+  // for_backward = false (a log-prob pass with no backward after it) skips what only backward
+  // reads (the LM head's kept probabilities); backward() then refuses to run.
+  void forward(const model::PackedBatch& batch, float temperature = 1.0f,
+               bool for_backward = true);
   // Accumulates into grads() the gradient of sum_t d_logprob[t] logprob[t] + d_entropy[t]
   // entropy[t] for the last forward's batch. Device pointers [T] (null = zero).
   void backward(const float* d_logprob, const float* d_entropy);
@@ -135,6 +138,7 @@ class CudaTransformer {
   int lm_param_ = -1;
   int64_t max_tokens_, max_seqs_, chunk_;
   int64_t T_ = 0, B_ = 0, step_ = 0;
+  bool backward_ready_ = false;  // the last forward kept what backward needs
   float temperature_ = 1.0f;
 
   DeviceBuffer<float> master_, grads_, m_, v_, inv_freq_;
