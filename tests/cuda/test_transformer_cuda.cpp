@@ -224,6 +224,63 @@ TEST_F(CudaTransformerTest, RecomputeAndForwardOnlyMatchThePlainModel) {
   }
 }
 
+// The critic: the value head on the GPU against the transformers dump (values and every
+// gradient of sum(values)) and the CPU model (same bf16-rounded weights).
+TEST_F(CudaTransformerTest, CriticValuesAndGradientsMatchTransformersAndCpu) {
+  const std::string name = "qwen2_critic";
+  model::Weights w = model::Weights::load(kGoldenDir + name);
+  ASSERT_EQ(w.config.head, model::HeadKind::TokenClassification);
+  auto golden = model::SafetensorsFile::open(kGoldenDir + name + "/golden.safetensors");
+  auto get = [&](const std::string& key) {
+    const model::TensorInfo* t = golden->find(key);
+    EXPECT_NE(t, nullptr) << key;
+    std::vector<float> out(t ? static_cast<size_t>(t->numel()) : 0);
+    if (t) convert_to_f32(out.data(), golden->data(*t), t->dtype, out.size());
+    return out;
+  };
+  const auto seqs = load_sequences(name);
+  model::PackedBatch b = model::PackedBatch::from_sequences(seqs);
+  const int64_t T = b.num_tokens();
+  CudaTransformer gpu(ctx(), w, T, b.num_seqs());
+  gpu.forward(b);
+  const std::vector<float> values = gpu.download_values();
+  ASSERT_EQ(static_cast<int64_t>(values.size()), T);
+  double worst_hf = 0;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const std::vector<float> ref = get("values." + std::to_string(s));
+    for (size_t i = 0; i < ref.size(); ++i) {
+      worst_hf = std::max(worst_hf, std::fabs(double(values[b.cu_seqlens[s] + i]) - ref[i]));
+    }
+  }
+  EXPECT_LE(worst_hf, kModelLogprob.atol);
+  std::vector<float> ones(T, 1.0f);
+  gpu.backward_values_host(ones.data());
+  const std::vector<float> grads = gpu.download_grads();
+  double worst = 0;
+  for (const model::HfTensorMap& m : w.layout.hf) {
+    const std::vector<float> ref = get("grad." + m.hf_name);
+    const int64_t off = w.layout.params[m.param].offset + m.offset;
+    std::vector<float> ours(grads.begin() + off, grads.begin() + off + ref.size());
+    const double err = rel_max_err(ours, ref, 0, static_cast<int64_t>(ref.size()));
+    EXPECT_LE(err, kModelGradRel) << "gradient of " << m.hf_name;
+    worst = std::max(worst, err);
+  }
+  // Against the CPU model on the bf16-rounded weights.
+  model::Weights wb = w;
+  wb.data = bf16_rounded(std::move(wb.data));
+  model::Transformer cpu(wb);
+  model::Activations acts;
+  cpu.forward(b, acts);
+  CudaTransformer gpu_b(ctx(), wb, T, b.num_seqs());
+  gpu_b.forward(b);
+  std::vector<float> cpu_values(acts.values.begin(), acts.values.begin() + T);
+  expect_close("critic values", gpu_b.download_values(), cpu_values, kModelLogprob);
+  std::printf("%s: max |dvalue| vs transformers %.3g, max relative gradient error %.3g over %zu "
+              "tensors\n",
+              name.c_str(), worst_hf, worst, w.layout.hf.size());
+  EXPECT_THROW(gpu.backward_host(ones.data(), nullptr), verl::Error);  // not a causal LM
+}
+
 TEST_F(CudaTransformerTest, RejectsBatchLargerThanPlanned) {
   model::Weights w = model::Weights::load(kGoldenDir + "qwen2");
   model::PackedBatch b = model::PackedBatch::from_sequences(load_sequences("qwen2"));

@@ -15,6 +15,7 @@
 #include "ops/cuda/attention.h"
 #include "ops/cuda/glue.h"
 #include "ops/cuda/lm_head.h"
+#include "ops/cuda/value_head.h"
 
 namespace verl::ops::cuda {
 namespace {
@@ -44,8 +45,10 @@ CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::Weights& w
                  ? options.max_tokens
                  : options.lm_head_chunk) {
   const int64_t max_tokens = max_tokens_, max_seqs = max_seqs_;
-  VERL_CUDA_REQUIRE(cfg_.head == model::HeadKind::CausalLM,
-                    "CudaTransformer: only causal LM models are supported");
+  VERL_CUDA_REQUIRE(cfg_.head == model::HeadKind::CausalLM ||
+                        cfg_.head == model::HeadKind::TokenClassification,
+                    "CudaTransformer: causal LMs and token-classification models (critics) are "
+                    "supported; sequence classification (reward models) runs on the CPU");
   VERL_CUDA_REQUIRE(max_tokens > 0 && max_seqs > 0,
                     "CudaTransformer: max_tokens and max_seqs must be positive");
   VERL_CUDA_REQUIRE(static_cast<int64_t>(w.data.size()) == layout_.total,
@@ -81,11 +84,15 @@ CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::Weights& w
   const bool own_layers = opts_.trainable && !opts_.recompute;
   x_.assign(static_cast<size_t>(opts_.trainable ? L + 1 : 2), nullptr);
   layers_.assign(static_cast<size_t>(own_layers ? L : 1), LayerBufs{});
-  const bool keep_probs = opts_.trainable && opts_.lm_head_keep_probs;
-  lm_scratch_bytes_ = std::max(
-      lm_head_forward_scratch_bytes(T, cfg_.vocab_size, chunk_),
-      keep_probs ? lm_head_backward_from_probs_scratch_bytes(T, cfg_.vocab_size, chunk_)
-                 : lm_head_backward_scratch_bytes(T, cfg_.vocab_size, chunk_));
+  const bool causal = cfg_.head == model::HeadKind::CausalLM;
+  const int64_t NL = causal ? 0 : cfg_.num_labels;  // value head outputs per token
+  const bool keep_probs = causal && opts_.trainable && opts_.lm_head_keep_probs;
+  lm_scratch_bytes_ =
+      !causal ? 0
+              : std::max(lm_head_forward_scratch_bytes(T, cfg_.vocab_size, chunk_),
+                         keep_probs
+                             ? lm_head_backward_from_probs_scratch_bytes(T, cfg_.vocab_size, chunk_)
+                             : lm_head_backward_scratch_bytes(T, cfg_.vocab_size, chunk_));
   auto carve = [&](auto&& take) {
     take(tokens_, T);
     take(positions_, T);
@@ -118,7 +125,9 @@ CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::Weights& w
     take(logprob_, T);
     take(entropy_, T);
     take(lse_head_, T);
+    if (NL > 0) take(values_, T * NL);
     if (!opts_.trainable) return;  // the rest is for backward
+    if (NL > 0) take(d_values_, T * NL);
     if (keep_probs) take(lm_probs_, T * cfg_.vocab_size);
     take(d_lp_, T);
     take(d_ent_, T);
@@ -246,8 +255,15 @@ void CudaTransformer::forward(const model::PackedBatch& b, float temperature, bo
   mark("norm_fwd");
   rmsnorm_forward(ctx_, h_final_, rstd_final_, x_[L], W(layout_.final_norm), T, C,
                   static_cast<float>(cfg_.rms_norm_eps));
-  mark("lm_head_fwd");
   backward_ready_ = for_backward;
+  if (cfg_.head == model::HeadKind::TokenClassification) {
+    mark("value_head_fwd");
+    value_head_forward(ctx_, values_, h_final_, W(layout_.score), W(layout_.score_bias), T, C,
+                       cfg_.num_labels);
+    mark("other");
+    return;
+  }
+  mark("lm_head_fwd");
   if (lm_probs_ != nullptr && for_backward) {
     lm_head_forward_keep_probs(ctx_, logprob_, entropy_, lse_head_, lm_probs_, h_final_,
                                W(lm_param_), targets_, T, C, V, temperature, chunk_, lm_scratch_,
@@ -307,7 +323,7 @@ void CudaTransformer::layer_forward(int l, bool full) {
 }
 
 void CudaTransformer::backward_host(const float* d_logprob, const float* d_entropy) {
-  require_trainable("backward_host");
+  check_backward(model::HeadKind::CausalLM, "backward_host");
   VERL_CUDA_REQUIRE(T_ > 0, "CudaTransformer::backward before a forward");
   if (d_logprob) {
     VERL_CUDA_CHECK(cudaMemcpyAsync(d_lp_, d_logprob, T_ * sizeof(float), cudaMemcpyHostToDevice,
@@ -320,16 +336,47 @@ void CudaTransformer::backward_host(const float* d_logprob, const float* d_entro
   backward(d_logprob ? d_lp_ : nullptr, d_entropy ? d_ent_ : nullptr);
 }
 
-void CudaTransformer::backward(const float* d_logprob, const float* d_entropy) {
-  require_trainable("backward");
-  VERL_CUDA_REQUIRE(T_ > 0, "CudaTransformer::backward before a forward");
-  VERL_CUDA_REQUIRE(backward_ready_, "CudaTransformer::backward: the last forward ran with "
-                                    "for_backward = false");
-  const int64_t T = T_, C = cfg_.hidden_size, V = cfg_.vocab_size, L = cfg_.num_hidden_layers;
-  cudaStream_t s = ctx_.stream;
+void CudaTransformer::check_backward(model::HeadKind head, const char* what) const {
+  require_trainable(what);
+  VERL_CUDA_REQUIRE(cfg_.head == head, std::string("CudaTransformer::") + what +
+                                           ": not this model's head (a causal LM takes backward, "
+                                           "a token-classification model backward_values)");
+  VERL_CUDA_REQUIRE(T_ > 0, std::string("CudaTransformer::") + what + " before a forward");
+  VERL_CUDA_REQUIRE(backward_ready_, std::string("CudaTransformer::") + what +
+                                         ": the last forward ran with for_backward = false");
+}
+
+void CudaTransformer::backward_values(const float* d_values) {
+  check_backward(model::HeadKind::TokenClassification, "backward_values");
+  const int64_t T = T_, C = cfg_.hidden_size;
   bf16* d_h = d_xn_;
   mark("memset_bwd");
-  VERL_CUDA_CHECK(cudaMemsetAsync(d_h, 0, T * C * sizeof(bf16), s));
+  VERL_CUDA_CHECK(cudaMemsetAsync(d_h, 0, T * C * sizeof(bf16), ctx_.stream));
+  mark("value_head_bwd");
+  value_head_backward(ctx_, d_h, G(layout_.score), G(layout_.score_bias), d_values, h_final_,
+                      W(layout_.score), T, C, cfg_.num_labels);
+  backward_trunk(d_h);
+}
+
+void CudaTransformer::backward_values_host(const float* d_values) {
+  check_backward(model::HeadKind::TokenClassification, "backward_values_host");
+  VERL_CUDA_CHECK(cudaMemcpyAsync(d_values_, d_values, T_ * cfg_.num_labels * sizeof(float),
+                                  cudaMemcpyHostToDevice, ctx_.stream));
+  backward_values(d_values_);
+}
+
+std::vector<float> CudaTransformer::download_values() const {
+  VERL_CUDA_REQUIRE(values_ != nullptr, "CudaTransformer::download_values: not a value model");
+  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  return download_n(values_, T_ * cfg_.num_labels);
+}
+
+void CudaTransformer::backward(const float* d_logprob, const float* d_entropy) {
+  check_backward(model::HeadKind::CausalLM, "backward");
+  const int64_t T = T_, C = cfg_.hidden_size, V = cfg_.vocab_size;
+  bf16* d_h = d_xn_;
+  mark("memset_bwd");
+  VERL_CUDA_CHECK(cudaMemsetAsync(d_h, 0, T * C * sizeof(bf16), ctx_.stream));
   mark("lm_head_bwd");
   if (lm_probs_ != nullptr) {
     lm_head_backward_from_probs(ctx_, d_h, G(lm_param_), d_logprob, d_entropy, lm_probs_,
@@ -340,8 +387,13 @@ void CudaTransformer::backward(const float* d_logprob, const float* d_entropy) {
                      targets_, lse_head_, entropy_, T, C, V, temperature_, chunk_, lm_scratch_,
                      lm_scratch_bytes_);
   }
+  backward_trunk(d_h);
+}
+
+void CudaTransformer::backward_trunk(const bf16* d_h) {
+  const int64_t T = T_, C = cfg_.hidden_size, V = cfg_.vocab_size, L = cfg_.num_hidden_layers;
   mark("memset_bwd");
-  VERL_CUDA_CHECK(cudaMemsetAsync(d_x_, 0, T * C * sizeof(bf16), s));
+  VERL_CUDA_CHECK(cudaMemsetAsync(d_x_, 0, T * C * sizeof(bf16), ctx_.stream));
   mark("norm_bwd");
   rmsnorm_backward(ctx_, d_x_, G(layout_.final_norm), d_h, x_[L], W(layout_.final_norm),
                    rstd_final_, T, C);

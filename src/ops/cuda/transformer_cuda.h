@@ -47,8 +47,9 @@ struct CudaTransformerOptions {
 
 class CudaTransformer {
  public:
-  // `w` must be a causal LM. The RoPE frequencies are computed here (inline, in the caller's
-  // object) so that verl_cuda needs nothing but headers from verl_model.
+  // `w` must be a causal LM or a token-classification model (a critic). The RoPE frequencies are
+  // computed here (inline, in the caller's object) so that verl_cuda needs nothing but headers
+  // from verl_model.
   CudaTransformer(const CudaContext& ctx, const model::Weights& w, int64_t max_tokens,
                   int64_t max_seqs, int64_t lm_head_chunk = 1024)
       : CudaTransformer(ctx, w, model::rope_inv_freq(w.config),
@@ -70,6 +71,13 @@ class CudaTransformer {
   void backward(const float* d_logprob, const float* d_entropy);
   // The same with host arrays [T] (copied to device first).
   void backward_host(const float* d_logprob, const float* d_entropy);
+  // Token-classification models (critics): forward fills values() [T, num_labels] fp32 (the
+  // value head, value_head.h); this accumulates the gradient of sum d_values * values (device or
+  // host [T, num_labels]).
+  void backward_values(const float* d_values);
+  void backward_values_host(const float* d_values);
+  const float* values() const { return values_; }
+  std::vector<float> download_values() const;
   void zero_grad();
   // clip_grad_norm_(grad_clip) (<= 0: no clipping) then one AdamW step over all parameters;
   // returns the gradient norm before clipping. A non-finite norm skips the update.
@@ -129,6 +137,9 @@ class CudaTransformer {
   void layer_forward(int l, bool full = true);
   void layer_backward(int l);
   void require_trainable(const char* what) const;
+  void check_backward(model::HeadKind head, const char* what) const;
+  // Everything below the head: final norm, the layers (recomputed when asked), the embedding.
+  void backward_trunk(const bf16* d_h);
   void mark(const char* section);  // profiling: the ops enqueued next belong to `section`
 
   CudaContext ctx_;
@@ -153,6 +164,7 @@ class CudaTransformer {
   bf16 *qkv_ = nullptr, *h_final_ = nullptr;
   float *rstd_final_ = nullptr, *logprob_ = nullptr, *entropy_ = nullptr, *lse_head_ = nullptr;
   float *d_lp_ = nullptr, *d_ent_ = nullptr;
+  float *values_ = nullptr, *d_values_ = nullptr;  // token classification [T, num_labels]
   bf16 *d_x_ = nullptr, *d_xn_ = nullptr, *d_act_ = nullptr, *d_gu_ = nullptr, *d_att_ = nullptr;
   float *d_q_ = nullptr, *d_k_ = nullptr, *d_v_ = nullptr;
   bf16 *d_q_bf_ = nullptr, *d_k_bf_ = nullptr, *d_qpre_ = nullptr, *d_kpre_ = nullptr;
