@@ -3,7 +3,8 @@
 // n samples each, a fixed number of new tokens (EOS ignored). One JSON line: output tokens/s over
 // the whole generate() (prefill included), the decode steps' achieved memory bandwidth (bf16 weights
 // plus the live KV read by each decode step, summed, over the decode steps' time) against the H200's
-// 4.8 TB/s HBM3e peak, and memory. (A two-word `bench rollout` would need a hook in cmd_bench.cpp's
+// 4.8 TB/s HBM3e peak, memory, host time per decode step, and with --profile the GPU time per
+// section of an (eager) decode step. (A two-word `bench rollout` would need a hook in cmd_bench.cpp's
 // `bench` command; this file registers a command of its own.)
 #include <omp.h>
 
@@ -47,7 +48,11 @@ struct RolloutOpts {
   int32_t block_size = 16;
   double gpu_memory_utilization = 0.5;
   double kv_cache_gb = 0.0;
-  int32_t decode_partition = 512;
+  int32_t decode_partition = 64;
+  int32_t decode_max_partitions = 0;
+  bool split_sampling = true;
+  bool fresh_prefill_attention = true;
+  bool profile = false;
   int warmup = 1;
   uint64_t seed = 1;
 };
@@ -111,6 +116,9 @@ int run_bench_rollout(const RolloutOpts& o) {
   ro.gpu_memory_utilization = o.gpu_memory_utilization;
   ro.enforce_eager = o.enforce_eager;
   ro.decode_partition = o.decode_partition;
+  ro.decode_max_partitions = o.decode_max_partitions;
+  ro.split_sampling = o.split_sampling;
+  ro.fresh_prefill_attention = o.fresh_prefill_attention;
   ops::cuda::CudaModelRunner runner(session.ctx(), cfg, layout, wbf.data(), ec.scheduler, ro);
   rollout::Engine engine(runner, ec);
 
@@ -132,6 +140,7 @@ int run_bench_rollout(const RolloutOpts& o) {
   // graph captured, so the timed run measures steady state.
   for (int i = 0; i < o.warmup; ++i) engine.generate(reqs);
   runner.reset_stats();
+  runner.set_profile(o.profile);  // the timed run only (its steps then run eagerly)
   Timer timer;
   engine.generate(reqs);
   const double seconds = timer.seconds();
@@ -185,6 +194,40 @@ int run_bench_rollout(const RolloutOpts& o) {
       {"device_used_bytes", static_cast<int64_t>(total_b - free_b)},  // all allocations are static:
       {"peak_memory_bytes", static_cast<int64_t>(total_b - free_b)},  // the peak is what is held now
       {"device_total_bytes", static_cast<int64_t>(total_b)}};
+  // Host time per decode step (std::chrono in the runner; CudaRunnerStats says what each covers).
+  const double per = rs.decode_steps > 0 ? 1e3 / static_cast<double>(rs.decode_steps) : 0.0;
+  const double between =
+      rs.between_steps > 0 ? 1e3 * rs.between_steps_seconds / static_cast<double>(rs.between_steps) : 0.0;
+  j["decode_step_ms"] = rs.decode_seconds * per;
+  j["host_ms_per_decode_step"] = {
+      {"between_steps_scheduler_postprocess", between},
+      {"prep_staging_upload_launch", rs.host_prep_seconds * per},
+      {"sync_wait", rs.sync_wait_seconds * per},
+      {"post_results", rs.host_post_seconds * per},
+      {"host_overhead_total", between + (rs.host_prep_seconds + rs.host_post_seconds) * per}};
+  j["decode_partition"] = o.decode_partition;
+  j["decode_max_partitions"] = o.decode_max_partitions;
+  j["split_sampling"] = o.split_sampling;
+  j["fresh_prefill_attention"] = o.fresh_prefill_attention;
+  j["fresh_prefill_steps"] = rs.fresh_prefill_steps;
+  if (o.profile) {
+    nlohmann::json prof = nlohmann::json::object(), other = nlohmann::json::object();
+    double sum = 0.0;
+    for (const auto& [section, ms] : rs.decode_profile_ms) {
+      const double v = rs.profiled_decode_steps > 0 ? ms / static_cast<double>(rs.profiled_decode_steps) : 0.0;
+      prof[section] = v;
+      sum += v;
+    }
+    prof["total_gpu"] = sum;
+    for (const auto& [section, ms] : rs.other_profile_ms) other[section] = ms;
+    j["profile_ms_per_step"] = prof;  // decode steps, eager (graphs are off while profiling)
+    j["profile_decode_steps"] = rs.profiled_decode_steps;
+    j["profile_other_steps_ms_total"] = other;  // prefill / mixed steps, summed
+    j["profile_other_steps"] = rs.profiled_other_steps;
+    j["profile_note"] =
+        "cudaEvent sections per eager decode step (graphs off while profiling); a section also "
+        "holds any GPU idle time before its next mark, so launch-bound gaps land in it";
+  }
   std::printf("%s\n", j.dump().c_str());
   std::fflush(stdout);
   return 0;
@@ -223,7 +266,18 @@ Command reg("bench-rollout",
               app.add_option("--kv-cache-gb", o->kv_cache_gb,
                              "KV cache size in GiB instead of --gpu-memory-utilization");
               app.add_option("--decode-partition", o->decode_partition,
-                             "keys per split-K partition of decode attention (default 512)");
+                             "keys per split-K partition of decode attention while the partition "
+                             "count allows (default 64)");
+              app.add_option("--decode-max-partitions", o->decode_max_partitions,
+                             "cap on split-K partitions per item (default 0: by batch size)");
+              app.add_flag("!--no-split-sampling", o->split_sampling,
+                           "sample every row with one block (the reference kernel)");
+              app.add_flag("!--paged-prefill", o->fresh_prefill_attention,
+                           "prefill attention of fresh prompts with the paged kernel instead of "
+                           "attention_forward over the step's contiguous q/k/v");
+              app.add_flag("--profile", o->profile,
+                           "GPU ms per section of a decode step (cudaEvents; the timed run's "
+                           "steps run eagerly) in profile_ms_per_step");
               app.add_option("--warmup", o->warmup, "untimed runs of the same workload first (default 1)");
               app.add_option("--seed", o->seed, "weights and prompts seed (default 1)");
               return [o] { return run_bench_rollout(*o); };

@@ -49,6 +49,17 @@ class CpuPolicy final : public PolicyModel {
     tf_.backward(batch_, acts_, d_logprob, d_entropy, nullptr, grads_.data(), fo_);
   }
 
+  void forward_values(const model::PackedBatch& batch, std::vector<float>& values) override {
+    tf_.forward(batch, acts_, fo_);
+    batch_ = batch;
+    values.assign(acts_.values.begin(), acts_.values.begin() + batch.num_tokens());
+  }
+
+  void backward_values(const float* d_values) override {
+    require_trainable("backward_values");
+    tf_.backward(batch_, acts_, nullptr, nullptr, d_values, grads_.data(), fo_);
+  }
+
   void zero_grad() override {
     require_trainable("zero_grad");
     std::fill(grads_.begin(), grads_.end(), 0.0f);
@@ -136,8 +147,12 @@ std::unique_ptr<PolicyModel> make_cuda_policy(model::Weights, const PolicyOption
 
 std::unique_ptr<PolicyModel> make_policy(Device device, model::Weights weights,
                                          const PolicyOptions& opts) {
-  VERL_CHECK(weights.config.head == model::HeadKind::CausalLM,
-             "a policy must be a causal LM, got {}", weights.config.architecture);
+  VERL_CHECK(weights.config.head == model::HeadKind::CausalLM ||
+                 (weights.config.head == model::HeadKind::TokenClassification &&
+                  weights.config.num_labels == 1),
+             "a trained model must be a causal LM (actor, reference) or a one-label token "
+             "classifier (critic), got {} with {} labels",
+             weights.config.architecture, weights.config.num_labels);
   if (device == Device::Cuda) return detail::make_cuda_policy(std::move(weights), opts);
   return std::make_unique<CpuPolicy>(std::move(weights), opts);
 }

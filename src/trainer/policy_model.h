@@ -69,6 +69,10 @@ class PolicyModel {
   // the last forward's batch (host arrays [T]; null counts as zero). Micro-batches accumulate.
   virtual void backward(const float* d_logprob, const float* d_entropy) = 0;
   virtual void zero_grad() = 0;
+  // Token-classification models (the critic): values [T] (num_labels 1) of the batch, keeping the
+  // activations; backward_values accumulates the gradient of sum_t d_values[t] values[t].
+  virtual void forward_values(const model::PackedBatch& batch, std::vector<float>& values) = 0;
+  virtual void backward_values(const float* d_values) = 0;
   // Sums the gradients over `comm`'s ranks, clips them to optim.grad_clip and applies one AdamW
   // step with learning rate `lr`. Returns the global gradient norm before clipping; a non-finite
   // norm skips the update (as verl does).
@@ -101,7 +105,8 @@ class PolicyModel {
   virtual size_t device_bytes() const { return 0; }
 };
 
-// The model for `device`. `weights` must be a causal LM.
+// The model for `device`: a causal LM (actor, reference policy) or a one-label token classifier
+// (critic).
 std::unique_ptr<PolicyModel> make_policy(Device device, model::Weights weights,
                                          const PolicyOptions& opts);
 

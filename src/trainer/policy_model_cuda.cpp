@@ -71,6 +71,13 @@ class CudaPolicy final : public PolicyModel {
 
   void zero_grad() override { tf_->zero_grad(); }
 
+  void forward_values(const model::PackedBatch& batch, std::vector<float>& values) override {
+    tf_->forward(batch);
+    values = tf_->download_values();
+  }
+
+  void backward_values(const float* d_values) override { tf_->backward_values_host(d_values); }
+
   double optimizer_step(float lr, dist::Communicator& comm) override {
     if (comm.world_size() > 1) {
       // The communicator reduces host buffers, so a multi-rank run takes the gradients through the

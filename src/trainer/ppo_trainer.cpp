@@ -65,16 +65,6 @@ LrSchedule lr_schedule(const config::Config& cfg, const std::string& prefix, int
 }
 
 // Builds the optimizer and schedule of a CPU-trained model (the critic).
-void setup_optim(TrainedModel& tm, const config::Config& cfg, const std::string& prefix,
-                 double grad_clip, int64_t total_steps) {
-  AdamWConfig oc = optim_config(cfg, prefix, grad_clip);
-  tm.base_lr = oc.lr;
-  tm.opt = std::make_unique<AdamW>(tm.weights.layout.total, oc);
-  tm.grads.assign(tm.weights.data.size(), 0.0f);
-  tm.schedule = lr_schedule(cfg, prefix, total_steps);
-  tm.tf = std::make_unique<model::Transformer>(tm.weights);
-}
-
 // The largest micro-batch the trainer packs for a policy, from the config alone, so that the CUDA
 // model plans its memory once: log-prob passes (old_log_prob, ref) cut the step's
 // data.gen_batch_size x rollout.n sequences into ppo_max_token_len_per_gpu token budgets; the
@@ -83,8 +73,8 @@ void setup_optim(TrainedModel& tm, const config::Config& cfg, const std::string&
 struct MicroBatchPlan {
   int64_t max_tokens = 0, max_seqs = 0;
 };
-MicroBatchPlan plan_micro_batches(const config::Config& cfg, int64_t n, bool update) {
-  const std::string a = "actor_rollout_ref.actor.";
+MicroBatchPlan plan_micro_batches(const config::Config& cfg, int64_t n, bool update,
+                                  const std::string& a = "actor_rollout_ref.actor.") {
   const int64_t seq_len = cfg.get<int64_t>("data.max_prompt_length") + cfg.get<int64_t>("data.max_response_length");
   const int64_t step_seqs = cfg.get<int64_t>("data.gen_batch_size") * n;
   const int64_t budget = cfg.get<int64_t>(a + "ppo_max_token_len_per_gpu");
@@ -151,9 +141,17 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
   const bool use_critic = estimator_ == AdvantageEstimator::GAE ||
                           cfg_.get<std::optional<bool>>("critic.enable").value_or(false);
   if (use_critic) {
+    // The critic on trainer.device too; its micro-batches are planned from the critic.* keys.
+    PolicyOptions co;
+    co.optim = optim_config(cfg_, "critic", cfg_.get<double>("critic.grad_clip"));
+    co.recompute = cfg_.get<bool>("critic.model.enable_gradient_checkpointing");
+    const MicroBatchPlan plan = plan_micro_batches(cfg_, n_, /*update=*/true, "critic.");
+    co.max_tokens = plan.max_tokens;
+    co.max_seqs = plan.max_seqs;
     critic_.emplace();
-    critic_->weights = model::Weights::load_as_critic(cfg_.get<std::string>("critic.model.path"), seed_);
-    setup_optim(*critic_, cfg_, "critic", cfg_.get<double>("critic.grad_clip"), total_steps_);
+    critic_->base_lr = co.optim.lr;
+    critic_->schedule = lr_schedule(cfg_, "critic", total_steps_);
+    critic_->model = make_policy(device_, model::Weights::load_as_critic(cfg_.get<std::string>("critic.model.path"), seed_), co);
   }
   const bool use_kl_in_reward = cfg_.get<bool>("algorithm.use_kl_in_reward");
   actor_loss_.policy.clip_ratio = cfg_.get<double>("actor_rollout_ref.actor.clip_ratio");
@@ -190,7 +188,6 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
               "in use; the rollout runs on the GPU from the actor's bf16 weights",
               device, ref_ ? " and reference policy" : "", actor_.model->max_tokens(),
               static_cast<double>(device_memory_in_use()) / (1 << 30));
-    if (critic_) log::info("trainer.device=cuda: the critic runs on the CPU (its CUDA path is not written yet)");
   }
   if (use_kl_in_reward) {
     kl_ctrl_ = KlController::from_config(cfg_.get<std::string>("algorithm.kl_ctrl.type"),
@@ -467,14 +464,15 @@ void PpoTrainer::compute_values(const Experience& exp, std::vector<float>& value
   values.assign(exp.B * L, 0.0f);
   std::vector<int64_t> all(exp.B);
   std::iota(all.begin(), all.end(), 0);
-  model::Activations acts;
+  std::vector<float> v;
   const int64_t budget = cfg_.get<int64_t>("critic.ppo_max_token_len_per_gpu");
   for (const auto& idx : micro_batches(exp, all, true, budget, 0)) {
     model::PackedBatch pb = pack(exp, idx);
-    critic_->tf->forward(pb, acts);
+    check_plan(*critic_->model, pb);
+    critic_->model->forward_values(pb, v);
     for (size_t i = 0; i < idx.size(); ++i) {
       const int64_t b = idx[i], base = response_base(exp, pb, i, b);
-      for (size_t j = 0; j < exp.response[b].size(); ++j) values[b * L + j] = acts.values[base + j];
+      for (size_t j = 0; j < exp.response[b].size(); ++j) values[b * L + j] = v[base + j];
     }
   }
 }
@@ -583,11 +581,6 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
   m.set("actor/lr", lr);
 }
 
-double PpoTrainer::optimizer_step(TrainedModel& tm, float lr) {
-  comm_->all_reduce(tm.grads, dist::ReduceOp::Sum);
-  return tm.opt->step(tm.weights.data.data(), tm.grads.data(), lr);
-}
-
 void PpoTrainer::record_device_memory(metrics::Metrics& m, const char* phase) const {
   if (device_ != Device::Cuda) return;
   const bool gen = std::string_view(phase) == "gen";
@@ -615,7 +608,7 @@ void PpoTrainer::update_critic(Experience& exp, metrics::Metrics& m) {
   const LossAggMode mode = parse_loss_agg_mode(cfg_.get<std::string>("critic.loss_agg_mode"));
   const float lr = static_cast<float>(critic_->base_lr * critic_->schedule.multiplier(global_step_));
   const int64_t num_mini = (exp.B + mini - 1) / mini;
-  model::Activations acts;
+  std::vector<float> values_tok;
   double vf_loss = 0, vf_clipfrac = 0, gnorm_sum = 0;
   int64_t updates = 0;
   for (int64_t ep = 0; ep < epochs; ++ep) {
@@ -628,15 +621,16 @@ void PpoTrainer::update_critic(Experience& exp, metrics::Metrics& m) {
       norm.batch_num_tokens = comm_->sum(std::accumulate(mini_mask.begin(), mini_mask.end(), 0.0));
       norm.global_batch_size = comm_->sum(static_cast<double>(idx.size()));
       norm.loss_scale_factor = static_cast<double>(cfg_.get<int64_t>("data.max_response_length"));
-      std::fill(critic_->grads.begin(), critic_->grads.end(), 0.0f);
+      critic_->model->zero_grad();
       for (const auto& micro : micro_batches(exp, idx, dynamic, max_tokens, micro_seqs)) {
         model::PackedBatch pb = pack(exp, micro);
-        critic_->tf->forward(pb, acts);
+        check_plan(*critic_->model, pb);
+        critic_->model->forward_values(pb, values_tok);
         const int64_t bm = static_cast<int64_t>(micro.size());
         std::vector<float> vpreds(bm * L, 0.0f);
         for (int64_t i = 0; i < bm; ++i) {
           const int64_t b = micro[i], base = response_base(exp, pb, i, b);
-          for (size_t j = 0; j < exp.response[b].size(); ++j) vpreds[i * L + j] = acts.values[base + j];
+          for (size_t j = 0; j < exp.response[b].size(); ++j) vpreds[i * L + j] = values_tok[base + j];
         }
         std::vector<float> mask = rows(exp.mask, micro, L);
         ValueLossOutput out = compute_value_loss({bm, L}, vpreds, rows(exp.returns, micro, L), rows(exp.values, micro, L),
@@ -646,12 +640,12 @@ void PpoTrainer::update_critic(Experience& exp, metrics::Metrics& m) {
           const int64_t b = micro[i], base = response_base(exp, pb, i, b);
           for (size_t j = 0; j < exp.response[b].size(); ++j) d_v[base + j] = out.d_vpreds[i * L + j];
         }
-        critic_->tf->backward(pb, acts, nullptr, nullptr, d_v.data(), critic_->grads.data());
+        critic_->model->backward_values(d_v.data());
         vf_loss += out.vf_loss;
         vf_clipfrac += out.vf_clipfrac * std::accumulate(mask.begin(), mask.end(), 0.0) /
                        std::max(1.0, *norm.batch_num_tokens);
       }
-      gnorm_sum += optimizer_step(*critic_, lr);
+      gnorm_sum += critic_->model->optimizer_step(lr, *comm_);
       ++updates;
     }
   }
@@ -836,9 +830,16 @@ void PpoTrainer::resume() {
   const model::Weights& current = actor_.model->weights();
   model::Weights actor_weights{current.config, current.layout, {}};
   AdamWState actor_opt;
-  nlohmann::json st = load_checkpoint(dir, actor_weights, actor_opt, critic_ ? &critic_->weights : nullptr,
-                                      critic_ ? &critic_->opt->state() : nullptr);
+  std::optional<model::Weights> critic_weights;
+  AdamWState critic_opt;
+  if (critic_) {
+    const model::Weights& cw = critic_->model->weights();
+    critic_weights = model::Weights{cw.config, cw.layout, {}};
+  }
+  nlohmann::json st = load_checkpoint(dir, actor_weights, actor_opt, critic_ ? &*critic_weights : nullptr,
+                                      critic_ ? &critic_opt : nullptr);
   actor_.model->restore(std::move(actor_weights.data), std::move(actor_opt));
+  if (critic_) critic_->model->restore(std::move(critic_weights->data), std::move(critic_opt));
   global_step_ = st.at("global_step").get<int64_t>();
   train_loader_->load_state(st.at("dataloader"));
   if (kl_ctrl_ && st.contains("kl_coef")) {
@@ -855,7 +856,7 @@ std::string PpoTrainer::save() {
   if (kl_ctrl_) st["kl_coef"] = kl_ctrl_->value();
   const int64_t keep = cfg_.get<std::optional<int64_t>>("trainer.max_actor_ckpt_to_keep").value_or(0);
   std::optional<ModelState> critic;
-  if (critic_) critic = ModelState{&critic_->weights, &critic_->opt->state()};
+  if (critic_) critic = ModelState{&critic_->model->weights(), &critic_->model->optimizer_state()};
   // Host copies: on cuda the weights (if stale) and the AdamW moments are downloaded here.
   const ModelState actor{&actor_.model->weights(), &actor_.model->optimizer_state()};
   return save_checkpoint(cfg_.get<std::string>("trainer.default_local_dir"), global_step_, actor, critic, st,

@@ -52,22 +52,12 @@ struct Experience {
   Shape shape() const { return {B, L}; }
 };
 
-// The actor: its model on trainer.device (forward/backward, gradients and AdamW inside) and its
-// learning-rate schedule.
-struct ActorModel {
+// A model the trainer updates (the actor, the critic): its model on trainer.device (forward /
+// backward, gradients and AdamW inside) and its learning-rate schedule.
+struct TrainedModel {
   std::unique_ptr<PolicyModel> model;
   LrSchedule schedule;
   float base_lr = 0;
-};
-
-// A model trained on the CPU (the critic): weights, its forward/backward, optimizer and schedule.
-struct TrainedModel {
-  model::Weights weights;
-  std::unique_ptr<model::Transformer> tf;
-  std::unique_ptr<AdamW> opt;
-  LrSchedule schedule;
-  float base_lr = 0;
-  std::vector<float> grads;
 };
 
 class PpoTrainer {
@@ -113,7 +103,6 @@ class PpoTrainer {
   // The critic's: sums gradients over data-parallel ranks (the loss already carries dp_size), then
   // clips and steps the optimizer; returns the global gradient norm. (The actor's is
   // PolicyModel::optimizer_step.)
-  double optimizer_step(TrainedModel& tm, float lr);
   // perf/device_memory_gib/<phase> when the policies run on cuda.
   void record_device_memory(metrics::Metrics& m, const char* phase) const;
   // Bytes of one bf16 KV block over all layers (sizes the CUDA rollout's cache).
@@ -131,7 +120,7 @@ class PpoTrainer {
   std::unique_ptr<dist::Communicator> comm_ = std::make_unique<dist::SingleProcess>();
   std::unique_ptr<tokenizer::Tokenizer> tok_;
   Device device_ = Device::Cpu;
-  ActorModel actor_;
+  TrainedModel actor_;
   std::unique_ptr<PolicyModel> ref_;  // the frozen reference policy, forward only
   std::optional<TrainedModel> critic_;
   std::unique_ptr<data::RLDataset> train_set_, val_set_;

@@ -2,8 +2,10 @@
 // the CPU runner's attention (CpuModelRunner::attention, restated here on the same bf16-rounded
 // cache): ragged contexts 1..700 over 16-token blocks scattered through the pool, decode items
 // (split-K with partitions of 64 and 512 keys, one partition and many) mixed with prefill chunks that
-// start after a cached prefix, H/Hkv/D = 14/2/64, 4/4/24 (reference kernels only), 12/2/128, 4/2/16. Also the KV write (plain and fused with q/k-norm and RoPE) and the
-// copy-on-write block copies, which must be exact.
+// start after a cached prefix, H/Hkv/D = 14/2/64, 4/4/24 (reference kernels only), 12/2/128, 4/2/16,
+// block sizes 16, 24 and 8. Also the KV write (plain and fused with q/k-norm and RoPE, with and
+// without the contiguous k/v copy of the fresh-prefill path) and the copy-on-write block copies,
+// which must be exact.
 #include "ops/cuda/paged_attention.h"
 
 #include <gtest/gtest.h>
@@ -133,9 +135,12 @@ DeviceBuffer<T> upload(const std::vector<T>& h) {
 
 void check_attention(const CudaContext& ctx, const CudaSession& session,
                      const std::vector<Item>& items, int64_t H, int64_t Hkv, int64_t D,
-                     int32_t partition, int64_t max_context_pad, uint64_t seed) {
-  SCOPED_TRACE(label(H, Hkv, D, " partition " + std::to_string(partition)));
-  const Step s = make_step(items, 16, seed);
+                     int32_t partition, int64_t max_context_pad, uint64_t seed,
+                     int32_t max_partitions = 0, int32_t block_size = 16) {
+  SCOPED_TRACE(label(H, Hkv, D, " partition " + std::to_string(partition) + " max_partitions " +
+                                    std::to_string(max_partitions) + " block_size " +
+                                    std::to_string(block_size)));
+  const Step s = make_step(items, block_size, seed);
   const int64_t ts = Hkv * D, pool = s.num_blocks * s.bs * ts;
   // Cache contents: random (stale values where this step writes), new k/v written by the kernel.
   std::vector<float> kc = bf16_rounded(randn(static_cast<size_t>(pool), seed + 1));
@@ -165,9 +170,11 @@ void check_attention(const CudaContext& ctx, const CudaSession& session,
     SCOPED_TRACE(reference ? "reference kernels" : "fast kernels");
     PagedAttentionPlan plan;
     plan.partition = partition;
+    plan.max_partitions = max_partitions;
     plan.max_context = *std::max_element(s.ctx.begin(), s.ctx.end()) + max_context_pad;
     plan.reference = reference;
-    const size_t ws = paged_attention_workspace_bytes(s.B, H, D, plan.max_context, partition);
+    const size_t ws =
+        paged_attention_workspace_bytes(s.B, H, D, plan.max_context, partition, max_partitions);
     DeviceBuffer<uint8_t> d_ws(std::max<size_t>(ws, 1));
     DeviceBuffer<bf16> d_out(static_cast<size_t>(s.T * H * D));
     VERL_CUDA_CHECK(cudaMemset(d_out.data(), 0xff, d_out.bytes()));  // NaN: every row must be written
@@ -213,6 +220,14 @@ TEST_F(CudaPagedAttention, DecodeWithPaddedGridAndLongContext) {
   check_attention(ctx(), *session_, items, 14, 2, 64, 64, 1000, 41);
   check_attention(ctx(), *session_, {{690, 1}}, 4, 4, 24, 64, 0, 42);
   check_attention(ctx(), *session_, items, 8, 1, 128, 512, 300, 43);
+  // Partition count capped (the runner's choice for large batches): contexts cut into at most 2
+  // or 3 equal partitions (rounded up to 64 keys), or 1; G = 7, 8 and 3 heads per kv head.
+  check_attention(ctx(), *session_, items, 14, 2, 64, 64, 1000, 44, 2);
+  check_attention(ctx(), *session_, kMixed, 16, 2, 64, 64, 0, 45, 3);
+  check_attention(ctx(), *session_, kMixed, 12, 4, 128, 64, 0, 46, 1);
+  // Block sizes that 16 does not divide: the fast decode kernel's 16 keys of a step span blocks.
+  check_attention(ctx(), *session_, kMixed, 14, 2, 64, 64, 0, 47, 0, 24);
+  check_attention(ctx(), *session_, items, 4, 2, 32, 64, 100, 48, 2, 8);
 }
 
 // Fused split + q/k rmsnorm + RoPE + KV write against the CPU ops (rmsnorm rounded to bf16 as the
@@ -273,6 +288,30 @@ void check_rope_write(const CudaContext& ctx, const CudaSession& session, int64_
   expect_close("q", download_bf16(d_q), q, kBf16Out);
   expect_close("k cache", download_bf16(d_kc), kc, kBf16Out);
   EXPECT_TRUE(download_bf16(d_vc) == vc) << "v cache must be an exact copy";
+
+  // With the contiguous k_out / v_out (the fresh-prefill path): the same cache, and k_out / v_out
+  // hold exactly the values written to the cache, for every token (the slot -1 one included).
+  const std::vector<float> kc_first = download_bf16(d_kc);
+  DeviceBuffer<bf16> d_kc2 = upload_bf16(cache0), d_vc2 = upload_bf16(cache0),
+                     d_q2(static_cast<size_t>(T * qd)), d_ko(static_cast<size_t>(T * kvd)),
+                     d_vo(static_cast<size_t>(T * kvd));
+  qkv_rope_paged_write(ctx, d_q2.data(), d_kc2.data(), d_vc2.data(), d_qkv.data(),
+                       qk_norm ? d_qn.data() : nullptr, qk_norm ? d_kn.data() : nullptr, eps,
+                       d_pos.data(), d_freq.data(), d_slots.data(), T, H, Hkv, D, d_ko.data(),
+                       d_vo.data());
+  session.synchronize();
+  EXPECT_TRUE(download_bf16(d_q2) == download_bf16(d_q)) << "q differs with k_out / v_out";
+  EXPECT_TRUE(download_bf16(d_kc2) == kc_first) << "k cache differs with k_out / v_out";
+  EXPECT_TRUE(download_bf16(d_vc2) == vc) << "v cache differs with k_out / v_out";
+  const std::vector<float> ko = download_bf16(d_ko), vo = download_bf16(d_vo);
+  expect_close("k_out", ko, k, kBf16Out);
+  EXPECT_TRUE(vo == v) << "v_out must be an exact copy";
+  for (int64_t t = 0; t < T; ++t) {
+    if (slots[t] < 0) continue;
+    EXPECT_TRUE(std::equal(ko.begin() + t * kvd, ko.begin() + (t + 1) * kvd,
+                           kc_first.begin() + slots[t] * kvd))
+        << "k_out of token " << t << " is not its cache row";
+  }
 }
 
 TEST_F(CudaPagedAttention, FusedRopeKvWriteMatchesCpuOps) {

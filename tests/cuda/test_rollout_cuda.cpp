@@ -152,10 +152,15 @@ void run_greedy(const CudaContext& ctx, const std::string& family, int32_t num_b
   rollout::Engine gpu_engine(*runner, cfg);
   const std::vector<rollout::Completion> gpu = gpu_engine.generate(reqs);
   compare_greedy(what, tf, reqs, cpu, gpu);
-  // The three samples of the shared prompt are the same greedy sequence.
+  // The three samples of the shared prompt are the same greedy sequence when nothing was
+  // preempted. A preempted sample recomputes its KV with the prefill kernel (and its GEMMs run at
+  // other batch sizes), so on the GPU, which is not batch-invariant, it may leave its siblings'
+  // path at a near-tie; compare_greedy above holds each sample to the CPU's path up to near-ties.
   const size_t first = gpu.size() - 3;
-  EXPECT_EQ(gpu[first].tokens, gpu[first + 1].tokens);
-  EXPECT_EQ(gpu[first].tokens, gpu[first + 2].tokens);
+  if (gpu_engine.stats().preemptions == 0) {
+    EXPECT_EQ(gpu[first].tokens, gpu[first + 1].tokens);
+    EXPECT_EQ(gpu[first].tokens, gpu[first + 2].tokens);
+  }
   if (!eager) {
     EXPECT_GT(runner->stats().graph_steps, 0) << "no decode step replayed a CUDA graph";
   }
@@ -220,6 +225,78 @@ TEST_F(CudaRollout, SampledRolloutReplaysAndLogprobsMatchCpuModel) {
       const double want = static_cast<double>((row[c.tokens[j]] - m) * inv_t) - std::log(total);
       EXPECT_NEAR(c.logprobs[j], want, kModelLogprob.atol)
           << "request " << c.request << " sample " << c.sample << " token " << j;
+    }
+  }
+}
+
+// The fresh-prefill fast path (attention_forward over the step's contiguous q, k, v) against the
+// paged prefill kernel, on runners that differ only in fresh_prefill_attention: after the prefill
+// steps (one generated token per sample, so the cache holds exactly the prompts' K/V) the caches
+// agree, bit for bit in layer 0 (the same kernel writes the same values) and within a few bf16
+// roundings of the attention output in later layers, and so do the sampled log-probs. The 70-token
+// prompt's second chunk has a cached prefix and takes the paged kernel on both runners.
+TEST_F(CudaRollout, FreshPrefillFastPathMatchesPagedPath) {
+  for (const char* family : {"qwen2", "llama3", "qwen3"}) {
+    SCOPED_TRACE(family);
+    model::Weights w = model::Weights::load(kGolden + family);
+    w.data = bf16_rounded(std::move(w.data));
+    const rollout::EngineConfig cfg = engine_config(256);
+    const std::vector<rollout::Request> reqs = greedy_requests(w.config.vocab_size, 1);
+    DeviceBuffer<bf16> wbf = upload_weights_bf16(ctx(), w);
+    std::vector<std::vector<rollout::Completion>> outs;
+    std::vector<std::vector<float>> caches;
+    int64_t layer0 = 0;
+    for (bool fast : {true, false}) {
+      CudaRunnerOptions o;
+      o.kv_cache_bytes = static_cast<int64_t>(cfg.scheduler.num_blocks) *
+                         kv_cache_bytes_per_block(w.config, cfg.scheduler.block_size);
+      o.enforce_eager = true;
+      o.fresh_prefill_attention = fast;
+      CudaModelRunner runner(ctx(), w.config, w.layout, wbf.data(), cfg.scheduler, o);
+      rollout::Engine engine(runner, cfg);
+      outs.push_back(engine.generate(reqs));
+      if (fast) {
+        EXPECT_GT(runner.stats().fresh_prefill_steps, 0) << "no step took the fast path";
+      } else {
+        EXPECT_EQ(runner.stats().fresh_prefill_steps, 0);
+      }
+      const CudaKVCache& cache = runner.cache();
+      ASSERT_TRUE(cache.allocated());
+      const size_t n = static_cast<size_t>(cache.num_arrays() * cache.array_elems());
+      std::vector<uint16_t> raw(n);
+      VERL_CUDA_CHECK(cudaDeviceSynchronize());
+      VERL_CUDA_CHECK(cudaMemcpy(raw.data(), cache.base(), n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+      std::vector<float> f(n);
+      for (size_t i = 0; i < n; ++i) f[i] = bf16_to_f32(raw[i]);
+      caches.push_back(std::move(f));
+      layer0 = 2 * cache.array_elems();  // K and V of layer 0
+    }
+    const std::vector<float>& a = caches[0];
+    const std::vector<float>& b = caches[1];
+    ASSERT_EQ(a.size(), b.size());
+    int64_t nonzero = 0, misses = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      nonzero += b[i] != 0.0f;
+      const bool ok = static_cast<int64_t>(i) < layer0
+                          ? a[i] == b[i]
+                          : std::abs(double(a[i]) - b[i]) <= 0.02 + 0.02 * std::abs(double(b[i]));
+      if (!ok && ++misses <= 5) {
+        ADD_FAILURE() << "KV cache element " << i << " (layer " << static_cast<int64_t>(i) / layer0
+                      << "): fast path " << a[i] << ", paged path " << b[i];
+      }
+    }
+    EXPECT_EQ(misses, 0) << misses << " KV cache elements differ";
+    EXPECT_GT(nonzero, 0) << "the prefill wrote nothing to the cache";
+    ASSERT_EQ(outs[0].size(), outs[1].size());
+    for (size_t i = 0; i < outs[0].size(); ++i) {
+      ASSERT_EQ(outs[0][i].logprobs.size(), 1u);
+      ASSERT_EQ(outs[1][i].logprobs.size(), 1u);
+      if (outs[0][i].tokens != outs[1][i].tokens) {
+        std::printf("[ note ] %s completion %zu: the two paths pick different greedy tokens\n",
+                    family, i);
+      }
+      EXPECT_NEAR(outs[0][i].logprobs[0], outs[1][i].logprobs[0], kModelLogprob.atol)
+          << "completion " << i;
     }
   }
 }

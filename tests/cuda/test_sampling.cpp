@@ -3,7 +3,8 @@
 // temperature, top-k, top-p and both, at V = 151936, 1000 and 7, on smooth, bf16-tied, flat and
 // spiky rows. The GPU's cumulative weights are fixed-point sums (sampling.h), so a token may differ
 // only where the cumulative weight lies within kSampleNearTie of its threshold; log-probs agree
-// within kSampleLogprob. With top-k alone the CPU walks its kept set in an unspecified order (see
+// within kSampleLogprob; the split path (several blocks per row) equals the one-block kernel. With
+// top-k alone the CPU walks its kept set in an unspecified order (see
 // reference_sample), so there the oracle is the definition restated in this file.
 #include "ops/cuda/sampling.h"
 
@@ -185,6 +186,18 @@ void check_setting(const CudaContext& ctx, const CudaSession& session, int64_t V
   session.synchronize();
   EXPECT_TRUE(d_tok.download() == tok) << "sampling is not deterministic";
 
+  // The split path (several blocks per row) picks the same tokens bit for bit; its log-prob differs
+  // only by the order of a double sum.
+  DeviceBuffer<uint8_t> ws(sample_workspace_bytes(rows, V));
+  sample_tokens(ctx, d_tok.data(), d_lp.data(), d_logits.data(), V, d_params.data(), rows, V,
+                ws.data(), ws.size());
+  session.synchronize();
+  EXPECT_TRUE(d_tok.download() == tok) << "the split path picked other tokens";
+  const std::vector<float> split_lp = d_lp.download();
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_NEAR(split_lp[r], lp[r], 1e-6 + 1e-6 * std::abs(lp[r])) << "split path, row " << r;
+  }
+
   const bool topk_only = st.top_k > 0 && st.top_k < V && st.top_p >= 1.0f && st.temperature > 0.0f;
   int64_t same = 0;
   for (int64_t r = 0; r < rows; ++r) {
@@ -256,6 +269,46 @@ TEST_F(CudaSampling, GreedyTiesAndNonFiniteRows) {
   EXPECT_EQ(tok[1], -1);
   EXPECT_NEAR(d_lp.download()[0], full_logprob({logits.begin(), logits.begin() + V}, 0.0f, 17),
               kSampleLogprob);
+}
+
+// One batch mixing greedy, plain and truncated rows, with a row stride that is not a multiple of 4
+// (scalar loads) and rows not 16-byte aligned: the split path handles the greedy and plain rows,
+// the one-block kernel the rest, and together they equal the one-block kernel on every row.
+TEST_F(CudaSampling, SplitPathMixedRowsEqualReference) {
+  for (int64_t V : {int64_t{151936}, int64_t{4099}, int64_t{1}}) {
+    SCOPED_TRACE("V " + std::to_string(V));
+    const int64_t rows = 67, ld = V + 3;
+    Rng rng(5 + static_cast<uint64_t>(V));
+    std::vector<float> logits(static_cast<size_t>(rows * ld), -1e30f);
+    std::vector<SampleParamsDevice> p(static_cast<size_t>(rows));
+    const Shape shapes[] = {Shape::Smooth, Shape::Bf16Ties, Shape::Flat, Shape::Spiky};
+    for (int64_t r = 0; r < rows; ++r) {
+      const std::vector<float> row = make_row(V, shapes[r % 4], rng);
+      std::copy(row.begin(), row.end(), logits.begin() + r * ld);
+      const Setting& st = kSettings[r % (sizeof(kSettings) / sizeof(kSettings[0]))];
+      p[r] = SampleParamsDevice{st.temperature, st.top_k, st.top_p, 0, 99 + static_cast<uint64_t>(r),
+                                static_cast<uint64_t>(r), static_cast<uint64_t>(r % 5)};
+    }
+    DeviceBuffer<float> d_logits(logits);
+    DeviceBuffer<SampleParamsDevice> d_p(p);
+    DeviceBuffer<int32_t> d_tok(static_cast<size_t>(rows));
+    DeviceBuffer<float> d_lp(static_cast<size_t>(rows));
+    sample_tokens(ctx(), d_tok.data(), d_lp.data(), d_logits.data(), ld, d_p.data(), rows, V);
+    sync();
+    const std::vector<int32_t> want_tok = d_tok.download();
+    const std::vector<float> want_lp = d_lp.download();
+    DeviceBuffer<uint8_t> ws(sample_workspace_bytes(rows, V));
+    DeviceBuffer<int32_t> d_tok2(std::vector<int32_t>(static_cast<size_t>(rows), -7));
+    sample_tokens(ctx(), d_tok2.data(), d_lp.data(), d_logits.data(), ld, d_p.data(), rows, V,
+                  ws.data(), ws.size());
+    sync();
+    const std::vector<int32_t> tok = d_tok2.download();
+    const std::vector<float> lp = d_lp.download();
+    for (int64_t r = 0; r < rows; ++r) {
+      EXPECT_EQ(tok[r], want_tok[r]) << "row " << r;
+      EXPECT_NEAR(lp[r], want_lp[r], 1e-6 + 1e-6 * std::abs(want_lp[r])) << "row " << r;
+    }
+  }
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // Attention over the paged KV cache of the rollout engine (paged_attention.h): the KV write (plain
 // and fused with q/k-norm and RoPE), copy-on-write block copies, the split-K decode kernel with its
-// combine step, and the tiled prefill kernel. fp32 arithmetic throughout, bf16 storage; accurate
-// expf / sincosf (no fast-math), so the results track the CPU runner to a bf16 rounding.
+// combine step, and the tiled prefill kernel. bf16 storage, fp32 scores, softmax and sums (the fast
+// kernels' products on tensor cores, bf16 x bf16 -> fp32); accurate expf / exp2f / sincosf (no
+// fast-math), so the results track the CPU runner to a bf16 rounding.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -37,7 +39,8 @@ __global__ void kv_write_kernel(bf16* kc, bf16* vc, const bf16* k, const bf16* v
   }
 }
 
-// One block per token, one warp per head of the H q heads, Hkv k heads and Hkv v heads. Lane l owns
+// Block (token, group of 4 heads), one warp per head of the H q heads, Hkv k heads and Hkv v heads
+// (a decode step has few tokens: a block per token alone would leave most SMs idle). Lane l owns
 // the rotation pairs (i, i + D/2) for i = l, l + 32, ... (at most 2 for D <= 128).
 constexpr int kRopeThreads = 128;
 constexpr int kRopePairs = kMaxD / 2 / 32;
@@ -45,30 +48,33 @@ constexpr int kRopePairs = kMaxD / 2 / 32;
 __global__ void __launch_bounds__(kRopeThreads)
     qkv_rope_write_kernel(bf16* q_out, bf16* kc, bf16* vc, const bf16* qkv, const bf16* q_norm,
                           const bf16* k_norm, float eps, const int32_t* positions,
-                          const float* inv_freq, const int32_t* slots, int H, int Hkv, int D) {
+                          const float* inv_freq, const int32_t* slots, bf16* k_out,
+                          bf16* v_out, int H, int Hkv, int D) {
   const int64_t t = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const int half = D / 2;
   const int64_t row = static_cast<int64_t>(H + 2 * Hkv) * D;
   const int64_t slot = slots[t];
   const float pos = static_cast<float>(positions[t]);
-  for (int hh = warp; hh < H + 2 * Hkv; hh += nwarps) {
+  for (int hh = blockIdx.y * nwarps + warp; hh < H + 2 * Hkv; hh += nwarps * gridDim.y) {
     const bf16* src = qkv + t * row + static_cast<int64_t>(hh) * D;
-    bf16* dst;
+    bf16* dst = nullptr;   // q_out or the cache slot (none when slot < 0)
+    bf16* dst2 = nullptr;  // the contiguous k_out / v_out copy, when asked for
     const bf16* norm = nullptr;
     bool rotate = true;
     if (hh < H) {
       dst = q_out + (t * H + hh) * D;
       norm = q_norm;
     } else if (hh < H + Hkv) {
-      if (slot < 0) continue;
-      dst = kc + (slot * Hkv + (hh - H)) * D;
+      if (slot >= 0) dst = kc + (slot * Hkv + (hh - H)) * D;
+      if (k_out != nullptr) dst2 = k_out + (t * Hkv + (hh - H)) * D;
       norm = k_norm;
     } else {
-      if (slot < 0) continue;
-      dst = vc + (slot * Hkv + (hh - H - Hkv)) * D;
+      if (slot >= 0) dst = vc + (slot * Hkv + (hh - H - Hkv)) * D;
+      if (v_out != nullptr) dst2 = v_out + (t * Hkv + (hh - H - Hkv)) * D;
       rotate = false;
     }
+    if (dst == nullptr && dst2 == nullptr) continue;  // warp-uniform
     float x1[kRopePairs], x2[kRopePairs];
     float ss = 0.0f;
 #pragma unroll
@@ -102,8 +108,15 @@ __global__ void __launch_bounds__(kRopeThreads)
         y1 = x1[r] * c - x2[r] * s;
         y2 = x2[r] * c + x1[r] * s;
       }
-      dst[i] = __float2bfloat16_rn(y1);
-      dst[i + half] = __float2bfloat16_rn(y2);
+      const bf16 b1 = __float2bfloat16_rn(y1), b2 = __float2bfloat16_rn(y2);
+      if (dst != nullptr) {
+        dst[i] = b1;
+        dst[i + half] = b2;
+      }
+      if (dst2 != nullptr) {
+        dst2[i] = b1;
+        dst2[i + half] = b2;
+      }
     }
   }
 }
@@ -127,6 +140,18 @@ __global__ void copy_blocks_kernel(bf16* base, int64_t array_stride, int64_t blo
 }
 
 // ---- decode: split-K over the context --------------------------------------------------------------
+
+// An item's partitions: parts of len keys (len a multiple of 64), the last one shorter.
+struct Split {
+  int len, parts;
+};
+__device__ __forceinline__ Split item_split(int n_keys, int partition, int max_parts) {
+  int parts = min(max_parts, (n_keys + partition - 1) / partition);
+  int len = (n_keys + parts - 1) / parts;
+  len = (len + 63) / 64 * 64;
+  parts = (n_keys + len - 1) / len;
+  return Split{len, parts};
+}
 
 constexpr int kDecThreads = 128;
 constexpr int kDecTile = 64;   // keys staged in shared memory at a time
@@ -155,10 +180,11 @@ __global__ void __launch_bounds__(kDecThreads)
   const int64_t t = cu_seqlens[item];
   if (cu_seqlens[item + 1] - t != 1) return;  // not a decode item
   const int n_keys = positions[t] + 1;
-  const int j_begin = p * partition;
-  if (j_begin >= n_keys) return;  // partition past this item's context
-  const int j_end = min(n_keys, j_begin + partition);
-  const int n_parts = (n_keys + partition - 1) / partition;
+  const Split sp = item_split(n_keys, partition, max_parts);
+  const int j_begin = p * sp.len;
+  if (p >= sp.parts) return;  // partition past this item's context
+  const int j_end = min(n_keys, j_begin + sp.len);
+  const int n_parts = sp.parts;
   const int G = H / Hkv;
 
   extern __shared__ float smem[];
@@ -276,7 +302,7 @@ __global__ void paged_decode_combine_kernel(bf16* out, const float* part,
   const int h = blockIdx.x, item = blockIdx.y;
   const int64_t t = cu_seqlens[item];
   if (cu_seqlens[item + 1] - t != 1) return;
-  const int n_parts = (positions[t] + 1 + partition - 1) / partition;
+  const int n_parts = item_split(positions[t] + 1, partition, max_parts).parts;
   if (n_parts <= 1) return;
   const float* pr = part + (static_cast<int64_t>(item) * H + h) * max_parts * (D + 2);
   float M = kNegInf;
@@ -455,135 +481,254 @@ __global__ void __launch_bounds__(kPreThreads)
   }
 }
 
-// ---- fast decode: K/V rows in registers, G heads per key read --------------------------------------
+// ---- fast decode: tensor cores, the group's heads as the rows of one mma tile ----------------------
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-constexpr int kFastThreads = 128;
-constexpr int kFastWarps = kFastThreads / 32;
+constexpr int kTableSmem = 512;  // block-table entries of a partition staged in shared memory
+constexpr int kTcThreads = 128;
+constexpr int kTcWarps = kTcThreads / 32;
+constexpr int kTcKeys = 16;  // keys per warp step: two n-tiles of S, one k-step of P V
 
-__device__ __forceinline__ void bf16x8_to_f32(const uint4& raw, float* f) {
-  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+__device__ __forceinline__ void mma_bf16_16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ __forceinline__ float2 unpack_bf16(uint32_t w) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
+}
+
+__device__ __forceinline__ uint32_t ld32(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// NB bytes at p (aligned to min(NB, 16)) into NB/4 words: 16-byte loads when NB % 16 == 0.
+template <int NB>
+__device__ __forceinline__ void ld_chunk(uint32_t* w, const bf16* p) {
+  if constexpr (NB % 16 == 0) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 v = __bfloat1622float2(h[i]);
-    f[2 * i] = v.x;
-    f[2 * i + 1] = v.y;
+    for (int i = 0; i < NB / 16; ++i) {
+      const uint4 u = reinterpret_cast<const uint4*>(p)[i];
+      w[4 * i] = u.x;
+      w[4 * i + 1] = u.y;
+      w[4 * i + 2] = u.z;
+      w[4 * i + 3] = u.w;
+    }
+  } else if constexpr (NB == 8) {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    w[0] = u.x;
+    w[1] = u.y;
+  } else {
+    static_assert(NB == 4, "ld_chunk: 4, 8 or a multiple of 16 bytes");
+    w[0] = *reinterpret_cast<const uint32_t*>(p);
   }
 }
 
-// Block (kv head g0, item, partition), 4 warps. LK = D/8 lanes share a key (lane sub holds dims
-// 8 sub .. 8 sub + 7 of its K and V rows and of the group's q vectors, the latter scaled by
-// scale * log2 e so that exp2 replaces exp); a warp takes KPW = 32/LK consecutive keys per step,
-// the next step's K/V rows loaded before this step's math. Each (warp, key lane group) keeps its
-// own online softmax (m, l, acc) per head; the 4 * KPW groups are merged in shared memory.
-template <int D, int GM>
-__global__ void __launch_bounds__(kFastThreads)
-    paged_decode_fast_kernel(bf16* out, float* part, const bf16* q, const bf16* kc, const bf16* vc,
-                             const int32_t* block_tables, int64_t W, const int32_t* cu_seqlens,
-                             const int32_t* positions, int H, int Hkv, int bs, float scale,
-                             int partition, int max_parts) {
-  constexpr int LK = D / 8, KPW = 32 / LK, NG = kFastWarps * KPW;
+// Block (kv head g0, item, partition), 4 warps; warp w takes the 16-key steps w, w + 4, ... of the
+// partition, keeps its own online softmax, and the warps are merged in shared memory at the end.
+// Per step, with mma.m16n8k16 (bf16 -> fp32; lane = 4 gid + tig, fragments as in the PTX ISA):
+//   S [16 x 16] = Q K^T: rows are the G <= 8 query heads of the group (rows G..15 zero), two
+//     n-tiles of 8 keys. The reduction index k of a dot product may be permuted as long as A and
+//     B agree, so lane (gid, tig) holds dims tig D/4 .. tig D/4 + D/4 - 1 of q (head gid) and of
+//     K (key gid of each n-tile): whole 16-byte loads straight from the cache, no shared memory.
+//   O [16 x D] += P V: the k index runs over the 16 keys, the n index over dims permuted so that
+//     output column gid of n-tile n is dim gid D/8 + n: lane (gid, tig) loads dims gid D/8 ..
+//     gid D/8 + D/8 - 1 of the 4 V rows it needs (keys 2 tig, 2 tig + 1, 8 + 2 tig, 9 + 2 tig)
+//     and pairs their halves with byte permutes.
+// P enters the mma as bf16 hi + lo (p = hi + lo to 2^-16 relative; two mma), so the result keeps
+// the fp32 accuracy of the CUDA-core kernel. Scores are scaled by scale log2 e (exp2 units).
+// The K/V rows of the next step are loaded before this step's math (D <= 64: registers allow).
+template <int D>
+__global__ void __launch_bounds__(kTcThreads)
+    paged_decode_mma_kernel(bf16* out, float* part, const bf16* q, const bf16* kc, const bf16* vc,
+                            const int32_t* block_tables, int64_t W, const int32_t* cu_seqlens,
+                            const int32_t* positions, int H, int Hkv, int bs, float scale,
+                            int partition, int max_parts) {
+  constexpr int KS = D / 16;  // k-steps of Q K^T
+  constexpr int DN = D / 8;   // n-tiles of O, and the V elements a lane holds per key
+  constexpr int KW = D / 8;   // 32-bit words of a lane's K (and q) chunk: D/4 bf16
+  constexpr int VW = D / 16;  // words of a lane's V chunk: D/8 bf16
+  constexpr int STEP = kTcWarps * kTcKeys;
+  constexpr bool kPrefetch = D <= 64;
   const int g0 = blockIdx.x, item = blockIdx.y, p = blockIdx.z;
   const int64_t t = cu_seqlens[item];
   if (cu_seqlens[item + 1] - t != 1) return;
   const int n_keys = positions[t] + 1;
-  const int j_begin = p * partition;
-  if (j_begin >= n_keys) return;
-  const int j_end = min(n_keys, j_begin + partition);
-  const int n_parts = (n_keys + partition - 1) / partition;
+  const Split sp = item_split(n_keys, partition, max_parts);
+  if (p >= sp.parts) return;
+  const int j_begin = p * sp.len;
+  const int j_end = min(n_keys, j_begin + sp.len);
+  const int n_parts = sp.parts;
   const int G = H / Hkv;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int kk = lane / LK, sub = lane % LK;
+  const int gid = lane >> 2, tig = lane & 3;
 
-  float qf[GM][8];
-  const float qscale = scale * kLog2e;
-#pragma unroll
-  for (int g = 0; g < GM; ++g) {
-    if (g < G) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(q + (t * H + static_cast<int64_t>(g0) * G + g) * D + sub * 8);
-      bf16x8_to_f32(raw, qf[g]);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) qf[g][i] *= qscale;
-    } else {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) qf[g][i] = 0.0f;
-    }
-  }
-  float m[GM], l[GM], acc[GM][8];
-#pragma unroll
-  for (int g = 0; g < GM; ++g) {
-    m[g] = kNegInf;
-    l[g] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) acc[g][i] = 0.0f;
-  }
-
+  __shared__ int s_table[kTableSmem];
   const int32_t* table = block_tables + static_cast<int64_t>(item) * W;
-  auto load = [&](int j, uint4& kraw, uint4& vraw) {
-    if (j < j_end) {
-      const int64_t slot = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
-      const int64_t off = (slot * Hkv + g0) * D + sub * 8;
-      kraw = *reinterpret_cast<const uint4*>(kc + off);
-      vraw = *reinterpret_cast<const uint4*>(vc + off);
-    } else {
-      kraw = make_uint4(0, 0, 0, 0);
-      vraw = kraw;
-    }
-  };
-  int base = j_begin + warp * KPW;
-  uint4 kraw, vraw;
-  load(base + kk, kraw, vraw);
-  for (; base < j_end; base += kFastWarps * KPW) {
-    const int j = base + kk;
-    float kf[8], vf[8];
-    bf16x8_to_f32(kraw, kf);
-    bf16x8_to_f32(vraw, vf);
-    load(base + kFastWarps * KPW + kk, kraw, vraw);  // the next step's rows, in flight meanwhile
-    const bool valid = j < j_end;
-#pragma unroll
-    for (int g = 0; g < GM; ++g) {
-      if (g >= G) continue;  // uniform over the block
-      float s = 0.0f;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) s += qf[g][i] * kf[i];
-#pragma unroll
-      for (int off = LK / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-      if (!valid) continue;
-      const float m_new = fmaxf(m[g], s);
-      const float alpha = exp2f(m[g] - m_new);  // 0 on this group's first key
-      const float pr = exp2f(s - m_new);
-      l[g] = l[g] * alpha + pr;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc[g][i] = acc[g][i] * alpha + pr * vf[i];
-      m[g] = m_new;
-    }
-  }
-
-  // Merge the NG key lane groups: M = max m, L = sum l 2^(m - M), A = sum acc 2^(m - M).
-  __shared__ float sm_m[NG][GM], sm_l[NG][GM];
-  __shared__ float sm_acc[NG][GM][D];
-  const int grp = warp * KPW + kk;
-#pragma unroll
-  for (int g = 0; g < GM; ++g) {
-    if (sub == 0) {
-      sm_m[grp][g] = m[g];
-      sm_l[grp][g] = l[g];
-    }
-#pragma unroll
-    for (int i = 0; i < 8; ++i) sm_acc[grp][g][sub * 8 + i] = acc[g][i];
+  const int e_begin = j_begin / bs, e_count = (j_end - 1) / bs + 1 - e_begin;
+  const bool table_smem = e_count <= kTableSmem;
+  if (table_smem) {
+    for (int e = threadIdx.x; e < e_count; e += kTcThreads) s_table[e] = table[e_begin + e];
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < G * D; idx += kFastThreads) {
+
+  uint32_t qw[KW];
+  if (gid < G) {
+    ld_chunk<D / 2>(qw, q + (t * H + static_cast<int64_t>(g0) * G + gid) * D + tig * (D / 4));
+  } else {
+#pragma unroll
+    for (int i = 0; i < KW; ++i) qw[i] = 0u;
+  }
+
+  // Row offset (elements) of key j's K/V row of kv head g0.
+  auto row_of = [&](int j) -> int64_t {
+    const int e = j / bs;
+    const int blk = table_smem ? s_table[e - e_begin] : table[e];
+    return ((static_cast<int64_t>(blk) * bs + (j - e * bs)) * Hkv + g0) * D;
+  };
+  // base is a multiple of 16 (partitions start at multiples of 64), so when 16 divides the block
+  // size the step's 16 keys share one cache block: one table lookup per step.
+  const bool one_block = bs % kTcKeys == 0;
+  // K rows of keys base + gid and base + 8 + gid; V rows of keys base + {0, 1, 8, 9} + 2 tig.
+  // Keys past the partition read nothing and hold zeros (the pool may hold non-finite garbage).
+  auto load = [&](int base, uint32_t (&kw)[2][KW], uint32_t (&vw)[4][VW]) {
+    const int64_t row_base = one_block && base < j_end ? row_of(base) : 0;
+    auto row = [&](int j) -> int64_t {
+      return one_block ? row_base + static_cast<int64_t>(j - base) * Hkv * D : row_of(j);
+    };
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      const int j = base + 8 * n + gid;
+      if (j < j_end) {
+        ld_chunk<D / 2>(kw[n], kc + row(j) + tig * (D / 4));
+      } else {
+#pragma unroll
+        for (int i = 0; i < KW; ++i) kw[n][i] = 0u;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int j = base + 8 * (r >> 1) + 2 * tig + (r & 1);
+      if (j < j_end) {
+        ld_chunk<D / 4>(vw[r], vc + row(j) + gid * (D / 8));
+      } else {
+#pragma unroll
+        for (int i = 0; i < VW; ++i) vw[r][i] = 0u;
+      }
+    }
+  };
+
+  float o[DN][2];
+#pragma unroll
+  for (int n = 0; n < DN; ++n) o[n][0] = o[n][1] = 0.0f;
+  float m = kNegInf, l = 0.0f;  // row gid's running max (exp2 units) and this lane's partial sum
+  const float sl2 = scale * kLog2e;
+
+  uint32_t kw[2][KW], vw[4][VW];
+  int base = j_begin + warp * kTcKeys;
+  if constexpr (kPrefetch) load(base, kw, vw);
+  for (; base < j_end; base += STEP) {
+    uint32_t kn[2][KW], vn[4][VW];
+    if constexpr (kPrefetch) {
+      load(base + STEP, kn, vn);  // in flight during this step's math
+    } else {
+      load(base, kw, vw);
+    }
+    float s[2][4];
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) {
+        const uint32_t a[4] = {qw[2 * ks], 0u, qw[2 * ks + 1], 0u};
+        mma_bf16_16816(s[n], a, kw[n][2 * ks], kw[n][2 * ks + 1]);
+      }
+    }
+    // s[n][e]: head gid, key base + 8 n + 2 tig + e. Key `base` is valid, so the row max over
+    // the 4 lanes of the row is finite.
+    float mx = kNegInf;
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        s[n][e] = base + 8 * n + 2 * tig + e < j_end ? s[n][e] * sl2 : kNegInf;
+        mx = fmaxf(mx, s[n][e]);
+      }
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(m, mx);
+    const float alpha = exp2f(m - m_new);  // 0 on the warp's first step (m = -inf)
+    float pr[2][2];
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      pr[n][0] = exp2f(s[n][0] - m_new);  // 0 for a masked key
+      pr[n][1] = exp2f(s[n][1] - m_new);
+    }
+    l = l * alpha + (pr[0][0] + pr[0][1] + pr[1][0] + pr[1][1]);
+    m = m_new;
+    const uint32_t h0 = pack_bf16(pr[0][0], pr[0][1]), h1 = pack_bf16(pr[1][0], pr[1][1]);
+    const float2 f0 = unpack_bf16(h0), f1 = unpack_bf16(h1);
+    const uint32_t ahi[4] = {h0, 0u, h1, 0u};
+    const uint32_t alo[4] = {pack_bf16(pr[0][0] - f0.x, pr[0][1] - f0.y), 0u,
+                             pack_bf16(pr[1][0] - f1.x, pr[1][1] - f1.y), 0u};
+#pragma unroll
+    for (int n = 0; n < DN; ++n) {
+      // B: V[key 2 tig (+1)][dim gid D/8 + n] and V[key 8 + 2 tig (+1)][same dim].
+      const uint32_t sel = (n & 1) ? 0x7632u : 0x5410u;
+      const uint32_t b0 = __byte_perm(vw[0][n >> 1], vw[1][n >> 1], sel);
+      const uint32_t b1 = __byte_perm(vw[2][n >> 1], vw[3][n >> 1], sel);
+      float c[4] = {o[n][0] * alpha, o[n][1] * alpha, 0.0f, 0.0f};
+      mma_bf16_16816(c, ahi, b0, b1);
+      mma_bf16_16816(c, alo, b0, b1);
+      o[n][0] = c[0];
+      o[n][1] = c[1];
+    }
+    if constexpr (kPrefetch) {
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int i = 0; i < KW; ++i) kw[n][i] = kn[n][i];
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int i = 0; i < VW; ++i) vw[r][i] = vn[r][i];
+    }
+  }
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+
+  // Merge the warps: M = max m, L = sum l 2^(m - M), A = sum acc 2^(m - M) (a warp that saw no
+  // key has m = -inf and is skipped).
+  __shared__ float sm_m[kTcWarps][8], sm_l[kTcWarps][8];
+  __shared__ float sm_o[kTcWarps][8][D];
+  if (tig == 0) {
+    sm_m[warp][gid] = m;
+    sm_l[warp][gid] = l;
+  }
+#pragma unroll
+  for (int n = 0; n < DN; ++n) {
+    sm_o[warp][gid][(2 * tig) * DN + n] = o[n][0];
+    sm_o[warp][gid][(2 * tig + 1) * DN + n] = o[n][1];
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < G * D; idx += kTcThreads) {
     const int g = idx / D, d = idx - g * D;
     float M = kNegInf;
-    for (int r = 0; r < NG; ++r) M = fmaxf(M, sm_m[r][g]);
+    for (int w = 0; w < kTcWarps; ++w) M = fmaxf(M, sm_m[w][g]);
     float L = 0.0f, A = 0.0f;
-    for (int r = 0; r < NG; ++r) {
-      if (sm_m[r][g] == kNegInf) continue;  // a group that saw no key
-      const float w = exp2f(sm_m[r][g] - M);
-      L += sm_l[r][g] * w;
-      A += sm_acc[r][g][d] * w;
+    for (int w = 0; w < kTcWarps; ++w) {
+      if (sm_m[w][g] == kNegInf) continue;
+      const float wt = exp2f(sm_m[w][g] - M);
+      L += sm_l[w][g] * wt;
+      A += sm_o[w][g][d] * wt;
     }
     const int64_t h = static_cast<int64_t>(g0) * G + g;
     if (n_parts == 1) {
@@ -600,21 +745,6 @@ __global__ void __launch_bounds__(kFastThreads)
 }
 
 // ---- fast prefill: tensor cores ------------------------------------------------------------------
-
-__device__ __forceinline__ void mma_bf16_16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-__device__ __forceinline__ uint32_t ld32(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 // Block (64-query tile, head), 4 warps of 16 query rows. Fragments of mma.m16n8k16 (PTX ISA): lane
 // = 4 gid + tig; A holds rows gid, gid + 8 and columns 2 tig (+1), (+8); B columns gid, rows 2 tig
@@ -788,24 +918,13 @@ __global__ void __launch_bounds__(kPreThreads)
 
 bool fast_head_dim(int64_t D) { return D == 16 || D == 32 || D == 64 || D == 128; }
 
-template <int D, typename... Args>
-void launch_decode_fast(int G, dim3 grid, cudaStream_t st, Args... args) {
-  if (G <= 2) {
-    paged_decode_fast_kernel<D, 2><<<grid, kFastThreads, 0, st>>>(args...);
-  } else if (G <= 4) {
-    paged_decode_fast_kernel<D, 4><<<grid, kFastThreads, 0, st>>>(args...);
-  } else {
-    paged_decode_fast_kernel<D, 8><<<grid, kFastThreads, 0, st>>>(args...);
-  }
-}
-
 template <typename... Args>
-void launch_decode_fast_d(int64_t D, int G, dim3 grid, cudaStream_t st, Args... args) {
+void launch_decode_mma(int64_t D, dim3 grid, cudaStream_t st, Args... args) {
   switch (D) {
-    case 16: launch_decode_fast<16>(G, grid, st, args...); break;
-    case 32: launch_decode_fast<32>(G, grid, st, args...); break;
-    case 64: launch_decode_fast<64>(G, grid, st, args...); break;
-    default: launch_decode_fast<128>(G, grid, st, args...); break;
+    case 16: paged_decode_mma_kernel<16><<<grid, kTcThreads, 0, st>>>(args...); break;
+    case 32: paged_decode_mma_kernel<32><<<grid, kTcThreads, 0, st>>>(args...); break;
+    case 64: paged_decode_mma_kernel<64><<<grid, kTcThreads, 0, st>>>(args...); break;
+    default: paged_decode_mma_kernel<128><<<grid, kTcThreads, 0, st>>>(args...); break;
   }
 }
 
@@ -845,15 +964,16 @@ void qkv_rope_paged_write(const CudaContext& ctx, bf16* q_out, bf16* k_cache, bf
                           const bf16* qkv, const bf16* q_norm, const bf16* k_norm, float eps,
                           const int32_t* positions, const float* inv_freq,
                           const int32_t* slot_mapping, int64_t T, int64_t H, int64_t Hkv,
-                          int64_t D) {
+                          int64_t D, bf16* k_out, bf16* v_out) {
   VERL_CUDA_REQUIRE(T >= 0 && H > 0 && Hkv > 0 && H % Hkv == 0 && D > 0 && D % 2 == 0 &&
                         D <= kMaxD && (q_norm == nullptr) == (k_norm == nullptr),
                     detail::shape_str("qkv_rope_paged_write", {T, H, Hkv, D}) +
                         ": needs H % Hkv == 0, D even and <= 128, both or no q/k norms");
   if (T == 0) return;
-  qkv_rope_write_kernel<<<static_cast<unsigned>(T), kRopeThreads, 0, ctx.stream>>>(
-      q_out, k_cache, v_cache, qkv, q_norm, k_norm, eps, positions, inv_freq, slot_mapping,
-      static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(D));
+  const unsigned head_groups = static_cast<unsigned>(ceil_div(H + 2 * Hkv, kRopeThreads / 32));
+  qkv_rope_write_kernel<<<dim3(static_cast<unsigned>(T), head_groups), kRopeThreads, 0, ctx.stream>>>(
+      q_out, k_cache, v_cache, qkv, q_norm, k_norm, eps, positions, inv_freq, slot_mapping, k_out,
+      v_out, static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(D));
   VERL_CUDA_CHECK_LAUNCH();
 }
 
@@ -869,10 +989,24 @@ void paged_kv_copy_blocks(const CudaContext& ctx, bf16* base, int64_t num_arrays
   VERL_CUDA_CHECK_LAUNCH();
 }
 
-size_t paged_attention_workspace_bytes(int64_t B, int64_t H, int64_t D, int64_t max_context,
-                                       int32_t partition) {
-  if (partition <= 0 || max_context <= partition) return 0;
+int64_t decode_grid_partitions(int64_t max_context, int32_t partition, int32_t max_partitions) {
+  if (partition <= 0 || max_context <= 0) return 1;
   const int64_t parts = ceil_div(max_context, partition);
+  return max_partitions > 0 ? std::min<int64_t>(parts, max_partitions) : parts;
+}
+
+int32_t decode_partitions_for(int64_t B, int64_t Hkv, int64_t max_context, int32_t partition,
+                              int sm_count) {
+  const int64_t items = std::max<int64_t>(1, B * Hkv);
+  const int64_t want = ceil_div(4 * static_cast<int64_t>(std::max(1, sm_count)), items);
+  const int64_t cap = decode_grid_partitions(max_context, partition, 0);
+  return static_cast<int32_t>(std::max<int64_t>(1, std::min(want, cap)));
+}
+
+size_t paged_attention_workspace_bytes(int64_t B, int64_t H, int64_t D, int64_t max_context,
+                                       int32_t partition, int32_t max_partitions) {
+  const int64_t parts = decode_grid_partitions(max_context, partition, max_partitions);
+  if (parts <= 1) return 0;
   return static_cast<size_t>(B * H * parts * (D + 2)) * sizeof(float);
 }
 
@@ -893,16 +1027,17 @@ void paged_attention(const CudaContext& ctx, bf16* out, const bf16* q, const bf1
   const int G = static_cast<int>(H / Hkv);
   if (plan.decode) {
     VERL_CUDA_REQUIRE(plan.max_context > 0, shape + ": decode needs max_context > 0");
-    const int64_t parts = ceil_div(plan.max_context, plan.partition);
+    const int64_t parts = decode_grid_partitions(plan.max_context, plan.partition, plan.max_partitions);
     VERL_CUDA_REQUIRE(parts < 65536, shape + ": too many decode partitions");
-    const size_t need = paged_attention_workspace_bytes(B, H, D, plan.max_context, plan.partition);
+    const size_t need = paged_attention_workspace_bytes(B, H, D, plan.max_context, plan.partition,
+                                                        plan.max_partitions);
     VERL_CUDA_REQUIRE(need <= workspace_bytes && (need == 0 || workspace != nullptr),
                       shape + ": workspace of " + std::to_string(workspace_bytes) +
                           " bytes, the split-K decode needs " + std::to_string(need));
     const dim3 grid(static_cast<unsigned>(Hkv), static_cast<unsigned>(B),
                     static_cast<unsigned>(parts));
     if (!plan.reference && G <= 8 && fast_head_dim(D)) {
-      launch_decode_fast_d(D, G, grid, ctx.stream, out, static_cast<float*>(workspace), q, k_cache,
+      launch_decode_mma(D, grid, ctx.stream, out, static_cast<float*>(workspace), q, k_cache,
                            v_cache, block_tables, W, cu_seqlens, positions, static_cast<int>(H),
                            static_cast<int>(Hkv), static_cast<int>(block_size), scale,
                            static_cast<int>(plan.partition), static_cast<int>(parts));

@@ -11,17 +11,20 @@
 // Two kinds of items, chosen by their number of query tokens, each with a fast kernel for the common
 // shapes (D in {16, 32, 64, 128}) and a plain fp32 shared-memory kernel for any shape (the reference):
 //   decode  (1 token): split-K over the context (FlashDecoding, Dao et al. 2023): partitions of
-//           `partition` keys run as separate blocks, one per (kv head, item, partition), so the G =
+//           about `partition` keys (at most P per item, PagedAttentionPlan) run as separate blocks, one per (kv head, item, partition), so the G =
 //           H/Hkv query heads of a group share every K/V row read; each block keeps an online softmax
 //           (running max m, sum l, unnormalised acc) and, when the item needs more than one partition,
 //           writes (m, l, acc) to the workspace; a second kernel rescales and adds them:
 //             M = max_p m_p,  out = sum_p exp(m_p - M) acc_p / sum_p exp(m_p - M) l_p.
 //           The grid depends only on (B, max_context), never on the lengths in device memory, so a
 //           CUDA graph captured once replays for any contexts up to max_context.
-//           Fast kernel (G <= 8): D/8 lanes share a key, each holding 16 bytes of its K and V row and
-//           the matching eighth of the group's q vectors in registers (fp32); a warp walks 32/(D/8)
-//           keys at a time with an online softmax per (key lane group, head) in exp2 units, and the
-//           block's groups are merged in shared memory at the end. All fp32.
+//           Fast kernel (G <= 8): tensor cores (mma.sync m16n8k16 bf16 -> fp32) with the group's
+//           heads as the rows of one 16-row tile, so the G dot products of a key cost one mma
+//           column; each warp streams 16 keys per step straight from the cache with 16-byte loads
+//           (the mma's reduction index permuted so a lane's fragment is a contiguous piece of a
+//           row), keeps an online softmax per head in exp2 units, and the 4 warps of a block are
+//           merged in shared memory. P enters the P V mma as bf16 hi + lo parts, so the result
+//           keeps fp32 accuracy (p to 2^-16).
 //   prefill (chunks of > 1 token, chunked prefill included): one block per (64-query tile, head)
 //           with an online softmax over 64-key tiles, keys limited per row by its position (causal
 //           within the chunk, all of the cached prefix). Fast kernel: tensor cores (mma.sync
@@ -50,12 +53,14 @@ void paged_kv_write(const CudaContext& ctx, bf16* k_cache, bf16* v_cache, const 
 //                                                          to bf16 as the rmsnorm op does)
 //   q, k = rope(q, positions), rope(k, positions)         (the rope op's math, fp32, sincosf)
 //   q_out[t] = q  [T, H, D];  k_cache/v_cache[slot_mapping[t]] = k, v   (skipped when slot < 0)
+//   k_out[t], v_out[t] = k, v  [T, Hkv, D]    (when not null: the same bf16 values, contiguous, for
+//                                              attention_forward over fresh prompts)
 // inv_freq [D/2] fp32 and positions [T] are device arrays.
 void qkv_rope_paged_write(const CudaContext& ctx, bf16* q_out, bf16* k_cache, bf16* v_cache,
                           const bf16* qkv, const bf16* q_norm, const bf16* k_norm, float eps,
                           const int32_t* positions, const float* inv_freq,
                           const int32_t* slot_mapping, int64_t T, int64_t H, int64_t Hkv,
-                          int64_t D);
+                          int64_t D, bf16* k_out = nullptr, bf16* v_out = nullptr);
 
 // Copy-on-write of whole blocks: for each pair c < n (pairs [n, 2] = (src, dst), device), block dst
 // of each of the `num_arrays` arrays (every layer's K and V) becomes a copy of block src. Array a
@@ -71,19 +76,32 @@ struct PagedAttentionPlan {
   int64_t max_context = 0;   // >= positions[t] + 1 of every decode item (sizes the split-K grid)
   bool decode = true;        // launch the decode kernels (items with one query token)
   bool prefill = true;       // launch the prefill kernel (items with several query tokens)
-  int32_t partition = 512;   // keys per split-K partition of the decode kernel, a multiple of 64
+  // Split-K of the decode kernel: an item of n keys runs as min(P, ceil(n / partition)) partitions
+  // of equal length rounded up to 64 keys (at most `partition` keys each unless P caps the count),
+  // P = max_partitions, or ceil(max_context / partition) when that is 0 or smaller.
+  int32_t partition = 512;
+  int32_t max_partitions = 0;
   bool reference = false;    // only the plain fp32 kernels below (tests compare the two paths)
 };
 
-// Workspace bytes of the split-K decode for B items: B * H * ceil(max_context / partition) partial
-// results of D + 2 floats.
+// P of the plan above: the partitions the grid has per (kv head, item).
+int64_t decode_grid_partitions(int64_t max_context, int32_t partition, int32_t max_partitions);
+
+// A max_partitions for B decode items on `sm_count` SMs: enough partitions that the grid
+// (Hkv * B * P blocks) covers the GPU about four blocks per SM, at most ceil(max_context /
+// partition): long contexts of a small batch split, a large batch does not (no empty blocks).
+int32_t decode_partitions_for(int64_t B, int64_t Hkv, int64_t max_context, int32_t partition,
+                              int sm_count);
+
+// Workspace bytes of the split-K decode for B items: B * H * P partial results of D + 2 floats
+// (0 when P = 1).
 size_t paged_attention_workspace_bytes(int64_t B, int64_t H, int64_t D, int64_t max_context,
-                                       int32_t partition);
+                                       int32_t partition, int32_t max_partitions = 0);
 
 // out [T, H, D] (overwritten for every token of the launched kinds) from q [T, H, D] and one layer's
 // cache. block_tables [B, W], cu_seqlens [B+1], positions [T]; workspace of at least
-// paged_attention_workspace_bytes(B, H, D, plan.max_context, plan.partition) (may be null when no
-// decode item needs two partitions: max_context <= partition).
+// paged_attention_workspace_bytes(B, H, D, plan.max_context, plan.partition, plan.max_partitions)
+// (may be null when no decode item needs two partitions).
 void paged_attention(const CudaContext& ctx, bf16* out, const bf16* q, const bf16* k_cache,
                      const bf16* v_cache, const int32_t* block_tables, int64_t W,
                      const int32_t* cu_seqlens, const int32_t* positions, int64_t B, int64_t T,

@@ -1,7 +1,9 @@
 // The CUDA model runner of the rollout engine (rollout_cuda.h). Per layer, the CPU runner's steps
 // (src/rollout/model_runner.cpp) on the GPU:
 //   xn = rmsnorm(x);  qkv = xn Wqkv^T + bqkv;  q, k = [Qwen3: rmsnorm_D] rope(q, k) at the positions,
-//   k, v -> cache at the slot mapping (one fused kernel);  att = paged_attention(q, cache)
+//   k, v -> cache at the slot mapping (one fused kernel);  att = paged_attention(q, cache), or,
+//   when no multi-token item has a cached prefix, attention_forward(q, k, v) over the step's
+//   contiguous post-RoPE k, v (the same values, also written by the fused kernel)
 //   x += att Wo^T (+ bo);  xn = rmsnorm(x);  x += (silu(g) * u) Wdown^T,  g|u = xn Wgu^T
 // then the final norm and the LM head only for the sampled rows (gathered first), fp32 logits
 // [S, V], and sampling on the GPU. Host code (fmt for messages); kernels live in the .cu files.
@@ -14,6 +16,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "ops/cuda/attention.h"
 #include "ops/cuda/gemm.h"
 #include "ops/cuda/glue.h"
 
@@ -80,6 +83,9 @@ CudaModelRunner::CudaModelRunner(const CudaContext& ctx, const model::ModelConfi
                                  const CudaRunnerOptions& options)
     : ctx_(ctx), cfg_(cfg), layout_(layout), w_(weights), sched_(sched), opts_(options),
       inv_freq_host_(inv_freq) {
+  int device = 0;
+  VERL_CUDA_CHECK(cudaGetDevice(&device));
+  VERL_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
   VERL_CHECK(cfg_.head == model::HeadKind::CausalLM,
              "CudaModelRunner: the rollout needs a causal LM, got {}", cfg_.architecture);
   VERL_CHECK(w_ != nullptr, "CudaModelRunner: no weights");
@@ -91,41 +97,35 @@ CudaModelRunner::CudaModelRunner(const CudaContext& ctx, const model::ModelConfi
              "block_size {} must be positive",
              sched_.max_num_seqs, sched_.max_num_batched_tokens, sched_.max_model_len,
              sched_.block_size);
-  VERL_CHECK(opts_.decode_partition > 0 && opts_.decode_partition % 64 == 0,
-             "CudaModelRunner: decode_partition {} must be a positive multiple of 64",
-             opts_.decode_partition);
+  VERL_CHECK(opts_.decode_partition > 0 && opts_.decode_partition % 64 == 0 &&
+                 opts_.decode_max_partitions >= 0,
+             "CudaModelRunner: decode_partition {} must be a positive multiple of 64 and "
+             "decode_max_partitions {} >= 0",
+             opts_.decode_partition, opts_.decode_max_partitions);
   token_cap_ = std::max(sched_.max_num_batched_tokens, sched_.max_num_seqs);
   seq_cap_ = sched_.max_num_seqs;
   W_ = (sched_.max_model_len + sched_.block_size - 1) / sched_.block_size;
   for (int32_t b = 1; b < seq_cap_; b *= 2) buckets_.push_back(b);
   buckets_.push_back(static_cast<int32_t>(seq_cap_));
   graphs_.assign(buckets_.size(), nullptr);
-  attn_ws_bytes_ = paged_attention_workspace_bytes(seq_cap_, cfg_.num_attention_heads,
-                                                   cfg_.head_dim, sched_.max_model_len,
-                                                   opts_.decode_partition);
+  // The decode workspace for the largest B * partitions over the batch sizes a step can have.
+  for (int64_t b = 1; b <= seq_cap_; ++b) {
+    const PagedAttentionPlan plan = decode_plan(b);
+    attn_ws_bytes_ = std::max(attn_ws_bytes_, paged_attention_workspace_bytes(
+                                                  b, cfg_.num_attention_heads, cfg_.head_dim,
+                                                  plan.max_context, plan.partition,
+                                                  plan.max_partitions));
+  }
+  sample_ws_bytes_ = opts_.split_sampling ? sample_workspace_bytes(seq_cap_, cfg_.vocab_size) : 0;
 
-  // Pinned staging: the per-step metadata going up and the sampled tokens coming down.
-  const int64_t T = token_cap_, S = seq_cap_;
-  auto host_slices = [&](auto&& take) {
-    take(h_ids_, T);
-    take(h_pos_, T);
-    take(h_slots_, T);
-    take(h_cu_, T + 1);
-    take(h_tables_, S * W_);
-    take(h_sidx_, S);
-    take(h_copies_, 2 * S);
-    take(h_tokens_, S);
-    take(h_logprobs_, S);
-    take(h_params_, S);
-  };
-  size_t pinned_bytes = 0;
-  host_slices([&](auto*& p, int64_t n) { pinned_bytes += round_up(static_cast<size_t>(n) * sizeof(*p)); });
-  VERL_CUDA_CHECK(cudaHostAlloc(&pinned_, pinned_bytes, cudaHostAllocDefault));
-  size_t used = 0;
-  host_slices([&](auto*& p, int64_t n) {
-    p = reinterpret_cast<std::remove_reference_t<decltype(p)>>(static_cast<uint8_t*>(pinned_) + used);
-    used += round_up(static_cast<size_t>(n) * sizeof(*p));
-  });
+  // Pinned staging: the per-step metadata going up, the sampled tokens coming down, block copies.
+  meta_bytes_ = place_metadata(token_cap_, seq_cap_, seq_cap_);  // the largest step
+  const size_t res_bytes = round_up(static_cast<size_t>(2 * seq_cap_) * sizeof(int32_t));
+  const size_t copies_bytes = round_up(static_cast<size_t>(2 * seq_cap_) * sizeof(int32_t));
+  VERL_CUDA_CHECK(cudaHostAlloc(&pinned_, meta_bytes_ + res_bytes + copies_bytes, cudaHostAllocDefault));
+  h_meta_ = static_cast<uint8_t*>(pinned_);
+  h_res_ = reinterpret_cast<int32_t*>(h_meta_ + meta_bytes_);
+  h_copies_ = reinterpret_cast<int32_t*>(h_meta_ + meta_bytes_ + res_bytes);
 
   scratch_bytes_ = carve(nullptr);
   try {
@@ -154,8 +154,16 @@ CudaModelRunner::~CudaModelRunner() {
 size_t CudaModelRunner::carve(DeviceArena* arena) {
   const int64_t T = token_cap_, S = seq_cap_, C = cfg_.hidden_size, F = cfg_.intermediate_size;
   const int64_t qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), Q3 = qd + 2 * kvd, V = cfg_.vocab_size;
-  size_t bytes = round_up(attn_ws_bytes_);
-  attn_ws_ = arena != nullptr ? arena->alloc(attn_ws_bytes_) : nullptr;
+  size_t bytes = 0;
+  auto take_raw = [&](void*& p, size_t n) {
+    bytes += round_up(n);
+    p = arena != nullptr && n > 0 ? arena->alloc(n) : nullptr;
+  };
+  take_raw(attn_ws_, attn_ws_bytes_);
+  take_raw(sample_ws_, sample_ws_bytes_);
+  void* meta = nullptr;
+  take_raw(meta, meta_bytes_);
+  d_meta_ = static_cast<uint8_t*>(meta);
   auto take = [&](auto*& p, int64_t n) {
     using E = std::remove_reference_t<decltype(*p)>;
     bytes += round_up(static_cast<size_t>(n) * sizeof(E));
@@ -166,23 +174,36 @@ size_t CudaModelRunner::carve(DeviceArena* arena) {
   take(qkv_, T * Q3);
   take(q_, T * qd);
   take(att_, T * qd);
+  take(k_cont_, T * kvd);
+  take(v_cont_, T * kvd);
   take(gu_, T * 2 * F);
   take(act_, T * F);
   take(rows_, S * C);
   take(hn_, S * C);
   take(logits_, S * V);
   take(inv_freq_, static_cast<int64_t>(inv_freq_host_.size()));
-  take(d_ids_, T);
-  take(d_pos_, T);
-  take(d_slots_, T);
-  take(d_cu_, T + 1);
-  take(d_tables_, S * W_);
-  take(d_sidx_, S);
+  take(d_res_, 2 * S);
   take(d_copies_, 2 * S);
-  take(d_tokens_, S);
-  take(d_logprobs_, S);
-  take(d_params_, S);
   return bytes;
+}
+
+size_t CudaModelRunner::place_metadata(int64_t T, int64_t B, int64_t S) {
+  size_t off = 0;
+  auto place = [&](auto*& h, auto*& d, int64_t n) {
+    using E = std::remove_reference_t<decltype(*h)>;
+    off = (off + alignof(E) - 1) / alignof(E) * alignof(E);
+    h = h_meta_ != nullptr ? reinterpret_cast<E*>(h_meta_ + off) : nullptr;
+    d = d_meta_ != nullptr ? reinterpret_cast<E*>(d_meta_ + off) : nullptr;
+    off += static_cast<size_t>(n) * sizeof(E);
+  };
+  place(h_params_, d_params_, S);  // 8-byte fields first
+  place(h_ids_, d_ids_, T);
+  place(h_pos_, d_pos_, T);
+  place(h_slots_, d_slots_, T);
+  place(h_cu_, d_cu_, B + 1);
+  place(h_sidx_, d_sidx_, S);
+  place(h_tables_, d_tables_, B * W_);
+  return round_up(off);
 }
 
 void CudaModelRunner::acquire() {
@@ -209,7 +230,10 @@ void CudaModelRunner::release_memory() noexcept {
   arena_.release();
 }
 
-void CudaModelRunner::begin_generate() { acquire(); }
+void CudaModelRunner::begin_generate() {
+  acquire();
+  have_last_step_ = false;  // the time before a generate()'s first step is not a step gap
+}
 
 void CudaModelRunner::end_generate() {
   if (opts_.free_cache_engine) release_memory();
@@ -249,47 +273,82 @@ void CudaModelRunner::apply_block_copies(const rollout::ScheduledBatch& b) {
   }
 }
 
-PagedAttentionPlan CudaModelRunner::graph_plan() const {
+void CudaModelRunner::set_profile(bool on) {
+  if (on && !timer_) timer_ = std::make_unique<SectionTimer>();
+  if (!on) timer_.reset();
+}
+
+// The split-K shape for B decode items; graphs use it with B = the bucket and max_model_len.
+PagedAttentionPlan CudaModelRunner::decode_plan(int64_t B) const {
   PagedAttentionPlan plan;
   plan.max_context = sched_.max_model_len;
   plan.decode = true;
   plan.prefill = false;
   plan.partition = opts_.decode_partition;
+  plan.max_partitions = decode_partitions_for(B, cfg_.num_key_value_heads, plan.max_context,
+                                              plan.partition, sm_count_);
+  if (opts_.decode_max_partitions > 0) {
+    plan.max_partitions = std::min(plan.max_partitions, opts_.decode_max_partitions);
+  }
   return plan;
 }
 
-void CudaModelRunner::forward(int64_t T, int64_t B, int64_t S, const PagedAttentionPlan& plan) {
+void CudaModelRunner::forward(int64_t T, int64_t B, int64_t S, const PagedAttentionPlan& plan,
+                              bool fresh) {
   const model::ModelConfig& c = cfg_;
   const int64_t C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
   const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
   const int64_t qd = c.q_dim(), kvd = c.kv_dim(), Q3 = qd + 2 * kvd;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  mark("embed");
   embedding_forward(ctx_, x_, d_ids_, W(layout_.embed), T, C, V);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const model::LayerParams& p = layout_.layers[l];
+    mark("rmsnorm");
     rmsnorm_forward(ctx_, xn_, nullptr, x_, W(p.attn_norm), T, C, eps);
+    mark("qkv_gemm");
     linear_forward(ctx_, qkv_, xn_, W(p.wqkv), W(p.bqkv), T, C, Q3);
+    mark("rope_kv_write");
     qkv_rope_paged_write(ctx_, q_, cache_->k(l), cache_->v(l), qkv_, W(p.q_norm), W(p.k_norm), eps,
-                         d_pos_, inv_freq_, d_slots_, T, H, Hkv, D);
-    paged_attention(ctx_, att_, q_, cache_->k(l), cache_->v(l), d_tables_, W_, d_cu_, d_pos_, B, T,
-                    H, Hkv, D, cache_->block_size(), scale, plan, attn_ws_, attn_ws_bytes_);
+                         d_pos_, inv_freq_, d_slots_, T, H, Hkv, D, fresh ? k_cont_ : nullptr,
+                         fresh ? v_cont_ : nullptr);
+    mark("attention");
+    if (fresh) {
+      // Every multi-token item is a whole causal sequence of the step's tokens: the varlen
+      // training kernel over the contiguous q, k, v with the step's cu_seqlens.
+      attention_forward(ctx_, att_, nullptr, q_, k_cont_, v_cont_, d_cu_, B, T, H, Hkv, D, scale);
+    }
+    if (!fresh || plan.decode) {
+      paged_attention(ctx_, att_, q_, cache_->k(l), cache_->v(l), d_tables_, W_, d_cu_, d_pos_, B,
+                      T, H, Hkv, D, cache_->block_size(), scale, plan, attn_ws_, attn_ws_bytes_);
+    }
+    mark("o_proj");
     linear_forward(ctx_, x_, att_, W(p.wo), W(p.bo), x_, T, qd, C);  // x += att Wo^T (+ bo)
+    mark("rmsnorm");
     rmsnorm_forward(ctx_, xn_, nullptr, x_, W(p.mlp_norm), T, C, eps);
+    mark("mlp_gate_up_gemm");
     linear_forward(ctx_, gu_, xn_, W(p.wgu), W(p.bgu), T, C, 2 * F);
+    mark("mlp_swiglu");
     swiglu_forward(ctx_, act_, gu_, T, F);
+    mark("mlp_down_gemm");
     linear_forward(ctx_, x_, act_, W(p.wdown), W(p.bdown), x_, T, F, C);  // x += act Wdown^T
   }
   // Only the sampled rows go through the final norm and the LM head: gather them (a row gather is
   // an embedding lookup into x), then logits [S, V] fp32 = hn W_lm^T.
+  mark("final_gather_norm");
   embedding_forward(ctx_, rows_, d_sidx_, x_, S, C, T);
   rmsnorm_forward(ctx_, hn_, nullptr, rows_, W(layout_.final_norm), S, C, eps);
+  mark("lm_head_gemm");
   const int lm = layout_.lm_head >= 0 ? layout_.lm_head : layout_.embed;
   detail::run_gemm(ctx_,
                    detail::Gemm{CUBLAS_OP_T, CUBLAS_OP_N, V, S, C, W(lm), C, hn_, C, CUDA_R_16BF,
                                 logits_, V, CUDA_R_32F, 0.0f},
                    "rollout lm_head");
-  sample_tokens(ctx_, d_tokens_, d_logprobs_, logits_, V, d_params_, S, V);
+  mark("sampling");
+  // Tokens at d_res_[0, S), log-probs at d_res_[S, 2 S): one download.
+  sample_tokens(ctx_, d_res_, reinterpret_cast<float*>(d_res_ + S), logits_, V, d_params_, S, V,
+                sample_ws_, sample_ws_bytes_);
 }
 
 void CudaModelRunner::capture(size_t bucket) {
@@ -297,7 +356,7 @@ void CudaModelRunner::capture(size_t bucket) {
   cudaGraph_t graph = nullptr;
   VERL_CUDA_CHECK(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal));
   try {
-    forward(Bp, Bp, Bp, graph_plan());
+    forward(Bp, Bp, Bp, decode_plan(Bp));
   } catch (...) {
     cudaGraph_t partial = nullptr;
     cudaStreamEndCapture(ctx_.stream, &partial);
@@ -315,7 +374,8 @@ void CudaModelRunner::capture(size_t bucket) {
 
 void CudaModelRunner::step(const rollout::ScheduledBatch& b, std::span<int32_t> tokens,
                            std::span<float> logprobs) {
-  const auto t0 = std::chrono::steady_clock::now();
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
   const int64_t T = b.num_tokens(), B = b.num_seqs(), S = b.num_samples();
   VERL_CHECK(static_cast<int64_t>(tokens.size()) == S && static_cast<int64_t>(logprobs.size()) == S,
              "CudaModelRunner: {} samples, {} token and {} log-prob slots", S, tokens.size(),
@@ -332,6 +392,8 @@ void CudaModelRunner::step(const rollout::ScheduledBatch& b, std::span<int32_t> 
   ++stats_.steps;
   if (T == 0) {
     VERL_CHECK(S == 0, "CudaModelRunner: a step with no tokens cannot sample");
+    last_step_end_ = Clock::now();
+    have_last_step_ = true;
     return;
   }
 
@@ -339,14 +401,16 @@ void CudaModelRunner::step(const rollout::ScheduledBatch& b, std::span<int32_t> 
   bool decode = T == B && S == B;
   for (int64_t s = 0; decode && s < S; ++s) decode = b.sample_token_indices[s] == s;
   size_t bucket = buckets_.size();
-  if (decode && !opts_.enforce_eager && ctx_.stream != nullptr) {
+  if (decode && !opts_.enforce_eager && !timer_ && ctx_.stream != nullptr) {
     bucket = static_cast<size_t>(std::lower_bound(buckets_.begin(), buckets_.end(), B) - buckets_.begin());
   }
   const bool graph = bucket < buckets_.size();
   const int64_t Tp = graph ? buckets_[bucket] : T, Bp = graph ? Tp : B, Sp = graph ? Tp : S;
 
-  // Metadata into the pinned staging, padded to the bucket: padding rows are one-token items at
-  // position 0 over block 0 that write no KV (slot -1) and sample greedily; their results are dropped.
+  // Metadata into the pinned staging, packed for (Tp, Bp, Sp) and padded to the bucket: padding
+  // rows are one-token items at position 0 over block 0 that write no KV (slot -1) and sample
+  // greedily; their results are dropped.
+  const size_t meta_used = place_metadata(Tp, Bp, Sp);
   std::copy(b.input_ids.begin(), b.input_ids.end(), h_ids_);
   std::copy(b.positions.begin(), b.positions.end(), h_pos_);
   std::copy(b.slot_mapping.begin(), b.slot_mapping.end(), h_slots_);
@@ -372,52 +436,80 @@ void CudaModelRunner::step(const rollout::ScheduledBatch& b, std::span<int32_t> 
                                       static_cast<uint64_t>(seq.num_output_tokens())};
   }
   cudaStream_t st = ctx_.stream;
-  auto up = [&](auto* dst, const auto* src, int64_t n) {
-    VERL_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * sizeof(*src), cudaMemcpyHostToDevice, st));
-  };
-  up(d_ids_, h_ids_, Tp);
-  up(d_pos_, h_pos_, Tp);
-  up(d_slots_, h_slots_, Tp);
-  up(d_cu_, h_cu_, Bp + 1);
-  up(d_tables_, h_tables_, Bp * W_);
-  up(d_sidx_, h_sidx_, Sp);
-  up(d_params_, h_params_, Sp);
+  mark("upload");
+  VERL_CUDA_CHECK(cudaMemcpyAsync(d_meta_, h_meta_, meta_used, cudaMemcpyHostToDevice, st));
 
   bool captured_now = false;
   if (graph && graphs_[bucket] != nullptr) {
     VERL_CUDA_CHECK(cudaGraphLaunch(graphs_[bucket], st));
     ++stats_.graph_steps;
   } else if (graph) {
-    forward(Tp, Bp, Sp, graph_plan());  // the bucket's first step runs eagerly; captured below
+    forward(Tp, Bp, Sp, decode_plan(Bp));  // the bucket's first step runs eagerly; captured below
     captured_now = true;
   } else {
-    PagedAttentionPlan plan;
+    PagedAttentionPlan plan = decode_plan(B);
     plan.max_context = b.max_context_len;
     plan.decode = false;
     for (int64_t i = 0; i < B && !plan.decode; ++i) plan.decode = b.cu_seqlens[i + 1] - b.cu_seqlens[i] == 1;
     plan.prefill = b.max_seqlen_q > 1;
-    plan.partition = opts_.decode_partition;
-    forward(T, B, S, plan);
+    // Fresh prefill: every multi-token item's context is its own new tokens (no cached prefix).
+    bool fresh = opts_.fresh_prefill_attention && plan.prefill;
+    for (int64_t i = 0; i < B && fresh; ++i) {
+      const int32_t n = b.cu_seqlens[i + 1] - b.cu_seqlens[i];
+      fresh = n == 1 || b.context_lens[i] == n;
+    }
+    if (fresh) {
+      plan.prefill = false;
+      ++stats_.fresh_prefill_steps;
+    }
+    forward(T, B, S, plan, fresh);
   }
-  VERL_CUDA_CHECK(cudaMemcpyAsync(h_tokens_, d_tokens_, static_cast<size_t>(S) * sizeof(int32_t),
+  mark("download");
+  VERL_CUDA_CHECK(cudaMemcpyAsync(h_res_, d_res_, static_cast<size_t>(2 * Sp) * sizeof(int32_t),
                                   cudaMemcpyDeviceToHost, st));
-  VERL_CUDA_CHECK(cudaMemcpyAsync(h_logprobs_, d_logprobs_, static_cast<size_t>(S) * sizeof(float),
-                                  cudaMemcpyDeviceToHost, st));
+  if (timer_) timer_->stop(st);
+  const auto t1 = Clock::now();
   VERL_CUDA_CHECK(cudaStreamSynchronize(st));
+  const auto t2 = Clock::now();
   if (captured_now) capture(bucket);
 
+  const float* h_lp = reinterpret_cast<const float*>(h_res_ + Sp);
   for (int64_t s = 0; s < S; ++s) {
-    VERL_CHECK(h_tokens_[s] >= 0 && h_tokens_[s] < cfg_.vocab_size,
+    VERL_CHECK(h_res_[s] >= 0 && h_res_[s] < cfg_.vocab_size,
                "CudaModelRunner: the logits of sequence {} are not finite (sample {} of the step)",
                b.sample_seqs[s]->id(), s);
-    tokens[s] = h_tokens_[s];
-    logprobs[s] = h_logprobs_[s];
+    tokens[s] = h_res_[s];
+    logprobs[s] = h_lp[s];
   }
+  if (timer_) {
+    const std::vector<std::pair<std::string, double>> sections = timer_->take();
+    auto& acc = decode ? stats_.decode_profile_ms : stats_.other_profile_ms;
+    ++(decode ? stats_.profiled_decode_steps : stats_.profiled_other_steps);
+    for (const auto& [name, ms] : sections) {
+      auto it = std::find_if(acc.begin(), acc.end(), [&](const auto& e) { return e.first == name; });
+      if (it == acc.end()) {
+        acc.emplace_back(name, ms);
+      } else {
+        it->second += ms;
+      }
+    }
+  }
+  const auto t3 = Clock::now();
   if (decode) {
+    auto sec = [](auto d) { return std::chrono::duration<double>(d).count(); };
     ++stats_.decode_steps;
     for (int64_t i = 0; i < B; ++i) stats_.decode_context_tokens += b.context_lens[i];
-    stats_.decode_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    stats_.decode_seconds += sec(t3 - t0);
+    stats_.host_prep_seconds += sec(t1 - t0);
+    stats_.sync_wait_seconds += sec(t2 - t1);
+    stats_.host_post_seconds += sec(t3 - t2);
+    if (have_last_step_) {
+      stats_.between_steps_seconds += sec(t0 - last_step_end_);
+      ++stats_.between_steps;
+    }
   }
+  last_step_end_ = Clock::now();
+  have_last_step_ = true;
 }
 
 DeviceBuffer<bf16> upload_weights_bf16(const CudaContext& ctx, const model::Weights& w) {

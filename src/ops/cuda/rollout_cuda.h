@@ -18,8 +18,11 @@
 #pragma once
 
 #include <cstdint>
+#include <chrono>
 #include <memory>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "model/config.h"
@@ -28,6 +31,7 @@
 #include "ops/cuda/ops_cuda.h"
 #include "ops/cuda/paged_attention.h"
 #include "ops/cuda/sampling.h"
+#include "ops/cuda/section_timer.h"
 #include "rollout/scheduler.h"
 #include "rollout/step_runner.h"
 
@@ -56,6 +60,7 @@ class CudaKVCache {
   bf16* k(int64_t layer) { return buf_.data() + 2 * layer * array_elems_; }
   bf16* v(int64_t layer) { return buf_.data() + (2 * layer + 1) * array_elems_; }
   bf16* base() { return buf_.data(); }
+  const bf16* base() const { return buf_.data(); }
   int64_t num_arrays() const { return 2 * num_layers_; }
   int64_t array_elems() const { return array_elems_; }
   int64_t block_elems() const { return block_elems_; }
@@ -76,14 +81,38 @@ struct CudaRunnerOptions {
   double gpu_memory_utilization = 0.5;  // verl's default
   bool enforce_eager = false;           // no CUDA graphs
   bool free_cache_engine = false;       // give the KV cache and scratch back after each generate()
-  int32_t decode_partition = 512;       // keys per split-K partition of decode attention
+  // Split-K of decode attention: an item's context is cut into at most P partitions of at least
+  // decode_partition keys (a multiple of 64), P chosen per batch size so that the grid fills the
+  // GPU about twice (decode_partitions_for in paged_attention.h); decode_max_partitions > 0 caps P.
+  int32_t decode_partition = 64;
+  int32_t decode_max_partitions = 0;
+  bool split_sampling = true;  // multi-block sampling for greedy / untruncated rows (sampling.h)
+  // A step whose multi-token items all start at position 0 (fresh prompts, first chunks,
+  // re-prefills after preemption: no cached prefix) runs the training kernel attention_forward
+  // (attention.h) over the step's contiguous post-RoPE q, k, v instead of the paged prefill
+  // kernel; the K/V written to the cache are the same values either way. Decode items in such a
+  // step are then computed again by the paged decode kernel, which overwrites their rows.
+  bool fresh_prefill_attention = true;
 };
 
 // Counters for benchmarks; pure decode steps are timed on the host (each step ends in a sync).
+// Host times (std::chrono, decode steps only): prep = step() entry until the step's last GPU work
+// is enqueued (metadata staging, the one upload, graph launch or eager launches); sync_wait = in
+// cudaStreamSynchronize; post = after it until step() returns; between = from the previous
+// step()'s return to this one's entry (the engine's scheduler and postprocess). The GPU idles
+// about between + post + the part of prep before the first upload.
 struct CudaRunnerStats {
   int64_t steps = 0, decode_steps = 0, graph_steps = 0, graphs_captured = 0;
+  int64_t fresh_prefill_steps = 0;  // steps whose prefill attention ran attention_forward
   int64_t decode_context_tokens = 0;  // sum over decode steps of the items' context lengths
   double decode_seconds = 0.0;
+  double host_prep_seconds = 0.0, sync_wait_seconds = 0.0, host_post_seconds = 0.0;
+  double between_steps_seconds = 0.0;
+  int64_t between_steps = 0;  // decode steps with a previous step in the same generate()
+  // With set_profile(true): GPU ms per section (cudaEvent), summed over the profiled decode
+  // steps (eager: graphs are off while profiling) and, separately, over the other steps.
+  int64_t profiled_decode_steps = 0, profiled_other_steps = 0;
+  std::vector<std::pair<std::string, double>> decode_profile_ms, other_profile_ms;
 };
 
 class CudaModelRunner final : public rollout::StepRunner {
@@ -115,6 +144,9 @@ class CudaModelRunner final : public rollout::StepRunner {
   size_t scratch_bytes() const { return scratch_bytes_; }
   const CudaRunnerStats& stats() const { return stats_; }
   void reset_stats() { stats_ = CudaRunnerStats{}; }
+  // GPU time per section of every step from now on (SectionTimer); the steps run eagerly, since
+  // events cannot be timed inside a replayed graph.
+  void set_profile(bool on);
   const std::vector<int32_t>& graph_buckets() const { return buckets_; }
 
  private:
@@ -126,9 +158,17 @@ class CudaModelRunner final : public rollout::StepRunner {
   void destroy_graphs() noexcept;
   void apply_block_copies(const rollout::ScheduledBatch& b);
   // Enqueues the whole step for T tokens in B items and S samples from the device metadata.
-  void forward(int64_t T, int64_t B, int64_t S, const PagedAttentionPlan& plan);
+  // `fresh`: attention_forward over the contiguous q/k/v first (fresh_prefill_attention), then the
+  // paged kernels that `plan` still asks for.
+  void forward(int64_t T, int64_t B, int64_t S, const PagedAttentionPlan& plan, bool fresh = false);
   void capture(size_t bucket);
-  PagedAttentionPlan graph_plan() const;
+  PagedAttentionPlan decode_plan(int64_t B) const;
+  // Points the h_/d_ metadata arrays at their packed places for a step of T tokens, B items and S
+  // samples and returns the bytes they span (the one upload).
+  size_t place_metadata(int64_t T, int64_t B, int64_t S);
+  void mark(const char* section) {
+    if (timer_) timer_->mark(ctx_.stream, section);
+  }
 
   CudaContext ctx_;
   model::ModelConfig cfg_;
@@ -137,7 +177,8 @@ class CudaModelRunner final : public rollout::StepRunner {
   rollout::SchedulerConfig sched_;
   CudaRunnerOptions opts_;
   int64_t token_cap_, seq_cap_, W_;
-  size_t scratch_bytes_ = 0, attn_ws_bytes_ = 0;
+  int sm_count_ = 132;
+  size_t scratch_bytes_ = 0, attn_ws_bytes_ = 0, sample_ws_bytes_ = 0, meta_bytes_ = 0;
   std::vector<float> inv_freq_host_;
 
   DeviceArena arena_;
@@ -145,17 +186,26 @@ class CudaModelRunner final : public rollout::StepRunner {
   // Device slices of arena_ (re-carved on acquire()).
   bf16 *x_ = nullptr, *xn_ = nullptr, *qkv_ = nullptr, *q_ = nullptr, *att_ = nullptr,
        *gu_ = nullptr, *act_ = nullptr, *rows_ = nullptr, *hn_ = nullptr;
-  float *logits_ = nullptr, *inv_freq_ = nullptr, *d_logprobs_ = nullptr;
-  void* attn_ws_ = nullptr;
+  bf16 *k_cont_ = nullptr, *v_cont_ = nullptr;  // [T, Hkv, D] post-RoPE k, v of a fresh-prefill step
+  float *logits_ = nullptr, *inv_freq_ = nullptr;
+  void *attn_ws_ = nullptr, *sample_ws_ = nullptr;
+  // Per-step metadata: one device block mirroring one pinned host block byte for byte, so a step
+  // uploads it with one copy; the arrays are packed for the step's (T, B, S) (place_metadata), and
+  // a graph bucket always gets the same places.
+  uint8_t *d_meta_ = nullptr, *h_meta_ = nullptr;
   int32_t *d_ids_ = nullptr, *d_pos_ = nullptr, *d_slots_ = nullptr, *d_cu_ = nullptr,
-          *d_tables_ = nullptr, *d_sidx_ = nullptr, *d_copies_ = nullptr, *d_tokens_ = nullptr;
+          *d_tables_ = nullptr, *d_sidx_ = nullptr;
   SampleParamsDevice* d_params_ = nullptr;
-  // Pinned host staging of the same arrays (one cudaHostAlloc, kept for the runner's life).
-  void* pinned_ = nullptr;
   int32_t *h_ids_ = nullptr, *h_pos_ = nullptr, *h_slots_ = nullptr, *h_cu_ = nullptr,
-          *h_tables_ = nullptr, *h_sidx_ = nullptr, *h_copies_ = nullptr, *h_tokens_ = nullptr;
-  float* h_logprobs_ = nullptr;
+          *h_tables_ = nullptr, *h_sidx_ = nullptr;
   SampleParamsDevice* h_params_ = nullptr;
+  // Results: tokens [0, S) and log-probs [S, 2 S) of one array, downloaded with one copy.
+  int32_t *d_res_ = nullptr, *h_res_ = nullptr;
+  int32_t *d_copies_ = nullptr, *h_copies_ = nullptr;
+  void* pinned_ = nullptr;  // h_meta_, h_res_, h_copies_ (one cudaHostAlloc for the runner's life)
+  std::unique_ptr<SectionTimer> timer_;
+  std::chrono::steady_clock::time_point last_step_end_{};
+  bool have_last_step_ = false;
 
   std::vector<int32_t> buckets_;         // decode batch sizes with a graph
   std::vector<cudaGraphExec_t> graphs_;  // per bucket; null until captured

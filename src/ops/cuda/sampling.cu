@@ -1,5 +1,6 @@
-// GPU token sampling (sampling.h): Philox4x32-10 on the device, then one 512-thread block per
-// logits row. See sampling.h for the definition (the CPU Sampler's) and the fixed-point weights.
+// GPU token sampling (sampling.h): Philox4x32-10 on the device; one 512-thread block per logits row
+// (every kind of row), or, with a workspace, several blocks per row for greedy and untruncated rows.
+// See sampling.h for the definition (the CPU Sampler's) and the fixed-point weights.
 #include <cmath>
 #include <string>
 
@@ -655,7 +656,7 @@ size_t sample_workspace_bytes(int64_t S, int64_t V) {
 void sample_tokens(const CudaContext& ctx, int32_t* tokens, float* logprobs, const float* logits,
                    int64_t ld, const SampleParamsDevice* params, int64_t S, int64_t V,
                    void* workspace, size_t workspace_bytes) {
-  VERL_CUDA_REQUIRE(S >= 0 && V >= 1 && V < (int64_t{1} << 31) && ld >= V && S < 65536,
+  VERL_CUDA_REQUIRE(S >= 0 && V >= 1 && V < (int64_t{1} << 31) && ld >= V && S < (int64_t{1} << 31),
                     detail::shape_str("sample_tokens", {S, V, ld}));
   if (S == 0) return;
   int bits = 0;  // ceil(log2 V)
@@ -668,6 +669,8 @@ void sample_tokens(const CudaContext& ctx, int32_t* tokens, float* logprobs, con
                       detail::shape_str("sample_tokens", {S, V, ld}) + ": workspace of " +
                           std::to_string(workspace_bytes) + " bytes, the split path needs " +
                           std::to_string(need));
+    VERL_CUDA_REQUIRE(S < 65536, detail::shape_str("sample_tokens", {S, V, ld}) +
+                                     ": the split path takes fewer than 65536 rows");
     const int tiles = static_cast<int>(detail::ceil_div(V, kTile));
     const size_t slice = need / 3;
     auto* part_key = static_cast<ull*>(workspace);

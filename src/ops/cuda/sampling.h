@@ -39,10 +39,21 @@ struct SampleParamsDevice {
 };
 static_assert(sizeof(SampleParamsDevice) == 40, "SampleParamsDevice is a 40-byte host/device record");
 
+// Device bytes of sample_tokens' split path for S rows of V logits: three [S, ceil(V / 4096)]
+// arrays of 8-byte per-tile partials.
+size_t sample_workspace_bytes(int64_t S, int64_t V);
+
 // tokens [S] int32 and logprobs [S] fp32 (may be null) from logits [S, V] fp32 with row stride
 // ld >= V and params [S]; all device pointers. Enqueued on ctx.stream.
+// Without a workspace every row runs on one 512-thread block (the reference path). With one of
+// sample_workspace_bytes(S, V) (S < 65536), greedy rows and temperature rows without top-k / top-p
+// are split over 4096-id tiles, one block each (tile maxima, then tile sums, then a select kernel
+// per row), so S = 256 rows of 152K fill the GPU; they pick the same token as the reference path,
+// bit for bit (integer sums), and the same log-prob up to the order of a double sum. Truncated
+// rows still run on the one-block kernel.
 void sample_tokens(const CudaContext& ctx, int32_t* tokens, float* logprobs, const float* logits,
-                   int64_t ld, const SampleParamsDevice* params, int64_t S, int64_t V);
+                   int64_t ld, const SampleParamsDevice* params, int64_t S, int64_t V,
+                   void* workspace = nullptr, size_t workspace_bytes = 0);
 
 // out[4 i .. 4 i + 3] = philox4x32(keys[3 i], keys[3 i + 1], keys[3 i + 2]) (seed, stream, counter)
 // for i < n, the device twin of verl::philox4x32 (src/core/rng.h); for tests.
