@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,20 @@ std::vector<std::vector<int32_t>> load_sequences(const std::string& name) {
   return seqs;
 }
 
+// The transformers dump of a golden model (tools/make_golden.py): tensors by name, as fp32.
+struct GoldenDump {
+  explicit GoldenDump(const std::string& name)
+      : file(model::SafetensorsFile::open(kGoldenDir + name + "/golden.safetensors")) {}
+  std::vector<float> get(const std::string& key) const {
+    const model::TensorInfo* t = file->find(key);
+    EXPECT_NE(t, nullptr) << key;
+    std::vector<float> out(t ? static_cast<size_t>(t->numel()) : 0);
+    if (t) convert_to_f32(out.data(), file->data(*t), t->dtype, out.size());
+    return out;
+  }
+  std::unique_ptr<model::SafetensorsFile> file;
+};
+
 // max |a-b| over [offset, offset+n) relative to max |ref| there.
 double rel_max_err(const std::vector<float>& a, const std::vector<float>& ref, int64_t offset,
                    int64_t n) {
@@ -46,6 +61,22 @@ double rel_max_err(const std::vector<float>& a, const std::vector<float>& ref, i
     e = std::max(e, std::fabs(double(a[i]) - ref[i]));
   }
   return m > 0 ? e / m : e;
+}
+
+// Every HF tensor's gradient against the dump's "grad.<name>", each relative to the tensor's max;
+// returns the worst.
+double expect_grads_match_dump(const model::Weights& w, const std::vector<float>& grads,
+                               const GoldenDump& golden, const std::string& name) {
+  double worst = 0;
+  for (const model::HfTensorMap& m : w.layout.hf) {
+    const std::vector<float> ref = golden.get("grad." + m.hf_name);
+    const int64_t off = w.layout.params[m.param].offset + m.offset;
+    std::vector<float> ours(grads.begin() + off, grads.begin() + off + ref.size());
+    const double err = rel_max_err(ours, ref, 0, static_cast<int64_t>(ref.size()));
+    EXPECT_LE(err, kModelGradRel) << name << ": gradient of " << m.hf_name;
+    worst = std::max(worst, err);
+  }
+  return worst;
 }
 
 using CudaTransformerTest = CudaTest;
@@ -129,14 +160,8 @@ TEST_F(CudaTransformerTest, Qwen2MatchesCpuAtTemperature) { run_golden(ctx(), "q
 // sum(logprob), each relative to the tensor's max.
 void run_against_hf(const CudaContext& ctx, const std::string& name) {
   model::Weights w = model::Weights::load(kGoldenDir + name);
-  auto golden = model::SafetensorsFile::open(kGoldenDir + name + "/golden.safetensors");
-  auto get = [&](const std::string& key) {
-    const model::TensorInfo* t = golden->find(key);
-    EXPECT_NE(t, nullptr) << key;
-    std::vector<float> out(t ? static_cast<size_t>(t->numel()) : 0);
-    if (t) convert_to_f32(out.data(), golden->data(*t), t->dtype, out.size());
-    return out;
-  };
+  const GoldenDump golden(name);
+  auto get = [&](const std::string& key) { return golden.get(key); };
   const auto seqs = load_sequences(name);
   model::PackedBatch b = model::PackedBatch::from_sequences(seqs);
   const int64_t T = b.num_tokens();
@@ -160,15 +185,7 @@ void run_against_hf(const CudaContext& ctx, const std::string& name) {
   for (int64_t t = 0; t < T; ++t) d_lp[t] = b.targets[t] >= 0 ? 1.0f : 0.0f;
   gpu.backward_host(d_lp.data(), nullptr);
   const std::vector<float> grads = gpu.download_grads();
-  double worst = 0;
-  for (const model::HfTensorMap& m : w.layout.hf) {
-    const std::vector<float> ref = get("grad." + m.hf_name);
-    const int64_t off = w.layout.params[m.param].offset + m.offset;
-    std::vector<float> ours(grads.begin() + off, grads.begin() + off + ref.size());
-    const double err = rel_max_err(ours, ref, 0, static_cast<int64_t>(ref.size()));
-    EXPECT_LE(err, kModelGradRel) << name << ": gradient of " << m.hf_name;
-    worst = std::max(worst, err);
-  }
+  const double worst = expect_grads_match_dump(w, grads, golden, name);
   std::printf("%s vs transformers: max |dlogprob| %.3g (T=0.7: %.3g), max relative gradient "
               "error over %zu tensors %.3g\n",
               name.c_str(), worst_lp, worst_lp07, w.layout.hf.size(), worst);
@@ -230,14 +247,8 @@ TEST_F(CudaTransformerTest, CriticValuesAndGradientsMatchTransformersAndCpu) {
   const std::string name = "qwen2_critic";
   model::Weights w = model::Weights::load(kGoldenDir + name);
   ASSERT_EQ(w.config.head, model::HeadKind::TokenClassification);
-  auto golden = model::SafetensorsFile::open(kGoldenDir + name + "/golden.safetensors");
-  auto get = [&](const std::string& key) {
-    const model::TensorInfo* t = golden->find(key);
-    EXPECT_NE(t, nullptr) << key;
-    std::vector<float> out(t ? static_cast<size_t>(t->numel()) : 0);
-    if (t) convert_to_f32(out.data(), golden->data(*t), t->dtype, out.size());
-    return out;
-  };
+  const GoldenDump golden(name);
+  auto get = [&](const std::string& key) { return golden.get(key); };
   const auto seqs = load_sequences(name);
   model::PackedBatch b = model::PackedBatch::from_sequences(seqs);
   const int64_t T = b.num_tokens();
@@ -256,15 +267,7 @@ TEST_F(CudaTransformerTest, CriticValuesAndGradientsMatchTransformersAndCpu) {
   std::vector<float> ones(T, 1.0f);
   gpu.backward_values_host(ones.data());
   const std::vector<float> grads = gpu.download_grads();
-  double worst = 0;
-  for (const model::HfTensorMap& m : w.layout.hf) {
-    const std::vector<float> ref = get("grad." + m.hf_name);
-    const int64_t off = w.layout.params[m.param].offset + m.offset;
-    std::vector<float> ours(grads.begin() + off, grads.begin() + off + ref.size());
-    const double err = rel_max_err(ours, ref, 0, static_cast<int64_t>(ref.size()));
-    EXPECT_LE(err, kModelGradRel) << "gradient of " << m.hf_name;
-    worst = std::max(worst, err);
-  }
+  const double worst = expect_grads_match_dump(w, grads, golden, name);
   // Against the CPU model on the bf16-rounded weights.
   model::Weights wb = w;
   wb.data = bf16_rounded(std::move(wb.data));
