@@ -4,7 +4,8 @@
 //   on-policy: then it equals the update's own forward) -> ref -> values -> adv -> update_critic ->
 //   update_actor (ppo_epochs x mini-batches x token-budget micro-batches) -> metrics.
 // The rollout engine runs on the actor's own weights (the hybrid engine: one copy). The actor and the
-// reference policy run on trainer.device through PolicyModel; the critic runs on the CPU.
+// reference policy and the critic run on trainer.device through PolicyModel, and on cuda the
+// rollout too (PolicyModel::make_rollout_runner).
 #pragma once
 
 #include <cstdint>
