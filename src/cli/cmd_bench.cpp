@@ -6,7 +6,7 @@
 // on CPU it is model::Transformer with trainer::AdamW (fp32).
 //   model_flops_per_step = 6 * params * B*S + 6 * layers * B * S^2 * H * D
 // (docs/benchmarks.md says what each term counts), tflops = that / step time, mfu = tflops /
-// --peak-tflops.
+// --peak-tflops. `verl bench grpo-step` (cmd_bench_grpo.cpp) hangs under the same `bench` command.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_grpo.h"
 #include "cli/bench_shapes.h"
 #include "cli/command.h"
 #include "core/error.h"
@@ -331,7 +332,9 @@ int run_train(TrainOpts o) {
   return 0;
 }
 
-Command reg("bench", "Benchmarks (bench train: training-step throughput and MFU)",
+Command reg("bench",
+            "Benchmarks (bench train: training-step throughput and MFU; bench grpo-step: one whole "
+            "GRPO step on the GPU)",
             [](CLI::App& app) -> Action {
               app.require_subcommand(1);
               auto o = std::make_shared<TrainOpts>();
@@ -362,8 +365,16 @@ Command reg("bench", "Benchmarks (bench train: training-step throughput and MFU)
                                 "dense bf16 peak for MFU in TFLOP/s (default 800: the H200's "
                                 "measured dense bf16 GEMM peak)");
               train->add_option("--lr", o->lr, "AdamW learning rate (default 1e-5)");
-              return [o] { return run_train(*o); };
+              Action grpo_step = add_bench_grpo_step(app);
+              return [o, train, grpo_step] {
+                return train->parsed() ? run_train(*o) : grpo_step();
+              };
             });
 
 }  // namespace
+
+model::Weights bench_random_weights(const model::ModelConfig& c, uint64_t seed) {
+  return random_weights(c, seed);
+}
+
 }  // namespace verl::cli

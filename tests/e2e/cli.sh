@@ -79,5 +79,27 @@ check "bench bad shape names --shape" grep -q -- "--shape 'qwen9' is not a known
 "$verl" bench train --device cpu --shape tiny --batch 0 > /dev/null 2> "$work/err5.txt"
 check "bench bad batch names --batch" grep -q -- "--batch must be >= 1" "$work/err5.txt"
 
+# bench grpo-step: bad arguments name the flag, before any device is touched.
+"$verl" bench grpo-step --shape tiny --micro-tokens 100 > /dev/null 2> "$work/err6.txt"
+check "bench grpo-step bad micro-tokens names the flag" grep -q -- "--micro-tokens 100 is below one sequence of --prompt-len + --new-tokens = 512 tokens" "$work/err6.txt"
+"$verl" bench grpo-step --shape tiny --n 1 > /dev/null 2> "$work/err7.txt"
+check "bench grpo-step bad n names the flag" grep -q -- "--n must be >= 2" "$work/err7.txt"
+# One JSON line either way: the step's figures on a GPU, an error without one (or without CUDA).
+"$verl" bench grpo-step --shape tiny --prompts 2 --n 2 --prompt-len 5 --new-tokens 3 --steps 1 --warmup 0 > "$work/grpo.jsonl" 2> /dev/null
+grpo_rc=$?
+check "bench grpo-step json" python3 -c "
+import json
+lines = open('$work/grpo.jsonl').read().splitlines()
+assert len(lines) == 1, lines
+r = json.loads(lines[0])
+assert r['bench'] == 'grpo_step' and r['shape'] == 'tiny', r
+if $grpo_rc != 0:
+    assert $grpo_rc == 1 and 'error' in r, r
+else:
+    assert r['sequences'] == 4 and r['tokens_per_step'] == 4 * (5 + 3) and r['rollout_output_tokens'] == 12, r
+    assert set(r['phase_s']) == {'gen', 'old_log_prob', 'ref', 'adv', 'update_actor', 'step'}, r
+    assert r['phase_s']['ref'] == 0 and 'ref' not in r['peak_memory_bytes'], r
+    assert 0 <= r['reward_mean'] <= 1 and r['tokens_per_s'] > 0 and r['grad_norm'] >= 0, r"
+
 echo "cli: $pass passed, $fail failed"
 test "$fail" -eq 0
