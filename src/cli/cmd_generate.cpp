@@ -1,11 +1,13 @@
 // `verl generate`: sampling from an HF model with the rollout engine. One --prompt streams text
 // to the terminal; --input takes JSON lines ("prompt" text, "messages" chat, or "prompt_tokens"
-// ids) and writes one JSON line per sample, in input order.
+// ids) and writes one JSON line per sample, in input order. --device cuda (or auto with a GPU)
+// runs the steps on the GPU (ops::cuda::CudaModelRunner over the model's bf16 weights).
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/command.h"
 #include "cli/io.h"
@@ -13,6 +15,12 @@
 #include "model/generation_config.h"
 #include "rollout/engine.h"
 #include "tokenizer/tokenizer.h"
+#include "trainer/policy_model.h"  // cuda_available()
+
+#ifdef VERL_HAVE_CUDA
+#include "ops/cuda/device.h"
+#include "ops/cuda/rollout_cuda.h"
+#endif
 
 namespace verl::cli {
 namespace {
@@ -28,7 +36,20 @@ struct Opts {
   std::vector<std::string> stop;
   int64_t kv_cache_mb = 1024;
   int32_t max_num_seqs = 256, max_num_batched_tokens = 8192;
+  std::string device = "auto";
 };
+
+// --device: cpu | cuda | auto (cuda when this build has the CUDA backend and a GPU is visible).
+bool use_cuda(const std::string& device) {
+  VERL_CHECK(device == "cpu" || device == "cuda" || device == "auto",
+             "--device must be cpu, cuda or auto, got '{}'", device);
+  if (device == "cpu") return false;
+  const bool have = trainer::cuda_available();
+  VERL_CHECK(have || device == "auto",
+             "--device cuda: no CUDA device is visible, or this build has no CUDA backend; use "
+             "--device cpu");
+  return have;
+}
 
 int run(const Opts& o) {
   VERL_CHECK(o.prompt.empty() != o.input.empty(), "give exactly one of --prompt or --input");
@@ -90,7 +111,27 @@ int run(const Opts& o) {
   int64_t longest = 0;
   for (const auto& r : reqs) longest = std::max<int64_t>(longest, static_cast<int64_t>(r.prompt.size()));
   ecfg.scheduler.max_model_len = static_cast<int32_t>(longest + o.max_tokens);
-  rollout::Engine engine(w, ecfg);
+  // The GPU runner's pieces outlive the engine (declared first, destroyed last).
+#ifdef VERL_HAVE_CUDA
+  std::unique_ptr<ops::cuda::CudaSession> session;
+  ops::cuda::DeviceBuffer<ops::cuda::bf16> wbf;
+#endif
+  std::unique_ptr<rollout::StepRunner> gpu_runner;
+  std::optional<rollout::Engine> engine_holder;
+  if (use_cuda(o.device)) {
+#ifdef VERL_HAVE_CUDA
+    session = std::make_unique<ops::cuda::CudaSession>();
+    wbf = ops::cuda::upload_weights_bf16(session->ctx(), w);
+    ops::cuda::CudaRunnerOptions ro;
+    ro.kv_cache_bytes = o.kv_cache_mb << 20;
+    gpu_runner = std::make_unique<ops::cuda::CudaModelRunner>(session->ctx(), w.config, w.layout,
+                                                              wbf.data(), ecfg.scheduler, ro);
+    engine_holder.emplace(*gpu_runner, ecfg);
+#endif
+  } else {
+    engine_holder.emplace(w, ecfg);
+  }
+  rollout::Engine& engine = *engine_holder;
 
   // Stop strings: decode the output so far and look for any of them.
   rollout::GenerateHooks hooks;
@@ -156,6 +197,8 @@ Command reg("generate", "Sample from an HF model with the rollout engine", [](CL
   app.add_option("--kv-cache-mb", o->kv_cache_mb, "KV-cache budget in MiB");
   app.add_option("--max-num-seqs", o->max_num_seqs);
   app.add_option("--max-num-batched-tokens", o->max_num_batched_tokens);
+  app.add_option("--device", o->device,
+                 "cpu, cuda or auto (default: cuda when built with CUDA and a GPU is visible)");
   return [o] { return run(*o); };
 });
 

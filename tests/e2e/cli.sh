@@ -34,6 +34,10 @@ rows = [json.loads(l) for l in open('$work/gen1.jsonl')]
 assert [(r['index'], r['sample']) for r in rows] == [(0, 0), (0, 1), (1, 0), (1, 1)], rows
 assert all(r['finish_reason'] in ('stop', 'length') and len(r['response_tokens']) == len(r['response_logprobs']) for r in rows)
 assert rows[0]['text'].startswith('12 + 30 = '), rows[0]['text']"
+# A bad --device names the flag.
+"$verl" generate --model "$demo" --prompt "x" --device gpu > /dev/null 2> "$work/err_dev.txt"
+check "generate bad device exits 1" test $? -eq 1
+check "generate bad device names --device" grep -q -- "--device must be cpu, cuda or auto, got 'gpu'" "$work/err_dev.txt"
 # A stop string ends the text before it.
 "$verl" generate --model "$demo" --input "$work/in.jsonl" --temperature 0 --max-tokens 24 --stop "=" > "$work/gen3.jsonl"
 check "generate stop string" python3 -c "
