@@ -32,18 +32,11 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_train_hf import SHAPES, build_model  # noqa: E402  (the same shapes and init)
+from bench_train_hf import SHAPES, build_model, positive_int  # noqa: E402  (the same shapes and init)
 
 PHASES = ("gen", "old_log_prob", "ref", "adv", "update_actor")
 CLIP_RATIO = 0.2
 KL_COEF = 0.001
-
-
-def positive_int(s):
-    v = int(s)
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
-    return v
 
 
 def parse_args(argv):

@@ -14,13 +14,12 @@ slower), then --runs timed calls; tokens/s = P * n * new_tokens / mean seconds p
 """
 import argparse
 import json
+import os
+import sys
 import time
 
-# The real HF configs (the same table as src/cli/bench_shapes.h and tools/bench_train_hf.py).
-SHAPES = {
-    "qwen2.5-0.5b": (151936, 896, 24, 14, 2, 4864, True),
-    "qwen2.5-1.5b": (151936, 1536, 28, 12, 2, 8960, True),
-}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_train_hf import SHAPES  # noqa: E402  (the shapes table of every HF peer)
 
 
 def main():

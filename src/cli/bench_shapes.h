@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "model/config.h"
+#include "model/weights.h"
 
 namespace verl::cli {
 
@@ -67,5 +68,10 @@ inline std::string bench_shape_names() {
 inline model::ModelConfig bench_shape_config(const BenchShape& s) {
   return qwen2_shape(s.vocab, s.hidden, s.layers, s.heads, s.kv_heads, s.intermediate, s.tied);
 }
+
+// Random weights for a benchmark model: matrices N(0, 0.02) from Philox (independent of the thread
+// count, fast at 7B), norms one, biases zero. Defined in cmd_bench.cpp (the `verl` program), shared
+// by `bench train`, `bench grpo-step` and `bench-rollout` so they time the same model.
+model::Weights bench_random_weights(const model::ModelConfig& c, uint64_t seed);
 
 }  // namespace verl::cli

@@ -104,22 +104,6 @@ void fill_normal(float* x, int64_t n, uint64_t seed, uint64_t stream, float std)
   }
 }
 
-// The HF-style init of Weights::init_random (matrices N(0, 0.02), norms one, biases zero).
-model::Weights random_weights(const model::ModelConfig& c, uint64_t seed) {
-  model::Weights w = model::Weights::from_config(c);
-  for (size_t i = 0; i < w.layout.params.size(); ++i) {
-    const model::ParamInfo& p = w.layout.params[i];
-    float* x = w.data.data() + p.offset;
-    if (p.shape.size() == 2) {
-      fill_normal(x, p.numel, seed, i, 0.02f);
-    } else {
-      const bool is_norm = p.name.find("norm") != std::string::npos;
-      std::fill(x, x + p.numel, is_norm ? 1.0f : 0.0f);
-    }
-  }
-  return w;
-}
-
 // B sequences of S uniform random token ids.
 model::PackedBatch random_batch(int64_t B, int64_t S, int64_t vocab, uint64_t seed) {
   Rng rng(seed);
@@ -263,7 +247,7 @@ int run_train(TrainOpts o) {
                "--model {}: bench train needs a causal LM, but config.json has {}", o.model,
                w.config.architecture);
   } else {
-    w = random_weights(bench_shape_config(*find_bench_shape(o.shape)), 1);
+    w = bench_random_weights(bench_shape_config(*find_bench_shape(o.shape)), 1);
   }
   const model::ModelConfig c = w.config;
   const int64_t params = w.layout.total;
@@ -373,8 +357,21 @@ Command reg("bench",
 
 }  // namespace
 
+// The HF-style init of Weights::init_random (matrices N(0, 0.02), norms one, biases zero).
 model::Weights bench_random_weights(const model::ModelConfig& c, uint64_t seed) {
-  return random_weights(c, seed);
+  model::Weights w = model::Weights::from_config(c);
+  for (size_t i = 0; i < w.layout.params.size(); ++i) {
+    const model::ParamInfo& p = w.layout.params[i];
+    float* x = w.data.data() + p.offset;
+    if (p.shape.size() == 2) {
+      fill_normal(x, p.numel, seed, i, 0.02f);
+    } else {
+      const bool is_norm = p.name.find("norm") != std::string::npos;
+      std::fill(x, x + p.numel, is_norm ? 1.0f : 0.0f);
+    }
+  }
+  return w;
 }
+
 
 }  // namespace verl::cli

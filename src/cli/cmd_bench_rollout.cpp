@@ -8,8 +8,6 @@
 // `bench` command; this file registers a command of its own.)
 #include <omp.h>
 
-#include <array>
-#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -59,31 +57,6 @@ struct RolloutOpts {
 
 #ifdef VERL_HAVE_CUDA
 
-// Matrices N(0, 0.02), norms one, biases zero (the HF-style init), filled in parallel: element pair
-// k of parameter i from Philox block (seed, i, k) by Box-Muller.
-model::Weights random_weights(const model::ModelConfig& c, uint64_t seed) {
-  model::Weights w = model::Weights::from_config(c);
-  for (size_t i = 0; i < w.layout.params.size(); ++i) {
-    const model::ParamInfo& p = w.layout.params[i];
-    float* x = w.data.data() + p.offset;
-    if (p.shape.size() != 2) {
-      std::fill(x, x + p.numel, p.name.find("norm") != std::string::npos ? 1.0f : 0.0f);
-      continue;
-    }
-    const int64_t pairs = (p.numel + 1) / 2;
-#pragma omp parallel for schedule(static)
-    for (int64_t k = 0; k < pairs; ++k) {
-      const std::array<uint32_t, 4> r = philox4x32(seed, i, static_cast<uint64_t>(k));
-      const double u1 = 1.0 - static_cast<double>(((uint64_t{r[0]} << 32) | r[1]) >> 11) * 0x1p-53;
-      const double u2 = static_cast<double>(((uint64_t{r[2]} << 32) | r[3]) >> 11) * 0x1p-53;
-      const double radius = 0.02 * std::sqrt(-2.0 * std::log(u1));
-      x[2 * k] = static_cast<float>(radius * std::cos(6.283185307179586 * u2));
-      if (2 * k + 1 < p.numel) x[2 * k + 1] = static_cast<float>(radius * std::sin(6.283185307179586 * u2));
-    }
-  }
-  return w;
-}
-
 int run_bench_rollout(const RolloutOpts& o) {
   VERL_CHECK(o.prompts >= 1 && o.n >= 1 && o.prompt_len >= 1 && o.new_tokens >= 1,
              "bench-rollout: --prompts {}, --n {}, --prompt-len {}, --new-tokens {} must be >= 1",
@@ -96,7 +69,7 @@ int run_bench_rollout(const RolloutOpts& o) {
   } else {
     const BenchShape* s = find_bench_shape(o.shape);
     VERL_CHECK(s != nullptr, "bench-rollout: unknown --shape '{}' (known: {})", o.shape, bench_shape_names());
-    w = random_weights(bench_shape_config(*s), o.seed);
+    w = bench_random_weights(bench_shape_config(*s), o.seed);
     name = o.shape;
   }
   const model::ModelConfig cfg = w.config;

@@ -15,7 +15,7 @@
 #include "model/generation_config.h"
 #include "rollout/engine.h"
 #include "tokenizer/tokenizer.h"
-#include "trainer/policy_model.h"  // cuda_available()
+#include "trainer/policy_model.h"  // resolve_device()
 
 #ifdef VERL_HAVE_CUDA
 #include "ops/cuda/device.h"
@@ -38,18 +38,6 @@ struct Opts {
   int32_t max_num_seqs = 256, max_num_batched_tokens = 8192;
   std::string device = "auto";
 };
-
-// --device: cpu | cuda | auto (cuda when this build has the CUDA backend and a GPU is visible).
-bool use_cuda(const std::string& device) {
-  VERL_CHECK(device == "cpu" || device == "cuda" || device == "auto",
-             "--device must be cpu, cuda or auto, got '{}'", device);
-  if (device == "cpu") return false;
-  const bool have = trainer::cuda_available();
-  VERL_CHECK(have || device == "auto",
-             "--device cuda: no CUDA device is visible, or this build has no CUDA backend; use "
-             "--device cpu");
-  return have;
-}
 
 int run(const Opts& o) {
   VERL_CHECK(o.prompt.empty() != o.input.empty(), "give exactly one of --prompt or --input");
@@ -118,7 +106,7 @@ int run(const Opts& o) {
 #endif
   std::unique_ptr<rollout::StepRunner> gpu_runner;
   std::optional<rollout::Engine> engine_holder;
-  if (use_cuda(o.device)) {
+  if (trainer::resolve_device(o.device, "--device") == trainer::Device::Cuda) {
 #ifdef VERL_HAVE_CUDA
     session = std::make_unique<ops::cuda::CudaSession>();
     wbf = ops::cuda::upload_weights_bf16(session->ctx(), w);

@@ -113,20 +113,20 @@ const char* to_string(Device d) {
   return d == Device::Cuda ? "cuda" : "cpu";
 }
 
-Device resolve_device(const std::string& value) {
+Device resolve_device(const std::string& value, const std::string& key) {
   if (value == "cpu") return Device::Cpu;
   if (value == "auto") return cuda_available() ? Device::Cuda : Device::Cpu;
-  VERL_CHECK(value == "cuda", "trainer.device must be cpu, cuda or auto, got '{}'", value);
+  VERL_CHECK(value == "cuda", "{} must be cpu, cuda or auto, got '{}'", key, value);
 #ifdef VERL_HAVE_CUDA
   VERL_CHECK(cuda_available(),
-             "trainer.device=cuda but no CUDA device is visible (no driver, or "
-             "CUDA_VISIBLE_DEVICES hides them); "
-             "set trainer.device=cpu or auto");
+             "{0}=cuda but no CUDA device is visible (no driver, or CUDA_VISIBLE_DEVICES hides "
+             "them); set {0}=cpu or auto",
+             key);
 #else
   VERL_FAIL(
-      "trainer.device=cuda but this build has no CUDA backend (configure with -DVERL_CUDA=ON on a "
-      "machine "
-      "with the CUDA toolkit); set trainer.device=cpu or auto");
+      "{0}=cuda but this build has no CUDA backend (configure with -DVERL_CUDA=ON on a machine "
+      "with the CUDA toolkit); set {0}=cpu or auto",
+      key);
 #endif
   return Device::Cuda;
 }

@@ -24,15 +24,16 @@ const char* to_string(Device d);
 
 // Whether this build has the CUDA backend (VERL_HAVE_CUDA) and the driver sees a device.
 bool cuda_available();
-// trainer.device: cpu | cuda | auto (cuda when cuda_available(), else cpu). cuda without a usable
-// device is an error naming the key rather than a silent fallback.
-Device resolve_device(const std::string& value);
+// trainer.device (or another `key`, e.g. a CLI flag): cpu | cuda | auto (cuda when
+// cuda_available(), else cpu). cuda without a usable device is an error naming the key rather than
+// a silent fallback.
+Device resolve_device(const std::string& value, const std::string& key = "trainer.device");
 // Device memory in use (cudaMemGetInfo: total - free) in bytes; 0 in a build without CUDA.
 size_t device_memory_in_use();
 
 // The GPU rollout's memory and mode (actor_rollout_ref.rollout.*).
 struct RolloutRunnerOptions {
-  int64_t kv_cache_bytes = 0;           // what the scheduler's blocks need; capped by the next
+  int64_t kv_blocks = 0;                // KV blocks the scheduler needs; their bytes capped by the next
   double gpu_memory_utilization = 0.5;  // share of the device the rollout may hold in total
   bool enforce_eager = false;           // no CUDA graphs
 };

@@ -130,7 +130,9 @@ class CudaPolicy final : public PolicyModel {
     // The KV the scheduler's blocks need, capped by gpu_memory_utilization of the device (vLLM's
     // rule: what is in use now, the trainer's state included, counts against the share).
     const int64_t cap = ops::cuda::kv_cache_budget_from_utilization(opts.gpu_memory_utilization);
-    ro.kv_cache_bytes = opts.kv_cache_bytes > 0 ? std::min(opts.kv_cache_bytes, cap) : cap;
+    const int64_t needed =
+        opts.kv_blocks * ops::cuda::kv_cache_bytes_per_block(host_.config, sched.block_size);
+    ro.kv_cache_bytes = needed > 0 ? std::min(needed, cap) : cap;
     ro.enforce_eager = opts.enforce_eager;
     return std::make_unique<ops::cuda::CudaModelRunner>(session_.ctx(), host_.config,
                                                        host_.layout, tf_->weights_bf16(), sched,

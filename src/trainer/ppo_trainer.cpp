@@ -252,9 +252,8 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, Experience& 
   ec.scheduler.num_blocks = static_cast<int32_t>((total_tokens + 15) / 16 + static_cast<int64_t>(reqs.size()) * n + 16);
   // On cuda the rollout runs on the GPU from the actor's own bf16 weights; its KV cache lives as
   // long as `runner` and is freed before the next phase. On cpu it reads the host weights.
-  const int64_t kv_needed = static_cast<int64_t>(ec.scheduler.num_blocks) * kv_bytes_per_block(ec.scheduler.block_size);
   RolloutRunnerOptions ro;
-  ro.kv_cache_bytes = kv_needed;
+  ro.kv_blocks = ec.scheduler.num_blocks;
   ro.gpu_memory_utilization = cfg_.get<double>("actor_rollout_ref.rollout.gpu_memory_utilization");
   ro.enforce_eager = cfg_.get<bool>("actor_rollout_ref.rollout.enforce_eager");
   std::unique_ptr<rollout::StepRunner> runner = actor_.model->make_rollout_runner(ec.scheduler, ro);
@@ -589,12 +588,6 @@ void PpoTrainer::record_device_memory(metrics::Metrics& m, const char* phase) co
   if (gen) {
     m.set("perf/device_memory_gib/after_gen_free", static_cast<double>(device_memory_in_use()) / (1 << 30));
   }
-}
-
-int64_t PpoTrainer::kv_bytes_per_block(int32_t block_size) const {
-  // bf16 K and V of every layer (the CUDA rollout's cache; the CPU cache sizes itself).
-  const model::ModelConfig& c = actor_.model->config();
-  return 2 * c.num_hidden_layers * static_cast<int64_t>(block_size) * c.num_key_value_heads * c.head_dim * 2;
 }
 
 void PpoTrainer::update_critic(Experience& exp, metrics::Metrics& m) {

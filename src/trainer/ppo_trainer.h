@@ -106,8 +106,6 @@ class PpoTrainer {
   // PolicyModel::optimizer_step.)
   // perf/device_memory_gib/<phase> when the policies run on cuda.
   void record_device_memory(metrics::Metrics& m, const char* phase) const;
-  // Bytes of one bf16 KV block over all layers (sizes the CUDA rollout's cache).
-  int64_t kv_bytes_per_block(int32_t block_size) const;
   void update_critic(Experience& exp, metrics::Metrics& m);
   // Micro-batches of `idx` (token budget or sequence count).
   std::vector<std::vector<int64_t>> micro_batches(const Experience& exp, const std::vector<int64_t>& idx,
