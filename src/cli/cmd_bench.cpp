@@ -317,8 +317,8 @@ int run_train(TrainOpts o) {
 }
 
 Command reg("bench",
-            "Benchmarks (bench train: training-step throughput and MFU; bench grpo-step: one whole "
-            "GRPO step on the GPU)",
+            "Benchmarks (bench train: training-step throughput and MFU; bench rollout: generation "
+            "throughput on the GPU; bench grpo-step: one whole GRPO step on the GPU)",
             [](CLI::App& app) -> Action {
               app.require_subcommand(1);
               auto o = std::make_shared<TrainOpts>();
@@ -350,8 +350,11 @@ Command reg("bench",
                                 "measured dense bf16 GEMM peak)");
               train->add_option("--lr", o->lr, "AdamW learning rate (default 1e-5)");
               Action grpo_step = add_bench_grpo_step(app);
-              return [o, train, grpo_step] {
-                return train->parsed() ? run_train(*o) : grpo_step();
+              Action rollout = add_bench_rollout(app);
+              return [o, train, grpo_step, rollout] {
+                if (train->parsed()) return run_train(*o);
+                const int rc = grpo_step();
+                return rc != 0 ? rc : rollout();
               };
             });
 

@@ -58,6 +58,7 @@ struct GrpoOpts {
   int32_t max_num_seqs = 1024;            // rollout.max_num_seqs
   int32_t max_num_batched_tokens = 8192;  // rollout.max_num_batched_tokens
   bool enforce_eager = false;
+  bool batch_invariant = false;  // rollout.batch_invariant: rollout log-probs = old_log_prob bitwise
   uint64_t seed = 1;
 };
 
@@ -122,6 +123,7 @@ struct StepData {
   std::vector<std::vector<int32_t>> responses;  // [B]
   int64_t L = 0;                                // longest response: the [B, L] padding
   std::vector<float> mask, old_log_prob, ref_log_prob, advantages;  // [B, L]
+  std::vector<float> rollout_log_prob;                              // [B, L], the sampler's
   std::vector<float> scores;                                        // [B]
 };
 
@@ -129,6 +131,7 @@ struct StepData {
 struct StepResult {
   double seconds[kNumPhases] = {}, step = 0, generate = 0;
   int64_t output_tokens = 0, tokens = 0, micro_batches = 0;
+  double rollout_logprob_diff_max = 0, rollout_logprob_diff_mean = 0;  // |rollout - old_log_prob|
   double reward_mean = 0, pg_loss = 0, pg_clipfrac = 0, ppo_kl = 0, kl_loss = 0, grad_norm = 0;
 };
 
@@ -159,6 +162,7 @@ class GrpoStepBench {
       Timer t;
       log_probs(actor_, d, d.old_log_prob);
       phase_end(kOldLogProb, t);
+      compare_rollout(d, r);
       peak[kOldLogProb] = std::max(peak[kOldLogProb], device_used_bytes());
     }
     if (ref_) {
@@ -217,6 +221,7 @@ class GrpoStepBench {
     ro.kv_cache_bytes = static_cast<int64_t>(ec.scheduler.num_blocks) *
                         ops::cuda::kv_cache_bytes_per_block(cfg, 16);
     ro.enforce_eager = o_.enforce_eager;
+    ro.batch_invariant = o_.batch_invariant;
     std::vector<rollout::Completion> out;
     {
       ops::cuda::CudaModelRunner runner(ctx_, cfg, actor_.layout(), actor_.weights_bf16(),
@@ -233,8 +238,28 @@ class GrpoStepBench {
     d.L = 0;
     for (const auto& s : d.responses) d.L = std::max<int64_t>(d.L, static_cast<int64_t>(s.size()));
     d.mask.assign(static_cast<size_t>(B * d.L), 0.0f);
+    d.rollout_log_prob.assign(static_cast<size_t>(B * d.L), 0.0f);
+    for (const rollout::Completion& c : out) {
+      const int64_t b = c.request * n + c.sample;
+      std::copy(c.logprobs.begin(), c.logprobs.end(), d.rollout_log_prob.begin() + b * d.L);
+    }
     for (int64_t b = 0; b < B; ++b)
       std::fill_n(d.mask.begin() + b * d.L, d.responses[b].size(), 1.0f);
+  }
+
+  // The sampler's log-probs against the trainer's (PPO's old_log_prob) on every response token:
+  // equal with --batch-invariant, within bf16 rounding otherwise.
+  static void compare_rollout(const StepData& d, StepResult& r) {
+    double worst = 0, sum = 0, n = 0;
+    for (size_t i = 0; i < d.mask.size(); ++i) {
+      if (d.mask[i] == 0.0f) continue;
+      const double e = std::fabs(double(d.rollout_log_prob[i]) - d.old_log_prob[i]);
+      worst = std::max(worst, e);
+      sum += e;
+      n += 1;
+    }
+    r.rollout_logprob_diff_max = worst;
+    r.rollout_logprob_diff_mean = n > 0 ? sum / n : 0.0;
   }
 
   // Micro-batches of at most --micro-tokens tokens over all B rows (verl's dynamic batch size).
@@ -371,11 +396,13 @@ int run_cuda(const GrpoOpts& o, model::Weights& w) {
   ops::cuda::CudaTransformerOptions topts;
   topts.max_tokens = std::min(o.micro_tokens, B * seq);
   topts.max_seqs = std::clamp<int64_t>(topts.max_tokens / (int64_t{o.prompt_len} + 1), 1, B);
+  topts.batch_invariant = o.batch_invariant;
   ops::cuda::CudaTransformer actor(ctx, w, topts);
   std::unique_ptr<ops::cuda::CudaTransformer> ref;
   if (o.ref) {
     ops::cuda::CudaTransformerOptions ropts = topts;
     ropts.trainable = false;
+    ropts.batch_invariant = false;  // only the actor's log-probs meet the rollout's
     ref = std::make_unique<ops::cuda::CudaTransformer>(ctx, w, ropts);
   }
   w.data.clear();  // the device holds the weights now
@@ -456,6 +483,9 @@ int run_cuda(const GrpoOpts& o, model::Weights& w) {
       {"grad_norm", last.grad_norm},
       {"lr", o.lr},
       {"enforce_eager", o.enforce_eager},
+      {"batch_invariant", o.batch_invariant},
+      {"rollout_vs_old_logprob_max_abs_diff", last.rollout_logprob_diff_max},
+      {"rollout_vs_old_logprob_mean_abs_diff", last.rollout_logprob_diff_mean},
       {"max_num_seqs", o.max_num_seqs},
       {"max_num_batched_tokens", o.max_num_batched_tokens}};
   std::printf("%s\n", j.dump().c_str());
@@ -517,6 +547,9 @@ Action add_bench_grpo_step(CLI::App& bench) {
   s->add_option("--max-num-batched-tokens", o->max_num_batched_tokens,
                 "rollout: new tokens per engine step at most (default 8192)");
   s->add_flag("--enforce-eager", o->enforce_eager, "rollout: no CUDA graphs for decode steps");
+  s->add_flag("--batch-invariant", o->batch_invariant,
+              "batch-invariant kernels in the rollout and the actor's forward "
+              "(actor_rollout_ref.rollout.batch_invariant)");
   s->add_option("--seed", o->seed, "weights, prompts and sampling seed (default 1)");
   return [o, s]() -> int { return s->parsed() ? run_grpo_step(*o) : 0; };
 }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/bench_grpo.h"
 #include "cli/bench_shapes.h"
 #include "cli/command.h"
 #include "core/error.h"
@@ -49,7 +50,8 @@ struct RolloutOpts {
   int32_t decode_partition = 64;
   int32_t decode_max_partitions = 0;
   bool split_sampling = true;
-  bool fresh_prefill_attention = true;
+  bool training_prefill_attention = true;
+  bool batch_invariant = false;
   bool profile = false;
   int warmup = 1;
   uint64_t seed = 1;
@@ -91,7 +93,8 @@ int run_bench_rollout(const RolloutOpts& o) {
   ro.decode_partition = o.decode_partition;
   ro.decode_max_partitions = o.decode_max_partitions;
   ro.split_sampling = o.split_sampling;
-  ro.fresh_prefill_attention = o.fresh_prefill_attention;
+  ro.training_prefill_attention = o.training_prefill_attention;
+  ro.batch_invariant = o.batch_invariant;
   ops::cuda::CudaModelRunner runner(session.ctx(), cfg, layout, wbf.data(), ec.scheduler, ro);
   rollout::Engine engine(runner, ec);
 
@@ -145,6 +148,7 @@ int run_bench_rollout(const RolloutOpts& o) {
       {"top_p", o.top_p},
       {"top_k", o.top_k},
       {"enforce_eager", o.enforce_eager},
+      {"batch_invariant", o.batch_invariant},
       {"max_num_seqs", o.max_num_seqs},
       {"max_num_batched_tokens", o.max_num_batched_tokens},
       {"seconds", seconds},
@@ -181,8 +185,8 @@ int run_bench_rollout(const RolloutOpts& o) {
   j["decode_partition"] = o.decode_partition;
   j["decode_max_partitions"] = o.decode_max_partitions;
   j["split_sampling"] = o.split_sampling;
-  j["fresh_prefill_attention"] = o.fresh_prefill_attention;
-  j["fresh_prefill_steps"] = rs.fresh_prefill_steps;
+  j["training_prefill_attention"] = o.training_prefill_attention;
+  j["training_prefill_steps"] = rs.training_prefill_steps;
   if (o.profile) {
     nlohmann::json prof = nlohmann::json::object(), other = nlohmann::json::object();
     double sum = 0.0;
@@ -214,47 +218,63 @@ int run_bench_rollout(const RolloutOpts&) {
 
 #endif
 
+// The flags of `verl bench rollout` (and of its older spelling `verl bench-rollout`).
+Action add_rollout_flags(CLI::App& app) {
+  auto o = std::make_shared<RolloutOpts>();
+  app.add_option("--shape", o->shape,
+                 "model shape with random N(0, 0.02) weights: " + bench_shape_names() +
+                     " (default qwen2.5-0.5b)");
+  app.add_option("--model", o->model, "HF model directory instead of --shape");
+  app.add_option("--prompts", o->prompts, "prompts (default 256)");
+  app.add_option("--n", o->n, "samples per prompt (default 1)");
+  app.add_option("--prompt-len", o->prompt_len, "tokens per prompt (default 256)");
+  app.add_option("--new-tokens", o->new_tokens, "tokens generated per sample (default 256)");
+  app.add_option("--temperature", o->temperature, "sampling temperature (default 1; 0 = greedy)");
+  app.add_option("--top-p", o->top_p, "nucleus sampling (default 1: off)");
+  app.add_option("--top-k", o->top_k, "top-k sampling (default -1: off)");
+  app.add_flag("--enforce-eager", o->enforce_eager, "no CUDA graphs for decode steps");
+  app.add_flag("--batch-invariant", o->batch_invariant,
+               "batch-invariant GEMMs, attention and LM-head log-probs (the "
+               "bitwise-trainer mode)");
+  app.add_option("--max-num-seqs", o->max_num_seqs, "running sequences at most (default 256)");
+  app.add_option("--max-num-batched-tokens", o->max_num_batched_tokens,
+                 "new tokens per step at most (default 8192)");
+  app.add_option("--block-size", o->block_size, "KV block size in tokens (default 16)");
+  app.add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
+                 "fraction of device memory the rollout may hold (default 0.5)");
+  app.add_option("--kv-cache-gb", o->kv_cache_gb,
+                 "KV cache size in GiB instead of --gpu-memory-utilization");
+  app.add_option("--decode-partition", o->decode_partition,
+                 "keys per split-K partition of decode attention while the partition "
+                 "count allows (default 64)");
+  app.add_option("--decode-max-partitions", o->decode_max_partitions,
+                 "cap on split-K partitions per item (default 0: by batch size)");
+  app.add_flag("!--no-split-sampling", o->split_sampling,
+               "sample every row with one block (the reference kernel)");
+  app.add_flag("!--paged-prefill", o->training_prefill_attention,
+               "prefill attention with the paged prefill kernel instead of the training kernel "
+               "over the paged cache");
+  app.add_flag("--profile", o->profile,
+               "GPU ms per section of a decode step (cudaEvents; the timed run's "
+               "steps run eagerly) in profile_ms_per_step");
+  app.add_option("--warmup", o->warmup, "untimed runs of the same workload first (default 1)");
+  app.add_option("--seed", o->seed, "weights and prompts seed (default 1)");
+  
+  return [o] { return run_bench_rollout(*o); };
+}
+
 Command reg("bench-rollout",
-            "Rollout throughput of the CUDA engine on random or HF weights; prints one JSON line",
-            [](CLI::App& app) -> Action {
-              auto o = std::make_shared<RolloutOpts>();
-              app.add_option("--shape", o->shape,
-                             "model shape with random N(0, 0.02) weights: " + bench_shape_names() +
-                                 " (default qwen2.5-0.5b)");
-              app.add_option("--model", o->model, "HF model directory instead of --shape");
-              app.add_option("--prompts", o->prompts, "prompts (default 256)");
-              app.add_option("--n", o->n, "samples per prompt (default 1)");
-              app.add_option("--prompt-len", o->prompt_len, "tokens per prompt (default 256)");
-              app.add_option("--new-tokens", o->new_tokens, "tokens generated per sample (default 256)");
-              app.add_option("--temperature", o->temperature, "sampling temperature (default 1; 0 = greedy)");
-              app.add_option("--top-p", o->top_p, "nucleus sampling (default 1: off)");
-              app.add_option("--top-k", o->top_k, "top-k sampling (default -1: off)");
-              app.add_flag("--enforce-eager", o->enforce_eager, "no CUDA graphs for decode steps");
-              app.add_option("--max-num-seqs", o->max_num_seqs, "running sequences at most (default 256)");
-              app.add_option("--max-num-batched-tokens", o->max_num_batched_tokens,
-                             "new tokens per step at most (default 8192)");
-              app.add_option("--block-size", o->block_size, "KV block size in tokens (default 16)");
-              app.add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
-                             "fraction of device memory the rollout may hold (default 0.5)");
-              app.add_option("--kv-cache-gb", o->kv_cache_gb,
-                             "KV cache size in GiB instead of --gpu-memory-utilization");
-              app.add_option("--decode-partition", o->decode_partition,
-                             "keys per split-K partition of decode attention while the partition "
-                             "count allows (default 64)");
-              app.add_option("--decode-max-partitions", o->decode_max_partitions,
-                             "cap on split-K partitions per item (default 0: by batch size)");
-              app.add_flag("!--no-split-sampling", o->split_sampling,
-                           "sample every row with one block (the reference kernel)");
-              app.add_flag("!--paged-prefill", o->fresh_prefill_attention,
-                           "prefill attention of fresh prompts with the paged kernel instead of "
-                           "attention_forward over the step's contiguous q/k/v");
-              app.add_flag("--profile", o->profile,
-                           "GPU ms per section of a decode step (cudaEvents; the timed run's "
-                           "steps run eagerly) in profile_ms_per_step");
-              app.add_option("--warmup", o->warmup, "untimed runs of the same workload first (default 1)");
-              app.add_option("--seed", o->seed, "weights and prompts seed (default 1)");
-              return [o] { return run_bench_rollout(*o); };
-            });
+            "Rollout throughput of the CUDA engine (the same as `verl bench rollout`); prints one "
+            "JSON line",
+            [](CLI::App& app) -> Action { return add_rollout_flags(app); });
 
 }  // namespace
+
+Action add_bench_rollout(CLI::App& bench) {
+  CLI::App* s = bench.add_subcommand(
+      "rollout", "Rollout throughput of the CUDA engine on random or HF weights; prints one JSON line");
+  Action run = add_rollout_flags(*s);
+  return [s, run]() -> int { return s->parsed() ? run() : 0; };
+}
+
 }  // namespace verl::cli

@@ -36,6 +36,9 @@ struct RolloutRunnerOptions {
   int64_t kv_blocks = 0;                // KV blocks the scheduler needs; their bytes capped by the next
   double gpu_memory_utilization = 0.5;  // share of the device the rollout may hold in total
   bool enforce_eager = false;           // no CUDA graphs
+  // The batch-invariant kernels (CudaRunnerOptions::batch_invariant): with an actor built with
+  // PolicyOptions::batch_invariant, sampled tokens' log-probs equal the actor's bit for bit.
+  bool batch_invariant = false;
 };
 
 struct PolicyOptions {
@@ -49,6 +52,10 @@ struct PolicyOptions {
   // Activation recomputation in backward (actor_rollout_ref.model.enable_gradient_checkpointing).
   // CUDA only; the CPU model keeps every activation, so there it changes nothing.
   bool recompute = false;
+  // CUDA: forward GEMMs on the batch-invariant kernel (actor_rollout_ref.rollout.batch_invariant),
+  // so log-probs do not depend on the micro-batch and equal a batch-invariant rollout's. The CPU
+  // model is batch-invariant already (one fp32 path for every batch).
+  bool batch_invariant = false;
 };
 
 class PolicyModel {

@@ -44,6 +44,7 @@ class CudaPolicy final : public PolicyModel {
     co.max_seqs = opts.max_seqs;
     co.trainable = opts.trainable;
     co.recompute = opts.trainable && opts.recompute;
+    co.batch_invariant = opts.batch_invariant;
     tf_ = std::make_unique<ops::cuda::CudaTransformer>(session_.ctx(), host_, co);
     if (!opts.trainable) {
       // The reference policy is never generated from nor saved: no host copy unless asked for.
@@ -134,6 +135,7 @@ class CudaPolicy final : public PolicyModel {
         opts.kv_blocks * ops::cuda::kv_cache_bytes_per_block(host_.config, sched.block_size);
     ro.kv_cache_bytes = needed > 0 ? std::min(needed, cap) : cap;
     ro.enforce_eager = opts.enforce_eager;
+    ro.batch_invariant = opts.batch_invariant;
     return std::make_unique<ops::cuda::CudaModelRunner>(session_.ctx(), host_.config,
                                                        host_.layout, tf_->weights_bf16(), sched,
                                                        ro);

@@ -90,6 +90,30 @@ MicroBatchPlan plan_micro_batches(const config::Config& cfg, int64_t n, bool upd
   return p;
 }
 
+// verl's training/rollout_probs_diff_{max,mean,std}: |exp(rollout log-prob) - exp(old log-prob)|
+// over response tokens. 0 with actor_rollout_ref.rollout.batch_invariant on cuda; on cpu both are
+// fp32 models that sum in other orders (about 1e-6 on the demo).
+struct ProbsDiff {
+  double worst = 0, sum = 0, sq = 0, n = 0;
+  void add(const std::vector<float>& rollout, const std::vector<float>& old, const std::vector<float>& mask) {
+    for (size_t i = 0; i < mask.size(); ++i) {
+      if (mask[i] == 0.0f) continue;
+      const double d = std::fabs(std::exp(double(rollout[i])) - std::exp(double(old[i])));
+      worst = std::max(worst, d);
+      sum += d;
+      sq += d * d;
+      n += 1;
+    }
+  }
+  void report(metrics::Metrics& m) const {
+    if (n == 0) return;
+    const double mean = sum / n;
+    m.set("training/rollout_probs_diff_max", worst);
+    m.set("training/rollout_probs_diff_mean", mean);
+    m.set("training/rollout_probs_diff_std", std::sqrt(std::max(0.0, sq / n - mean * mean)));
+  }
+};
+
 // A micro-batch beyond the plan (a CUDA model's max_tokens / max_seqs) is a config problem: name the keys.
 void check_plan(const PolicyModel& policy, const model::PackedBatch& pb) {
   if (policy.max_tokens() == 0) return;  // the CPU model grows its buffers
@@ -175,6 +199,7 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
     ref_ = make_policy(device_, actor_weights, ro);
   }
   {
+    po.batch_invariant = cfg_.get<bool>("actor_rollout_ref.rollout.batch_invariant");
     po.optim = optim_config(cfg_, "actor_rollout_ref.actor", cfg_.get<double>("actor_rollout_ref.actor.grad_clip"));
     const MicroBatchPlan plan = plan_micro_batches(cfg_, n_, /*update=*/true);
     po.max_tokens = plan.max_tokens;
@@ -256,6 +281,7 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, Experience& 
   ro.kv_blocks = ec.scheduler.num_blocks;
   ro.gpu_memory_utilization = cfg_.get<double>("actor_rollout_ref.rollout.gpu_memory_utilization");
   ro.enforce_eager = cfg_.get<bool>("actor_rollout_ref.rollout.enforce_eager");
+  ro.batch_invariant = cfg_.get<bool>("actor_rollout_ref.rollout.batch_invariant");
   std::unique_ptr<rollout::StepRunner> runner = actor_.model->make_rollout_runner(ec.scheduler, ro);
   std::optional<rollout::Engine> engine_holder;
   if (runner) {
@@ -499,6 +525,8 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
   int64_t updates = 0;
   std::vector<int64_t> order(exp.B);
   std::iota(order.begin(), order.end(), 0);
+  // On policy, the update's own forward is old_log_prob: compare the rollout's with it there.
+  ProbsDiff probs_diff;
   for (int64_t ep = 0; ep < epochs; ++ep) {
     if (shuffle) {
       Rng rng(seed_ ^ 0xac7, static_cast<uint64_t>(global_step_ * 1000 + ep));
@@ -531,6 +559,7 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
           }
         }
         std::vector<float> old = on_policy ? logp : rows(exp.old_log_prob, micro, L);
+        if (on_policy) probs_diff.add(rows(exp.rollout_log_prob, micro, L), logp, rows(exp.mask, micro, L));
         std::vector<float> adv = rows(exp.advantages, micro, L), mask = rows(exp.mask, micro, L);
         std::vector<float> ref = rows(exp.ref_log_prob, micro, L);
         ActorLossOutput out = compute_actor_loss({bm, L}, old, logp, adv, mask, entropy, ref, lc);
@@ -567,6 +596,7 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
   pg_clipfrac = comm_->mean(pg_clipfrac);
   ppo_kl = comm_->mean(ppo_kl);
   clip_lower = comm_->mean(clip_lower);
+  probs_diff.report(m);
   m.set("actor/pg_loss", pg_loss / u);
   m.set("actor/pg_clipfrac", pg_clipfrac / u);
   m.set("actor/ppo_kl", ppo_kl / u);
@@ -708,6 +738,9 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
     auto s = timer.scope("old_log_prob");
     compute_log_probs(*actor_.model, exp, exp.old_log_prob, nullptr);
     record_device_memory(m, "old_log_prob");
+    ProbsDiff diff;
+    diff.add(exp.rollout_log_prob, exp.old_log_prob, exp.mask);
+    diff.report(m);
   }
   if (ref_) {
     auto s = timer.scope("ref");

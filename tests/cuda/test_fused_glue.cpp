@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "ops/cpu/ops.h"
 #include "ops/cuda/glue.h"
+#include "ops/cuda/paged_attention.h"
 #include "test_util.h"
 
 namespace verl::ops::cuda::test {
@@ -494,6 +495,92 @@ TEST_F(FusedGlue, EmbeddingVectorPathMatchesCpu) {
       sync();
       expect_close("out", down_bf16(d_out.data() + off, T * C), out, Tol{0.0, 0.0});
       expect_close("d_table", d_dtab.download(), dtab, kF32Kernel);
+    }
+  }
+}
+
+// ---- the rollout's fused kernels against the trainer's sequence ---------------------------------
+
+// add_rmsnorm_forward (the rollout's residual add inside the next norm) gives the bits of the
+// trainer's add_inplace followed by rmsnorm_forward, on the vector path and the scalar one.
+TEST_F(FusedGlue, AddRmsnormEqualsAddThenRmsnorm) {
+  for (const auto& [R, C] : {std::pair<int64_t, int64_t>{37, 896}, {5, 4096}, {300, 64}, {3, 100}}) {
+    for (int off : {0, 1}) {
+      SCOPED_TRACE(shape({R, C}) + " offset " + std::to_string(off));
+      const auto x = bf16_rounded(randn(R * C, 300 + C, 3.0f));
+      const auto y = bf16_rounded(randn(R * C, 301 + C, 1.0f));
+      const auto w = bf16_rounded(randn(C, 302 + C, 0.5f));
+      auto x1 = up_bf16(x, off), x2 = up_bf16(x, off), dy = up_bf16(y, off);
+      auto dw = up_bf16(w, 0);
+      const std::vector<float> z(R * C, 0.0f);
+      auto o1 = up_bf16(z, off), o2 = up_bf16(z, off);
+      DeviceBuffer<float> r1(R), r2(R);
+      add_inplace(ctx(), x1.data() + off, dy.data() + off, R * C);
+      rmsnorm_forward(ctx(), o1.data() + off, r1.data(), x1.data() + off, dw.data(), R, C, 1e-6f);
+      add_rmsnorm_forward(ctx(), o2.data() + off, r2.data(), x2.data() + off, dy.data() + off,
+                          dw.data(), R, C, 1e-6f);
+      sync();
+      expect_same_bits("x", down_bits(x1.data() + off, R * C), down_bits(x2.data() + off, R * C));
+      expect_same_bits("out", down_bits(o1.data() + off, R * C), down_bits(o2.data() + off, R * C));
+      expect_same_bits("rstd", bits(down_f32(r1.data(), R)), bits(down_f32(r2.data(), R)));
+    }
+  }
+}
+
+// qkv_rope_paged_write (the rollout's q/k norm + RoPE + KV write, here with the contiguous k/v
+// copies) gives the bits of the trainer's split_qkv_rope, or with Qwen3's q/k norms of split_qkv,
+// rmsnorm_forward over the head dim and rope_forward, so a token's q, k, v are the same on both
+// sides.
+TEST_F(FusedGlue, RolloutQkvRopeEqualsTheTrainersKernels) {
+  for (const auto& s : kQkvShapes) {
+    for (bool norm : {false, true}) {
+      const auto [T, H, Hkv, D] = s;
+      if (D % 2 != 0) continue;
+      SCOPED_TRACE(shape({T, H, Hkv, D}) + (norm ? " q/k norm" : ""));
+      const int64_t qd = H * D, kvd = Hkv * D, W = qd + 2 * kvd;
+      const auto qkv = bf16_rounded(randn(T * W, 400 + D, 2.0f));
+      const auto pos = positions(T, 401 + T);
+      const auto inv = inv_freq_for(D);
+      const auto qn = bf16_rounded(randn(D, 402, 0.5f)), kn = bf16_rounded(randn(D, 403, 0.5f));
+      DeviceBuffer<int32_t> d_pos(pos);
+      DeviceBuffer<float> d_inv(inv);
+      auto d_qkv = up_bf16(qkv, 0), d_qn = up_bf16(qn, 0), d_kn = up_bf16(kn, 0);
+      std::vector<int32_t> slots(T);
+      for (int64_t t = 0; t < T; ++t) slots[t] = static_cast<int32_t>(T - 1 - t);
+      DeviceBuffer<int32_t> d_slots(slots);
+      const std::vector<float> zq(T * qd, 0.0f), zk(T * kvd, 0.0f);
+      auto q1 = up_bf16(zq, 0), k1 = up_bf16(zk, 0), v1 = up_bf16(zk, 0);
+      auto q2 = up_bf16(zq, 0), k2 = up_bf16(zk, 0), v2 = up_bf16(zk, 0);
+      auto kc = up_bf16(zk, 0), vc = up_bf16(zk, 0);
+      if (norm) {
+        auto qp = up_bf16(zq, 0), kp = up_bf16(zk, 0);
+        split_qkv(ctx(), qp.data(), kp.data(), v1.data(), d_qkv.data(), T, qd, kvd);
+        rmsnorm_forward(ctx(), q1.data(), nullptr, qp.data(), d_qn.data(), T * H, D, 1e-6f);
+        rmsnorm_forward(ctx(), k1.data(), nullptr, kp.data(), d_kn.data(), T * Hkv, D, 1e-6f);
+        rope_forward(ctx(), q1.data(), d_pos.data(), d_inv.data(), T, H, D);
+        rope_forward(ctx(), k1.data(), d_pos.data(), d_inv.data(), T, Hkv, D);
+        sync();
+      } else {
+        split_qkv_rope(ctx(), q1.data(), k1.data(), v1.data(), d_qkv.data(), d_pos.data(),
+                       d_inv.data(), T, H, Hkv, D);
+      }
+      qkv_rope_paged_write(ctx(), q2.data(), kc.data(), vc.data(), d_qkv.data(),
+                           norm ? d_qn.data() : nullptr, norm ? d_kn.data() : nullptr, 1e-6f,
+                           d_pos.data(), d_inv.data(), d_slots.data(), T, H, Hkv, D, k2.data(),
+                           v2.data());
+      sync();
+      // rmsnorm's order is matched for head dims that are 8 packs of at most 32 lanes.
+      if (norm && !(D % 8 == 0 && D / 8 <= 32)) continue;
+      expect_same_bits("q", down_bits(q1.data(), T * qd), down_bits(q2.data(), T * qd));
+      expect_same_bits("k", down_bits(k1.data(), T * kvd), down_bits(k2.data(), T * kvd));
+      expect_same_bits("v", down_bits(v1.data(), T * kvd), down_bits(v2.data(), T * kvd));
+      // The cache rows are the same values at slot T - 1 - t.
+      const auto kcb = down_bits(kc.data(), T * kvd), k2b = down_bits(k2.data(), T * kvd);
+      for (int64_t t = 0; t < T; ++t) {
+        ASSERT_TRUE(std::equal(kcb.begin() + (T - 1 - t) * kvd, kcb.begin() + (T - t) * kvd,
+                               k2b.begin() + t * kvd))
+            << "cache slot of token " << t;
+      }
     }
   }
 }

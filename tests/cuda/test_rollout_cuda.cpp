@@ -229,13 +229,13 @@ TEST_F(CudaRollout, SampledRolloutReplaysAndLogprobsMatchCpuModel) {
   }
 }
 
-// The fresh-prefill fast path (attention_forward over the step's contiguous q, k, v) against the
-// paged prefill kernel, on runners that differ only in fresh_prefill_attention: after the prefill
-// steps (one generated token per sample, so the cache holds exactly the prompts' K/V) the caches
-// agree, bit for bit in layer 0 (the same kernel writes the same values) and within a few bf16
-// roundings of the attention output in later layers, and so do the sampled log-probs. The 70-token
-// prompt's second chunk has a cached prefix and takes the paged kernel on both runners.
-TEST_F(CudaRollout, FreshPrefillFastPathMatchesPagedPath) {
+// Prefill on the training kernel over the paged cache (attention_forward_paged, the default)
+// against the paged prefill kernel, on runners that differ only in training_prefill_attention:
+// after the prefill steps (one generated token per sample, so the cache holds exactly the prompts'
+// K/V) the caches agree, bit for bit in layer 0 (the same kernel writes the same values) and within
+// a few bf16 roundings of the attention output in later layers, and so do the sampled log-probs.
+// The 70-token prompt's second chunk has a cached prefix.
+TEST_F(CudaRollout, TrainingKernelPrefillMatchesPagedPrefill) {
   for (const char* family : {"qwen2", "llama3", "qwen3"}) {
     SCOPED_TRACE(family);
     model::Weights w = model::Weights::load(kGolden + family);
@@ -251,14 +251,14 @@ TEST_F(CudaRollout, FreshPrefillFastPathMatchesPagedPath) {
       o.kv_cache_bytes = static_cast<int64_t>(cfg.scheduler.num_blocks) *
                          kv_cache_bytes_per_block(w.config, cfg.scheduler.block_size);
       o.enforce_eager = true;
-      o.fresh_prefill_attention = fast;
+      o.training_prefill_attention = fast;
       CudaModelRunner runner(ctx(), w.config, w.layout, wbf.data(), cfg.scheduler, o);
       rollout::Engine engine(runner, cfg);
       outs.push_back(engine.generate(reqs));
       if (fast) {
-        EXPECT_GT(runner.stats().fresh_prefill_steps, 0) << "no step took the fast path";
+        EXPECT_GT(runner.stats().training_prefill_steps, 0) << "no step took the training kernel";
       } else {
-        EXPECT_EQ(runner.stats().fresh_prefill_steps, 0);
+        EXPECT_EQ(runner.stats().training_prefill_steps, 0);
       }
       const CudaKVCache& cache = runner.cache();
       ASSERT_TRUE(cache.allocated());

@@ -89,3 +89,12 @@ namespace verl::ops::cuda::test { inline constexpr double kPagedAttnBf16P = 1.0 
 // p's (u (1 + u) of the p-terms, <= b_j) add up to (2 + u) u of the scale at first order; plus
 // fp32 noise (GEMM order, exp, ~1e-6 relative). 1/100 = 2.56 u leaves room for those.
 namespace verl::ops::cuda::test { inline constexpr Tol kLmHeadGradKeptProbs{1e-5, 1.0 / 100}; }
+// Batch-invariant GEMM (src/ops/cuda/gemm_invariant.cu) vs the CPU fp32 linear on the same bf16
+// inputs (tests/cuda/test_gemm_invariant.cpp): the products x_k w_k are exact in fp32 on both
+// sides, only the order of the sums differs (a chain of ceil(K/16) tensor-core steps vs OpenBLAS's
+// blocking). A chain of s fp32 additions is within s ulps of its running sums, each at most
+// sum_k |x_k w_k|: for the GPU (K/16 + 4) 2^-23 = 3.7e-5 of that at K = 4864, the largest K tested,
+// counting a whole ulp per step (in case the tensor core truncates). The test adds this times
+// sum_k |x_k w_k| (times |alpha|, plus |beta c| + |bias|) to the output bound (kBf16Out for bf16,
+// kF32Kernel for fp32). Dropping or repeating one term costs ~1/K of that sum, 5x this at K = 4864.
+namespace verl::ops::cuda::test { inline constexpr double kInvariantGemmSum = 4e-5; }

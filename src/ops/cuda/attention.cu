@@ -25,12 +25,32 @@
 // Causal masks are applied only on tiles that cross the diagonal; rows past the end of a sequence
 // are zero in shared memory and never stored.
 //
+// attention_forward_paged gives query tokens whose keys sit in the rollout's paged KV cache the
+// bits attention_forward gives them (batch-invariant rollout). Two kernels share the forward's
+// per-tile code (fwd_key_tile: S, mask, online softmax, P V; fwd_store_row), which is all a row's
+// bits come from; they differ only in which rows share a warp's m-tiles, and a row does not depend
+// on its neighbours:
+//   chunks of >= 2 tokens  the forward kernel, templated on its row source (ContiguousSrc,
+//            PagedSrc: where a tile's query and key rows are, which rows to store), with query
+//            tiles aligned to the same multiples of 128 positions as attention_forward's, so a row
+//            meets the same key tiles with the same mma steps and masks (argument above
+//            ContiguousSrc);
+//   single tokens (decode) attention_decode_kernel when G = H / Hkv <= 16: a warp per (item, kv
+//            head) with the G heads as the rows of its 16-row m-tile, all at the token's position
+//            p; it walks key tiles 0 .. p / kBN as the forward kernel's warp of p does (argument
+//            above the decode kernel) and reads the kv head's keys once, not G times. For G > 16
+//            a single token takes a tile of the forward kernel.
+// A mixed step launches both. The contiguous instantiations compile to the machine code they had
+// before the paged op existed.
+//
 // Precision versus the fp32 reference: scores, softmax statistics, lse and every sum are fp32,
 // but P (forward and d_v) and dS (d_q, d_k) are rounded to bf16 to be mma operands, so each term of
 // those sums carries a relative error of at most 2^-8, half a bf16 ulp (the sums stay fp32; the
 // forward's l sums the unrounded P, so lse is as exact as before). The old fp32 kernels did not
 // round P or dS; tests/cuda/test_attention.cpp bounds the difference by 2^-8 sum_j |term_j|.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "ops/cuda/attention.h"
@@ -68,27 +88,41 @@ struct TileRef {
   int r0;      // first row of the tile inside the sequence
 };
 
-// Tile number t (sequences in order, ceil(L_b/rows) tiles each) -> its sequence and first row;
-// within a sequence the tiles are numbered from the last (heavy_last: causal rows cost more) or
-// from the first. Called by the whole block (the first warp scans cu_seqlens 32 sequences at a
-// time with a prefix sum); false, for every thread, when t is past the last tile.
-__device__ bool find_tile(const int32_t* cu_seqlens, int64_t B, int rows, int64_t t,
-                          bool heavy_last, TileRef& ref) {
-  __shared__ TileRef s_ref;
+// find_tile's items: the packed sequences of cu_seqlens, ceil(L/rows) tiles each, at rows 0, rows,
+// 2 rows, ... of the sequence. load fills the item's tile-independent fields and returns its number
+// of tiles; tile sets the first row of its k-th tile.
+struct SeqItems {
+  using Tile = TileRef;
+  const int32_t* cu_seqlens;
+  __device__ int load(int64_t b, int rows, TileRef& it) const {
+    it.s0 = cu_seqlens[b];
+    it.L = static_cast<int>(cu_seqlens[b + 1] - it.s0);
+    return (it.L + rows - 1) / rows;
+  }
+  __device__ TileRef tile(TileRef it, int k, int rows) const {
+    it.r0 = k * rows;
+    return it;
+  }
+};
+
+// Tile number t (items in order, items.load tiles each) -> its tile; within an item the tiles are
+// numbered from the last (heavy_last: causal rows cost more) or from the first. Called by the whole
+// block (the first warp scans the items 32 at a time with a prefix sum); false, for every thread,
+// when t is past the last tile.
+template <typename Items>
+__device__ bool find_tile(const Items& items, int64_t B, int rows, int64_t t, bool heavy_last,
+                          typename Items::Tile& ref) {
+  using Tile = typename Items::Tile;
+  __shared__ Tile s_ref;
   __shared__ int s_found;
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
-    int64_t before = 0;  // tiles of the sequences already scanned
+    int64_t before = 0;  // tiles of the items already scanned
     bool found = false;
     for (int64_t b0 = 0; b0 < B && !found; b0 += 32) {
       const int64_t b = b0 + lane;
-      int64_t s0 = 0;
-      int L = 0, n = 0;
-      if (b < B) {
-        s0 = cu_seqlens[b];
-        L = static_cast<int>(cu_seqlens[b + 1] - s0);
-        n = (L + rows - 1) / rows;
-      }
+      Tile it{};
+      const int n = b < B ? items.load(b, rows, it) : 0;
       int incl = n;  // inclusive prefix sum of n over the lanes
       for (int off = 1; off < 32; off <<= 1) {
         const int y = __shfl_up_sync(0xffffffffu, incl, off);
@@ -99,7 +133,7 @@ __device__ bool find_tile(const int32_t* cu_seqlens, int64_t B, int rows, int64_
         const int64_t first = before + incl - n;
         if (t >= first && t < first + n) {  // exactly one lane
           const int k = static_cast<int>(t - first);
-          s_ref = TileRef{s0, L, (heavy_last ? n - 1 - k : k) * rows};
+          s_ref = items.tile(it, heavy_last ? n - 1 - k : k, rows);
         }
         found = true;
       }
@@ -143,13 +177,56 @@ __device__ __forceinline__ void stage_rows(bf16_t* dst, const bf16_t* src, int64
   }
 }
 
+// The same for rows given by a functor (the paged forward's): row r at rows.row(r) where
+// rows.has(r), zero elsewhere. (The strided version above is kept apart, as it was: written
+// through a functor, its compare and address operands come out of the optimizer in another order
+// and the training kernels' machine code would change.)
+template <int Dp, int kRows, typename Rows>
+__device__ __forceinline__ void stage_rows(bf16_t* dst, const Rows& rows, int D, bool vec) {
+  constexpr int kLds = Dp + 8;
+  if (vec) {
+    constexpr int kChunks = Dp / 8;
+    constexpr int kIters = (kRows * kChunks + kThreads - 1) / kThreads;
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int e = it * kThreads + threadIdx.x;
+      if (kRows * kChunks % kThreads == 0 || e < kRows * kChunks) {
+        const int r = e / kChunks, c = (e % kChunks) * 8;
+        bf16_t* d = dst + r * kLds + c;
+        if (rows.has(r) && c < D) {
+          cp_async_16(smem_u32(d), rows.row(r) + c);
+        } else {
+          *reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u);
+        }
+      }
+    }
+  } else {
+    for (int e = threadIdx.x; e < kRows * Dp; e += kThreads) {
+      const int r = e / Dp, c = e % Dp;
+      dst[r * kLds + c] = (rows.has(r) && c < D) ? rows.row(r)[c] : __float2bfloat16_rn(0.0f);
+    }
+  }
+}
+
+// Row r of a tile at base + r * stride, rows >= valid zero: staged by the strided version.
+struct StridedRows {
+  const bf16_t* base;
+  int64_t stride;
+  int valid;
+};
+
+template <int Dp, int kRows>
+__device__ __forceinline__ void stage_rows(bf16_t* dst, const StridedRows& rows, int D, bool vec) {
+  stage_rows<Dp, kRows>(dst, rows.base, rows.stride, rows.valid, D, vec);
+}
+
 // ---- Forward -----------------------------------------------------------------------------------
 
 struct FwdArgs {
   bf16_t* out;
   float* lse;
   const bf16_t* q;
-  const bf16_t* k;
+  const bf16_t* k;  // [T, Hkv, D] packed, or the paged cache [slots, Hkv, D]
   const bf16_t* v;
   const int32_t* cu_seqlens;
   int64_t B;
@@ -169,37 +246,330 @@ struct FwdTile {
   static constexpr size_t kSmem = sizeof(bf16_t) * kLds * (kBM + 4 * kBN);
 };
 
-template <int Dp, int kMT, int kKeys, int kMinBlocks>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) attention_forward_kernel(const FwdArgs a) {
+// Where the forward kernel's rows come from (its Src parameter). A tile is the query rows at
+// POSITIONS r0 .. r0 + kBM - 1 of one sequence, r0 a multiple of kBM, with keys at positions
+// 0 .. L - 1; warps, key tiles, masks and kvis are all in positions, and the output row of
+// position p is token s0 + p. A warp's 32 rows start at a multiple of 32 and a key tile is 32 or
+// 64 keys, so the warp of a row at position P runs exactly the key tiles 0 .. P / kBN, with the
+// same kvis and mask, whichever source feeds it: P's result depends only on q_P and keys 0..P,
+// and the paged op's rows equal attention_forward's bit for bit. (Keys past a paged chunk's end,
+// which attention_forward has in the tile that crosses the diagonal, are zero rows here; every
+// stored row masks them: p = 0 exactly, and a zero product adds nothing to an mma's sum.)
+// A source gives Args (the kernel's parameter), Tile, find (the block's tile), q_rows (tile row r
+// = position r0 + r), kv_rows (keys j0 + r), and kChunk: whether the item's query rows start at a
+// position p0 (rows below it are zero and never stored; a warp with none of its rows skips the
+// key loop) rather than at 0.
+
+// attention_forward: every row of the sequence is a query; q, k and v rows are contiguous.
+struct ContiguousSrc {
+  using Args = FwdArgs;
+  using Tile = TileRef;
+  static constexpr bool kChunk = false;
+  __device__ static bool find(const Args& a, int rows, int64_t t, Tile& tl) {
+    return find_tile(SeqItems{a.cu_seqlens}, a.B, rows, t, true, tl);
+  }
+  __device__ static StridedRows q_rows(const Args& a, const Tile& tl, int h, int64_t qs, int n) {
+    return {a.q + (tl.s0 + tl.r0) * qs + int64_t(h) * a.D, qs, min(n, tl.L - tl.r0)};
+  }
+  // kv: the kv head's column of the sequence's first row (a.k / a.v + s0 * ks + g * D).
+  __device__ static StridedRows kv_rows(const bf16_t* kv, const Args&, const Tile&, int64_t ks,
+                                        int j0, int valid) {
+    return {kv + j0 * ks, ks, valid};
+  }
+};
+
+// attention_forward_paged: item b has the query tokens t0 .. t0 + n - 1 at positions p0 .. L - 1
+// (L = p0 + n, its context) and reads its keys from the paged cache.
+struct PagedFwdArgs : FwdArgs {  // k, v: the caches [slots, Hkv, D]
+  const int32_t* positions;
+  const int32_t* block_tables;
+  int64_t W;
+  int block_size;
+  // The tiled kernel takes the items of min_tokens .. max_tokens query tokens (the others have no
+  // tiles); the decode kernel takes those of one token when the host launches it.
+  int min_tokens, max_tokens;
+};
+
+// An item's tiles are the kBM-aligned windows of positions that hold one of its query tokens,
+// (L - 1) / kBM - p0 / kBM + 1 of them (at most ceil(n / kBM) + 1). s0 = t0 - p0 is the token
+// that position 0 would have, so position p's output row is s0 + p as in attention_forward.
+struct PagedTile {
+  int64_t s0;  // the item's first query token - p0
+  int L;       // context: keys 0 .. L - 1
+  int r0;      // first position of the tile
+  int p0;      // position of the item's first query token
+  int64_t b;   // item: its row of the block table
+};
+
+// The block's tile for attention_forward_paged (find_tile's contract and numbering: items in
+// order, an item's heaviest tile first; false for every thread past the last tile), over the
+// items of a.min_tokens .. a.max_tokens query tokens. Warp 0 reads kPer consecutive items per lane
+// with every load issued before the first is used, so a pass over up to 32 * kPer items costs one
+// or two memory round trips instead of one per 32 items: the grid is sized for the worst case the
+// metadata could hold, and in a step that is mostly decode most blocks only scan and exit.
+__device__ bool find_paged_tile(const PagedFwdArgs& a, int rows, int64_t t, PagedTile& ref) {
+  constexpr int kPer = 8;  // items per lane per pass
+  __shared__ PagedTile s_ref;
+  __shared__ int s_found;
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    int64_t before = 0;  // tiles of the items already scanned
+    bool found = false;
+    for (int64_t b0 = 0; b0 < a.B && !found; b0 += 32 * kPer) {
+      const int64_t first = b0 + int64_t(lane) * kPer;  // the lane's items: first + 0 .. kPer - 1
+      int32_t cu[kPer + 1];
+#pragma unroll
+      for (int i = 0; i <= kPer; ++i) cu[i] = first + i <= a.B ? a.cu_seqlens[first + i] : 0;
+      int n[kPer], p0[kPer];
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        n[i] = first + i < a.B ? cu[i + 1] - cu[i] : 0;
+        if (n[i] < a.min_tokens || n[i] > a.max_tokens) n[i] = 0;
+        p0[i] = n[i] > 0 ? a.positions[cu[i]] : 0;
+      }
+      int cnt[kPer];  // tiles of each item: the rows-aligned windows holding one of its positions
+      int mine = 0;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        cnt[i] = n[i] > 0 ? (p0[i] + n[i] - 1) / rows - p0[i] / rows + 1 : 0;
+        mine += cnt[i];
+      }
+      int incl = mine;  // inclusive prefix sum of mine over the lanes
+      for (int off = 1; off < 32; off <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= off) incl += y;
+      }
+      const int total = __shfl_sync(0xffffffffu, incl, 31);
+      if (t < before + total) {
+        int64_t start = before + incl - mine;  // the lane's first tile
+        if (t >= start && t < start + mine) {  // exactly one lane, then exactly one item
+#pragma unroll
+          for (int i = 0; i < kPer; ++i) {
+            if (t >= start && t < start + cnt[i]) {
+              const int k = static_cast<int>(t - start);
+              PagedTile tl;
+              tl.p0 = p0[i];
+              tl.s0 = int64_t(cu[i]) - p0[i];
+              tl.L = p0[i] + n[i];
+              tl.b = first + i;
+              tl.r0 = (p0[i] / rows + cnt[i] - 1 - k) * rows;
+              s_ref = tl;
+            }
+            start += cnt[i];
+          }
+        }
+        found = true;
+      }
+      before += total;
+    }
+    if (lane == 0) s_found = found ? 1 : 0;
+  }
+  __syncthreads();
+  ref = s_ref;
+  return s_found != 0;
+}
+
+// Query rows of a paged tile: tile row r is token t + r; rows outside [lo, hi) are zero.
+struct PagedQueryRows {
+  const bf16_t* q;  // the head's column of q
+  int64_t t;
+  int64_t stride;
+  int lo, hi;
+  __device__ bool has(int r) const { return r >= lo && r < hi; }
+  __device__ const bf16_t* row(int r) const { return q + (t + r) * stride; }
+};
+
+// Keys key0 + r of one item: slot table[p / block_size] * block_size + p % block_size of the
+// cache (a tile of keys spans several blocks); rows >= valid are zero.
+struct PagedKeyRows {
+  const bf16_t* cache;   // the kv head's column of the cache
+  const int32_t* table;  // the item's row of block_tables
+  int64_t stride;        // Hkv * D
+  int key0, block_size, valid;
+  __device__ bool has(int r) const { return r < valid; }
+  __device__ const bf16_t* row(int r) const {
+    const int p = key0 + r;
+    return cache + (int64_t(table[p / block_size]) * block_size + p % block_size) * stride;
+  }
+};
+
+struct PagedSrc {
+  using Args = PagedFwdArgs;
+  using Tile = PagedTile;
+  static constexpr bool kChunk = true;
+  __device__ static bool find(const Args& a, int rows, int64_t t, Tile& tl) {
+    return find_paged_tile(a, rows, t, tl);
+  }
+  __device__ static PagedQueryRows q_rows(const Args& a, const Tile& tl, int h, int64_t qs, int n) {
+    return {a.q + int64_t(h) * a.D, tl.s0 + tl.r0, qs, max(0, tl.p0 - tl.r0), min(n, tl.L - tl.r0)};
+  }
+  // kv: the kv head's column of the cache (a.k / a.v + g * D).
+  __device__ static PagedKeyRows kv_rows(const bf16_t* kv, const Args& a, const Tile& tl,
+                                         int64_t ks, int j0, int valid) {
+    return {kv, a.block_tables + tl.b * a.W, ks, j0, a.block_size, valid};
+  }
+};
+
+// One key tile of the forward for one warp, the arithmetic every output row's bits come from:
+// S = Q K^T over the 16-key steps some row of the warp sees (kvis), scores in log2 units, the
+// causal mask where the tile crosses the diagonal, the online softmax, O = O * alpha + P V. q_addr,
+// kb and vb are the lane's ldmatrix addresses of the warp's query rows and of the key tile's K and
+// V. Row (mt, hf) of the lane (gr = lane / 4, tc = lane % 4) is at position wr0 + mt*16 + gr +
+// 8*hf, or at wr0 for every row when kOnePos (the decode warp, whose rows are heads of one token).
+// A row's value depends only on its own q row, the key tile and its position, never on the other
+// rows.
+template <int Dp, int kMT, int kBN, bool kOnePos>
+__device__ __forceinline__ void fwd_key_tile(float (&o)[kMT][Dp / 8][4], float (&m_run)[kMT][2],
+                                             float (&l_run)[kMT][2], uint32_t q_addr, uint32_t kb,
+                                             uint32_t vb, int key0, int kvis, int wr0, int gr,
+                                             int tc, float scale_log2) {
+  constexpr int kLds = Dp + 8;
+  constexpr int kNT = kBN / 8, kDT = Dp / 8;  // 8-column accumulator tiles: keys, dims
+  float s[kMT][kNT][4];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+      s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < Dp / 16; ++kk) {
+    uint32_t qa[kMT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) ldsm_x4(qa[mt], q_addr + 2 * (mt * 16 * kLds + kk * 16));
+#pragma unroll
+    for (int np = 0; np < kBN / 16; ++np) {
+      if (np * 16 < kvis) {
+        uint32_t kf[4];
+        ldsm_x4(kf, kb + 2 * (np * 16 * kLds + kk * 16));
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma_bf16(s[mt][2 * np], qa[mt], kf[0], kf[1]);
+          mma_bf16(s[mt][2 * np + 1], qa[mt], kf[2], kf[3]);
+        }
+      }
+    }
+  }
+
+  // Scores to log2 units, the causal mask where the tile crosses the diagonal (it also
+  // covers keys past the sequence end and the n-tiles skipped above), online softmax.
+  const bool diag = key0 + kBN - 1 > wr0;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int row = kOnePos ? wr0 : wr0 + mt * 16 + gr + 8 * hf;
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[mt][nt][2 * hf + e];
+          const int key = key0 + nt * 8 + 2 * tc + e;
+          x = (diag && key > row) ? -INFINITY : x * scale_log2;
+          mx = fmaxf(mx, x);
+        }
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m_run[mt][hf], mx);
+      // Every row sees key 0 in the first tile, so m_new is finite; the guard keeps a row
+      // with nothing visible at zeros instead of NaN.
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = exp2_approx(m_run[mt][hf] - m_use);
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[mt][nt][2 * hf + e];
+          x = exp2_approx(x - m_use);
+          sum += x;
+        }
+      }
+      l_run[mt][hf] = l_run[mt][hf] * alpha + sum;
+      m_run[mt][hf] = m_new;
+#pragma unroll
+      for (int dt = 0; dt < kDT; ++dt) {
+        o[mt][dt][2 * hf] *= alpha;
+        o[mt][dt][2 * hf + 1] *= alpha;
+      }
+    }
+  }
+
+  // O += P V (P rounded to bf16), skipping 16-key steps no row of the warp sees.
+#pragma unroll
+  for (int kk = 0; kk < kBN / 16; ++kk) {
+    if (kk * 16 < kvis) {
+      uint32_t pa[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) acc_to_a(pa[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
+#pragma unroll
+      for (int np = 0; np < Dp / 16; ++np) {
+        uint32_t vf[4];
+        ldsm_x4_trans(vf, vb + 2 * (kk * 16 * kLds + np * 16));
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma_bf16(o[mt][2 * np], pa[mt], vf[0], vf[1]);
+          mma_bf16(o[mt][2 * np + 1], pa[mt], vf[2], vf[3]);
+        }
+      }
+    }
+  }
+}
+
+// Row (mt, hf) of the lane's O, divided by the row's sum l (already summed over the row's four
+// lanes) and rounded to bf16, into orow (the row of out). pairs: bf16x2 stores.
+template <int Dp, int kMT>
+__device__ __forceinline__ void fwd_store_row(bf16_t* orow, const float (&o)[kMT][Dp / 8][4],
+                                              int mt, int hf, float l, int tc, int D, bool pairs) {
+  constexpr int kDT = Dp / 8;
+  const float inv_l = 1.0f / l;
+#pragma unroll
+  for (int dt = 0; dt < kDT; ++dt) {
+    const int col = dt * 8 + 2 * tc;
+    const float x0 = o[mt][dt][2 * hf] * inv_l, x1 = o[mt][dt][2 * hf + 1] * inv_l;
+    if (pairs) {
+      if (col < D) *reinterpret_cast<__nv_bfloat162*>(orow + col) = __floats2bfloat162_rn(x0, x1);
+    } else {
+      if (col < D) orow[col] = __float2bfloat16_rn(x0);
+      if (col + 1 < D) orow[col + 1] = __float2bfloat16_rn(x1);
+    }
+  }
+}
+
+template <int Dp, int kMT, int kKeys, int kMinBlocks, typename Src>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    attention_forward_kernel(const typename Src::Args a) {
   using Cfg = FwdTile<Dp, kMT, kKeys>;
   constexpr int kBM = Cfg::kBM, kBN = Cfg::kBN, kLds = Cfg::kLds, kWarpRows = Cfg::kWarpRows;
-  constexpr int kNT = kBN / 8, kDT = Dp / 8;  // 8-column accumulator tiles: keys, dims
+  constexpr int kDT = Dp / 8;  // 8-column accumulator tiles of the head dim
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16_t* sQ = reinterpret_cast<bf16_t*>(smem_raw);
   bf16_t* sK = sQ + kBM * kLds;
   bf16_t* sV = sK + 2 * kBN * kLds;
 
   const int h = static_cast<int>(blockIdx.x % a.H);
-  TileRef tl;
-  if (!find_tile(a.cu_seqlens, a.B, kBM, blockIdx.x / a.H, true, tl)) return;
+  typename Src::Tile tl;
+  if (!Src::find(a, kBM, blockIdx.x / a.H, tl)) return;
   const int g = h / (a.H / a.Hkv);
   const int64_t qs = int64_t(a.H) * a.D, ks = int64_t(a.Hkv) * a.D;
   const int kend = min(tl.L, tl.r0 + kBM);  // keys some row of the tile sees
   const int nkt = (kend + kBN - 1) / kBN;
-  const bf16_t* kg = a.k + tl.s0 * ks + int64_t(g) * a.D;
-  const bf16_t* vg = a.v + tl.s0 * ks + int64_t(g) * a.D;
+  const int64_t kv0 = Src::kChunk ? 0 : tl.s0 * ks;  // paged: the block table finds the rows
+  const bf16_t* kg = a.k + kv0 + int64_t(g) * a.D;
+  const bf16_t* vg = a.v + kv0 + int64_t(g) * a.D;
 
-  stage_rows<Dp, kBM>(sQ, a.q + (tl.s0 + tl.r0) * qs + int64_t(h) * a.D, qs, min(kBM, tl.L - tl.r0),
-                      a.D, a.vec);
-  stage_rows<Dp, kBN>(sK, kg, ks, min(kBN, kend), a.D, a.vec);
-  stage_rows<Dp, kBN>(sV, vg, ks, min(kBN, kend), a.D, a.vec);
+  stage_rows<Dp, kBM>(sQ, Src::q_rows(a, tl, h, qs, kBM), a.D, a.vec);
+  stage_rows<Dp, kBN>(sK, Src::kv_rows(kg, a, tl, ks, 0, min(kBN, kend)), a.D, a.vec);
+  stage_rows<Dp, kBN>(sV, Src::kv_rows(vg, a, tl, ks, 0, min(kBN, kend)), a.D, a.vec);
   cp_async_commit();
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int gr = lane >> 2, tc = lane & 3;
-  const int wr0 = tl.r0 + warp * kWarpRows;  // first query row of this warp (in the sequence)
+  const int wr0 = tl.r0 + warp * kWarpRows;  // position of this warp's first query row
   const int wlast = wr0 + kWarpRows - 1;
-  const bool live = wr0 < tl.L;
+  bool live = wr0 < tl.L;  // the warp has a query row to store
+  if constexpr (Src::kChunk) live = live && wlast >= tl.p0;
   const LaneOffsets lo(lane, kLds);
   const uint32_t q_addr = smem_u32(sQ + warp * kWarpRows * kLds + lo.a_off);
   const uint32_t k_addr = smem_u32(sK + lo.bn_off), v_addr = smem_u32(sV + lo.bt_off);
@@ -219,8 +589,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attention_forward_kernel
   for (int j = 0; j < nkt; ++j) {
     if (j + 1 < nkt) {  // prefetch the next key tile into the other buffer
       const int j0 = (j + 1) * kBN, buf = (j + 1) & 1;
-      stage_rows<Dp, kBN>(sK + buf * kBN * kLds, kg + j0 * ks, ks, min(kBN, kend - j0), a.D, a.vec);
-      stage_rows<Dp, kBN>(sV + buf * kBN * kLds, vg + j0 * ks, ks, min(kBN, kend - j0), a.D, a.vec);
+      stage_rows<Dp, kBN>(sK + buf * kBN * kLds,
+                          Src::kv_rows(kg, a, tl, ks, j0, min(kBN, kend - j0)), a.D, a.vec);
+      stage_rows<Dp, kBN>(sV + buf * kBN * kLds,
+                          Src::kv_rows(vg, a, tl, ks, j0, min(kBN, kend - j0)), a.D, a.vec);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -231,97 +603,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attention_forward_kernel
     if (live && key0 <= wlast) {  // warp-uniform: a warp above the diagonal skips the tile
       const uint32_t kb = k_addr + (j & 1) * kBufBytes, vb = v_addr + (j & 1) * kBufBytes;
       const int kvis = min(kBN, wlast - key0 + 1);  // keys of the tile some row of the warp sees
-
-      float s[kMT][kNT][4];
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-          s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.0f;
-#pragma unroll
-      for (int kk = 0; kk < Dp / 16; ++kk) {
-        uint32_t qa[kMT][4];
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) ldsm_x4(qa[mt], q_addr + 2 * (mt * 16 * kLds + kk * 16));
-#pragma unroll
-        for (int np = 0; np < kBN / 16; ++np) {
-          if (np * 16 < kvis) {
-            uint32_t kf[4];
-            ldsm_x4(kf, kb + 2 * (np * 16 * kLds + kk * 16));
-#pragma unroll
-            for (int mt = 0; mt < kMT; ++mt) {
-              mma_bf16(s[mt][2 * np], qa[mt], kf[0], kf[1]);
-              mma_bf16(s[mt][2 * np + 1], qa[mt], kf[2], kf[3]);
-            }
-          }
-        }
-      }
-
-      // Scores to log2 units, the causal mask where the tile crosses the diagonal (it also
-      // covers keys past the sequence end and the n-tiles skipped above), online softmax.
-      const bool diag = key0 + kBN - 1 > wr0;
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          const int row = wr0 + mt * 16 + gr + 8 * hf;
-          float mx = -INFINITY;
-#pragma unroll
-          for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              float& x = s[mt][nt][2 * hf + e];
-              const int key = key0 + nt * 8 + 2 * tc + e;
-              x = (diag && key > row) ? -INFINITY : x * a.scale_log2;
-              mx = fmaxf(mx, x);
-            }
-          }
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          const float m_new = fmaxf(m_run[mt][hf], mx);
-          // Every row sees key 0 in the first tile, so m_new is finite; the guard keeps a row
-          // with nothing visible at zeros instead of NaN.
-          const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-          const float alpha = exp2_approx(m_run[mt][hf] - m_use);
-          float sum = 0.0f;
-#pragma unroll
-          for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              float& x = s[mt][nt][2 * hf + e];
-              x = exp2_approx(x - m_use);
-              sum += x;
-            }
-          }
-          l_run[mt][hf] = l_run[mt][hf] * alpha + sum;
-          m_run[mt][hf] = m_new;
-#pragma unroll
-          for (int dt = 0; dt < kDT; ++dt) {
-            o[mt][dt][2 * hf] *= alpha;
-            o[mt][dt][2 * hf + 1] *= alpha;
-          }
-        }
-      }
-
-      // O += P V (P rounded to bf16), skipping 16-key steps no row of the warp sees.
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) {
-        if (kk * 16 < kvis) {
-          uint32_t pa[kMT][4];
-#pragma unroll
-          for (int mt = 0; mt < kMT; ++mt) acc_to_a(pa[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
-#pragma unroll
-          for (int np = 0; np < Dp / 16; ++np) {
-            uint32_t vf[4];
-            ldsm_x4_trans(vf, vb + 2 * (kk * 16 * kLds + np * 16));
-#pragma unroll
-            for (int mt = 0; mt < kMT; ++mt) {
-              mma_bf16(o[mt][2 * np], pa[mt], vf[0], vf[1]);
-              mma_bf16(o[mt][2 * np + 1], pa[mt], vf[2], vf[3]);
-            }
-          }
-        }
-      }
+      fwd_key_tile<Dp, kMT, kBN, false>(o, m_run, l_run, q_addr, kb, vb, key0, kvis, wr0, gr, tc,
+                                        a.scale_log2);
     }
     __syncthreads();  // the buffer just read is the next prefetch's target
   }
@@ -336,24 +619,201 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) attention_forward_kernel
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       const int row = wr0 + mt * 16 + gr + 8 * hf;
       if (row >= tl.L) continue;
-      const float inv_l = 1.0f / l;
-      bf16_t* orow = a.out + (tl.s0 + row) * qs + int64_t(h) * a.D;
-#pragma unroll
-      for (int dt = 0; dt < kDT; ++dt) {
-        const int col = dt * 8 + 2 * tc;
-        const float x0 = o[mt][dt][2 * hf] * inv_l, x1 = o[mt][dt][2 * hf + 1] * inv_l;
-        if (a.out_pairs) {
-          if (col < a.D)
-            *reinterpret_cast<__nv_bfloat162*>(orow + col) = __floats2bfloat162_rn(x0, x1);
-        } else {
-          if (col < a.D) orow[col] = __float2bfloat16_rn(x0);
-          if (col + 1 < a.D) orow[col + 1] = __float2bfloat16_rn(x1);
-        }
+      if constexpr (Src::kChunk) {
+        if (row < tl.p0) continue;
       }
+      fwd_store_row<Dp, kMT>(a.out + (tl.s0 + row) * qs + int64_t(h) * a.D, o, mt, hf, l, tc, a.D,
+                             a.out_pairs);
       if (a.lse != nullptr && tc == 0) {
         a.lse[(tl.s0 + row) * a.H + h] = (m_run[mt][hf] + log2f(l)) * kLn2;
       }
     }
+  }
+}
+
+// ---- Decode (attention_forward_paged's single-token items) --------------------------------------
+
+// The tiled kernel gives a decode token a whole block with one live warp and one live row, and
+// each of the G = H / Hkv heads of a kv head reads that kv head's keys again. The decode kernel
+// puts the G heads of one token and one kv head in the rows of one warp's 16-row m-tile (rows >=
+// G zero) and streams the kv head's keys once for all of them. Every row runs fwd_key_tile, the
+// tiled kernel's code, over the same key tiles (kBN keys, tiles 0 .. p / kBN for the token at
+// position p); what differs from the tiled kernel's warp of position p is only which rows sit
+// beside it (other heads instead of other positions: a row does not depend on them), the columns
+// its mma steps skip and the staged keys past p (all masked to -inf: the row's P is exactly zero
+// there, and adding 0 * v to the mma sum or skipping the step gives the same bits; kvis = keys
+// 0 .. p of the tile), and the mask's `diag` test (a tile that does not cross p masks nothing
+// either way). So each head's output has attention_forward's bits at position p.
+constexpr int kDecodeWarps = kThreads / 32;  // independent warps per decode block
+
+template <int Dp, int kKeys>
+struct DecodeTile {
+  static constexpr int kBN = kKeys;  // keys per step: the tiled kernel's for this Dp
+  static constexpr int kLds = Dp + 8;
+  // Per warp: sQ [16], sK [2][kBN], sV [2][kBN] rows.
+  static constexpr int kWarpElems = kLds * (16 + 4 * kBN);
+  static constexpr size_t kSmem = sizeof(bf16_t) * kWarpElems * kDecodeWarps;
+};
+
+// Row r of the decode warp's query tile: head g * G + r of the token (consecutive heads of one q
+// row, stride D); rows >= valid (= G) are zero.
+struct GroupQueryRows {
+  const bf16_t* q;  // the token's row of q, at the group's first head
+  int stride;       // D
+  int valid;        // G
+  __device__ bool has(int r) const { return r < valid; }
+  __device__ const bf16_t* row(int r) const { return q + int64_t(r) * stride; }
+};
+
+// stage_rows for one warp (the decode kernel's warps never wait for each other): the 32 lanes
+// stage kRows rows; the caller commits, waits and __syncwarp()s.
+template <int Dp, int kRows, typename Rows>
+__device__ __forceinline__ void stage_rows_warp(bf16_t* dst, const Rows& rows, int D, bool vec,
+                                                int lane) {
+  constexpr int kLds = Dp + 8;
+  if (vec) {
+    constexpr int kChunks = Dp / 8;
+    constexpr int kIters = (kRows * kChunks + 31) / 32;
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int e = it * 32 + lane;
+      if (kRows * kChunks % 32 == 0 || e < kRows * kChunks) {
+        const int r = e / kChunks, c = (e % kChunks) * 8;
+        bf16_t* d = dst + r * kLds + c;
+        if (rows.has(r) && c < D) {
+          cp_async_16(smem_u32(d), rows.row(r) + c);
+        } else {
+          *reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u);
+        }
+      }
+    }
+  } else {
+    for (int e = lane; e < kRows * Dp; e += 32) {
+      const int r = e / Dp, c = e % Dp;
+      dst[r * kLds + c] = (rows.has(r) && c < D) ? rows.row(r)[c] : __float2bfloat16_rn(0.0f);
+    }
+  }
+}
+
+// Keys key0 .. key0 + kBN - 1 of one item's kv head into sK and sV (one warp): key p sits at slot
+// table[p / block_size] * block_size + p % block_size of both caches (found once for the two);
+// keys >= key0 + valid are zero rows, columns >= D zero.
+template <int Dp, int kBN>
+__device__ __forceinline__ void stage_kv_warp(bf16_t* sK, bf16_t* sV, const bf16_t* kg,
+                                              const bf16_t* vg, const int32_t* table,
+                                              int64_t stride, int block_size, int key0, int valid,
+                                              int D, bool vec, int lane) {
+  constexpr int kLds = Dp + 8;
+  const unsigned bs = static_cast<unsigned>(block_size);
+  if (vec) {
+    constexpr int kChunks = Dp / 8;
+    constexpr int kIters = (kBN * kChunks + 31) / 32;
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int e = it * 32 + lane;
+      if (kBN * kChunks % 32 == 0 || e < kBN * kChunks) {
+        const int r = e / kChunks, c = (e % kChunks) * 8;
+        const int off = r * kLds + c;
+        if (r < valid && c < D) {
+          const unsigned p = static_cast<unsigned>(key0 + r), blk = p / bs;
+          const int64_t slot = int64_t(table[blk]) * block_size + (p - blk * bs);
+          cp_async_16(smem_u32(sK + off), kg + slot * stride + c);
+          cp_async_16(smem_u32(sV + off), vg + slot * stride + c);
+        } else {
+          *reinterpret_cast<uint4*>(sK + off) = make_uint4(0u, 0u, 0u, 0u);
+          *reinterpret_cast<uint4*>(sV + off) = make_uint4(0u, 0u, 0u, 0u);
+        }
+      }
+    }
+  } else {
+    for (int r = 0; r < kBN; ++r) {
+      int64_t slot = 0;
+      if (r < valid) {
+        const unsigned p = static_cast<unsigned>(key0 + r), blk = p / bs;
+        slot = int64_t(table[blk]) * block_size + (p - blk * bs);
+      }
+      for (int c = lane; c < Dp; c += 32) {
+        const bool in = r < valid && c < D;
+        sK[r * kLds + c] = in ? kg[slot * stride + c] : __float2bfloat16_rn(0.0f);
+        sV[r * kLds + c] = in ? vg[slot * stride + c] : __float2bfloat16_rn(0.0f);
+      }
+    }
+  }
+}
+
+// Warp w of the grid (block * kDecodeWarps + warp) takes item w / Hkv and kv head w % Hkv; a warp
+// whose item does not have exactly one query token exits (the tiled kernel has it). Needs G =
+// H / Hkv <= 16. Each warp has its own shared buffers: the same tiles as the tiled kernel (the
+// query rows, K and V of the current key tile and the next one, fetched while this one is used),
+// the same padded rows, cp.async or element copies.
+template <int Dp, int kKeys>
+__global__ void __launch_bounds__(kThreads, 1) attention_decode_kernel(const PagedFwdArgs a) {
+  using Cfg = DecodeTile<Dp, kKeys>;
+  constexpr int kBN = Cfg::kBN, kLds = Cfg::kLds, kDT = Dp / 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t w = int64_t(blockIdx.x) * kDecodeWarps + warp;
+  const int64_t b = w / a.Hkv;
+  if (b >= a.B) return;  // warp-uniform, as is every branch below
+  const int64_t t = a.cu_seqlens[b];
+  if (a.cu_seqlens[b + 1] - t != 1) return;
+  const int g = static_cast<int>(w % a.Hkv), G = a.H / a.Hkv;
+  const int pos = a.positions[t];  // the token attends to keys 0 .. pos
+  const int64_t qs = int64_t(a.H) * a.D, ks = int64_t(a.Hkv) * a.D;
+  const bf16_t* kg = a.k + int64_t(g) * a.D;
+  const bf16_t* vg = a.v + int64_t(g) * a.D;
+  const int32_t* table = a.block_tables + b * a.W;
+  bf16_t* sQ = reinterpret_cast<bf16_t*>(smem_raw) + warp * Cfg::kWarpElems;
+  bf16_t* sK = sQ + 16 * kLds;
+  bf16_t* sV = sK + 2 * kBN * kLds;
+  const int nkt = pos / kBN + 1;  // key tiles 0 .. pos / kBN, as for the tiled kernel's row pos
+
+  stage_rows_warp<Dp, 16>(sQ, GroupQueryRows{a.q + t * qs + int64_t(g) * G * a.D, a.D, G}, a.D,
+                          a.vec, lane);
+  stage_kv_warp<Dp, kBN>(sK, sV, kg, vg, table, ks, a.block_size, 0, min(kBN, pos + 1), a.D, a.vec,
+                         lane);
+  cp_async_commit();
+
+  const int gr = lane >> 2, tc = lane & 3;
+  const LaneOffsets lo(lane, kLds);
+  const uint32_t q_addr = smem_u32(sQ + lo.a_off);
+  const uint32_t k_addr = smem_u32(sK + lo.bn_off), v_addr = smem_u32(sV + lo.bt_off);
+  constexpr uint32_t kBufBytes = sizeof(bf16_t) * kBN * kLds;
+
+  float o[1][kDT][4];
+  float m_run[1][2], l_run[1][2];  // per row (head) g / g+8: running max, partial sum
+#pragma unroll
+  for (int dt = 0; dt < kDT; ++dt) o[0][dt][0] = o[0][dt][1] = o[0][dt][2] = o[0][dt][3] = 0.0f;
+  m_run[0][0] = m_run[0][1] = -INFINITY;
+  l_run[0][0] = l_run[0][1] = 0.0f;
+
+  for (int j = 0; j < nkt; ++j) {
+    if (j + 1 < nkt) {  // prefetch the next key tile into the other buffer
+      const int j0 = (j + 1) * kBN, buf = (j + 1) & 1;
+      stage_kv_warp<Dp, kBN>(sK + buf * kBN * kLds, sV + buf * kBN * kLds, kg, vg, table, ks,
+                             a.block_size, j0, min(kBN, pos + 1 - j0), a.D, a.vec, lane);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncwarp();  // every lane's copies (and zero rows) of this tile are visible to the warp
+    const int key0 = j * kBN;
+    const uint32_t kb = k_addr + (j & 1) * kBufBytes, vb = v_addr + (j & 1) * kBufBytes;
+    fwd_key_tile<Dp, 1, kBN, true>(o, m_run, l_run, q_addr, kb, vb, key0, min(kBN, pos - key0 + 1),
+                                   pos, gr, tc, a.scale_log2);
+    __syncwarp();  // the buffer just read is the next prefetch's target
+  }
+
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    float l = l_run[0][hf];  // the row's sum over the four lanes that share it
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int i = gr + 8 * hf;  // the row's head in the group
+    if (i >= G) continue;
+    fwd_store_row<Dp, 1>(a.out + t * qs + int64_t(g * G + i) * a.D, o, 0, hf, l, tc, a.D,
+                         a.out_pairs);
   }
 }
 
@@ -440,7 +900,7 @@ __device__ __forceinline__ void dkdv_block(const BwdArgs& a, int64_t tile_kv, un
 
   const int g = static_cast<int>(tile_kv % a.Hkv);
   TileRef tl;
-  if (!find_tile(a.cu_seqlens, a.B, kRows, tile_kv / a.Hkv, false, tl)) return;
+  if (!find_tile(SeqItems{a.cu_seqlens}, a.B, kRows, tile_kv / a.Hkv, false, tl)) return;
   const int rep = a.H / a.Hkv;
   const int64_t qs = int64_t(a.H) * a.D, ks = int64_t(a.Hkv) * a.D;
   const int64_t koff = (tl.s0 + tl.r0) * ks + int64_t(g) * a.D;
@@ -609,7 +1069,7 @@ __device__ __forceinline__ void dq_block(const BwdArgs& a, int64_t tile_h, unsig
 
   const int h = static_cast<int>(tile_h % a.H);
   TileRef tl;
-  if (!find_tile(a.cu_seqlens, a.B, kRows, tile_h / a.H, true, tl)) return;
+  if (!find_tile(SeqItems{a.cu_seqlens}, a.B, kRows, tile_h / a.H, true, tl)) return;
   const int g = h / (a.H / a.Hkv);
   const int64_t qs = int64_t(a.H) * a.D, ks = int64_t(a.Hkv) * a.D;
   const int64_t qoff = (tl.s0 + tl.r0) * qs + int64_t(h) * a.D;
@@ -775,21 +1235,70 @@ bool aligned(const void* p, size_t n) {
 }
 
 // Blocks for `per_tile` blocks per tile of `rows` rows: ceil(T/rows) + B bounds sum_b
-// ceil(L_b/rows); surplus blocks exit at once.
-unsigned tile_blocks(int64_t T, int64_t B, int rows, int64_t per_tile) {
-  const int64_t n = (ceil_div(T, rows) + B) * per_tile;
+// ceil(L_b/rows), and `max_tiles` caps that; surplus blocks exit at once. (The paged forward
+// passes its own B and cap: an item's chunk of n tokens may start inside a window of rows, so it
+// has at most ceil(n/rows) + 1 tiles, and at most n.)
+unsigned tile_blocks(int64_t T, int64_t B, int rows, int64_t per_tile,
+                     int64_t max_tiles = INT64_MAX) {
+  const int64_t n = std::min(ceil_div(T, rows) + B, max_tiles) * per_tile;
   VERL_CUDA_REQUIRE(n < (int64_t{1} << 31), detail::shape_str("attention", {T, B, per_tile}) +
                                                 ": too many tiles for one grid");
   return static_cast<unsigned>(n);
 }
 
-template <int Dp, int kMT, int kKeys, int kMinBlocks>
-void launch_forward(const CudaContext& ctx, const FwdArgs& a, int64_t T) {
+template <int Dp, int kMT, int kKeys, int kMinBlocks, typename Src>
+void launch_forward(const CudaContext& ctx, const typename Src::Args& a, int64_t T, int64_t items,
+                    int64_t max_tiles) {
   using Cfg = FwdTile<Dp, kMT, kKeys>;
-  const auto kernel = attention_forward_kernel<Dp, kMT, kKeys, kMinBlocks>;
+  const auto kernel = attention_forward_kernel<Dp, kMT, kKeys, kMinBlocks, Src>;
   set_smem(kernel, Cfg::kSmem);
-  kernel<<<tile_blocks(T, a.B, Cfg::kBM, a.H), kThreads, Cfg::kSmem, ctx.stream>>>(a);
+  kernel<<<tile_blocks(T, items, Cfg::kBM, a.H, max_tiles), kThreads, Cfg::kSmem, ctx.stream>>>(a);
   VERL_CUDA_CHECK_LAUNCH();
+}
+
+// Keys per step of the forward for head dims padded to Dp. A row's bits depend on it, so
+// attention_forward, the paged op's tiled kernel and its decode kernel all take it from here.
+template <int Dp>
+constexpr int kFwdKeys = Dp == 128 ? 32 : 64;
+
+// The tile shape depends on D alone, the same for both sources. <Dp, 16-row m-tiles per warp,
+// keys per step, min blocks per SM>: 32 query rows per warp halve the shared-memory reads per mma;
+// the register caps were chosen so ptxas spills nothing in the contiguous kernel (D=32: 162
+// registers, D=64: 213, D=128: 245).
+template <typename Src>
+void dispatch_forward(const CudaContext& ctx, const typename Src::Args& a, int64_t T, int64_t items,
+                      int64_t max_tiles = INT64_MAX) {
+  if (a.D <= 32) {
+    launch_forward<32, 2, kFwdKeys<32>, 3, Src>(ctx, a, T, items, max_tiles);
+  } else if (a.D <= 64) {
+    launch_forward<64, 2, kFwdKeys<64>, 2, Src>(ctx, a, T, items, max_tiles);
+  } else {
+    launch_forward<128, 2, kFwdKeys<128>, 2, Src>(ctx, a, T, items, max_tiles);
+  }
+}
+
+// The decode kernel: one warp per (item, kv head), B * Hkv warps whatever the items hold.
+template <int Dp>
+void launch_decode(const CudaContext& ctx, const PagedFwdArgs& a) {
+  using Cfg = DecodeTile<Dp, kFwdKeys<Dp>>;
+  const auto kernel = attention_decode_kernel<Dp, kFwdKeys<Dp>>;
+  const int64_t blocks = ceil_div(a.B * a.Hkv, kDecodeWarps);
+  VERL_CUDA_REQUIRE(blocks < (int64_t{1} << 31),
+                    detail::shape_str("attention_forward_paged", {a.B, a.Hkv}) +
+                        ": too many decode warps for one grid");
+  set_smem(kernel, Cfg::kSmem);
+  kernel<<<static_cast<unsigned>(blocks), kThreads, Cfg::kSmem, ctx.stream>>>(a);
+  VERL_CUDA_CHECK_LAUNCH();
+}
+
+void dispatch_decode(const CudaContext& ctx, const PagedFwdArgs& a) {
+  if (a.D <= 32) {
+    launch_decode<32>(ctx, a);
+  } else if (a.D <= 64) {
+    launch_decode<64>(ctx, a);
+  } else {
+    launch_decode<128>(ctx, a);
+  }
 }
 
 template <int Dp, int kSubQ, int kMinBlocks>
@@ -807,14 +1316,11 @@ void launch_backward(const CudaContext& ctx, BwdArgs a, int64_t T) {
   VERL_CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace
-
-void attention_forward(const CudaContext& ctx, bf16* out, float* lse, const bf16* q, const bf16* k,
-                       const bf16* v, const int32_t* cu_seqlens, int64_t B, int64_t T, int64_t H,
-                       int64_t Hkv, int64_t D, float scale) {
-  check_args("attention_forward", B, T, H, Hkv, D);
-  if (T == 0 || B == 0) return;
-  FwdArgs a{};
+// The fields both forward argument structs share (contiguous and paged rows).
+template <typename Args>
+void set_forward_args(Args& a, bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
+                      const int32_t* cu_seqlens, int64_t B, int64_t H, int64_t Hkv, int64_t D,
+                      float scale) {
   a.out = out;
   a.lse = lse;
   a.q = q;
@@ -828,16 +1334,49 @@ void attention_forward(const CudaContext& ctx, bf16* out, float* lse, const bf16
   a.scale_log2 = scale * kLog2e;
   a.vec = D % 8 == 0 && aligned(q, 16) && aligned(k, 16) && aligned(v, 16);
   a.out_pairs = D % 2 == 0 && aligned(out, 4);
-  // <Dp, 16-row m-tiles per warp, keys per step, min blocks per SM>: 32 query rows per warp halve
-  // the shared-memory reads per mma; the register caps were chosen so ptxas spills nothing
-  // (D=32: 162 registers, D=64: 213, D=128: 245).
-  if (D <= 32) {
-    launch_forward<32, 2, 64, 3>(ctx, a, T);
-  } else if (D <= 64) {
-    launch_forward<64, 2, 64, 2>(ctx, a, T);
-  } else {
-    launch_forward<128, 2, 32, 2>(ctx, a, T);
-  }
+}
+
+}  // namespace
+
+void attention_forward(const CudaContext& ctx, bf16* out, float* lse, const bf16* q, const bf16* k,
+                       const bf16* v, const int32_t* cu_seqlens, int64_t B, int64_t T, int64_t H,
+                       int64_t Hkv, int64_t D, float scale) {
+  check_args("attention_forward", B, T, H, Hkv, D);
+  if (T == 0 || B == 0) return;
+  FwdArgs a{};
+  set_forward_args(a, out, lse, q, k, v, cu_seqlens, B, H, Hkv, D, scale);
+  dispatch_forward<ContiguousSrc>(ctx, a, T, B);
+}
+
+void attention_forward_paged(const CudaContext& ctx, bf16* out, const bf16* q, const bf16* k_cache,
+                             const bf16* v_cache, const int32_t* block_tables, int64_t W,
+                             int64_t block_size, const int32_t* cu_seqlens,
+                             const int32_t* positions, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                             int64_t D, float scale, bool single_token_items,
+                             bool multi_token_items) {
+  check_args("attention_forward_paged", B, T, H, Hkv, D);
+  VERL_CUDA_REQUIRE(W > 0 && block_size > 0 && block_size < (int64_t{1} << 30),
+                    detail::shape_str("attention_forward_paged", {W, block_size}) +
+                        ": need a block table width W > 0 and 0 < block_size < 2^30");
+  if (T == 0 || B == 0) return;
+  PagedFwdArgs a{};
+  set_forward_args(a, out, nullptr, q, k_cache, v_cache, cu_seqlens, B, H, Hkv, D, scale);
+  a.positions = positions;
+  a.block_tables = block_tables;
+  a.W = W;
+  a.block_size = static_cast<int>(block_size);
+  // Single-token items go to the decode kernel when a warp's m-tile holds their G heads, else to
+  // the tiled kernel with the rest.
+  const bool decode_kernel = single_token_items && H / Hkv <= 16;
+  a.min_tokens = single_token_items && !decode_kernel ? 1 : 2;
+  a.max_tokens = multi_token_items ? INT32_MAX : 1;
+  if (decode_kernel) dispatch_decode(ctx, a);
+  if (a.min_tokens > a.max_tokens) return;
+  // At most c = min(B, T / min_tokens) items have tiles; item i has at most ceil(n_i / 128) + 1
+  // of them, and at most n_i: sum_i <= min(T, ceil(T / 128) + 2c) (0 when c = 0).
+  const int64_t c = std::min(B, T / a.min_tokens);
+  if (c == 0) return;
+  dispatch_forward<PagedSrc>(ctx, a, T, 2 * c, T);
 }
 
 void attention_backward(const CudaContext& ctx, float* d_q, float* d_k, float* d_v,

@@ -33,6 +33,37 @@ void attention_forward(const CudaContext& ctx, bf16* out, float* lse, const bf16
                        const bf16* v, const int32_t* cu_seqlens, int64_t B, int64_t T, int64_t H,
                        int64_t Hkv, int64_t D, float scale);
 
+// attention_forward's rows for query tokens whose keys sit in the rollout engine's paged KV cache
+// (batch-invariant rollout: a token's output must be the bits the trainer computes for it over the
+// whole sequence, whatever else is in the step). Item i owns the query tokens
+// [cu_seqlens[i], cu_seqlens[i+1]) at the consecutive positions p0, p0 + 1, ... (p0 =
+// positions[cu_seqlens[i]]; only that entry is read) and a token at position p attends to keys
+// 0..p of its sequence: key j of item i is at slot block_tables[i * W + j / block_size] *
+// block_size + j % block_size of k_cache/v_cache [num_blocks * block_size, Hkv, D]. q and out are
+// [T,H,D]; every array is on the device and the caller validates the metadata (each block table
+// row covers the item's keys: W >= ceil((p0 + n) / block_size)); keys past an item's last query
+// position are never read, so they may be unwritten. Overwrites out; no lse.
+// Bitwise equal, row for row, to attention_forward over the whole sequences with the same H, Hkv,
+// D and scale: every row runs attention_forward's per-tile code over the same key tiles from key 0
+// with the same mma steps and the same mask, and a row does not depend on the rows beside it.
+// Items of several tokens run in the training kernel with query tiles aligned to the same
+// multiples of 128 positions (a chunk of n tokens costs at most ceil(n/128) + 1 of them). An item
+// of one token (decode) runs, when G = H/Hkv <= 16, in a decode kernel: one warp per (item, kv
+// head) holds the G heads as the rows of its 16-row tile and reads the kv head's keys once for
+// all of them (else it takes a tile of the training kernel, one warp of four busy).
+// single_token_items / multi_token_items choose the items computed: those of one query token and
+// those of more; the out rows of the others are not written (a decode step passes
+// multi_token_items = false to skip the training kernel's launch, whose grid is sized for the
+// worst case; a caller that runs decode items elsewhere passes single_token_items = false).
+// The grids depend on T, B, H, Hkv, D and the two flags only, not on the device metadata, so a
+// CUDA graph may capture them.
+void attention_forward_paged(const CudaContext& ctx, bf16* out, const bf16* q, const bf16* k_cache,
+                             const bf16* v_cache, const int32_t* block_tables, int64_t W,
+                             int64_t block_size, const int32_t* cu_seqlens,
+                             const int32_t* positions, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                             int64_t D, float scale, bool single_token_items = true,
+                             bool multi_token_items = true);
+
 // From the forward's out and lse (Dao et al. 2022, alg. 4):
 //   D_i = d_out_i.out_i,  p_ij = exp(s_ij - lse_i),  dp_ij = d_out_i.v_j,  ds_ij = p_ij (dp_ij - D_i)
 //   d_q_i += scale sum_j ds_ij k_j,  d_k_j += scale sum_i ds_ij q_i,  d_v_j += sum_i p_ij d_out_i

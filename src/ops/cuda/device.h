@@ -28,6 +28,10 @@ struct CudaContext {
   cublasLtHandle_t lt = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  // Forward GEMMs (op(A) = A^T, op(B) = B, bf16 operands) run on the batch-invariant kernel of
+  // gemm_invariant.cu instead of cuBLASLt: the bits of a row do not depend on how many rows the
+  // call has.
+  bool batch_invariant = false;
 };
 
 // A typed device allocation of n elements. Move-only. upload/download are synchronous

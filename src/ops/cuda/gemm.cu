@@ -1,4 +1,5 @@
-// cuBLASLt matmul with per-call descriptors and the alignment-aware algorithm heuristic (gemm.h).
+// cuBLASLt matmul with per-call descriptors and the alignment-aware algorithm heuristic (gemm.h);
+// in batch-invariant mode the forward form goes to gemm_invariant.cu instead.
 #include <cstdint>
 #include <algorithm>
 #include <memory>
@@ -58,6 +59,7 @@ struct PlanKey {
   uint32_t al_a, al_b, al_d;
   uint64_t workspace;
   int device;
+
   bool operator==(const PlanKey& o) const {
     return ta == o.ta && tb == o.tb && m == o.m && n == o.n && k == o.k && lda == o.lda &&
            ldb == o.ldb && ldd == o.ldd && ab_type == o.ab_type && d_type == o.d_type &&
@@ -138,6 +140,11 @@ std::unique_ptr<Plan> make_plan(const CudaContext& ctx, const Gemm& g, const Pla
 }  // namespace
 
 void run_gemm(const CudaContext& ctx, const Gemm& g, const char* what) {
+  if (ctx.batch_invariant && g.ta == CUBLAS_OP_T && g.tb == CUBLAS_OP_N &&
+      g.ab_type == CUDA_R_16BF) {
+    run_gemm_invariant(ctx, g, what);
+    return;
+  }
   // C (the beta term) shares D's layout; its alignment joins D's in the key.
   const void* c = g.c != nullptr ? g.c : g.d;
   int device = 0;

@@ -30,6 +30,14 @@ struct Gemm {
 };
 
 // Runs g on ctx's stream with its workspace; `what` names the caller in errors (e.g. no algorithm).
+// With ctx.batch_invariant, the forward form (ta = T, tb = N, bf16 A and B) goes to
+// run_gemm_invariant instead; every other form stays on cuBLASLt.
 void run_gemm(const CudaContext& ctx, const Gemm& g, const char* what);
+
+// The batch-invariant GEMM of gemm_invariant.cu: only ta = CUBLAS_OP_T, tb = CUBLAS_OP_N,
+// ab_type = CUDA_R_16BF, d_type = CUDA_R_16BF or CUDA_R_32F (throws naming `what` otherwise).
+// Every D element is the same chain of fp32 tensor-core steps over k, whatever m, n and the
+// leading dimensions are, so a row of D has the same bits in a call of any n. No workspace.
+void run_gemm_invariant(const CudaContext& ctx, const Gemm& g, const char* what);
 
 }  // namespace verl::ops::cuda::detail

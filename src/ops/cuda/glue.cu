@@ -190,4 +190,20 @@ void pack_qkv(const CudaContext& ctx, bf16* d_qkv, const bf16* d_q, const bf16* 
   pack_impl(ctx, d_qkv, d_q, d_k, d_v, T, qd, kvd);
 }
 
+namespace {
+__global__ void spin_kernel(uint64_t ns) {
+  uint64_t t0 = 0, t = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+}  // namespace
+
+void gpu_spin(const CudaContext& ctx, uint32_t microseconds) {
+  spin_kernel<<<1, 1, 0, ctx.stream>>>(static_cast<uint64_t>(microseconds) * 1000u);
+  VERL_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace verl::ops::cuda

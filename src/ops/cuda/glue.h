@@ -36,4 +36,9 @@ void rope_backward_pack_qkv(const CudaContext& ctx, bf16* d_qkv, const float* d_
                             const float* d_v, const int32_t* pos, const float* inv_freq, int64_t T,
                             int64_t H, int64_t Hkv, int64_t D);
 
+// Keeps the stream busy for about `microseconds` of GPU time (a one-thread kernel polling the
+// global timer). Profiling puts one before a step so the host enqueues the whole step while the
+// GPU waits: the events between kernels then time the kernels, not the launch gaps.
+void gpu_spin(const CudaContext& ctx, uint32_t microseconds);
+
 }  // namespace verl::ops::cuda

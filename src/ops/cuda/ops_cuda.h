@@ -59,6 +59,10 @@ void rmsnorm_forward(const CudaContext& ctx, bf16* out, float* rstd, const bf16*
                      int64_t R, int64_t C, float eps);
 void rmsnorm_forward(const CudaContext& ctx, float* out, float* rstd, const float* x,
                      const float* w, int64_t R, int64_t C, float eps);
+// The residual add fused in: x = x + resid (bf16, in place), then out = rmsnorm(x): bitwise
+// add_inplace(x, resid) followed by rmsnorm_forward (the rollout's decode step saves a launch).
+void add_rmsnorm_forward(const CudaContext& ctx, bf16* out, float* rstd, bf16* x, const bf16* resid,
+                         const bf16* w, int64_t R, int64_t C, float eps);
 // d_x[r,c] += rstd (w g) - rstd^3/C x sum_k(w g x);  d_w[c] += sum_r g x rstd (fp32; a fixed
 // two-pass column reduction through ctx.workspace, at least C floats, so it is deterministic).
 // accumulate_dx = false overwrites d_x instead (d_x = 0 + update: the bits of zeroing it first,

@@ -76,24 +76,42 @@ __global__ void __launch_bounds__(kRopeThreads)
     }
     if (dst == nullptr && dst2 == nullptr) continue;  // warp-uniform
     float x1[kRopePairs], x2[kRopePairs];
-    float ss = 0.0f;
 #pragma unroll
     for (int r = 0; r < kRopePairs; ++r) {
       const int i = lane + 32 * r;
       x1[r] = i < half ? bf(src[i]) : 0.0f;
       x2[r] = i < half ? bf(src[i + half]) : 0.0f;
-      ss += x1[r] * x1[r] + x2[r] * x2[r];
     }
     if (norm != nullptr) {
-      // rmsnorm over the head dim, rounded to bf16 as the rmsnorm op's output is.
-      for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+      // rmsnorm over the head dim, rounded to bf16 as the rmsnorm op's output is, with the
+      // rmsnorm op's summation order (rmsnorm.cu's fast path on a row of D = 8 nvec: lane j of a
+      // group of G lanes sums its 8 elements 8j..8j+7 in order, then a butterfly over G), so the
+      // trainer's separate norm gives the same bits.
+      float ss = 0.0f;
+      const int nvec = D / 8;
+      if (D % 8 == 0 && nvec <= 32) {
+        const int G = nvec <= 4 ? 4 : nvec <= 8 ? 8 : nvec <= 16 ? 16 : 32;
+        if (lane < nvec) {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            const float v = bf(src[8 * lane + e]);
+            ss = __fmaf_rn(v, v, ss);
+          }
+        }
+        for (int off = G / 2; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+        ss = __shfl_sync(0xffffffffu, ss, 0);
+      } else {
+#pragma unroll
+        for (int r = 0; r < kRopePairs; ++r) ss += x1[r] * x1[r] + x2[r] * x2[r];
+        for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+      }
       const float a = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
 #pragma unroll
       for (int r = 0; r < kRopePairs; ++r) {
         const int i = lane + 32 * r;
         if (i < half) {
-          x1[r] = bf(__float2bfloat16_rn(bf(norm[i]) * (x1[r] * a)));
-          x2[r] = bf(__float2bfloat16_rn(bf(norm[i + half]) * (x2[r] * a)));
+          x1[r] = bf(__float2bfloat16_rn(__fmul_rn(bf(norm[i]), __fmul_rn(x1[r], a))));
+          x2[r] = bf(__float2bfloat16_rn(__fmul_rn(bf(norm[i + half]), __fmul_rn(x2[r], a))));
         }
       }
     }
@@ -103,10 +121,11 @@ __global__ void __launch_bounds__(kRopeThreads)
       if (i >= half) continue;
       float y1 = x1[r], y2 = x2[r];
       if (rotate) {
+        // rope.cu's expressions, rounding for rounding.
         float s, c;
-        sincosf(pos * inv_freq[i], &s, &c);
-        y1 = x1[r] * c - x2[r] * s;
-        y2 = x2[r] * c + x1[r] * s;
+        sincosf(__fmul_rn(pos, inv_freq[i]), &s, &c);
+        y1 = __fmaf_rn(x1[r], c, -__fmul_rn(x2[r], s));
+        y2 = __fmaf_rn(x2[r], c, __fmul_rn(x1[r], s));
       }
       const bf16 b1 = __float2bfloat16_rn(y1), b2 = __float2bfloat16_rn(y2);
       if (dst != nullptr) {
@@ -320,6 +339,56 @@ __global__ void paged_decode_combine_kernel(bf16* out, const float* part,
 
 constexpr int kPreThreads = 128;
 constexpr int kPreRows = 64;
+
+// Prefill tile number `tile` (items with more than one query token in order, ceil(n / kPreRows)
+// tiles each) -> its item, first token and row count. The first warp scans cu_seqlens 32 items at
+// a time with a prefix sum (a step mixes up to max_num_seqs decode items with the prefill chunks);
+// false, for the whole block, past the last tile.
+struct PrefillTile {
+  int64_t t0;
+  int item, rows;
+};
+__device__ bool find_prefill_tile(const int32_t* cu_seqlens, int64_t B, int64_t tile,
+                                  PrefillTile& out) {
+  __shared__ PrefillTile s_tile;
+  __shared__ int s_found;
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    int64_t before = 0;
+    bool found = false;
+    for (int64_t b0 = 0; b0 < B && !found; b0 += 32) {
+      const int64_t b = b0 + lane;
+      int64_t t0 = 0;
+      int n = 0, tiles = 0;
+      if (b < B) {
+        t0 = cu_seqlens[b];
+        n = static_cast<int>(cu_seqlens[b + 1] - t0);
+        tiles = n > 1 ? (n + kPreRows - 1) / kPreRows : 0;
+      }
+      int incl = tiles;
+      for (int off = 1; off < 32; off <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= off) incl += y;
+      }
+      const int total = __shfl_sync(0xffffffffu, incl, 31);
+      if (tile < before + total) {
+        const int64_t first = before + incl - tiles;
+        if (tile >= first && tile < first + tiles) {
+          const int k = static_cast<int>(tile - first);
+          s_tile = PrefillTile{t0 + static_cast<int64_t>(k) * kPreRows, static_cast<int>(b),
+                               min(kPreRows, n - k * kPreRows)};
+        }
+        found = true;
+      }
+      before += total;
+    }
+    if (lane == 0) s_found = found ? 1 : 0;
+  }
+  __syncthreads();
+  out = s_tile;
+  return s_found != 0;
+}
+
 constexpr int kPreKeys = 64;
 constexpr int kRowsPerThread = 4;  // 16 row groups x 4 rows
 constexpr int kColsPerThread = 8;  // 8 column groups x 8 columns (strided by 8)
@@ -339,30 +408,10 @@ __global__ void __launch_bounds__(kPreThreads)
                          const int32_t* block_tables, int64_t W, const int32_t* cu_seqlens,
                          const int32_t* positions, int64_t B, int H, int Hkv, int D, int bs,
                          float scale) {
-  __shared__ int64_t s_t0;
-  __shared__ int s_item, s_rows;
-  if (threadIdx.x == 0) {
-    int64_t tile = blockIdx.x;
-    s_item = -1;
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t t0 = cu_seqlens[b];
-      const int64_t n = cu_seqlens[b + 1] - t0;
-      if (n <= 1) continue;
-      const int64_t tiles = (n + kPreRows - 1) / kPreRows;
-      if (tile < tiles) {
-        s_item = static_cast<int>(b);
-        s_t0 = t0 + tile * kPreRows;
-        const int64_t left = n - tile * kPreRows;
-        s_rows = static_cast<int>(left < kPreRows ? left : kPreRows);
-        break;
-      }
-      tile -= tiles;
-    }
-  }
-  __syncthreads();
-  if (s_item < 0) return;
-  const int item = s_item, rows = s_rows;
-  const int64_t t0 = s_t0;
+  PrefillTile tl;
+  if (!find_prefill_tile(cu_seqlens, B, blockIdx.x, tl)) return;
+  const int item = tl.item, rows = tl.rows;
+  const int64_t t0 = tl.t0;
   const int h = blockIdx.y, g0 = h / (H / Hkv);
 
   extern __shared__ float smem[];
@@ -486,7 +535,7 @@ __global__ void __launch_bounds__(kPreThreads)
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kTableSmem = 512;  // block-table entries of a partition staged in shared memory
-constexpr int kTcThreads = 128;
+constexpr int kTcThreads = 128;  // 8 warps were measured slower (2.00 vs 1.88 ms per 0.5B step)
 constexpr int kTcWarps = kTcThreads / 32;
 constexpr int kTcKeys = 16;  // keys per warp step: two n-tiles of S, one k-step of P V
 
@@ -543,7 +592,9 @@ __device__ __forceinline__ void ld_chunk(uint32_t* w, const bf16* p) {
 //     gid D/8 + D/8 - 1 of the 4 V rows it needs (keys 2 tig, 2 tig + 1, 8 + 2 tig, 9 + 2 tig)
 //     and pairs their halves with byte permutes.
 // P enters the mma as bf16 hi + lo (p = hi + lo to 2^-16 relative; two mma), so the result keeps
-// the fp32 accuracy of the CUDA-core kernel. Scores are scaled by scale log2 e (exp2 units).
+// the fp32 accuracy of the CUDA-core kernel. (Rounding P to bf16 as the training kernel does was
+// measured: it neither brought the rollout's log-probs closer to the trainer's nor made the step
+// faster, and it moved them further from the fp32 model.) Scores are scaled by scale log2 e.
 // The K/V rows of the next step are loaded before this step's math (D <= 64: registers allow).
 template <int D>
 __global__ void __launch_bounds__(kTcThreads)
@@ -761,30 +812,10 @@ __global__ void __launch_bounds__(kPreThreads)
   constexpr int KS = D / 16, DN = D / 8, KT = 64, KPAD = D + 8, VPAD = KT + 8;
   __shared__ __align__(16) bf16 k_s[KT * KPAD];
   __shared__ __align__(16) bf16 vt_s[D * VPAD];
-  __shared__ int64_t s_t0;
-  __shared__ int s_item, s_rows;
-  if (threadIdx.x == 0) {
-    int64_t tile = blockIdx.x;
-    s_item = -1;
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t t0 = cu_seqlens[b];
-      const int64_t n = cu_seqlens[b + 1] - t0;
-      if (n <= 1) continue;
-      const int64_t tiles = (n + kPreRows - 1) / kPreRows;
-      if (tile < tiles) {
-        s_item = static_cast<int>(b);
-        s_t0 = t0 + tile * kPreRows;
-        const int64_t left = n - tile * kPreRows;
-        s_rows = static_cast<int>(left < kPreRows ? left : kPreRows);
-        break;
-      }
-      tile -= tiles;
-    }
-  }
-  __syncthreads();
-  if (s_item < 0) return;
-  const int item = s_item, rows = s_rows;
-  const int64_t t0 = s_t0;
+  PrefillTile tl;
+  if (!find_prefill_tile(cu_seqlens, B, blockIdx.x, tl)) return;
+  const int item = tl.item, rows = tl.rows;
+  const int64_t t0 = tl.t0;
   const int h = blockIdx.y, g0 = h / (H / Hkv);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int gid = lane >> 2, tig = lane & 3;
@@ -998,7 +1029,7 @@ int64_t decode_grid_partitions(int64_t max_context, int32_t partition, int32_t m
 int32_t decode_partitions_for(int64_t B, int64_t Hkv, int64_t max_context, int32_t partition,
                               int sm_count) {
   const int64_t items = std::max<int64_t>(1, B * Hkv);
-  const int64_t want = ceil_div(4 * static_cast<int64_t>(std::max(1, sm_count)), items);
+  const int64_t want = ceil_div(2 * static_cast<int64_t>(std::max(1, sm_count)), items);
   const int64_t cap = decode_grid_partitions(max_context, partition, 0);
   return static_cast<int32_t>(std::max<int64_t>(1, std::min(want, cap)));
 }

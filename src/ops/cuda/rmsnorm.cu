@@ -14,7 +14,10 @@
 // depends only on R, C, the pack width and the workspace size: deterministic, no atomics.
 // Plain path (longer rows): one block per row and a separate two-pass d_w, the reference the fast
 // path was developed against.
+#include <type_traits>
+
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/glue.h"
 #include "ops/cuda/ops_cuda.h"
 #include "ops/cuda/vec.cuh"
 
@@ -56,15 +59,18 @@ __device__ __forceinline__ float group_sum(float v) {
 
 // ---- fast path ----------------------------------------------------------------------------------
 
+// With resid (add_rmsnorm_forward): x[r] = x[r] + resid[r] first (rounded to T and stored back),
+// the bits of add_inplace followed by the plain op.
 template <typename T, int V, int G, int NV>
 __global__ void __launch_bounds__(kThreads)
-    rmsnorm_forward_fast(T* __restrict__ out, float* __restrict__ rstd, const T* __restrict__ x,
-                         const T* __restrict__ w, int64_t R, int64_t C, int nvec, float eps) {
+    rmsnorm_forward_fast(T* __restrict__ out, float* __restrict__ rstd, T* __restrict__ x,
+                         const T* __restrict__ resid, const T* __restrict__ w, int64_t R,
+                         int64_t C, int nvec, float eps) {
   constexpr int NG = kThreads / G;
   const int lane = threadIdx.x % G;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * NG + threadIdx.x / G;
   const bool active = r < R;
-  const T* xr = x + (active ? r : 0) * C;
+  T* xr = x + (active ? r : 0) * C;
   Vec<T, V> xv[NV];
   float ss = 0.0f;
 #pragma unroll
@@ -72,6 +78,12 @@ __global__ void __launch_bounds__(kThreads)
     const int c = lane + k * G;
     if (active && c < nvec) {
       xv[k] = vload<T, V>(xr + c * V);
+      if (resid != nullptr) {
+        const Vec<T, V> yv = vload<T, V>(resid + (xr - x) + c * V);
+#pragma unroll
+        for (int i = 0; i < V; ++i) xv[k].set(i, __fadd_rn(xv[k].f(i), yv.f(i)));
+        vstore(xr + c * V, xv[k]);
+      }
 #pragma unroll
       for (int i = 0; i < V; ++i) ss = __fmaf_rn(xv[k].f(i), xv[k].f(i), ss);
     }
@@ -370,11 +382,20 @@ void dispatch_fast(const FastShape& s, F&& f) {
 }
 
 template <typename T>
-void forward_impl(const CudaContext& ctx, T* out, float* rstd, const T* x, const T* w, int64_t R,
-                  int64_t C, float eps) {
+void forward_impl(const CudaContext& ctx, T* out, float* rstd, T* x, const T* resid, const T* w,
+                  int64_t R, int64_t C, float eps) {
   check_rows("rmsnorm_forward", R, C);
   if (R == 0 || C == 0) return;
   const FastShape s = fast_shape<T>(C, {out, x, w});
+  if (resid != nullptr && (!s.ok || !detail::vec_aligned(resid, s.V))) {
+    // The same bits in two launches: the sum, then the plain op on it.
+    if constexpr (std::is_same_v<T, bf16>) {
+      add_inplace(ctx, x, resid, R * C);
+    } else {
+      VERL_CUDA_REQUIRE(false, "add_rmsnorm_forward: bf16 only");
+    }
+    resid = nullptr;
+  }
   if (!s.ok) {
     rmsnorm_forward_kernel<T>
         <<<static_cast<unsigned>(R), kThreads, 0, ctx.stream>>>(out, rstd, x, w, C, eps);
@@ -385,7 +406,7 @@ void forward_impl(const CudaContext& ctx, T* out, float* rstd, const T* x, const
     constexpr int V = decltype(v)::value, G = decltype(g)::value, NV = decltype(nv)::value;
     const unsigned blocks = static_cast<unsigned>(detail::ceil_div(R, kThreads / G));
     rmsnorm_forward_fast<T, V, G, NV>
-        <<<blocks, kThreads, 0, ctx.stream>>>(out, rstd, x, w, R, C, s.nvec, eps);
+        <<<blocks, kThreads, 0, ctx.stream>>>(out, rstd, x, resid, w, R, C, s.nvec, eps);
   });
   VERL_CUDA_CHECK_LAUNCH();
 }
@@ -472,13 +493,18 @@ void backward_impl(const CudaContext& ctx, T* d_x, float* d_w, const T* d_out, c
 
 }  // namespace
 
+// x is only read when resid is null.
 void rmsnorm_forward(const CudaContext& ctx, bf16* out, float* rstd, const bf16* x, const bf16* w,
                      int64_t R, int64_t C, float eps) {
-  forward_impl(ctx, out, rstd, x, w, R, C, eps);
+  forward_impl<bf16>(ctx, out, rstd, const_cast<bf16*>(x), nullptr, w, R, C, eps);
 }
 void rmsnorm_forward(const CudaContext& ctx, float* out, float* rstd, const float* x,
                      const float* w, int64_t R, int64_t C, float eps) {
-  forward_impl(ctx, out, rstd, x, w, R, C, eps);
+  forward_impl<float>(ctx, out, rstd, const_cast<float*>(x), nullptr, w, R, C, eps);
+}
+void add_rmsnorm_forward(const CudaContext& ctx, bf16* out, float* rstd, bf16* x, const bf16* resid,
+                         const bf16* w, int64_t R, int64_t C, float eps) {
+  forward_impl<bf16>(ctx, out, rstd, x, resid, w, R, C, eps);
 }
 void rmsnorm_backward(const CudaContext& ctx, bf16* d_x, float* d_w, const bf16* d_out,
                       const bf16* x, const bf16* w, const float* rstd, int64_t R, int64_t C,

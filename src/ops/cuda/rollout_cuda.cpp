@@ -19,6 +19,7 @@
 #include "ops/cuda/attention.h"
 #include "ops/cuda/gemm.h"
 #include "ops/cuda/glue.h"
+#include "ops/cuda/lm_head.h"
 
 namespace verl::ops::cuda {
 namespace {
@@ -83,6 +84,7 @@ CudaModelRunner::CudaModelRunner(const CudaContext& ctx, const model::ModelConfi
                                  const CudaRunnerOptions& options)
     : ctx_(ctx), cfg_(cfg), layout_(layout), w_(weights), sched_(sched), opts_(options),
       inv_freq_host_(inv_freq) {
+  ctx_.batch_invariant = ctx_.batch_invariant || opts_.batch_invariant;
   int device = 0;
   VERL_CUDA_CHECK(cudaGetDevice(&device));
   VERL_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
@@ -170,17 +172,18 @@ size_t CudaModelRunner::carve(DeviceArena* arena) {
     p = arena != nullptr ? arena->alloc_n<E>(static_cast<size_t>(n)) : nullptr;
   };
   take(x_, T * C);
+  take(y_, T * C);
   take(xn_, T * C);
   take(qkv_, T * Q3);
   take(q_, T * qd);
   take(att_, T * qd);
-  take(k_cont_, T * kvd);
-  take(v_cont_, T * kvd);
   take(gu_, T * 2 * F);
   take(act_, T * F);
   take(rows_, S * C);
+  take(rows_y_, S * C);
   take(hn_, S * C);
-  take(logits_, S * V);
+  // Also the scratch of the batch-invariant mode's LM-head log-probs (at least S x V floats).
+  take(logits_, static_cast<int64_t>(lm_head_forward_scratch_bytes(S, V, S) / sizeof(float)));
   take(inv_freq_, static_cast<int64_t>(inv_freq_host_.size()));
   take(d_res_, 2 * S);
   take(d_copies_, 2 * S);
@@ -293,8 +296,7 @@ PagedAttentionPlan CudaModelRunner::decode_plan(int64_t B) const {
   return plan;
 }
 
-void CudaModelRunner::forward(int64_t T, int64_t B, int64_t S, const PagedAttentionPlan& plan,
-                              bool fresh) {
+void CudaModelRunner::forward(int64_t T, int64_t B, int64_t S, const PagedAttentionPlan& plan) {
   const model::ModelConfig& c = cfg_;
   const int64_t C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
   const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
@@ -303,42 +305,60 @@ void CudaModelRunner::forward(int64_t T, int64_t B, int64_t S, const PagedAttent
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   mark("embed");
   embedding_forward(ctx_, x_, d_ids_, W(layout_.embed), T, C, V);
+  // The residual stream x_ takes each block's output y_ inside the next norm (add_rmsnorm_forward:
+  // the bits of the trainer's add_inplace + rmsnorm_forward, one launch).
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const model::LayerParams& p = layout_.layers[l];
     mark("rmsnorm");
-    rmsnorm_forward(ctx_, xn_, nullptr, x_, W(p.attn_norm), T, C, eps);
+    if (l == 0) {
+      rmsnorm_forward(ctx_, xn_, nullptr, x_, W(p.attn_norm), T, C, eps);
+    } else {
+      add_rmsnorm_forward(ctx_, xn_, nullptr, x_, y_, W(p.attn_norm), T, C, eps);
+    }
     mark("qkv_gemm");
     linear_forward(ctx_, qkv_, xn_, W(p.wqkv), W(p.bqkv), T, C, Q3);
     mark("rope_kv_write");
     qkv_rope_paged_write(ctx_, q_, cache_->k(l), cache_->v(l), qkv_, W(p.q_norm), W(p.k_norm), eps,
-                         d_pos_, inv_freq_, d_slots_, T, H, Hkv, D, fresh ? k_cont_ : nullptr,
-                         fresh ? v_cont_ : nullptr);
+                         d_pos_, inv_freq_, d_slots_, T, H, Hkv, D);
     mark("attention");
-    if (fresh) {
-      // Every multi-token item is a whole causal sequence of the step's tokens: the varlen
-      // training kernel over the contiguous q, k, v with the step's cu_seqlens.
-      attention_forward(ctx_, att_, nullptr, q_, k_cont_, v_cont_, d_cu_, B, T, H, Hkv, D, scale);
-    }
-    if (!fresh || plan.decode) {
-      paged_attention(ctx_, att_, q_, cache_->k(l), cache_->v(l), d_tables_, W_, d_cu_, d_pos_, B,
-                      T, H, Hkv, D, cache_->block_size(), scale, plan, attn_ws_, attn_ws_bytes_);
+    if (opts_.batch_invariant) {
+      // The training kernel's arithmetic row for row, whatever the step's mix of items.
+      attention_forward_paged(ctx_, att_, q_, cache_->k(l), cache_->v(l), d_tables_, W_,
+                              cache_->block_size(), d_cu_, d_pos_, B, T, H, Hkv, D, scale,
+                              /*single_token_items=*/true, /*multi_token_items=*/plan.prefill);
+    } else {
+      PagedAttentionPlan p = plan;
+      if (plan.prefill && opts_.training_prefill_attention) {
+        // Prefill chunks on the training kernel over the cache; decode items below.
+        attention_forward_paged(ctx_, att_, q_, cache_->k(l), cache_->v(l), d_tables_, W_,
+                                cache_->block_size(), d_cu_, d_pos_, B, T, H, Hkv, D, scale,
+                                /*single_token_items=*/false);
+        p.prefill = false;
+      }
+      if (p.decode || p.prefill) {
+        paged_attention(ctx_, att_, q_, cache_->k(l), cache_->v(l), d_tables_, W_, d_cu_, d_pos_,
+                        B, T, H, Hkv, D, cache_->block_size(), scale, p, attn_ws_,
+                        attn_ws_bytes_);
+      }
     }
     mark("o_proj");
-    linear_forward(ctx_, x_, att_, W(p.wo), W(p.bo), x_, T, qd, C);  // x += att Wo^T (+ bo)
+    linear_forward(ctx_, y_, att_, W(p.wo), W(p.bo), T, qd, C);  // y = att Wo^T (+ bo)
     mark("rmsnorm");
-    rmsnorm_forward(ctx_, xn_, nullptr, x_, W(p.mlp_norm), T, C, eps);
+    add_rmsnorm_forward(ctx_, xn_, nullptr, x_, y_, W(p.mlp_norm), T, C, eps);
     mark("mlp_gate_up_gemm");
     linear_forward(ctx_, gu_, xn_, W(p.wgu), W(p.bgu), T, C, 2 * F);
     mark("mlp_swiglu");
     swiglu_forward(ctx_, act_, gu_, T, F);
     mark("mlp_down_gemm");
-    linear_forward(ctx_, x_, act_, W(p.wdown), W(p.bdown), x_, T, F, C);  // x += act Wdown^T
+    linear_forward(ctx_, y_, act_, W(p.wdown), W(p.bdown), T, F, C);  // y = act Wdown^T
   }
-  // Only the sampled rows go through the final norm and the LM head: gather them (a row gather is
-  // an embedding lookup into x), then logits [S, V] fp32 = hn W_lm^T.
+  // Only the sampled rows go through the last residual add, the final norm and the LM head:
+  // gather them from x and y (a row gather is an embedding lookup), then logits [S, V] fp32 =
+  // hn W_lm^T.
   mark("final_gather_norm");
   embedding_forward(ctx_, rows_, d_sidx_, x_, S, C, T);
-  rmsnorm_forward(ctx_, hn_, nullptr, rows_, W(layout_.final_norm), S, C, eps);
+  embedding_forward(ctx_, rows_y_, d_sidx_, y_, S, C, T);
+  add_rmsnorm_forward(ctx_, hn_, nullptr, rows_, rows_y_, W(layout_.final_norm), S, C, eps);
   mark("lm_head_gemm");
   const int lm = layout_.lm_head >= 0 ? layout_.lm_head : layout_.embed;
   detail::run_gemm(ctx_,
@@ -349,6 +369,14 @@ void CudaModelRunner::forward(int64_t T, int64_t B, int64_t S, const PagedAttent
   // Tokens at d_res_[0, S), log-probs at d_res_[S, 2 S): one download.
   sample_tokens(ctx_, d_res_, reinterpret_cast<float*>(d_res_ + S), logits_, V, d_params_, S, V,
                 sample_ws_, sample_ws_bytes_);
+  if (opts_.batch_invariant) {
+    // The sampled tokens' log-probs again, from the trainer's own LM-head op on the same rows (the
+    // logits are free again: they are its scratch).
+    mark("lm_head_logprob");
+    lm_head_forward(ctx_, reinterpret_cast<float*>(d_res_ + S), nullptr, nullptr, hn_, W(lm),
+                    d_res_, S, C, V, logprob_temperature_, S, logits_,
+                    lm_head_forward_scratch_bytes(S, V, S));
+  }
 }
 
 void CudaModelRunner::capture(size_t bucket) {
@@ -435,7 +463,27 @@ void CudaModelRunner::step(const rollout::ScheduledBatch& b, std::span<int32_t> 
     h_params_[s] = SampleParamsDevice{sp.temperature, sp.top_k, sp.top_p, 0, sp.seed, seq.rng_stream(),
                                       static_cast<uint64_t>(seq.num_output_tokens())};
   }
+  if (opts_.batch_invariant) {
+    // One log-prob temperature per step (the trainer scores a batch at one temperature); a decode
+    // graph bakes it in, so a new one re-captures.
+    float t = S > 0 ? b.sample_seqs[0]->params().temperature : 1.0f;
+    for (int64_t s = 1; s < S; ++s) {
+      VERL_CHECK(b.sample_seqs[s]->params().temperature == t,
+                 "CudaModelRunner: batch_invariant scores one temperature per step; sequence {} "
+                 "samples at {} and sequence {} at {}",
+                 b.sample_seqs[0]->id(), t, b.sample_seqs[s]->id(),
+                 b.sample_seqs[s]->params().temperature);
+    }
+    if (t <= 0.0f) t = 1.0f;  // greedy: the log-prob of the untempered distribution
+    if (t != logprob_temperature_) {
+      destroy_graphs();
+      logprob_temperature_ = t;
+    }
+  }
   cudaStream_t st = ctx_.stream;
+  // Profiling: the GPU waits while the host enqueues the step (a decode step is a few hundred
+  // launches), so the section events time kernels back to back, as a graph replay runs them.
+  if (timer_) gpu_spin(ctx_, 20000);
   mark("upload");
   VERL_CUDA_CHECK(cudaMemcpyAsync(d_meta_, h_meta_, meta_used, cudaMemcpyHostToDevice, st));
 
@@ -452,17 +500,10 @@ void CudaModelRunner::step(const rollout::ScheduledBatch& b, std::span<int32_t> 
     plan.decode = false;
     for (int64_t i = 0; i < B && !plan.decode; ++i) plan.decode = b.cu_seqlens[i + 1] - b.cu_seqlens[i] == 1;
     plan.prefill = b.max_seqlen_q > 1;
-    // Fresh prefill: every multi-token item's context is its own new tokens (no cached prefix).
-    bool fresh = opts_.fresh_prefill_attention && plan.prefill;
-    for (int64_t i = 0; i < B && fresh; ++i) {
-      const int32_t n = b.cu_seqlens[i + 1] - b.cu_seqlens[i];
-      fresh = n == 1 || b.context_lens[i] == n;
+    if (plan.prefill && opts_.training_prefill_attention && !opts_.batch_invariant) {
+      ++stats_.training_prefill_steps;
     }
-    if (fresh) {
-      plan.prefill = false;
-      ++stats_.fresh_prefill_steps;
-    }
-    forward(T, B, S, plan, fresh);
+    forward(T, B, S, plan);
   }
   mark("download");
   VERL_CUDA_CHECK(cudaMemcpyAsync(h_res_, d_res_, static_cast<size_t>(2 * Sp) * sizeof(int32_t),

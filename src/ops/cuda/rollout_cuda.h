@@ -87,12 +87,18 @@ struct CudaRunnerOptions {
   int32_t decode_partition = 64;
   int32_t decode_max_partitions = 0;
   bool split_sampling = true;  // multi-block sampling for greedy / untruncated rows (sampling.h)
-  // A step whose multi-token items all start at position 0 (fresh prompts, first chunks,
-  // re-prefills after preemption: no cached prefix) runs the training kernel attention_forward
-  // (attention.h) over the step's contiguous post-RoPE q, k, v instead of the paged prefill
-  // kernel; the K/V written to the cache are the same values either way. Decode items in such a
-  // step are then computed again by the paged decode kernel, which overwrites their rows.
-  bool fresh_prefill_attention = true;
+  // Prefill chunks (fresh prompts and chunks with a cached prefix alike) run the training kernel
+  // over the paged cache (attention_forward_paged, attention.h: the trainer's arithmetic, at its
+  // speed); false: the paged prefill kernel of paged_attention.h. Decode items always take the
+  // split-K decode kernel (unless batch_invariant).
+  bool training_prefill_attention = true;
+  // Log-probs bitwise equal to the trainer's batch-invariant forward (CudaTransformerOptions::
+  // batch_invariant; actor_rollout_ref.rollout.batch_invariant): forward GEMMs on the
+  // batch-invariant kernel, every item's attention through attention_forward_paged (the training
+  // kernel's arithmetic over the paged cache, attention.h), and each sampled token's log-prob from
+  // the trainer's LM-head op (lm_head_forward) at the step's temperature, which must be the same
+  // for every sample of a step (0, greedy, scores at 1). Slower than the default kernels.
+  bool batch_invariant = false;
 };
 
 // Counters for benchmarks; pure decode steps are timed on the host (each step ends in a sync).
@@ -103,7 +109,7 @@ struct CudaRunnerOptions {
 // about between + post + the part of prep before the first upload.
 struct CudaRunnerStats {
   int64_t steps = 0, decode_steps = 0, graph_steps = 0, graphs_captured = 0;
-  int64_t fresh_prefill_steps = 0;  // steps whose prefill attention ran attention_forward
+  int64_t training_prefill_steps = 0;  // steps whose prefill attention ran attention_forward_paged
   int64_t decode_context_tokens = 0;  // sum over decode steps of the items' context lengths
   double decode_seconds = 0.0;
   double host_prep_seconds = 0.0, sync_wait_seconds = 0.0, host_post_seconds = 0.0;
@@ -158,9 +164,9 @@ class CudaModelRunner final : public rollout::StepRunner {
   void destroy_graphs() noexcept;
   void apply_block_copies(const rollout::ScheduledBatch& b);
   // Enqueues the whole step for T tokens in B items and S samples from the device metadata.
-  // `fresh`: attention_forward over the contiguous q/k/v first (fresh_prefill_attention), then the
-  // paged kernels that `plan` still asks for.
-  void forward(int64_t T, int64_t B, int64_t S, const PagedAttentionPlan& plan, bool fresh = false);
+  // `plan` says which paged kernels run (prefill chunks take attention_forward_paged instead when
+  // training_prefill_attention is on).
+  void forward(int64_t T, int64_t B, int64_t S, const PagedAttentionPlan& plan);
   void capture(size_t bucket);
   PagedAttentionPlan decode_plan(int64_t B) const;
   // Points the h_/d_ metadata arrays at their packed places for a step of T tokens, B items and S
@@ -184,9 +190,8 @@ class CudaModelRunner final : public rollout::StepRunner {
   DeviceArena arena_;
   std::unique_ptr<CudaKVCache> cache_;
   // Device slices of arena_ (re-carved on acquire()).
-  bf16 *x_ = nullptr, *xn_ = nullptr, *qkv_ = nullptr, *q_ = nullptr, *att_ = nullptr,
-       *gu_ = nullptr, *act_ = nullptr, *rows_ = nullptr, *hn_ = nullptr;
-  bf16 *k_cont_ = nullptr, *v_cont_ = nullptr;  // [T, Hkv, D] post-RoPE k, v of a fresh-prefill step
+  bf16 *x_ = nullptr, *y_ = nullptr, *xn_ = nullptr, *qkv_ = nullptr, *q_ = nullptr, *att_ = nullptr,
+       *gu_ = nullptr, *act_ = nullptr, *rows_ = nullptr, *rows_y_ = nullptr, *hn_ = nullptr;
   float *logits_ = nullptr, *inv_freq_ = nullptr;
   void *attn_ws_ = nullptr, *sample_ws_ = nullptr;
   // Per-step metadata: one device block mirroring one pinned host block byte for byte, so a step
@@ -203,6 +208,7 @@ class CudaModelRunner final : public rollout::StepRunner {
   int32_t *d_res_ = nullptr, *h_res_ = nullptr;
   int32_t *d_copies_ = nullptr, *h_copies_ = nullptr;
   void* pinned_ = nullptr;  // h_meta_, h_res_, h_copies_ (one cudaHostAlloc for the runner's life)
+  float logprob_temperature_ = 1.0f;  // batch_invariant: the LM-head op's temperature (graphs bake it)
   std::unique_ptr<SectionTimer> timer_;
   std::chrono::steady_clock::time_point last_step_end_{};
   bool have_last_step_ = false;

@@ -56,6 +56,7 @@ CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::Weights& w
   VERL_CUDA_REQUIRE(static_cast<int64_t>(inv_freq.size()) * 2 == cfg_.head_dim,
                     "CudaTransformer: inv_freq must have head_dim/2 entries");
   lm_param_ = layout_.lm_head >= 0 ? layout_.lm_head : layout_.embed;
+  ctx_.batch_invariant = ctx_.batch_invariant || opts_.batch_invariant;
 
   const int64_t n = layout_.total;
   wbf_ = DeviceBuffer<bf16>(static_cast<size_t>(n));
