@@ -39,6 +39,26 @@ __global__ void kv_write_kernel(bf16* kc, bf16* vc, const bf16* k, const bf16* v
   }
 }
 
+// Keys j0 .. j0 + nt - 1 of kv head g0 from the paged cache into fp32 shared memory (the reference
+// kernels' staging): k_s rows of D + 1 floats (no bank conflicts on the column reads), v_s rows of D.
+__device__ __forceinline__ void stage_kv_f32(float* k_s, float* v_s, const bf16* kc, const bf16* vc,
+                                             const int32_t* table, int bs, int j0, int nt, int Hkv,
+                                             int g0, int D) {
+  const int half_d = D / 2;
+  for (int e = threadIdx.x; e < nt * half_d; e += blockDim.x) {
+    const int r = e / half_d, d = 2 * (e - r * half_d);
+    const int j = j0 + r;
+    const int64_t slot = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
+    const int64_t off = (slot * Hkv + g0) * D + d;
+    const float2 kv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(kc + off));
+    const float2 vv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(vc + off));
+    k_s[r * (D + 1) + d] = kv.x;
+    k_s[r * (D + 1) + d + 1] = kv.y;
+    v_s[r * D + d] = vv.x;
+    v_s[r * D + d + 1] = vv.y;
+  }
+}
+
 // Block (token, group of 4 heads), one warp per head of the H q heads, Hkv k heads and Hkv v heads
 // (a decode step has few tokens: a block per token alone would leave most SMs idle). Lane l owns
 // the rotation pairs (i, i + D/2) for i = l, l + 32, ... (at most 2 for D <= 128).
@@ -48,8 +68,7 @@ constexpr int kRopePairs = kMaxD / 2 / 32;
 __global__ void __launch_bounds__(kRopeThreads)
     qkv_rope_write_kernel(bf16* q_out, bf16* kc, bf16* vc, const bf16* qkv, const bf16* q_norm,
                           const bf16* k_norm, float eps, const int32_t* positions,
-                          const float* inv_freq, const int32_t* slots, bf16* k_out,
-                          bf16* v_out, int H, int Hkv, int D) {
+                          const float* inv_freq, const int32_t* slots, int H, int Hkv, int D) {
   const int64_t t = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   const int half = D / 2;
@@ -58,8 +77,7 @@ __global__ void __launch_bounds__(kRopeThreads)
   const float pos = static_cast<float>(positions[t]);
   for (int hh = blockIdx.y * nwarps + warp; hh < H + 2 * Hkv; hh += nwarps * gridDim.y) {
     const bf16* src = qkv + t * row + static_cast<int64_t>(hh) * D;
-    bf16* dst = nullptr;   // q_out or the cache slot (none when slot < 0)
-    bf16* dst2 = nullptr;  // the contiguous k_out / v_out copy, when asked for
+    bf16* dst = nullptr;  // q_out or the cache slot (none when slot < 0)
     const bf16* norm = nullptr;
     bool rotate = true;
     if (hh < H) {
@@ -67,14 +85,12 @@ __global__ void __launch_bounds__(kRopeThreads)
       norm = q_norm;
     } else if (hh < H + Hkv) {
       if (slot >= 0) dst = kc + (slot * Hkv + (hh - H)) * D;
-      if (k_out != nullptr) dst2 = k_out + (t * Hkv + (hh - H)) * D;
       norm = k_norm;
     } else {
       if (slot >= 0) dst = vc + (slot * Hkv + (hh - H - Hkv)) * D;
-      if (v_out != nullptr) dst2 = v_out + (t * Hkv + (hh - H - Hkv)) * D;
       rotate = false;
     }
-    if (dst == nullptr && dst2 == nullptr) continue;  // warp-uniform
+    if (dst == nullptr) continue;  // warp-uniform
     float x1[kRopePairs], x2[kRopePairs];
 #pragma unroll
     for (int r = 0; r < kRopePairs; ++r) {
@@ -128,14 +144,8 @@ __global__ void __launch_bounds__(kRopeThreads)
         y2 = __fmaf_rn(x2[r], c, __fmul_rn(x1[r], s));
       }
       const bf16 b1 = __float2bfloat16_rn(y1), b2 = __float2bfloat16_rn(y2);
-      if (dst != nullptr) {
-        dst[i] = b1;
-        dst[i + half] = b2;
-      }
-      if (dst2 != nullptr) {
-        dst2[i] = b1;
-        dst2[i + half] = b2;
-      }
+      dst[i] = b1;
+      dst[i + half] = b2;
     }
   }
 }
@@ -227,22 +237,10 @@ __global__ void __launch_bounds__(kDecThreads)
 
   const int32_t* table = block_tables + static_cast<int64_t>(item) * W;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int half_d = D / 2;
   for (int j0 = j_begin; j0 < j_end; j0 += kDecTile) {
     const int nt = min(kDecTile, j_end - j0);
     __syncthreads();  // the previous tile's readers are done; q_s, m_s, l_s are visible
-    for (int e = threadIdx.x; e < nt * half_d; e += blockDim.x) {
-      const int r = e / half_d, d = 2 * (e - r * half_d);
-      const int j = j0 + r;
-      const int64_t slot = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
-      const int64_t off = (slot * Hkv + g0) * D + d;
-      const float2 kv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(kc + off));
-      const float2 vv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(vc + off));
-      k_s[r * (D + 1) + d] = kv.x;
-      k_s[r * (D + 1) + d + 1] = kv.y;
-      v_s[r * D + d] = vv.x;
-      v_s[r * D + d + 1] = vv.y;
-    }
+    stage_kv_f32(k_s, v_s, kc, vc, table, bs, j0, nt, Hkv, g0, D);
     __syncthreads();
     for (int e = threadIdx.x; e < G * kDecTile; e += blockDim.x) {
       const int g = e / kDecTile, r = e - g * kDecTile;
@@ -439,23 +437,11 @@ __global__ void __launch_bounds__(kPreThreads)
   }
   const int n_keys = positions[t0 + rows - 1] + 1;  // positions ascend within an item
   const int32_t* table = block_tables + static_cast<int64_t>(item) * W;
-  const int half_d = D / 2;
 
   for (int j0 = 0; j0 < n_keys; j0 += kPreKeys) {
     const int nt = min(kPreKeys, n_keys - j0);
     __syncthreads();
-    for (int e = threadIdx.x; e < nt * half_d; e += blockDim.x) {
-      const int r = e / half_d, d = 2 * (e - r * half_d);
-      const int j = j0 + r;
-      const int64_t slot = static_cast<int64_t>(table[j / bs]) * bs + j % bs;
-      const int64_t off = (slot * Hkv + g0) * D + d;
-      const float2 kv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(kc + off));
-      const float2 vv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(vc + off));
-      k_s[r * (D + 1) + d] = kv.x;
-      k_s[r * (D + 1) + d + 1] = kv.y;
-      v_s[r * D + d] = vv.x;
-      v_s[r * D + d + 1] = vv.y;
-    }
+    stage_kv_f32(k_s, v_s, kc, vc, table, bs, j0, nt, Hkv, g0, D);
     __syncthreads();
     float s[kRowsPerThread][kColsPerThread];
 #pragma unroll
@@ -995,7 +981,7 @@ void qkv_rope_paged_write(const CudaContext& ctx, bf16* q_out, bf16* k_cache, bf
                           const bf16* qkv, const bf16* q_norm, const bf16* k_norm, float eps,
                           const int32_t* positions, const float* inv_freq,
                           const int32_t* slot_mapping, int64_t T, int64_t H, int64_t Hkv,
-                          int64_t D, bf16* k_out, bf16* v_out) {
+                          int64_t D) {
   VERL_CUDA_REQUIRE(T >= 0 && H > 0 && Hkv > 0 && H % Hkv == 0 && D > 0 && D % 2 == 0 &&
                         D <= kMaxD && (q_norm == nullptr) == (k_norm == nullptr),
                     detail::shape_str("qkv_rope_paged_write", {T, H, Hkv, D}) +
@@ -1003,8 +989,8 @@ void qkv_rope_paged_write(const CudaContext& ctx, bf16* q_out, bf16* k_cache, bf
   if (T == 0) return;
   const unsigned head_groups = static_cast<unsigned>(ceil_div(H + 2 * Hkv, kRopeThreads / 32));
   qkv_rope_write_kernel<<<dim3(static_cast<unsigned>(T), head_groups), kRopeThreads, 0, ctx.stream>>>(
-      q_out, k_cache, v_cache, qkv, q_norm, k_norm, eps, positions, inv_freq, slot_mapping, k_out,
-      v_out, static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(D));
+      q_out, k_cache, v_cache, qkv, q_norm, k_norm, eps, positions, inv_freq, slot_mapping,
+      static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(D));
   VERL_CUDA_CHECK_LAUNCH();
 }
 

@@ -53,14 +53,12 @@ void paged_kv_write(const CudaContext& ctx, bf16* k_cache, bf16* v_cache, const 
 //                                                          to bf16 as the rmsnorm op does)
 //   q, k = rope(q, positions), rope(k, positions)         (the rope op's math, fp32, sincosf)
 //   q_out[t] = q  [T, H, D];  k_cache/v_cache[slot_mapping[t]] = k, v   (skipped when slot < 0)
-//   k_out[t], v_out[t] = k, v  [T, Hkv, D]    (when not null: the same bf16 values, contiguous, for
-//                                              attention_forward over fresh prompts)
 // inv_freq [D/2] fp32 and positions [T] are device arrays.
 void qkv_rope_paged_write(const CudaContext& ctx, bf16* q_out, bf16* k_cache, bf16* v_cache,
                           const bf16* qkv, const bf16* q_norm, const bf16* k_norm, float eps,
                           const int32_t* positions, const float* inv_freq,
                           const int32_t* slot_mapping, int64_t T, int64_t H, int64_t Hkv,
-                          int64_t D, bf16* k_out = nullptr, bf16* v_out = nullptr);
+                          int64_t D);
 
 // Copy-on-write of whole blocks: for each pair c < n (pairs [n, 2] = (src, dst), device), block dst
 // of each of the `num_arrays` arrays (every layer's K and V) becomes a copy of block src. Array a
