@@ -38,14 +38,12 @@ std::vector<uint16_t> random_bits(size_t n, uint64_t seed) {
 
 // Copies host bits to dst (a device pointer with room for h.size() elements).
 void upload_bits(bf16* dst, const std::vector<uint16_t>& h) {
-  if (!h.empty()) {
-    VERL_CUDA_CHECK(cudaMemcpy(dst, h.data(), h.size() * 2, cudaMemcpyHostToDevice));
-  }
+  copy_to_device(dst, h.data(), h.size() * 2);
 }
 
 std::vector<uint16_t> download_bits(const bf16* src, size_t n) {
   std::vector<uint16_t> h(n);
-  if (n > 0) VERL_CUDA_CHECK(cudaMemcpy(h.data(), src, n * 2, cudaMemcpyDeviceToHost));
+  copy_to_host(h.data(), src, n * 2);
   return h;
 }
 

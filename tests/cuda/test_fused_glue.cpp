@@ -34,7 +34,7 @@ DeviceBuffer<bf16> up_bf16(const std::vector<float>& x, int off) {
   std::vector<uint16_t> h(x.size() + off, 0);
   for (size_t i = 0; i < x.size(); ++i) h[off + i] = f32_to_bf16(x[i]);
   DeviceBuffer<bf16> d(h.size());
-  VERL_CUDA_CHECK(cudaMemcpy(d.data(), h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+  copy_to_device(d.data(), h.data(), h.size() * 2);
   return d;
 }
 DeviceBuffer<float> up_f32(const std::vector<float>& x, int off) {
@@ -44,7 +44,7 @@ DeviceBuffer<float> up_f32(const std::vector<float>& x, int off) {
 }
 std::vector<uint16_t> down_bits(const bf16* p, size_t n) {
   std::vector<uint16_t> h(n);
-  if (n > 0) VERL_CUDA_CHECK(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
+  copy_to_host(h.data(), p, n * 2);
   return h;
 }
 std::vector<float> down_bf16(const bf16* p, size_t n) {
@@ -55,7 +55,7 @@ std::vector<float> down_bf16(const bf16* p, size_t n) {
 }
 std::vector<float> down_f32(const float* p, size_t n) {
   std::vector<float> x(n);
-  if (n > 0) VERL_CUDA_CHECK(cudaMemcpy(x.data(), p, n * 4, cudaMemcpyDeviceToHost));
+  copy_to_host(x.data(), p, n * 4);
   return x;
 }
 // Raw bits of fp32 values, so that a bitwise comparison reads as one.

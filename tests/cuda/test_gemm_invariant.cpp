@@ -147,7 +147,7 @@ struct OutType<bf16> {
 template <typename T>
 std::vector<uint8_t> raw_bytes(const DeviceBuffer<T>& d) {
   std::vector<uint8_t> h(d.bytes());
-  if (!h.empty()) VERL_CUDA_CHECK(cudaMemcpy(h.data(), d.data(), h.size(), cudaMemcpyDeviceToHost));
+  copy_to_host(h.data(), d.data(), h.size());
   return h;
 }
 
@@ -212,7 +212,7 @@ void check_invariance(const CudaContext& ctx, const CudaSession& session, InvSha
                    " j0=" + std::to_string(sub.j0));
       const int64_t mm = m - sub.j0;
       DeviceBuffer<OutT> d_out(sub.M * ldd);
-      VERL_CUDA_CHECK(cudaMemset(d_out.data(), 0xff, d_out.bytes()));  // gaps must stay 0xff
+      VERL_CUDA_CHECK(cudaMemsetAsync(d_out.data(), 0xff, d_out.bytes(), ctx.stream));  // gaps stay 0xff
       const bf16* w_sub = d_w.data() + sub.j0 * ld_k;
       const bf16* x_sub = d_x.data() + sub.t0 * ld_k;
       Gemm g{CUBLAS_OP_T, CUBLAS_OP_N, mm,          sub.M,        K,   w_sub,    ld_k,
@@ -333,6 +333,50 @@ TEST_F(GemmInvariant, RejectsOtherForms) {
   g.ldd = 7;  // < m
   EXPECT_THROW(detail::run_gemm_invariant(ctx, g, "test"), verl::Error);
   sync();
+}
+
+// ---- (c) the same bits as cuBLASLt's kernels without split-K --------------------------------
+
+// At thousands of rows cuBLASLt's heuristic takes a kernel without split-K for every forward
+// shape of the models (a chain of 16-wide k steps into one fp32 accumulator per element, like
+// ours). The two give the same bits, so a call may take either and rows still agree: this is
+// what lets the batch-invariant mode keep cuBLASLt wherever it does not split K.
+TEST_F(GemmInvariant, SameBitsAsCublasLtWithoutSplitK) {
+  const int64_t T = 2048;
+  struct S {
+    int64_t K, N;
+    bool bias;
+  };
+  for (S s : {S{896, 1152, true}, S{896, 896, false}, S{896, 9728, false}, S{4864, 896, false},
+              S{1536, 2048, true}, S{8960, 1536, false}}) {
+    SCOPED_TRACE("K=" + std::to_string(s.K) + " N=" + std::to_string(s.N));
+    const auto x = bf16_rounded(randn(T * s.K, 500 + s.K));
+    const auto w = bf16_rounded(randn(s.N * s.K, 501 + s.N, 1.0f / std::sqrt(float(s.K))));
+    const auto b = bf16_rounded(randn(s.N, 502));
+    auto d_x = upload_bf16(x), d_w = upload_bf16(w), d_b = upload_bf16(b);
+    DeviceBuffer<bf16> d_lt(T * s.N), d_inv(T * s.N);
+    const bf16* bias = s.bias ? d_b.data() : nullptr;
+    linear_forward(ctx(), d_lt.data(), d_x.data(), d_w.data(), bias, T, s.K, s.N);
+    linear_forward(inv_ctx(), d_inv.data(), d_x.data(), d_w.data(), bias, T, s.K, s.N);
+    const auto lt = raw_bytes(d_lt), inv = raw_bytes(d_inv);
+    int64_t differ = 0;
+    for (size_t i = 0; i < lt.size(); i += 2) differ += lt[i] != inv[i] || lt[i + 1] != inv[i + 1];
+    EXPECT_EQ(differ, 0) << "of " << T * s.N << " outputs";
+  }
+  // fp32 output: the LM head's logits.
+  const int64_t K = 896, V = 32000, n = 512;
+  const auto h = bf16_rounded(randn(n * K, 510));
+  const auto w = bf16_rounded(randn(V * K, 511, 0.03f));
+  auto d_h = upload_bf16(h), d_w = upload_bf16(w);
+  DeviceBuffer<float> z_lt(n * V), z_inv(n * V);
+  for (const bool inv : {false, true}) {
+    const CudaContext c = inv ? inv_ctx() : ctx();
+    detail::run_gemm(c,
+                     Gemm{CUBLAS_OP_T, CUBLAS_OP_N, V, n, K, d_w.data(), K, d_h.data(), K,
+                          CUDA_R_16BF, inv ? z_inv.data() : z_lt.data(), V, CUDA_R_32F, 0.0f},
+                     "test logits");
+  }
+  EXPECT_TRUE(raw_bytes(z_lt) == raw_bytes(z_inv)) << "LM-head logits";
 }
 
 }  // namespace

@@ -176,7 +176,7 @@ void check_attention(const CudaContext& ctx, const CudaSession& session,
         paged_attention_workspace_bytes(s.B, H, D, plan.max_context, partition, max_partitions);
     DeviceBuffer<uint8_t> d_ws(std::max<size_t>(ws, 1));
     DeviceBuffer<bf16> d_out(static_cast<size_t>(s.T * H * D));
-    VERL_CUDA_CHECK(cudaMemset(d_out.data(), 0xff, d_out.bytes()));  // NaN: every row must be written
+    VERL_CUDA_CHECK(cudaMemsetAsync(d_out.data(), 0xff, d_out.bytes(), ctx.stream));  // NaN: all written
     paged_attention(ctx, d_out.data(), d_q.data(), d_kc.data(), d_vc.data(), d_tables.data(), s.W,
                     d_cu.data(), d_pos.data(), s.B, s.T, H, Hkv, D, s.bs,
                     1.0f / std::sqrt(static_cast<float>(D)), plan, d_ws.data(), d_ws.size());

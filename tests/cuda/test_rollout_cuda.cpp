@@ -265,7 +265,7 @@ TEST_F(CudaRollout, TrainingKernelPrefillMatchesPagedPrefill) {
       const size_t n = static_cast<size_t>(cache.num_arrays() * cache.array_elems());
       std::vector<uint16_t> raw(n);
       VERL_CUDA_CHECK(cudaDeviceSynchronize());
-      VERL_CUDA_CHECK(cudaMemcpy(raw.data(), cache.base(), n * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+      copy_to_host(raw.data(), cache.base(), n * sizeof(uint16_t));
       std::vector<float> f(n);
       for (size_t i = 0; i < n; ++i) f[i] = bf16_to_f32(raw[i]);
       caches.push_back(std::move(f));

@@ -7,6 +7,9 @@
 // points, so they agree to accumulation-order noise, not bit for bit; the test prints the largest
 // difference. With batch_invariant on both sides (batch-invariant GEMMs, the training attention
 // kernel over the paged cache, the trainer's LM-head op for the sampled tokens) they are equal.
+// A third mode keeps the default GEMMs and LM head but runs decode attention on the training
+// kernel's arithmetic too (CudaRunnerOptions::training_decode_attention): what attention alone
+// leaves of the difference.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,10 +32,13 @@ namespace {
 
 const std::string kGolden = std::string(VERL_SOURCE_DIR) + "/tests/fixtures/golden/";
 
-class RolloutVsTrainerModes : public CudaTest, public ::testing::WithParamInterface<bool> {};
+enum class Mode { kDefault, kTrainingAttention, kBatchInvariant };
+
+class RolloutVsTrainerModes : public CudaTest, public ::testing::WithParamInterface<Mode> {};
 
 TEST_P(RolloutVsTrainerModes, SampledLogprobsMatchTheTrainersCudaForward) {
-  const bool invariant = GetParam();
+  const bool invariant = GetParam() == Mode::kBatchInvariant;
+  const bool training_attention = GetParam() == Mode::kTrainingAttention;
   for (const char* family : {"qwen2", "llama3", "qwen3"}) {
     SCOPED_TRACE(std::string(family) + (invariant ? " batch_invariant" : ""));
     model::Weights w = model::Weights::load(kGolden + family);
@@ -69,6 +75,7 @@ TEST_P(RolloutVsTrainerModes, SampledLogprobsMatchTheTrainersCudaForward) {
     CudaTransformer tf(ctx(), w, to);
     CudaRunnerOptions ro;
     ro.batch_invariant = invariant;
+    ro.training_decode_attention = training_attention;
     ro.kv_cache_bytes = static_cast<int64_t>(cfg.scheduler.num_blocks) *
                         kv_cache_bytes_per_block(w.config, cfg.scheduler.block_size);
     CudaModelRunner runner(ctx(), tf.config(), tf.layout(), tf.weights_bf16(), cfg.scheduler, ro);
@@ -101,7 +108,11 @@ TEST_P(RolloutVsTrainerModes, SampledLogprobsMatchTheTrainersCudaForward) {
     }
     std::printf("%s%s: rollout vs trainer CUDA log-probs over %lld sampled tokens: max |diff| %.3g, "
                 "mean %.3g\n",
-                family, invariant ? " (batch_invariant)" : "", static_cast<long long>(n), worst,
+                family,
+                invariant            ? " (batch_invariant)"
+                : training_attention ? " (training decode attention)"
+                                     : "",
+                static_cast<long long>(n), worst,
                 sum / static_cast<double>(n));
     if (invariant) {
       EXPECT_EQ(worst, 0.0);
@@ -111,9 +122,13 @@ TEST_P(RolloutVsTrainerModes, SampledLogprobsMatchTheTrainersCudaForward) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, RolloutVsTrainerModes, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& i) {
-                           return i.param ? "BatchInvariant" : "Default";
+INSTANTIATE_TEST_SUITE_P(Modes, RolloutVsTrainerModes,
+                         ::testing::Values(Mode::kDefault, Mode::kTrainingAttention,
+                                           Mode::kBatchInvariant),
+                         [](const ::testing::TestParamInfo<Mode>& i) {
+                           return i.param == Mode::kBatchInvariant      ? "BatchInvariant"
+                                  : i.param == Mode::kTrainingAttention ? "TrainingAttention"
+                                                                        : "Default";
                          });
 
 }  // namespace

@@ -50,13 +50,13 @@ inline DeviceBuffer<bf16> upload_bf16(const std::vector<float>& x) {
   std::vector<uint16_t> h(x.size());
   for (size_t i = 0; i < x.size(); ++i) h[i] = f32_to_bf16(x[i]);
   DeviceBuffer<bf16> d(x.size());
-  if (!h.empty()) VERL_CUDA_CHECK(cudaMemcpy(d.data(), h.data(), h.size() * 2, cudaMemcpyHostToDevice));
+  copy_to_device(d.data(), h.data(), h.size() * 2);
   return d;
 }
 
 inline std::vector<float> download_bf16(const DeviceBuffer<bf16>& d) {
   std::vector<uint16_t> h(d.size());
-  if (!h.empty()) VERL_CUDA_CHECK(cudaMemcpy(h.data(), d.data(), h.size() * 2, cudaMemcpyDeviceToHost));
+  copy_to_host(h.data(), d.data(), h.size() * 2);
   std::vector<float> x(h.size());
   for (size_t i = 0; i < h.size(); ++i) x[i] = bf16_to_f32(h[i]);
   return x;

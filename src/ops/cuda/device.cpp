@@ -34,6 +34,18 @@ int device_count() {
 
 static constexpr size_t kArenaAlign = 256;  // cuBLASLt's preferred alignment; also fits float4
 
+void copy_to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  VERL_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+  VERL_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void copy_to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  VERL_CUDA_CHECK(cudaDeviceSynchronize());
+  VERL_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
 static size_t round_up(size_t x) { return (x + kArenaAlign - 1) / kArenaAlign * kArenaAlign; }
 
 DeviceArena::DeviceArena(std::string name, size_t capacity_bytes)

@@ -20,6 +20,16 @@ namespace verl::ops::cuda {
 // Number of CUDA devices; 0 when there is no driver or no device (never throws).
 int device_count();
 
+// Copies host bytes to the device and returns once they have landed. A plain cudaMemcpy from
+// pageable memory returns when the bytes are staged, with the DMA possibly still in flight on the
+// legacy default stream, which our non-blocking streams do not wait for: a kernel enqueued right
+// after could read the old contents. Setup and tests only (it synchronises the device).
+void copy_to_device(void* dst, const void* src, size_t bytes);
+
+// Copies device bytes to the host after every stream's queued work (the non-blocking streams'
+// kernels included, which a plain cudaMemcpy does not wait for). Setup and tests only.
+void copy_to_host(void* dst, const void* src, size_t bytes);
+
 // Everything a CUDA op needs besides its tensors. Ops enqueue work on `stream` and return
 // without synchronising. `workspace` is scratch shared by the ops of this stream (cuBLASLt,
 // two-pass reductions): ops on one stream run in order, so they may all reuse it.
@@ -28,9 +38,9 @@ struct CudaContext {
   cublasLtHandle_t lt = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
-  // Forward GEMMs (op(A) = A^T, op(B) = B, bf16 operands) run on the batch-invariant kernel of
-  // gemm_invariant.cu instead of cuBLASLt: the bits of a row do not depend on how many rows the
-  // call has.
+  // Forward GEMMs (op(A) = A^T, op(B) = B, bf16 operands) give bits per row that do not depend
+  // on how many rows the call has: cuBLASLt where it does not split k, else the kernel of
+  // gemm_invariant.cu (gemm.h).
   bool batch_invariant = false;
 };
 
@@ -66,11 +76,11 @@ class DeviceBuffer {
   void upload(const std::vector<T>& host) {
     VERL_CUDA_REQUIRE(host.size() == n_, "DeviceBuffer::upload: " + std::to_string(host.size()) +
                                              " elements into a buffer of " + std::to_string(n_));
-    if (n_ > 0) VERL_CUDA_CHECK(cudaMemcpy(p_, host.data(), bytes(), cudaMemcpyHostToDevice));
+    copy_to_device(p_, host.data(), bytes());
   }
   std::vector<T> download() const {
     std::vector<T> host(n_);
-    if (n_ > 0) VERL_CUDA_CHECK(cudaMemcpy(host.data(), p_, bytes(), cudaMemcpyDeviceToHost));
+    copy_to_host(host.data(), p_, bytes());
     return host;
   }
   void zero(cudaStream_t stream) {

@@ -49,6 +49,10 @@ struct Plan {
   MatmulDesc op;
   Layout la, lb, ld;
   cublasLtMatmulAlgo_t algo{};
+  bool split_k = false;  // the algorithm sums k in more than one slice
+  // Unsplit, with A, B and D 16-byte aligned and leading dimensions of whole 16-byte rows: the
+  // cases GemmInvariant.SameBitsAsCublasLtWithoutSplitK checks against our kernel.
+  bool tested_unsplit = false;
 };
 
 struct PlanKey {
@@ -134,17 +138,22 @@ std::unique_ptr<Plan> make_plan(const CudaContext& ctx, const Gemm& g, const Pla
                         std::to_string(key.al_b) + "/" + std::to_string(key.al_d) +
                         " bytes, workspace " + std::to_string(ctx.workspace_bytes) + " bytes)");
   plan->algo = result.algo;
+  int32_t splits = 1;
+  size_t written = 0;
+  VERL_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(
+      &plan->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits), &written));
+  plan->split_k = splits > 1;
+  plan->tested_unsplit = !plan->split_k && key.al_a >= 16 && key.al_b >= 16 && key.al_d >= 16 &&
+                         g.lda % 8 == 0 && g.ldb % 8 == 0 && g.ldd % 4 == 0;
   return plan;
 }
 
 }  // namespace
 
 void run_gemm(const CudaContext& ctx, const Gemm& g, const char* what) {
-  if (ctx.batch_invariant && g.ta == CUBLAS_OP_T && g.tb == CUBLAS_OP_N &&
-      g.ab_type == CUDA_R_16BF) {
-    run_gemm_invariant(ctx, g, what);
-    return;
-  }
+  const bool forward_form = g.ta == CUBLAS_OP_T && g.tb == CUBLAS_OP_N &&
+                            g.ab_type == CUDA_R_16BF &&
+                            (g.d_type == CUDA_R_16BF || g.d_type == CUDA_R_32F);
   // C (the beta term) shares D's layout; its alignment joins D's in the key.
   const void* c = g.c != nullptr ? g.c : g.d;
   int device = 0;
@@ -156,23 +165,26 @@ void run_gemm(const CudaContext& ctx, const Gemm& g, const char* what) {
                     static_cast<uint64_t>(ctx.workspace_bytes), device};
   static std::mutex mu;
   static std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
-  Plan* plan = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = plans.find(key);
-    if (it == plans.end()) it = plans.emplace(key, make_plan(ctx, g, key, what)).first;
-    plan = it->second.get();
-    // The bias pointer is the one per-call attribute; set it under the lock, as the descriptor
-    // is shared, and enqueue the matmul before releasing it.
-    if (g.bias != nullptr) {
-      VERL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-          plan->op.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
-    }
-    VERL_CUBLAS_CHECK(cublasLtMatmul(ctx.lt, plan->op.h, &g.alpha, g.a, plan->la.h, g.b,
-                                     plan->lb.h, &g.beta, c, plan->ld.h, g.d, plan->ld.h,
-                                     &plan->algo, ctx.workspace, ctx.workspace_bytes,
-                                     ctx.stream));
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = plans.find(key);
+  if (it == plans.end()) it = plans.emplace(key, make_plan(ctx, g, key, what)).first;
+  Plan* plan = it->second.get();
+  // Batch-invariant mode: the forward form stays on cuBLASLt only where it matches our kernel bit
+  // for bit (an unsplit algorithm, aligned operands, alpha = 1, no C term; gemm.h), else ours.
+  if (ctx.batch_invariant && forward_form &&
+      !(plan->tested_unsplit && g.alpha == 1.0f && g.beta == 0.0f && alignment_of(g.bias) >= 16)) {
+    run_gemm_invariant(ctx, g, what);
+    return;
   }
+  // The bias pointer is the one per-call attribute; set it under the lock, as the descriptor is
+  // shared, and enqueue the matmul before releasing it.
+  if (g.bias != nullptr) {
+    VERL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                     &g.bias, sizeof(g.bias)));
+  }
+  VERL_CUBLAS_CHECK(cublasLtMatmul(ctx.lt, plan->op.h, &g.alpha, g.a, plan->la.h, g.b, plan->lb.h,
+                                   &g.beta, c, plan->ld.h, g.d, plan->ld.h, &plan->algo,
+                                   ctx.workspace, ctx.workspace_bytes, ctx.stream));
 }
 
 }  // namespace verl::ops::cuda::detail

@@ -30,8 +30,15 @@ struct Gemm {
 };
 
 // Runs g on ctx's stream with its workspace; `what` names the caller in errors (e.g. no algorithm).
-// With ctx.batch_invariant, the forward form (ta = T, tb = N, bf16 A and B) goes to
-// run_gemm_invariant instead; every other form stays on cuBLASLt.
+// With ctx.batch_invariant, the forward form (ta = T, tb = N, bf16 A and B, bf16 or fp32 D) stays
+// on cuBLASLt only where the heuristic's algorithm does not split k, A, B, D and the bias are
+// 16-byte aligned, the leading dimensions are whole 16-byte rows, alpha = 1 and beta = 0 (its
+// scaling and C term round differently from ours); the rest goes to
+// run_gemm_invariant. cuBLASLt's unsplit kernels chain fp32 tensor-core steps over 16-wide k
+// chunks from zero, as ours do, and give the same bits (GemmInvariant.SameBitsAsCublasLtWithoutSplitK
+// checks the model shapes on the GPU), so a row has the same bits whichever of the two runs it;
+// split-K (the heuristic's choice for the decode MLP down projection) would not. Every other form
+// stays on cuBLASLt.
 void run_gemm(const CudaContext& ctx, const Gemm& g, const char* what);
 
 // The batch-invariant GEMM of gemm_invariant.cu: only ta = CUBLAS_OP_T, tb = CUBLAS_OP_N,

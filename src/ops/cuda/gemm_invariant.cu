@@ -62,6 +62,7 @@ struct TileCfg {
 };
 
 using SmallCfg = TileCfg<16, 64, 64, 1, 4, 4>;
+using NarrowCfg = TileCfg<32, 32, 64, 2, 2, 6>;
 using MidCfg = TileCfg<64, 64, 64, 2, 2, 4>;
 using LargeCfg = TileCfg<128, 128, 32, 2, 4, 4>;
 
@@ -284,7 +285,7 @@ int64_t blocks_of(const Args& a) {
 
 // The configuration (any choice gives the same bits): the largest tile whose grid still fills the
 // GPU twice over (a decode GEMM with m = 896 outputs has 14 large tiles at n = 256, so it takes
-// the small ones), else the smallest; few tokens take the tile that fits them.
+// the narrow ones), else the narrow one; at most 16 tokens take the small tile that fits them.
 template <typename OutT>
 void launch_by_rows(const CudaContext& ctx, const Args& a, const char* what) {
   static const int64_t fill = [] {
@@ -302,7 +303,7 @@ void launch_by_rows(const CudaContext& ctx, const Args& a, const char* what) {
   } else if (blocks_of<MidCfg>(a) >= fill) {
     launch<MidCfg, OutT>(ctx, a, what);
   } else {
-    launch<SmallCfg, OutT>(ctx, a, what);
+    launch<NarrowCfg, OutT>(ctx, a, what);
   }
 }
 

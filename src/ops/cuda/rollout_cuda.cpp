@@ -69,8 +69,10 @@ CudaKVCache::CudaKVCache(const model::ModelConfig& cfg, int32_t block_size, int6
 void CudaKVCache::allocate() {
   if (allocated()) return;
   buf_ = DeviceBuffer<bf16>(static_cast<size_t>(num_arrays() * array_elems_));
-  // Zeroed once: graph padding rows read block 0, which must hold finite values.
+  // Zeroed once: graph padding rows read block 0, which must hold finite values. The memset runs
+  // on the legacy stream, which the non-blocking streams of the ops do not wait for: finish it.
   VERL_CUDA_CHECK(cudaMemset(buf_.data(), 0, buf_.bytes()));
+  VERL_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 void CudaKVCache::release() { buf_.reset(); }
@@ -133,8 +135,7 @@ CudaModelRunner::CudaModelRunner(const CudaContext& ctx, const model::ModelConfi
   try {
     arena_ = DeviceArena("rollout_scratch", scratch_bytes_);
     carve(&arena_);
-    VERL_CUDA_CHECK(cudaMemcpy(inv_freq_, inv_freq_host_.data(),
-                               inv_freq_host_.size() * sizeof(float), cudaMemcpyHostToDevice));
+    copy_to_device(inv_freq_, inv_freq_host_.data(), inv_freq_host_.size() * sizeof(float));
     // The KV budget is measured with the scratch already taken (vLLM profiles before sizing).
     const int64_t budget = opts_.kv_cache_bytes > 0
                                ? opts_.kv_cache_bytes
@@ -213,8 +214,7 @@ void CudaModelRunner::acquire() {
   if (arena_.capacity() == 0) {
     arena_ = DeviceArena("rollout_scratch", scratch_bytes_);
     carve(&arena_);
-    VERL_CUDA_CHECK(cudaMemcpy(inv_freq_, inv_freq_host_.data(),
-                               inv_freq_host_.size() * sizeof(float), cudaMemcpyHostToDevice));
+    copy_to_device(inv_freq_, inv_freq_host_.data(), inv_freq_host_.size() * sizeof(float));
   }
   cache_->allocate();
 }
@@ -321,20 +321,20 @@ void CudaModelRunner::forward(int64_t T, int64_t B, int64_t S, const PagedAttent
     qkv_rope_paged_write(ctx_, q_, cache_->k(l), cache_->v(l), qkv_, W(p.q_norm), W(p.k_norm), eps,
                          d_pos_, inv_freq_, d_slots_, T, H, Hkv, D);
     mark("attention");
-    if (opts_.batch_invariant) {
-      // The training kernel's arithmetic row for row, whatever the step's mix of items.
-      attention_forward_paged(ctx_, att_, q_, cache_->k(l), cache_->v(l), d_tables_, W_,
-                              cache_->block_size(), d_cu_, d_pos_, B, T, H, Hkv, D, scale,
-                              /*single_token_items=*/true, /*multi_token_items=*/plan.prefill);
-    } else {
-      PagedAttentionPlan p = plan;
-      if (plan.prefill && opts_.training_prefill_attention) {
-        // Prefill chunks on the training kernel over the cache; decode items below.
+    {
+      // Items on the training kernel's arithmetic (attention_forward_paged: the trainer's bits row
+      // for row) and the rest on the paged kernels.
+      const bool train_decode = plan.decode && (opts_.batch_invariant || opts_.training_decode_attention);
+      const bool train_prefill =
+          plan.prefill && (opts_.batch_invariant || opts_.training_prefill_attention);
+      if (train_decode || train_prefill) {
         attention_forward_paged(ctx_, att_, q_, cache_->k(l), cache_->v(l), d_tables_, W_,
                                 cache_->block_size(), d_cu_, d_pos_, B, T, H, Hkv, D, scale,
-                                /*single_token_items=*/false);
-        p.prefill = false;
+                                train_decode, train_prefill);
       }
+      PagedAttentionPlan p = plan;
+      p.decode = plan.decode && !train_decode;
+      p.prefill = plan.prefill && !train_prefill;
       if (p.decode || p.prefill) {
         paged_attention(ctx_, att_, q_, cache_->k(l), cache_->v(l), d_tables_, W_, d_cu_, d_pos_,
                         B, T, H, Hkv, D, cache_->block_size(), scale, p, attn_ws_,
@@ -500,7 +500,7 @@ void CudaModelRunner::step(const rollout::ScheduledBatch& b, std::span<int32_t> 
     plan.decode = false;
     for (int64_t i = 0; i < B && !plan.decode; ++i) plan.decode = b.cu_seqlens[i + 1] - b.cu_seqlens[i] == 1;
     plan.prefill = b.max_seqlen_q > 1;
-    if (plan.prefill && opts_.training_prefill_attention && !opts_.batch_invariant) {
+    if (plan.prefill && (opts_.training_prefill_attention || opts_.batch_invariant)) {
       ++stats_.training_prefill_steps;
     }
     forward(T, B, S, plan);

@@ -26,7 +26,7 @@ size_t round_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 template <typename T>
 std::vector<T> download_n(const T* p, int64_t n) {
   std::vector<T> h(static_cast<size_t>(std::max<int64_t>(n, 0)));
-  if (n > 0) VERL_CUDA_CHECK(cudaMemcpy(h.data(), p, h.size() * sizeof(T), cudaMemcpyDeviceToHost));
+  copy_to_host(h.data(), p, h.size() * sizeof(T));
   return h;
 }
 
@@ -205,8 +205,7 @@ void CudaTransformer::upload_weights(const std::vector<float>& w) {
   // the device conversion does).
   std::vector<uint16_t> h(w.size());
   for (size_t i = 0; i < w.size(); ++i) h[i] = f32_to_bf16(w[i]);
-  VERL_CUDA_CHECK(cudaMemcpy(wbf_.data(), h.data(), h.size() * sizeof(uint16_t),
-                             cudaMemcpyHostToDevice));
+  copy_to_device(wbf_.data(), h.data(), h.size() * sizeof(uint16_t));
 }
 
 void CudaTransformer::download_optimizer_state(std::vector<float>& m, std::vector<float>& v) const {
