@@ -59,6 +59,7 @@ struct GrpoOpts {
   int32_t max_num_batched_tokens = 8192;  // rollout.max_num_batched_tokens
   bool enforce_eager = false;
   bool batch_invariant = false;  // rollout.batch_invariant: rollout log-probs = old_log_prob bitwise
+  bool training_decode = false;  // decode attention on the training kernel's arithmetic
   uint64_t seed = 1;
 };
 
@@ -222,6 +223,7 @@ class GrpoStepBench {
                         ops::cuda::kv_cache_bytes_per_block(cfg, 16);
     ro.enforce_eager = o_.enforce_eager;
     ro.batch_invariant = o_.batch_invariant;
+    ro.training_decode_attention = o_.training_decode;
     std::vector<rollout::Completion> out;
     {
       ops::cuda::CudaModelRunner runner(ctx_, cfg, actor_.layout(), actor_.weights_bf16(),
@@ -484,6 +486,7 @@ int run_cuda(const GrpoOpts& o, model::Weights& w) {
       {"lr", o.lr},
       {"enforce_eager", o.enforce_eager},
       {"batch_invariant", o.batch_invariant},
+      {"training_decode_attention", o.training_decode},
       {"rollout_vs_old_logprob_max_abs_diff", last.rollout_logprob_diff_max},
       {"rollout_vs_old_logprob_mean_abs_diff", last.rollout_logprob_diff_mean},
       {"max_num_seqs", o.max_num_seqs},
@@ -550,6 +553,9 @@ Action add_bench_grpo_step(CLI::App& bench) {
   s->add_flag("--batch-invariant", o->batch_invariant,
               "batch-invariant kernels in the rollout and the actor's forward "
               "(actor_rollout_ref.rollout.batch_invariant)");
+  s->add_flag("--training-decode", o->training_decode,
+              "rollout: decode attention on the training kernel's arithmetic instead of the split-K "
+              "decode kernel");
   s->add_option("--seed", o->seed, "weights, prompts and sampling seed (default 1)");
   return [o, s]() -> int { return s->parsed() ? run_grpo_step(*o) : 0; };
 }
