@@ -59,7 +59,7 @@ struct GrpoOpts {
   int32_t max_num_batched_tokens = 8192;  // rollout.max_num_batched_tokens
   bool enforce_eager = false;
   bool batch_invariant = false;  // rollout.batch_invariant: rollout log-probs = old_log_prob bitwise
-  bool training_decode = false;  // decode attention on the training kernel's arithmetic
+  bool match_trainer = false;    // rollout.match_trainer_numerics: log-probs within rounding noise
   uint64_t seed = 1;
 };
 
@@ -223,7 +223,7 @@ class GrpoStepBench {
                         ops::cuda::kv_cache_bytes_per_block(cfg, 16);
     ro.enforce_eager = o_.enforce_eager;
     ro.batch_invariant = o_.batch_invariant;
-    ro.training_decode_attention = o_.training_decode;
+    ro.match_trainer_numerics = o_.match_trainer;
     std::vector<rollout::Completion> out;
     {
       ops::cuda::CudaModelRunner runner(ctx_, cfg, actor_.layout(), actor_.weights_bf16(),
@@ -399,6 +399,7 @@ int run_cuda(const GrpoOpts& o, model::Weights& w) {
   topts.max_tokens = std::min(o.micro_tokens, B * seq);
   topts.max_seqs = std::clamp<int64_t>(topts.max_tokens / (int64_t{o.prompt_len} + 1), 1, B);
   topts.batch_invariant = o.batch_invariant;
+  topts.pin_split_k = o.match_trainer;
   ops::cuda::CudaTransformer actor(ctx, w, topts);
   std::unique_ptr<ops::cuda::CudaTransformer> ref;
   if (o.ref) {
@@ -486,7 +487,7 @@ int run_cuda(const GrpoOpts& o, model::Weights& w) {
       {"lr", o.lr},
       {"enforce_eager", o.enforce_eager},
       {"batch_invariant", o.batch_invariant},
-      {"training_decode_attention", o.training_decode},
+      {"match_trainer_numerics", o.match_trainer},
       {"rollout_vs_old_logprob_max_abs_diff", last.rollout_logprob_diff_max},
       {"rollout_vs_old_logprob_mean_abs_diff", last.rollout_logprob_diff_mean},
       {"max_num_seqs", o.max_num_seqs},
@@ -553,9 +554,10 @@ Action add_bench_grpo_step(CLI::App& bench) {
   s->add_flag("--batch-invariant", o->batch_invariant,
               "batch-invariant kernels in the rollout and the actor's forward "
               "(actor_rollout_ref.rollout.batch_invariant)");
-  s->add_flag("--training-decode", o->training_decode,
-              "rollout: decode attention on the training kernel's arithmetic instead of the split-K "
-              "decode kernel");
+  s->add_flag("--match-trainer", o->match_trainer,
+              "the rollout's decode attention on the training kernel's arithmetic and one split-K "
+              "choice per GEMM shape in the rollout and the actor "
+              "(actor_rollout_ref.rollout.match_trainer_numerics)");
   s->add_option("--seed", o->seed, "weights, prompts and sampling seed (default 1)");
   return [o, s]() -> int { return s->parsed() ? run_grpo_step(*o) : 0; };
 }

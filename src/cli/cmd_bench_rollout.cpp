@@ -51,7 +51,7 @@ struct RolloutOpts {
   int32_t decode_max_partitions = 0;
   bool split_sampling = true;
   bool training_prefill_attention = true;
-  bool training_decode_attention = false;
+  bool match_trainer_numerics = false;
   bool batch_invariant = false;
   bool profile = false;
   int warmup = 1;
@@ -95,7 +95,7 @@ int run_bench_rollout(const RolloutOpts& o) {
   ro.decode_max_partitions = o.decode_max_partitions;
   ro.split_sampling = o.split_sampling;
   ro.training_prefill_attention = o.training_prefill_attention;
-  ro.training_decode_attention = o.training_decode_attention;
+  ro.match_trainer_numerics = o.match_trainer_numerics;
   ro.batch_invariant = o.batch_invariant;
   ops::cuda::CudaModelRunner runner(session.ctx(), cfg, layout, wbf.data(), ec.scheduler, ro);
   rollout::Engine engine(runner, ec);
@@ -188,7 +188,7 @@ int run_bench_rollout(const RolloutOpts& o) {
   j["decode_max_partitions"] = o.decode_max_partitions;
   j["split_sampling"] = o.split_sampling;
   j["training_prefill_attention"] = o.training_prefill_attention;
-  j["training_decode_attention"] = o.training_decode_attention;
+  j["match_trainer_numerics"] = o.match_trainer_numerics;
   j["training_prefill_steps"] = rs.training_prefill_steps;
   if (o.profile) {
     nlohmann::json prof = nlohmann::json::object(), other = nlohmann::json::object();
@@ -257,9 +257,9 @@ Action add_rollout_flags(CLI::App& app) {
   app.add_flag("!--paged-prefill", o->training_prefill_attention,
                "prefill attention with the paged prefill kernel instead of the training kernel "
                "over the paged cache");
-  app.add_flag("--training-decode", o->training_decode_attention,
-               "decode attention with the training kernel's arithmetic (attention_forward_paged) "
-               "instead of the split-K paged decode kernel");
+  app.add_flag("--match-trainer", o->match_trainer_numerics,
+               "decode attention on the training kernel's arithmetic and one split-K choice per "
+               "GEMM shape (actor_rollout_ref.rollout.match_trainer_numerics)");
   app.add_flag("--profile", o->profile,
                "GPU ms per section of a decode step (cudaEvents; the timed run's "
                "steps run eagerly) in profile_ms_per_step");

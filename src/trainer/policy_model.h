@@ -39,6 +39,9 @@ struct RolloutRunnerOptions {
   // The batch-invariant kernels (CudaRunnerOptions::batch_invariant): with an actor built with
   // PolicyOptions::batch_invariant, sampled tokens' log-probs equal the actor's bit for bit.
   bool batch_invariant = false;
+  // CudaRunnerOptions::match_trainer_numerics: with an actor built with
+  // PolicyOptions::match_trainer_numerics, log-probs within float-rounding noise of the actor's.
+  bool match_trainer_numerics = false;
 };
 
 struct PolicyOptions {
@@ -56,6 +59,9 @@ struct PolicyOptions {
   // so log-probs do not depend on the micro-batch and equal a batch-invariant rollout's. The CPU
   // model is batch-invariant already (one fp32 path for every batch).
   bool batch_invariant = false;
+  // CUDA: forward GEMMs keep one split-K choice per shape (actor_rollout_ref.rollout.
+  // match_trainer_numerics, CudaContext::pin_split_k), as the matching rollout's do.
+  bool match_trainer_numerics = false;
 };
 
 class PolicyModel {

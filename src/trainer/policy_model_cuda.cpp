@@ -45,6 +45,7 @@ class CudaPolicy final : public PolicyModel {
     co.trainable = opts.trainable;
     co.recompute = opts.trainable && opts.recompute;
     co.batch_invariant = opts.batch_invariant;
+    co.pin_split_k = opts.match_trainer_numerics;
     tf_ = std::make_unique<ops::cuda::CudaTransformer>(session_.ctx(), host_, co);
     if (!opts.trainable) {
       // The reference policy is never generated from nor saved: no host copy unless asked for.
@@ -136,6 +137,7 @@ class CudaPolicy final : public PolicyModel {
     ro.kv_cache_bytes = needed > 0 ? std::min(needed, cap) : cap;
     ro.enforce_eager = opts.enforce_eager;
     ro.batch_invariant = opts.batch_invariant;
+    ro.match_trainer_numerics = opts.match_trainer_numerics;
     return std::make_unique<ops::cuda::CudaModelRunner>(session_.ctx(), host_.config,
                                                        host_.layout, tf_->weights_bf16(), sched,
                                                        ro);

@@ -200,6 +200,7 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
   }
   {
     po.batch_invariant = cfg_.get<bool>("actor_rollout_ref.rollout.batch_invariant");
+    po.match_trainer_numerics = cfg_.get<bool>("actor_rollout_ref.rollout.match_trainer_numerics");
     po.optim = optim_config(cfg_, "actor_rollout_ref.actor", cfg_.get<double>("actor_rollout_ref.actor.grad_clip"));
     const MicroBatchPlan plan = plan_micro_batches(cfg_, n_, /*update=*/true);
     po.max_tokens = plan.max_tokens;
@@ -282,6 +283,7 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, Experience& 
   ro.gpu_memory_utilization = cfg_.get<double>("actor_rollout_ref.rollout.gpu_memory_utilization");
   ro.enforce_eager = cfg_.get<bool>("actor_rollout_ref.rollout.enforce_eager");
   ro.batch_invariant = cfg_.get<bool>("actor_rollout_ref.rollout.batch_invariant");
+  ro.match_trainer_numerics = cfg_.get<bool>("actor_rollout_ref.rollout.match_trainer_numerics");
   std::unique_ptr<rollout::StepRunner> runner = actor_.model->make_rollout_runner(ec.scheduler, ro);
   std::optional<rollout::Engine> engine_holder;
   if (runner) {

@@ -379,5 +379,45 @@ TEST_F(GemmInvariant, SameBitsAsCublasLtWithoutSplitK) {
   EXPECT_TRUE(raw_bytes(z_lt) == raw_bytes(z_inv)) << "LM-head logits";
 }
 
+
+// ---- (d) pin_split_k: one split-K choice per shape ------------------------------------------
+
+// cuBLASLt's heuristic splits k for the MLP down projection at decode batch sizes; with
+// ctx.pin_split_k run_gemm makes that choice once per shape (at 256 rows) and keeps it at every
+// row count, in chunks when the workspace is short, so a row of the model's forward GEMMs has the
+// same bits in a decode step and in the trainer's forward. Calls of 256, 64, 7 and 1 rows at both
+// ends of a 5000-row call (which runs in chunks) against that call.
+TEST_F(GemmInvariant, PinnedSplitKRowsDoNotDependOnRowCount) {
+  CudaContext pinned = ctx();
+  pinned.pin_split_k = true;
+  const int64_t T = 5000;
+  struct S {
+    int64_t K, N;
+    bool bias;
+  };
+  for (S s : {S{896, 1152, true}, S{896, 896, false}, S{896, 9728, false}, S{4864, 896, false},
+              S{8960, 1536, false}}) {
+    SCOPED_TRACE("K=" + std::to_string(s.K) + " N=" + std::to_string(s.N));
+    const auto x = bf16_rounded(randn(T * s.K, 600 + s.K));
+    const auto w = bf16_rounded(randn(s.N * s.K, 601 + s.N, 1.0f / std::sqrt(float(s.K))));
+    const auto b = bf16_rounded(randn(s.N, 602));
+    auto d_x = upload_bf16(x), d_w = upload_bf16(w), d_b = upload_bf16(b);
+    const bf16* bias = s.bias ? d_b.data() : nullptr;
+    DeviceBuffer<bf16> full(T * s.N);
+    linear_forward(pinned, full.data(), d_x.data(), d_w.data(), bias, T, s.K, s.N);
+    const auto ref = raw_bytes(full);
+    const size_t row_bytes = static_cast<size_t>(s.N) * 2;
+    for (const int64_t M : {int64_t{256}, int64_t{64}, int64_t{7}, int64_t{1}}) {
+      for (const int64_t t0 : {int64_t{0}, T - M}) {
+        DeviceBuffer<bf16> part(M * s.N);
+        linear_forward(pinned, part.data(), d_x.data() + t0 * s.K, d_w.data(), bias, M, s.K, s.N);
+        const auto got = raw_bytes(part);
+        EXPECT_EQ(std::memcmp(got.data(), ref.data() + t0 * row_bytes, got.size()), 0)
+            << M << " rows from row " << t0;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace verl::ops::cuda::test

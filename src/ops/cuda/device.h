@@ -42,6 +42,11 @@ struct CudaContext {
   // on how many rows the call has: cuBLASLt where it does not split k, else the kernel of
   // gemm_invariant.cu (gemm.h).
   bool batch_invariant = false;
+  // Forward GEMMs make cuBLASLt's split-K choice once per shape, at a decode batch of 256 rows, and
+  // keep it at every row count (gemm.h): the rollout's decode steps and the trainer's forward then
+  // give a row the same bits at cuBLASLt's decode speed; large calls whose shape splits k (the MLP
+  // down projection) run slower than the heuristic's own choice would.
+  bool pin_split_k = false;
 };
 
 // A typed device allocation of n elements. Move-only. upload/download are synchronous

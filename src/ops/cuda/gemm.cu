@@ -1,11 +1,14 @@
-// cuBLASLt matmul with per-call descriptors and the alignment-aware algorithm heuristic (gemm.h);
-// in batch-invariant mode the forward form goes to gemm_invariant.cu instead.
+// cuBLASLt matmul with per-call descriptors and the alignment-aware algorithm heuristic (gemm.h).
+// The forward form has two more policies: batch-invariant mode (unsplit cuBLASLt or
+// gemm_invariant.cu) and pin_split_k (one split-K choice per shape at every row count).
 #include <cstdint>
 #include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/gemm.h"
@@ -41,15 +44,21 @@ uint32_t alignment_of(const void* p) {
   return al;
 }
 
-// A planned matmul: descriptors and the heuristic's algorithm for one (shape, types, alignments,
-// epilogue, workspace) key. Planning costs tens of microseconds of host time (the heuristic
-// query), more than the kernels of a small layer, so plans are cached for the process and a step
-// loop plans nothing after its first iteration.
+// Which algorithm a plan holds: the heuristic's first; the first of its candidates that does not
+// split k; or a given one (a shape's pinned split-K algorithm, run_gemm).
+enum class Choice : int32_t { kHeuristic, kUnsplit, kGiven };
+
+// A planned matmul: descriptors and an algorithm for one (shape, types, alignments, epilogue,
+// workspace, choice) key. Planning costs tens of microseconds of host time (the heuristic query),
+// more than the kernels of a small layer, so plans are cached for the process and a step loop
+// plans nothing after its first iteration.
 struct Plan {
   MatmulDesc op;
   Layout la, lb, ld;
   cublasLtMatmulAlgo_t algo{};
-  bool split_k = false;  // the algorithm sums k in more than one slice
+  bool found = false;     // kUnsplit / kGiven: an algorithm that fits (else the caller falls back)
+  bool split_k = false;   // the algorithm sums k in more than one slice
+  size_t workspace = 0;   // bytes the algorithm needs at this shape
   // Unsplit, with A, B and D 16-byte aligned and leading dimensions of whole 16-byte rows: the
   // cases GemmInvariant.SameBitsAsCublasLtWithoutSplitK checks against our kernel.
   bool tested_unsplit = false;
@@ -63,12 +72,13 @@ struct PlanKey {
   uint32_t al_a, al_b, al_d;
   uint64_t workspace;
   int device;
+  Choice choice = Choice::kHeuristic;
 
   bool operator==(const PlanKey& o) const {
     return ta == o.ta && tb == o.tb && m == o.m && n == o.n && k == o.k && lda == o.lda &&
            ldb == o.ldb && ldd == o.ldd && ab_type == o.ab_type && d_type == o.d_type &&
            bias == o.bias && al_a == o.al_a && al_b == o.al_b && al_d == o.al_d &&
-           workspace == o.workspace && device == o.device;
+           workspace == o.workspace && device == o.device && choice == o.choice;
   }
 };
 
@@ -78,7 +88,7 @@ struct PlanKeyHash {
     auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
     mix(static_cast<uint64_t>(k.ta) | static_cast<uint64_t>(k.tb) << 8 |
         static_cast<uint64_t>(k.ab_type) << 16 | static_cast<uint64_t>(k.d_type) << 32 |
-        static_cast<uint64_t>(k.bias) << 48);
+        static_cast<uint64_t>(k.bias) << 48 | static_cast<uint64_t>(k.choice) << 56);
     for (int64_t v : {k.m, k.n, k.k, k.lda, k.ldb, k.ldd}) mix(static_cast<uint64_t>(v));
     mix(static_cast<uint64_t>(k.al_a) | static_cast<uint64_t>(k.al_b) << 16 |
         static_cast<uint64_t>(k.al_d) << 32);
@@ -88,8 +98,18 @@ struct PlanKeyHash {
   }
 };
 
+int32_t splits_of(const cublasLtMatmulAlgo_t& algo) {
+  int32_t splits = 1;
+  size_t written = 0;
+  VERL_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                                         &splits, sizeof(splits), &written));
+  return splits;
+}
+
+// given: the algorithm for Choice::kGiven (checked against this shape; found = false if it does
+// not run here or needs more workspace than ctx has).
 std::unique_ptr<Plan> make_plan(const CudaContext& ctx, const Gemm& g, const PlanKey& key,
-                                const char* what) {
+                                const char* what, const cublasLtMatmulAlgo_t* given = nullptr) {
   auto plan = std::make_unique<Plan>();
   VERL_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op.h, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const int32_t ta = g.ta, tb = g.tb;
@@ -111,6 +131,24 @@ std::unique_ptr<Plan> make_plan(const CudaContext& ctx, const Gemm& g, const Pla
   VERL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->lb.h, g.ab_type, b_n ? g.k : g.n,
                                                b_n ? g.n : g.k, g.ldb));
   VERL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->ld.h, g.d_type, g.m, g.n, g.ldd));
+  const auto finish = [&](const cublasLtMatmulAlgo_t& algo, size_t ws) {
+    plan->algo = algo;
+    plan->found = true;
+    plan->workspace = ws;
+    plan->split_k = splits_of(algo) > 1;
+    plan->tested_unsplit = !plan->split_k && key.al_a >= 16 && key.al_b >= 16 &&
+                           key.al_d >= 16 && g.lda % 8 == 0 && g.ldb % 8 == 0 && g.ldd % 4 == 0;
+  };
+
+  if (key.choice == Choice::kGiven) {
+    cublasLtMatmulHeuristicResult_t r{};
+    if (cublasLtMatmulAlgoCheck(ctx.lt, plan->op.h, plan->la.h, plan->lb.h, plan->ld.h, plan->ld.h,
+                                given, &r) == CUBLAS_STATUS_SUCCESS &&
+        r.workspaceSize <= ctx.workspace_bytes) {
+      finish(*given, r.workspaceSize);
+    }
+    return plan;
+  }
 
   Preference pref;
   VERL_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.h));
@@ -126,26 +164,67 @@ std::unique_ptr<Plan> make_plan(const CudaContext& ctx, const Gemm& g, const Pla
   VERL_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.al_d, sizeof(key.al_d)));
 
-  cublasLtMatmulHeuristicResult_t result{};
+  constexpr int kCandidates = 16;
+  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int found = 0;
-  VERL_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx.lt, plan->op.h, plan->la.h, plan->lb.h,
-                                                   plan->ld.h, plan->ld.h, pref.h, 1, &result,
-                                                   &found));
+  VERL_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(
+      ctx.lt, plan->op.h, plan->la.h, plan->lb.h, plan->ld.h, plan->ld.h, pref.h,
+      key.choice == Choice::kUnsplit ? kCandidates : 1, results, &found));
+  if (key.choice == Choice::kUnsplit) {
+    for (int i = 0; i < found; ++i) {
+      if (splits_of(results[i].algo) == 1) {
+        finish(results[i].algo, results[i].workspaceSize);
+        break;
+      }
+    }
+    return plan;
+  }
   VERL_CUDA_REQUIRE(found > 0,
                     std::string(what) + ": cuBLASLt has no algorithm for m=" + std::to_string(g.m) +
                         " n=" + std::to_string(g.n) + " k=" + std::to_string(g.k) +
                         " (alignments A/B/D " + std::to_string(key.al_a) + "/" +
                         std::to_string(key.al_b) + "/" + std::to_string(key.al_d) +
                         " bytes, workspace " + std::to_string(ctx.workspace_bytes) + " bytes)");
-  plan->algo = result.algo;
-  int32_t splits = 1;
-  size_t written = 0;
-  VERL_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(
-      &plan->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits), &written));
-  plan->split_k = splits > 1;
-  plan->tested_unsplit = !plan->split_k && key.al_a >= 16 && key.al_b >= 16 && key.al_d >= 16 &&
-                         g.lda % 8 == 0 && g.ldb % 8 == 0 && g.ldd % 4 == 0;
+  finish(results[0].algo, results[0].workspaceSize);
   return plan;
+}
+
+// The process's plans (guarded by the caller's lock on plans_mutex()).
+std::mutex& plans_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+Plan* plan_for(const CudaContext& ctx, const Gemm& g, const PlanKey& key, const char* what,
+               const cublasLtMatmulAlgo_t* given = nullptr) {
+  static std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
+  auto it = plans.find(key);
+  if (it == plans.end()) it = plans.emplace(key, make_plan(ctx, g, key, what, given)).first;
+  return it->second.get();
+}
+
+// Enqueues g with a plan's descriptors and algorithm (under the plans lock: the bias pointer is a
+// per-call attribute of a shared descriptor).
+void launch(const CudaContext& ctx, const Gemm& g, Plan* plan) {
+  if (g.bias != nullptr) {
+    VERL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                     &g.bias, sizeof(g.bias)));
+  }
+  const void* c = g.c != nullptr ? g.c : g.d;
+  VERL_CUBLAS_CHECK(cublasLtMatmul(ctx.lt, plan->op.h, &g.alpha, g.a, plan->la.h, g.b, plan->lb.h,
+                                   &g.beta, c, plan->ld.h, g.d, plan->ld.h, &plan->algo,
+                                   ctx.workspace, ctx.workspace_bytes, ctx.stream));
+}
+
+// The row count at which a forward GEMM shape's split-K choice is made once (a full decode batch).
+constexpr int64_t kPinRows = 256;
+// Rows per call of a pinned split-K algorithm: its workspace grows with the rows (a slice's
+// partial sums), so larger calls run in chunks of this many rows. A multiple of 256, so that every
+// chunk's pointers keep the call's alignments (at most 256 bytes are looked at).
+int64_t pinned_chunk_rows(const CudaContext& ctx, const Plan& pin) {
+  if (pin.workspace == 0) return INT64_MAX;
+  const auto per_row = static_cast<double>(pin.workspace) / static_cast<double>(kPinRows);
+  const auto rows = static_cast<int64_t>(static_cast<double>(ctx.workspace_bytes) / per_row);
+  return std::max<int64_t>(256, rows / 256 * 256);
 }
 
 }  // namespace
@@ -163,28 +242,71 @@ void run_gemm(const CudaContext& ctx, const Gemm& g, const char* what) {
                     g.bias != nullptr, alignment_of(g.a), alignment_of(g.b),
                     std::min(alignment_of(g.d), alignment_of(c)),
                     static_cast<uint64_t>(ctx.workspace_bytes), device};
-  static std::mutex mu;
-  static std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = plans.find(key);
-  if (it == plans.end()) it = plans.emplace(key, make_plan(ctx, g, key, what)).first;
-  Plan* plan = it->second.get();
-  // Batch-invariant mode: the forward form stays on cuBLASLt only where it matches our kernel bit
-  // for bit (an unsplit algorithm, aligned operands, alpha = 1, no C term; gemm.h), else ours.
-  if (ctx.batch_invariant && forward_form &&
-      !(plan->tested_unsplit && g.alpha == 1.0f && g.beta == 0.0f && alignment_of(g.bias) >= 16)) {
-    run_gemm_invariant(ctx, g, what);
+  std::lock_guard<std::mutex> lock(plans_mutex());
+  Plan* plan = plan_for(ctx, g, key, what);
+  if (!forward_form) {
+    launch(ctx, g, plan);
     return;
   }
-  // The bias pointer is the one per-call attribute; set it under the lock, as the descriptor is
-  // shared, and enqueue the matmul before releasing it.
-  if (g.bias != nullptr) {
-    VERL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                     &g.bias, sizeof(g.bias)));
+  // Batch-invariant mode: cuBLASLt only where it matches our kernel bit for bit (an unsplit
+  // algorithm, aligned operands, alpha = 1, no C term; gemm.h), else ours.
+  if (ctx.batch_invariant) {
+    if (plan->tested_unsplit && g.alpha == 1.0f && g.beta == 0.0f && alignment_of(g.bias) >= 16) {
+      launch(ctx, g, plan);
+    } else {
+      run_gemm_invariant(ctx, g, what);
+    }
+    return;
   }
-  VERL_CUBLAS_CHECK(cublasLtMatmul(ctx.lt, plan->op.h, &g.alpha, g.a, plan->la.h, g.b, plan->lb.h,
-                                   &g.beta, c, plan->ld.h, g.d, plan->ld.h, &plan->algo,
-                                   ctx.workspace, ctx.workspace_bytes, ctx.stream));
+  if (!ctx.pin_split_k) {
+    launch(ctx, g, plan);
+    return;
+  }
+  // ctx.pin_split_k: one split-K choice per shape, made at kPinRows rows (gemm.h). A shape whose
+  // choice splits k runs that algorithm at every row count, in chunks that fit the workspace.
+  PlanKey pin_key = key;
+  pin_key.n = kPinRows;
+  Gemm pin_g = g;
+  pin_g.n = kPinRows;
+  const Plan* pin = plan_for(ctx, pin_g, pin_key, what);
+  if (pin->split_k) {
+    // Plan every chunk (a full one and the tail) before enqueuing any.
+    const int64_t rows = pinned_chunk_rows(ctx, *pin);
+    const size_t d_bytes = g.d_type == CUDA_R_32F ? 4 : 2;
+    std::vector<std::pair<Gemm, Plan*>> parts;
+    bool all_found = true;
+    for (int64_t t0 = 0; t0 < g.n && all_found; t0 += rows) {
+      Gemm part = g;
+      part.n = std::min(rows, g.n - t0);
+      part.b = static_cast<const char*>(g.b) + static_cast<size_t>(t0 * g.ldb) * 2;
+      part.d = static_cast<char*>(g.d) + static_cast<size_t>(t0 * g.ldd) * d_bytes;
+      if (g.c != nullptr) {
+        part.c = static_cast<const char*>(g.c) + static_cast<size_t>(t0 * g.ldd) * d_bytes;
+      }
+      PlanKey part_key = key;  // same alignments (pinned_chunk_rows)
+      part_key.n = part.n;
+      part_key.choice = Choice::kGiven;
+      Plan* p = plan_for(ctx, part, part_key, what, &pin->algo);
+      all_found = p->found;
+      parts.emplace_back(part, p);
+    }
+    if (all_found) {
+      for (auto& [part, p] : parts) launch(ctx, part, p);
+      return;
+    }
+  }
+  // Unpinned (or the pinned algorithm does not run here): an algorithm that does not split k,
+  // whose bits every unsplit algorithm shares; our kernel has them too when none is offered.
+  if (plan->split_k) {
+    PlanKey unsplit_key = key;
+    unsplit_key.choice = Choice::kUnsplit;
+    plan = plan_for(ctx, g, unsplit_key, what);
+    if (!plan->found) {
+      run_gemm_invariant(ctx, g, what);
+      return;
+    }
+  }
+  launch(ctx, g, plan);
 }
 
 }  // namespace verl::ops::cuda::detail

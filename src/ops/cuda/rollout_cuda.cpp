@@ -87,6 +87,7 @@ CudaModelRunner::CudaModelRunner(const CudaContext& ctx, const model::ModelConfi
     : ctx_(ctx), cfg_(cfg), layout_(layout), w_(weights), sched_(sched), opts_(options),
       inv_freq_host_(inv_freq) {
   ctx_.batch_invariant = ctx_.batch_invariant || opts_.batch_invariant;
+  ctx_.pin_split_k = ctx_.pin_split_k || opts_.match_trainer_numerics;
   int device = 0;
   VERL_CUDA_CHECK(cudaGetDevice(&device));
   VERL_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
@@ -324,7 +325,8 @@ void CudaModelRunner::forward(int64_t T, int64_t B, int64_t S, const PagedAttent
     {
       // Items on the training kernel's arithmetic (attention_forward_paged: the trainer's bits row
       // for row) and the rest on the paged kernels.
-      const bool train_decode = plan.decode && (opts_.batch_invariant || opts_.training_decode_attention);
+      const bool train_decode =
+          plan.decode && (opts_.batch_invariant || opts_.match_trainer_numerics);
       const bool train_prefill =
           plan.prefill && (opts_.batch_invariant || opts_.training_prefill_attention);
       if (train_decode || train_prefill) {

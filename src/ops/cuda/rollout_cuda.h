@@ -92,9 +92,13 @@ struct CudaRunnerOptions {
   // speed); false: the paged prefill kernel of paged_attention.h. Decode items always take the
   // split-K decode kernel (unless batch_invariant).
   bool training_prefill_attention = true;
-  // Decode items (one new token) on the training kernel's arithmetic too (attention_forward_paged's
-  // decode kernel); false: the split-K paged decode kernel.
-  bool training_decode_attention = false;
+  // Log-probs within float-rounding noise of the trainer's (actor_rollout_ref.rollout.
+  // match_trainer_numerics; the actor built with CudaTransformerOptions::pin_split_k): decode items
+  // (one new token) on the training kernel's arithmetic too (attention_forward_paged's decode
+  // kernel, one warp per GQA group, no split along the context) and forward GEMMs with one split-K
+  // choice per shape (CudaContext::pin_split_k). Slower than the default kernels, and much slower
+  // for long contexts at small batch.
+  bool match_trainer_numerics = false;
   // Log-probs bitwise equal to the trainer's batch-invariant forward (CudaTransformerOptions::
   // batch_invariant; actor_rollout_ref.rollout.batch_invariant): forward GEMMs on the
   // batch-invariant kernel, every item's attention through attention_forward_paged (the training
