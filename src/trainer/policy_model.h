@@ -55,7 +55,7 @@ struct PolicyOptions {
   // Activation recomputation in backward (actor_rollout_ref.model.enable_gradient_checkpointing).
   // CUDA only; the CPU model keeps every activation, so there it changes nothing.
   bool recompute = false;
-  // CUDA: forward GEMMs on the batch-invariant kernel (actor_rollout_ref.rollout.batch_invariant),
+  // CUDA: forward GEMMs that never split k (actor_rollout_ref.rollout.batch_invariant; gemm.h),
   // so log-probs do not depend on the micro-batch and equal a batch-invariant rollout's. The CPU
   // model is batch-invariant already (one fp32 path for every batch).
   bool batch_invariant = false;

@@ -89,8 +89,8 @@ struct CudaRunnerOptions {
   bool split_sampling = true;  // multi-block sampling for greedy / untruncated rows (sampling.h)
   // Prefill chunks (fresh prompts and chunks with a cached prefix alike) run the training kernel
   // over the paged cache (attention_forward_paged, attention.h: the trainer's arithmetic, at its
-  // speed); false: the paged prefill kernel of paged_attention.h. Decode items always take the
-  // split-K decode kernel (unless batch_invariant).
+  // speed); false: the paged prefill kernel of paged_attention.h. Decode items take the split-K
+  // decode kernel (unless match_trainer_numerics or batch_invariant).
   bool training_prefill_attention = true;
   // Log-probs within float-rounding noise of the trainer's (actor_rollout_ref.rollout.
   // match_trainer_numerics; the actor built with CudaTransformerOptions::pin_split_k): decode items
@@ -100,11 +100,12 @@ struct CudaRunnerOptions {
   // for long contexts at small batch.
   bool match_trainer_numerics = false;
   // Log-probs bitwise equal to the trainer's batch-invariant forward (CudaTransformerOptions::
-  // batch_invariant; actor_rollout_ref.rollout.batch_invariant): forward GEMMs on the
-  // batch-invariant kernel, every item's attention through attention_forward_paged (the training
-  // kernel's arithmetic over the paged cache, attention.h), and each sampled token's log-prob from
-  // the trainer's LM-head op (lm_head_forward) at the step's temperature, which must be the same
-  // for every sample of a step (0, greedy, scores at 1). Slower than the default kernels.
+  // batch_invariant; actor_rollout_ref.rollout.batch_invariant): forward GEMMs that never split k
+  // (cuBLASLt's unsplit kernels or gemm_invariant.cu, gemm.h), every item's attention through
+  // attention_forward_paged (the training kernel's arithmetic over the paged cache, attention.h),
+  // and each sampled token's log-prob from the trainer's LM-head op (lm_head_forward) at the step's
+  // temperature, which must be the same for every sample of a step (0, greedy, scores at 1).
+  // Slower than the default kernels.
   bool batch_invariant = false;
 };
 

@@ -43,8 +43,8 @@ struct CudaTransformerOptions {
   // bf16 storage adds an error of about 2^-8 of the p-terms to d_z (lm_head.h). false: the
   // backward recomputes the logits (less memory).
   bool lm_head_keep_probs = true;
-  // Forward GEMMs on the batch-invariant kernel (gemm_invariant.cu, through
-  // CudaContext::batch_invariant): a token's log-prob no longer depends on the batch it is computed
+  // Forward GEMMs that never split k (CudaContext::batch_invariant: cuBLASLt's unsplit kernels or
+  // gemm_invariant.cu, gemm.h): a token's log-prob no longer depends on the batch it is computed
   // in, so it equals the batch-invariant rollout's (CudaRunnerOptions::batch_invariant) bit for bit.
   bool batch_invariant = false;
   // Forward GEMMs keep one split-K choice per shape (CudaContext::pin_split_k), as a rollout with
