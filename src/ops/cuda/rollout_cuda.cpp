@@ -325,10 +325,8 @@ void CudaModelRunner::forward(int64_t T, int64_t B, int64_t S, const PagedAttent
     {
       // Items on the training kernel's arithmetic (attention_forward_paged: the trainer's bits row
       // for row) and the rest on the paged kernels.
-      const bool train_decode =
-          plan.decode && (opts_.batch_invariant || opts_.match_trainer_numerics);
-      const bool train_prefill =
-          plan.prefill && (opts_.batch_invariant || opts_.training_prefill_attention);
+      const bool train_decode = plan.decode && training_decode();
+      const bool train_prefill = plan.prefill && training_prefill();
       if (train_decode || train_prefill) {
         attention_forward_paged(ctx_, att_, q_, cache_->k(l), cache_->v(l), d_tables_, W_,
                                 cache_->block_size(), d_cu_, d_pos_, B, T, H, Hkv, D, scale,
@@ -502,7 +500,7 @@ void CudaModelRunner::step(const rollout::ScheduledBatch& b, std::span<int32_t> 
     plan.decode = false;
     for (int64_t i = 0; i < B && !plan.decode; ++i) plan.decode = b.cu_seqlens[i + 1] - b.cu_seqlens[i] == 1;
     plan.prefill = b.max_seqlen_q > 1;
-    if (plan.prefill && (opts_.training_prefill_attention || opts_.batch_invariant)) {
+    if (plan.prefill && training_prefill()) {
       ++stats_.training_prefill_steps;
     }
     forward(T, B, S, plan);

@@ -177,6 +177,10 @@ class CudaModelRunner final : public rollout::StepRunner {
   void forward(int64_t T, int64_t B, int64_t S, const PagedAttentionPlan& plan);
   void capture(size_t bucket);
   PagedAttentionPlan decode_plan(int64_t B) const;
+  // Whether decode items / prefill chunks take the training kernel's arithmetic
+  // (attention_forward_paged) rather than the paged kernels (CudaRunnerOptions).
+  bool training_decode() const { return opts_.batch_invariant || opts_.match_trainer_numerics; }
+  bool training_prefill() const { return opts_.batch_invariant || opts_.training_prefill_attention; }
   // Points the h_/d_ metadata arrays at their packed places for a step of T tokens, B items and S
   // samples and returns the bytes they span (the one upload).
   size_t place_metadata(int64_t T, int64_t B, int64_t S);

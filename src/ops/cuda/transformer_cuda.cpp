@@ -211,7 +211,6 @@ void CudaTransformer::upload_weights(const std::vector<float>& w) {
 
 void CudaTransformer::download_optimizer_state(std::vector<float>& m, std::vector<float>& v) const {
   require_trainable("download_optimizer_state");
-  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
   m = m_.download();
   v = v_.download();
 }
@@ -368,7 +367,6 @@ void CudaTransformer::backward_values_host(const float* d_values) {
 
 std::vector<float> CudaTransformer::download_values() const {
   VERL_CUDA_REQUIRE(values_ != nullptr, "CudaTransformer::download_values: not a value model");
-  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
   return download_n(values_, T_ * cfg_.num_labels);
 }
 
@@ -498,21 +496,18 @@ double CudaTransformer::optimizer_step(float lr, float beta1, float beta2, float
   return norm;
 }
 
+// Downloads go through copy_to_host, which waits for the queued work of every stream first.
 std::vector<float> CudaTransformer::download_logprob() const {
-  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
   return download_n(logprob_, T_);
 }
 std::vector<float> CudaTransformer::download_entropy() const {
-  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
   return download_n(entropy_, T_);
 }
 std::vector<float> CudaTransformer::download_grads() const {
   require_trainable("download_grads");
-  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
   return grads_.download();
 }
 std::vector<float> CudaTransformer::download_weights() const {
-  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
   if (opts_.trainable) return master_.download();
   const std::vector<bf16> h = wbf_.download();
   std::vector<float> out(h.size());
