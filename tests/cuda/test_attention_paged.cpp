@@ -333,8 +333,8 @@ void check_decode(const CudaContext& ctx, const Config& c, uint64_t seed) {
   }
 }
 
-// The decode kernel for every group size a warp's 16-row tile holds: G = 7 (Qwen2.5-0.5B), 8,
-// 1 (no GQA), 16 (a full tile), 2; D = 64 (64 keys per step) and 128 (32 keys per step).
+// The decode kernel for every group size its 16-row tile holds: G = 7 (Qwen2.5-0.5B), 8, 1 (no
+// GQA), 16 (a full tile), 2; D = 64 (64 keys per step) and 128 (32 keys per step).
 TEST_F(CudaAttentionPaged, DecodeKernelGivesTheBitsForGqaGroupsUpTo16) {
   uint64_t seed = 1300;
   for (int64_t D : {64, 128}) {
@@ -342,6 +342,11 @@ TEST_F(CudaAttentionPaged, DecodeKernelGivesTheBitsForGqaGroupsUpTo16) {
                             Config{16, 16, D}, Config{4, 2, D}}) {
       check_decode(ctx(), c, seed += 100);
     }
+  }
+  // Head dims whose padding columns are zero (D = 40, 48 on the 64 kernel) and the 32 kernel, whose
+  // P V columns take only the first two of the block's warps.
+  for (int64_t D : {32, 40, 48}) {
+    for (const Config& c : {Config{14, 2, D}, Config{16, 16, D}}) check_decode(ctx(), c, seed += 100);
   }
 }
 

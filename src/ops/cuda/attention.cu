@@ -35,11 +35,13 @@
 //            tiles aligned to the same multiples of 128 positions as attention_forward's, so a row
 //            meets the same key tiles with the same mma steps and masks (argument above
 //            ContiguousSrc);
-//   single tokens (decode) attention_decode_kernel when G = H / Hkv <= 16: a warp per (item, kv
-//            head) with the G heads as the rows of its 16-row m-tile, all at the token's position
-//            p; it walks key tiles 0 .. p / kBN as the forward kernel's warp of p does (argument
-//            above the decode kernel) and reads the kv head's keys once, not G times. For G > 16
-//            a single token takes a tile of the forward kernel.
+//   single tokens (decode) when G = H / Hkv <= 16: the G heads of one token and one kv head are
+//            the rows of a 16-row m-tile, all at the token's position p, meeting key tiles
+//            0 .. p / kBN as the forward kernel's warp of p does (argument above the decode
+//            kernels), and the kv head's keys are read once, not G times: one warp per (item, kv
+//            head) for large batches (attention_decode_warp_kernel), one block of four warps
+//            sharing each round of four key tiles for small ones (attention_decode_block_kernel).
+//            For G > 16 a single token takes a tile of the forward kernel.
 // A mixed step launches both. The contiguous instantiations compile to the machine code they had
 // before the paged op existed.
 //
@@ -410,22 +412,16 @@ struct PagedSrc {
   }
 };
 
-// One key tile of the forward for one warp, the arithmetic every output row's bits come from:
-// S = Q K^T over the 16-key steps some row of the warp sees (kvis), scores in log2 units, the
-// causal mask where the tile crosses the diagonal, the online softmax, O = O * alpha + P V. q_addr,
-// kb and vb are the lane's ldmatrix addresses of the warp's query rows and of the key tile's K and
-// V. Row (mt, hf) of the lane (gr = lane / 4, tc = lane % 4) is at position wr0 + mt*16 + gr +
-// 8*hf, or at wr0 for every row when kOnePos (the decode warp, whose rows are heads of one token).
-// A row's value depends only on its own q row, the key tile and its position, never on the other
-// rows.
-template <int Dp, int kMT, int kBN, bool kOnePos>
-__device__ __forceinline__ void fwd_key_tile(float (&o)[kMT][Dp / 8][4], float (&m_run)[kMT][2],
-                                             float (&l_run)[kMT][2], uint32_t q_addr, uint32_t kb,
-                                             uint32_t vb, int key0, int kvis, int wr0, int gr,
-                                             int tc, float scale_log2) {
+// The parts of one key tile, in the order fwd_key_tile runs them (the block decode kernel runs
+// the same parts for several tiles at once, and the online-softmax chain between them in tile
+// order, so a row gets the same operations on the same values).
+//
+// S = Q K^T over the 16-key steps some row of the warp sees (kvis).
+template <int Dp, int kMT, int kBN>
+__device__ __forceinline__ void fwd_tile_scores(float (&s)[kMT][kBN / 8][4], uint32_t q_addr,
+                                                uint32_t kb, int kvis) {
   constexpr int kLds = Dp + 8;
-  constexpr int kNT = kBN / 8, kDT = Dp / 8;  // 8-column accumulator tiles: keys, dims
-  float s[kMT][kNT][4];
+  constexpr int kNT = kBN / 8;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -449,16 +445,22 @@ __device__ __forceinline__ void fwd_key_tile(float (&o)[kMT][Dp / 8][4], float (
       }
     }
   }
+}
 
-  // Scores to log2 units, the causal mask where the tile crosses the diagonal (it also
-  // covers keys past the sequence end and the n-tiles skipped above), online softmax.
+// Scores to log2 units with the causal mask where the tile crosses the diagonal (it also covers
+// keys past the sequence end and the n-tiles skipped above); mx: each row's maximum over the tile.
+template <int kMT, int kBN, bool kOnePos>
+__device__ __forceinline__ void fwd_tile_mask_max(float (&s)[kMT][kBN / 8][4], float (&mx)[kMT][2],
+                                                  int key0, int wr0, int gr, int tc,
+                                                  float scale_log2) {
+  constexpr int kNT = kBN / 8;
   const bool diag = key0 + kBN - 1 > wr0;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       const int row = kOnePos ? wr0 : wr0 + mt * 16 + gr + 8 * hf;
-      float mx = -INFINITY;
+      float m = -INFINITY;
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
@@ -466,37 +468,77 @@ __device__ __forceinline__ void fwd_key_tile(float (&o)[kMT][Dp / 8][4], float (
           float& x = s[mt][nt][2 * hf + e];
           const int key = key0 + nt * 8 + 2 * tc + e;
           x = (diag && key > row) ? -INFINITY : x * scale_log2;
-          mx = fmaxf(mx, x);
+          m = fmaxf(m, x);
         }
       }
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m_run[mt][hf], mx);
-      // Every row sees key 0 in the first tile, so m_new is finite; the guard keeps a row
-      // with nothing visible at zeros instead of NaN.
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      const float alpha = exp2_approx(m_run[mt][hf] - m_use);
-      float sum = 0.0f;
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      mx[mt][hf] = m;
+    }
+  }
+}
+
+// The online-softmax step of one row: the new running max, the max the row's exponents subtract
+// (0 for a row with nothing visible yet, so it stays at zeros instead of NaN) and the rescale of
+// what was summed before.
+struct SoftmaxStep {
+  float m_new, m_use, alpha;
+};
+__device__ __forceinline__ SoftmaxStep softmax_step(float m_run, float mx) {
+  SoftmaxStep st;
+  st.m_new = fmaxf(m_run, mx);
+  st.m_use = st.m_new == -INFINITY ? 0.0f : st.m_new;
+  st.alpha = exp2_approx(m_run - st.m_use);
+  return st;
+}
+
+// P = 2^(s - m_use) in place; sum: the lane's part of each row's sum over the tile.
+template <int kMT, int kBN>
+__device__ __forceinline__ void fwd_tile_probs(float (&s)[kMT][kBN / 8][4],
+                                               const float (&m_use)[kMT][2], float (&sum)[kMT][2]) {
+  constexpr int kNT = kBN / 8;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float acc = 0.0f;
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = s[mt][nt][2 * hf + e];
-          x = exp2_approx(x - m_use);
-          sum += x;
+          x = exp2_approx(x - m_use[mt][hf]);
+          acc += x;
         }
       }
-      l_run[mt][hf] = l_run[mt][hf] * alpha + sum;
-      m_run[mt][hf] = m_new;
+      sum[mt][hf] = acc;
+    }
+  }
+}
+
+// l = l * alpha + sum (the lane's part of the row's running sum).
+__device__ __forceinline__ float softmax_sum(float l, float alpha, float sum) {
+  return l * alpha + sum;
+}
+
+// O = O * alpha, then O += P V (P rounded to bf16), skipping 16-key steps no row of the warp sees.
+template <int Dp, int kMT, int kBN>
+__device__ __forceinline__ void fwd_tile_pv(float (&o)[kMT][Dp / 8][4],
+                                            const float (&s)[kMT][kBN / 8][4],
+                                            const float (&alpha)[kMT][2], uint32_t vb, int kvis) {
+  constexpr int kLds = Dp + 8;
+  constexpr int kDT = Dp / 8;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
 #pragma unroll
       for (int dt = 0; dt < kDT; ++dt) {
-        o[mt][dt][2 * hf] *= alpha;
-        o[mt][dt][2 * hf + 1] *= alpha;
+        o[mt][dt][2 * hf] *= alpha[mt][hf];
+        o[mt][dt][2 * hf + 1] *= alpha[mt][hf];
       }
     }
   }
-
-  // O += P V (P rounded to bf16), skipping 16-key steps no row of the warp sees.
 #pragma unroll
   for (int kk = 0; kk < kBN / 16; ++kk) {
     if (kk * 16 < kvis) {
@@ -515,6 +557,42 @@ __device__ __forceinline__ void fwd_key_tile(float (&o)[kMT][Dp / 8][4], float (
       }
     }
   }
+}
+
+// One key tile of the forward for one warp, the arithmetic every output row's bits come from:
+// S = Q K^T over the 16-key steps some row of the warp sees (kvis), scores in log2 units, the
+// causal mask where the tile crosses the diagonal, the online softmax, O = O * alpha + P V. q_addr,
+// kb and vb are the lane's ldmatrix addresses of the warp's query rows and of the key tile's K and
+// V. Row (mt, hf) of the lane (gr = lane / 4, tc = lane % 4) is at position wr0 + mt*16 + gr +
+// 8*hf, or at wr0 for every row when kOnePos (the decode warp, whose rows are heads of one token).
+// A row's value depends only on its own q row, the key tile and its position, never on the other
+// rows.
+template <int Dp, int kMT, int kBN, bool kOnePos>
+__device__ __forceinline__ void fwd_key_tile(float (&o)[kMT][Dp / 8][4], float (&m_run)[kMT][2],
+                                             float (&l_run)[kMT][2], uint32_t q_addr, uint32_t kb,
+                                             uint32_t vb, int key0, int kvis, int wr0, int gr,
+                                             int tc, float scale_log2) {
+  float s[kMT][kBN / 8][4];
+  fwd_tile_scores<Dp, kMT, kBN>(s, q_addr, kb, kvis);
+  float mx[kMT][2], m_use[kMT][2], alpha[kMT][2], sum[kMT][2];
+  fwd_tile_mask_max<kMT, kBN, kOnePos>(s, mx, key0, wr0, gr, tc, scale_log2);
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const SoftmaxStep st = softmax_step(m_run[mt][hf], mx[mt][hf]);
+      m_use[mt][hf] = st.m_use;
+      alpha[mt][hf] = st.alpha;
+      m_run[mt][hf] = st.m_new;
+    }
+  }
+  fwd_tile_probs<kMT, kBN>(s, m_use, sum);
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) l_run[mt][hf] = softmax_sum(l_run[mt][hf], alpha[mt][hf], sum[mt][hf]);
+  }
+  fwd_tile_pv<Dp, kMT, kBN>(o, s, alpha, vb, kvis);
 }
 
 // Row (mt, hf) of the lane's O, divided by the row's sum l (already summed over the row's four
@@ -635,24 +713,53 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
 // The tiled kernel gives a decode token a whole block with one live warp and one live row, and
 // each of the G = H / Hkv heads of a kv head reads that kv head's keys again. The decode kernel
-// puts the G heads of one token and one kv head in the rows of one warp's 16-row m-tile (rows >=
-// G zero) and streams the kv head's keys once for all of them. Every row runs fwd_key_tile, the
-// tiled kernel's code, over the same key tiles (kBN keys, tiles 0 .. p / kBN for the token at
-// position p); what differs from the tiled kernel's warp of position p is only which rows sit
+// puts the G heads of one token and one kv head in the rows of one 16-row m-tile (rows >= G zero)
+// and streams the kv head's keys once for all of them. Every row meets the same key tiles as in
+// the tiled kernel (kBN keys, tiles 0 .. p / kBN for the token at position p) with the same
+// operations; what differs from the tiled kernel's warp of position p is only which rows sit
 // beside it (other heads instead of other positions: a row does not depend on them), the columns
 // its mma steps skip and the staged keys past p (all masked to -inf: the row's P is exactly zero
 // there, and adding 0 * v to the mma sum or skipping the step gives the same bits; kvis = keys
 // 0 .. p of the tile), and the mask's `diag` test (a tile that does not cross p masks nothing
 // either way). So each head's output has attention_forward's bits at position p.
-constexpr int kDecodeWarps = kThreads / 32;  // independent warps per decode block
+//
+// fwd_key_tile is a chain only through the running max m, the lanes' running sums l and O; the
+// scores, their tile maxima, P and each tile's lane sums depend on nothing before the tile. So a
+// block of kDecodeWarps warps takes one (item, kv head) and the key tiles in rounds of
+// kDecodeWarps, warp w taking tile r * kDecodeWarps + w:
+//   1. each warp: its tile's scores and row maxima (fwd_tile_scores, fwd_tile_mask_max);
+//   2. each warp: the running max through the round's tiles in order from the maxima (fmaxf, so
+//      exactly fwd_key_tile's m), hence every tile's alpha and its own tile's m_use
+//      (softmax_step); its tile's P and lane sums (fwd_tile_probs), P rounded to bf16 as the
+//      A fragments fwd_tile_pv would build;
+//   3. each warp: the l chain through the round's tiles in order (softmax_sum), and O = O * alpha
+//      + P V through the round's tiles in order for its own 16 * kNPW columns of the head dim
+//      (columns of an mma product are independent sums: the same steps, the same bits).
+// The lane layout of the m-tile is the same in every warp, so each lane meets the same values in
+// the same order as the one warp of fwd_key_tile: the same bits. Shared state between the steps
+// goes through shared memory (maxima, sums, P fragments), two block barriers a round. Each warp
+// stages its own tiles: the query rows, its round tile's K (the next round's is fetched as soon as
+// the scores are done) and the V columns of its head-dim slice for the round's tiles (the next
+// round's fetched once P V is done).
+constexpr int kDecodeWarps = kThreads / 32;  // warps per (item, kv head); tiles per round
 
 template <int Dp, int kKeys>
-struct DecodeTile {
+struct DecodeBlockTile {
   static constexpr int kBN = kKeys;  // keys per step: the tiled kernel's for this Dp
   static constexpr int kLds = Dp + 8;
-  // Per warp: sQ [16], sK [2][kBN], sV [2][kBN] rows.
-  static constexpr int kWarpElems = kLds * (16 + 4 * kBN);
-  static constexpr size_t kSmem = sizeof(bf16_t) * kWarpElems * kDecodeWarps;
+  static constexpr int kKK = kBN / 16;  // 16-key steps of P V
+  // Head-dim columns per warp in P V: 16-column steps, at least one per warp (Dp = 32 leaves the
+  // last two warps without columns).
+  static constexpr int kNPW = Dp / 16 / kDecodeWarps > 0 ? Dp / 16 / kDecodeWarps : 1;
+  static constexpr int kDW = 16 * kNPW;
+  static constexpr int kLdsV = kDW + 8;  // 16-byte rows starting in distinct bank groups
+  // Per warp (bf16): sQ [16][kLds], sK [kBN][kLds], sV [kDecodeWarps tiles][kBN][kLdsV].
+  static constexpr int kWarpElems = 16 * kLds + kBN * kLds + kDecodeWarps * kBN * kLdsV;
+  // Per block: P fragments [tile][kKK][4][32 lanes] (u32), maxima and sums [tile][32 lanes][2].
+  static constexpr int kPWords = kDecodeWarps * kKK * 4 * 32;
+  static constexpr int kStatFloats = kDecodeWarps * 32 * 2;
+  static constexpr size_t kSmem = sizeof(bf16_t) * kWarpElems * kDecodeWarps +
+                                  sizeof(uint32_t) * kPWords + sizeof(float) * 2 * kStatFloats;
 };
 
 // Row r of the decode warp's query tile: head g * G + r of the token (consecutive heads of one q
@@ -665,8 +772,8 @@ struct GroupQueryRows {
   __device__ const bf16_t* row(int r) const { return q + int64_t(r) * stride; }
 };
 
-// stage_rows for one warp (the decode kernel's warps never wait for each other): the 32 lanes
-// stage kRows rows; the caller commits, waits and __syncwarp()s.
+// stage_rows for one warp (the decode kernel's warps stage their own tiles): the 32 lanes stage
+// kRows rows; the caller commits, waits and __syncwarp()s.
 template <int Dp, int kRows, typename Rows>
 __device__ __forceinline__ void stage_rows_warp(bf16_t* dst, const Rows& rows, int D, bool vec,
                                                 int lane) {
@@ -695,60 +802,109 @@ __device__ __forceinline__ void stage_rows_warp(bf16_t* dst, const Rows& rows, i
   }
 }
 
-// Keys key0 .. key0 + kBN - 1 of one item's kv head into sK and sV (one warp): key p sits at slot
-// table[p / block_size] * block_size + p % block_size of both caches (found once for the two);
-// keys >= key0 + valid are zero rows, columns >= D zero.
-template <int Dp, int kBN>
-__device__ __forceinline__ void stage_kv_warp(bf16_t* sK, bf16_t* sV, const bf16_t* kg,
-                                              const bf16_t* vg, const int32_t* table,
-                                              int64_t stride, int block_size, int key0, int valid,
-                                              int D, bool vec, int lane) {
-  constexpr int kLds = Dp + 8;
-  const unsigned bs = static_cast<unsigned>(block_size);
-  if (vec) {
-    constexpr int kChunks = Dp / 8;
-    constexpr int kIters = (kBN * kChunks + 31) / 32;
+// Columns c0 .. c0 + kCols - 1 of keys key0 .. key0 + kRows - 1 of one item's kv head (cache
+// column base kv) into dst [kRows][kLdsDst], by one warp: key p sits at slot table[p / block_size]
+// * block_size + p % block_size; keys >= key0 + valid and columns >= D are zero.
+// The decode kernel is bound by instruction issue, and addressing is most of its staging: when
+// block_size = 2^bs_log2 divides key0 and the rows span at most 32 blocks (bs_log2 >= 0 given only
+// then), lane i reads the table entry of the rows' i-th block once and every copy takes its row's
+// first slot from that lane by a shuffle, with shifts instead of divisions. kTwo: the same rows
+// and columns of a second cache (kv2, the values) into dst2 as well, on the same addressing.
+template <int kRows, int kCols, int kLdsDst, bool kTwo = false>
+__device__ __forceinline__ void stage_cache_warp(bf16_t* dst, const bf16_t* kv, bf16_t* dst2,
+                                                 const bf16_t* kv2, const int32_t* table,
+                                                 int64_t stride, int block_size, int bs_log2,
+                                                 int key0, int valid, int c0, int D, bool vec,
+                                                 int lane) {
+  constexpr int kChunks = kCols / 8;
+  constexpr int kIters = (kRows * kChunks + 31) / 32;
+  if (vec && bs_log2 >= 0 && (kRows >> bs_log2) <= 32) {
+    const int b0 = key0 >> bs_log2;
+    const bool blk_in = lane < (kRows >> bs_log2) && (lane << bs_log2) < valid;
+    const int64_t first = blk_in ? int64_t(table[b0 + lane]) << bs_log2 : 0;  // block's 1st slot
+    const int64_t off0 = first * stride + c0;  // elements from kv (and kv2)
+    const unsigned lo = static_cast<unsigned>(off0), hi = static_cast<unsigned>(off0 >> 32);
+    const int in_mask = block_size - 1;
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
       const int e = it * 32 + lane;
-      if (kBN * kChunks % 32 == 0 || e < kBN * kChunks) {
-        const int r = e / kChunks, c = (e % kChunks) * 8;
-        const int off = r * kLds + c;
-        if (r < valid && c < D) {
-          const unsigned p = static_cast<unsigned>(key0 + r), blk = p / bs;
-          const int64_t slot = int64_t(table[blk]) * block_size + (p - blk * bs);
-          cp_async_16(smem_u32(sK + off), kg + slot * stride + c);
-          cp_async_16(smem_u32(sV + off), vg + slot * stride + c);
+      const int r = e / kChunks, c = (e % kChunks) * 8;
+      const int src = (r >> bs_log2) & 31;  // every lane shuffles, whatever its row
+      const int64_t off = static_cast<int64_t>((uint64_t(__shfl_sync(0xffffffffu, hi, src)) << 32) |
+                                               __shfl_sync(0xffffffffu, lo, src)) +
+                          int64_t(r & in_mask) * stride + c;
+      if (kRows * kChunks % 32 == 0 || e < kRows * kChunks) {
+        const int d = r * kLdsDst + c;
+        if (r < valid && c0 + c < D) {
+          cp_async_16(smem_u32(dst + d), kv + off);
+          if constexpr (kTwo) cp_async_16(smem_u32(dst2 + d), kv2 + off);
         } else {
-          *reinterpret_cast<uint4*>(sK + off) = make_uint4(0u, 0u, 0u, 0u);
-          *reinterpret_cast<uint4*>(sV + off) = make_uint4(0u, 0u, 0u, 0u);
+          *reinterpret_cast<uint4*>(dst + d) = make_uint4(0u, 0u, 0u, 0u);
+          if constexpr (kTwo) *reinterpret_cast<uint4*>(dst2 + d) = make_uint4(0u, 0u, 0u, 0u);
+        }
+      }
+    }
+    return;
+  }
+  const unsigned bs = static_cast<unsigned>(block_size);
+  if (vec) {
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int e = it * 32 + lane;
+      if (kRows * kChunks % 32 == 0 || e < kRows * kChunks) {
+        const int r = e / kChunks, c = (e % kChunks) * 8;
+        const int d = r * kLdsDst + c;
+        if (r < valid && c0 + c < D) {
+          const unsigned p = static_cast<unsigned>(key0 + r), blk = p / bs;
+          const int64_t off = (int64_t(table[blk]) * block_size + (p - blk * bs)) * stride + c0 + c;
+          cp_async_16(smem_u32(dst + d), kv + off);
+          if constexpr (kTwo) cp_async_16(smem_u32(dst2 + d), kv2 + off);
+        } else {
+          *reinterpret_cast<uint4*>(dst + d) = make_uint4(0u, 0u, 0u, 0u);
+          if constexpr (kTwo) *reinterpret_cast<uint4*>(dst2 + d) = make_uint4(0u, 0u, 0u, 0u);
         }
       }
     }
   } else {
-    for (int r = 0; r < kBN; ++r) {
+    for (int r = 0; r < kRows; ++r) {
       int64_t slot = 0;
       if (r < valid) {
         const unsigned p = static_cast<unsigned>(key0 + r), blk = p / bs;
         slot = int64_t(table[blk]) * block_size + (p - blk * bs);
       }
-      for (int c = lane; c < Dp; c += 32) {
-        const bool in = r < valid && c < D;
-        sK[r * kLds + c] = in ? kg[slot * stride + c] : __float2bfloat16_rn(0.0f);
-        sV[r * kLds + c] = in ? vg[slot * stride + c] : __float2bfloat16_rn(0.0f);
+      for (int c = lane; c < kCols; c += 32) {
+        const bool in = r < valid && c0 + c < D;
+        const int64_t off = slot * stride + c0 + c;
+        dst[r * kLdsDst + c] = in ? kv[off] : __float2bfloat16_rn(0.0f);
+        if constexpr (kTwo) dst2[r * kLdsDst + c] = in ? kv2[off] : __float2bfloat16_rn(0.0f);
       }
     }
   }
 }
 
-// Warp w of the grid (block * kDecodeWarps + warp) takes item w / Hkv and kv head w % Hkv; a warp
-// whose item does not have exactly one query token exits (the tiled kernel has it). Needs G =
-// H / Hkv <= 16. Each warp has its own shared buffers: the same tiles as the tiled kernel (the
-// query rows, K and V of the current key tile and the next one, fetched while this one is used),
-// the same padded rows, cp.async or element copies.
+// log2(block_size) when it is a power of two dividing kBN (every key tile then starts a block),
+// else -1: stage_cache_warp's fast addressing.
+__device__ __forceinline__ int block_size_log2(int block_size, int kBN) {
+  return (block_size & (block_size - 1)) == 0 && kBN % block_size == 0 ? __ffs(block_size) - 1
+                                                                        : -1;
+}
+
+// One warp per (item, kv head): warp w of the grid (block * kDecodeWarps + warp) takes item
+// w / Hkv and kv head w % Hkv, and runs fwd_key_tile over the key tiles itself, the K and V of the
+// next tile fetched while one is used. For batches that give every SM several (item, kv head)
+// pairs; fewer instructions per key than the block kernel below, which splits the pairs.
 template <int Dp, int kKeys>
-__global__ void __launch_bounds__(kThreads, 1) attention_decode_kernel(const PagedFwdArgs a) {
-  using Cfg = DecodeTile<Dp, kKeys>;
+struct DecodeWarpTile {
+  static constexpr int kBN = kKeys;
+  static constexpr int kLds = Dp + 8;
+  // Per warp: sQ [16], sK [2][kBN], sV [2][kBN] rows.
+  static constexpr int kWarpElems = kLds * (16 + 4 * kBN);
+  static constexpr size_t kSmem = sizeof(bf16_t) * kWarpElems * kDecodeWarps;
+};
+
+template <int Dp, int kKeys>
+__global__ void __launch_bounds__(kThreads, 1) attention_decode_warp_kernel(const PagedFwdArgs a) {
+  using Cfg = DecodeWarpTile<Dp, kKeys>;
   constexpr int kBN = Cfg::kBN, kLds = Cfg::kLds, kDT = Dp / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -767,11 +923,17 @@ __global__ void __launch_bounds__(kThreads, 1) attention_decode_kernel(const Pag
   bf16_t* sK = sQ + 16 * kLds;
   bf16_t* sV = sK + 2 * kBN * kLds;
   const int nkt = pos / kBN + 1;  // key tiles 0 .. pos / kBN, as for the tiled kernel's row pos
+  const int bs_log2 = block_size_log2(a.block_size, kBN);
+  auto stage_kv = [&](int j, int buf) {
+    const int key0 = j * kBN;
+    stage_cache_warp<kBN, Dp, kLds, true>(sK + buf * kBN * kLds, kg, sV + buf * kBN * kLds, vg,
+                                          table, ks, a.block_size, bs_log2, key0,
+                                          min(kBN, pos + 1 - key0), 0, a.D, a.vec, lane);
+  };
 
   stage_rows_warp<Dp, 16>(sQ, GroupQueryRows{a.q + t * qs + int64_t(g) * G * a.D, a.D, G}, a.D,
                           a.vec, lane);
-  stage_kv_warp<Dp, kBN>(sK, sV, kg, vg, table, ks, a.block_size, 0, min(kBN, pos + 1), a.D, a.vec,
-                         lane);
+  stage_kv(0, 0);
   cp_async_commit();
 
   const int gr = lane >> 2, tc = lane & 3;
@@ -789,9 +951,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_decode_kernel(const Pag
 
   for (int j = 0; j < nkt; ++j) {
     if (j + 1 < nkt) {  // prefetch the next key tile into the other buffer
-      const int j0 = (j + 1) * kBN, buf = (j + 1) & 1;
-      stage_kv_warp<Dp, kBN>(sK + buf * kBN * kLds, sV + buf * kBN * kLds, kg, vg, table, ks,
-                             a.block_size, j0, min(kBN, pos + 1 - j0), a.D, a.vec, lane);
+      stage_kv(j + 1, (j + 1) & 1);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -814,6 +974,189 @@ __global__ void __launch_bounds__(kThreads, 1) attention_decode_kernel(const Pag
     if (i >= G) continue;
     fwd_store_row<Dp, 1>(a.out + t * qs + int64_t(g * G + i) * a.D, o, 0, hf, l, tc, a.D,
                          a.out_pairs);
+  }
+}
+
+// Block (item b, kv head g) = blockIdx.x (b = x / Hkv); a block whose item does not have exactly
+// one query token exits (the tiled kernel has it). Needs G = H / Hkv <= 16. Every branch on b,
+// t, pos and the round is block-uniform; `mine` and `has_cols` are warp-uniform.
+template <int Dp, int kKeys>
+__global__ void __launch_bounds__(kThreads, 2) attention_decode_block_kernel(const PagedFwdArgs a) {
+  using Cfg = DecodeBlockTile<Dp, kKeys>;
+  constexpr int kBN = Cfg::kBN, kLds = Cfg::kLds, kLdsV = Cfg::kLdsV, kKK = Cfg::kKK;
+  constexpr int kNPW = Cfg::kNPW, kDW = Cfg::kDW, kNT = kBN / 8, kR = kDecodeWarps;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t b = blockIdx.x / a.Hkv;
+  if (b >= a.B) return;
+  const int64_t t = a.cu_seqlens[b];
+  if (a.cu_seqlens[b + 1] - t != 1) return;
+  const int g = static_cast<int>(blockIdx.x % a.Hkv), G = a.H / a.Hkv;
+  const int pos = a.positions[t];  // the token attends to keys 0 .. pos
+  const int64_t qs = int64_t(a.H) * a.D, ks = int64_t(a.Hkv) * a.D;
+  const bf16_t* kg = a.k + int64_t(g) * a.D;
+  const bf16_t* vg = a.v + int64_t(g) * a.D;
+  const int32_t* table = a.block_tables + b * a.W;
+  bf16_t* sQ = reinterpret_cast<bf16_t*>(smem_raw) + warp * Cfg::kWarpElems;
+  bf16_t* sK = sQ + 16 * kLds;
+  bf16_t* sV = sK + kBN * kLds;
+  uint32_t* sP = reinterpret_cast<uint32_t*>(reinterpret_cast<bf16_t*>(smem_raw) +
+                                             kR * Cfg::kWarpElems);
+  float* sMx = reinterpret_cast<float*>(sP + Cfg::kPWords);  // [tile][lane][hf]
+  float* sSum = sMx + Cfg::kStatFloats;                       // [tile][lane][hf]
+  const int nkt = pos / kBN + 1;  // key tiles 0 .. pos / kBN, as for the tiled kernel's row pos
+  const int c0 = warp * kDW;      // the warp's head-dim columns in P V
+  const bool has_cols = c0 < Dp;
+  const int bs_log2 = block_size_log2(a.block_size, kBN);
+
+  // Stages the warp's tile of round r0's keys, or its columns of the round's values.
+  auto stage_k = [&](int r0) {
+    const int key0 = (r0 + warp) * kBN;
+    if (r0 + warp < nkt) {
+      stage_cache_warp<kBN, Dp, kLds>(sK, kg, nullptr, nullptr, table, ks, a.block_size, bs_log2, key0,
+                                      min(kBN, pos + 1 - key0), 0, a.D, a.vec, lane);
+    }
+  };
+  auto stage_v = [&](int r0) {  // the round's tiles are consecutive keys, and rows in sV
+    const int key0 = r0 * kBN;
+    if (has_cols && r0 < nkt) {
+      stage_cache_warp<kR * kBN, kDW, kLdsV>(sV, vg, nullptr, nullptr, table, ks, a.block_size, bs_log2, key0,
+                                             min(kR * kBN, pos + 1 - key0), c0, a.D, a.vec, lane);
+    }
+  };
+  stage_rows_warp<Dp, 16>(sQ, GroupQueryRows{a.q + t * qs + int64_t(g) * G * a.D, a.D, G}, a.D,
+                          a.vec, lane);
+  stage_k(0);
+  cp_async_commit();
+  stage_v(0);
+  cp_async_commit();
+
+  const int gr = lane >> 2, tc = lane & 3;
+  const LaneOffsets lo(lane, kLds), lov(lane, kLdsV);
+  const uint32_t q_addr = smem_u32(sQ + lo.a_off), kb = smem_u32(sK + lo.bn_off);
+  const uint32_t vb = smem_u32(sV + lov.bt_off);
+
+  float o[2 * kNPW][4];  // the warp's 8-column accumulator tiles: dims c0 + 8 i ..
+#pragma unroll
+  for (int i = 0; i < 2 * kNPW; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // the same in every warp
+
+  for (int r0 = 0; r0 < nkt; r0 += kR) {
+    const int n_round = min(kR, nkt - r0);
+    const int key0 = (r0 + warp) * kBN;
+    const bool mine = warp < n_round;
+    cp_async_wait<1>();  // the query rows and this round's K; V may still be in flight
+    __syncwarp();
+    float s[1][kNT][4];
+    if (mine) {
+      fwd_tile_scores<Dp, 1, kBN>(s, q_addr, kb, min(kBN, pos - key0 + 1));
+      float mx[1][2];
+      fwd_tile_mask_max<1, kBN, true>(s, mx, key0, pos, gr, tc, a.scale_log2);
+      sMx[(warp * 32 + lane) * 2] = mx[0][0];
+      sMx[(warp * 32 + lane) * 2 + 1] = mx[0][1];
+    }
+    __syncwarp();  // every lane is done with sK
+    stage_k(r0 + kR);
+    cp_async_commit();
+    __syncthreads();  // the round's maxima
+
+    float alpha[kR][2], m_use[1][2] = {{0.0f, 0.0f}};
+#pragma unroll
+    for (int u = 0; u < kR; ++u) {
+      if (u < n_round) {
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          const SoftmaxStep st = softmax_step(m_run[hf], sMx[(u * 32 + lane) * 2 + hf]);
+          alpha[u][hf] = st.alpha;
+          if (u == warp) m_use[0][hf] = st.m_use;
+          m_run[hf] = st.m_new;
+        }
+      }
+    }
+    if (mine) {
+      float sum[1][2];
+      fwd_tile_probs<1, kBN>(s, m_use, sum);
+      sSum[(warp * 32 + lane) * 2] = sum[0][0];
+      sSum[(warp * 32 + lane) * 2 + 1] = sum[0][1];
+      uint32_t* pw = sP + warp * kKK * 4 * 32;
+#pragma unroll
+      for (int kk = 0; kk < kKK; ++kk) {
+        uint32_t pa[4];
+        acc_to_a(pa, s[0][2 * kk], s[0][2 * kk + 1]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) pw[(kk * 4 + i) * 32 + lane] = pa[i];
+      }
+    }
+    cp_async_wait<1>();  // this round's V; the next round's K may still be in flight
+    __syncthreads();     // the round's sums and P; every warp's V columns
+
+#pragma unroll
+    for (int u = 0; u < kR; ++u) {
+      if (u < n_round) {
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf)
+          l_run[hf] = softmax_sum(l_run[hf], alpha[u][hf], sSum[(u * 32 + lane) * 2 + hf]);
+      }
+    }
+    if (has_cols) {
+#pragma unroll
+      for (int u = 0; u < kR; ++u) {
+        if (u < n_round) {
+          const int kvis = min(kBN, pos - (r0 + u) * kBN + 1);
+#pragma unroll
+          for (int i = 0; i < 2 * kNPW; ++i) {
+            o[i][0] *= alpha[u][0];
+            o[i][1] *= alpha[u][0];
+            o[i][2] *= alpha[u][1];
+            o[i][3] *= alpha[u][1];
+          }
+          const uint32_t* pu = sP + u * kKK * 4 * 32;
+          const uint32_t vu = vb + 2 * u * kBN * kLdsV;
+#pragma unroll
+          for (int kk = 0; kk < kKK; ++kk) {
+            if (kk * 16 < kvis) {
+              uint32_t pa[4];
+#pragma unroll
+              for (int i = 0; i < 4; ++i) pa[i] = pu[(kk * 4 + i) * 32 + lane];
+#pragma unroll
+              for (int np = 0; np < kNPW; ++np) {
+                uint32_t vf[4];
+                ldsm_x4_trans(vf, vu + 2 * (kk * 16 * kLdsV + np * 16));
+                mma_bf16(o[2 * np], pa, vf[0], vf[1]);
+                mma_bf16(o[2 * np + 1], pa, vf[2], vf[3]);
+              }
+            }
+          }
+        }
+      }
+    }
+    __syncwarp();  // every lane is done with sV
+    stage_v(r0 + kR);
+    cp_async_commit();
+  }
+
+  if (!has_cols) return;
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    float l = l_run[hf];  // the row's sum over the four lanes that share it
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int i = gr + 8 * hf;  // the row's head in the group
+    if (i >= G) continue;
+    const float inv_l = 1.0f / l;  // fwd_store_row's arithmetic, for the warp's columns
+    bf16_t* orow = a.out + t * qs + int64_t(g * G + i) * a.D;
+#pragma unroll
+    for (int dt = 0; dt < 2 * kNPW; ++dt) {
+      const int col = c0 + dt * 8 + 2 * tc;
+      const float x0 = o[dt][2 * hf] * inv_l, x1 = o[dt][2 * hf + 1] * inv_l;
+      if (a.out_pairs) {
+        if (col < a.D)
+          *reinterpret_cast<__nv_bfloat162*>(orow + col) = __floats2bfloat162_rn(x0, x1);
+      } else {
+        if (col < a.D) orow[col] = __float2bfloat16_rn(x0);
+        if (col + 1 < a.D) orow[col + 1] = __float2bfloat16_rn(x1);
+      }
+    }
   }
 }
 
@@ -1277,17 +1620,42 @@ void dispatch_forward(const CudaContext& ctx, const typename Src::Args& a, int64
   }
 }
 
-// The decode kernel: one warp per (item, kv head), B * Hkv warps whatever the items hold.
+// The decode kernels: one warp per (item, kv head) when the grid gives each SM at least
+// kWarpKernelPairsPerSm pairs, else one block per pair (both give the same bits). Measured on the
+// H200 (bench_decode_attention_cuda, Qwen2.5-0.5B's heads, caches still in L2 from the call
+// before): 256 items of 384 keys (512 pairs) 20 us a layer one warp per pair against 28 one block
+// per pair; 8 items of 4096 keys (16 pairs) 131 against 66 us. The crossing point between was
+// not measured.
+constexpr int kWarpKernelPairsPerSm = 2;
+
+int device_sm_count() {
+  static const int count = [] {
+    int device = 0, n = 0;
+    VERL_CUDA_CHECK(cudaGetDevice(&device));
+    VERL_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    return n;
+  }();
+  return count;
+}
+
 template <int Dp>
 void launch_decode(const CudaContext& ctx, const PagedFwdArgs& a) {
-  using Cfg = DecodeTile<Dp, kFwdKeys<Dp>>;
-  const auto kernel = attention_decode_kernel<Dp, kFwdKeys<Dp>>;
-  const int64_t blocks = ceil_div(a.B * a.Hkv, kDecodeWarps);
-  VERL_CUDA_REQUIRE(blocks < (int64_t{1} << 31),
+  const int64_t pairs = a.B * a.Hkv;
+  VERL_CUDA_REQUIRE(pairs < (int64_t{1} << 31),
                     detail::shape_str("attention_forward_paged", {a.B, a.Hkv}) +
-                        ": too many decode warps for one grid");
-  set_smem(kernel, Cfg::kSmem);
-  kernel<<<static_cast<unsigned>(blocks), kThreads, Cfg::kSmem, ctx.stream>>>(a);
+                        ": too many decode items for one grid");
+  if (pairs >= int64_t{kWarpKernelPairsPerSm} * device_sm_count()) {
+    using Cfg = DecodeWarpTile<Dp, kFwdKeys<Dp>>;
+    const auto kernel = attention_decode_warp_kernel<Dp, kFwdKeys<Dp>>;
+    set_smem(kernel, Cfg::kSmem);
+    kernel<<<static_cast<unsigned>(ceil_div(pairs, kDecodeWarps)), kThreads, Cfg::kSmem,
+             ctx.stream>>>(a);
+  } else {
+    using Cfg = DecodeBlockTile<Dp, kFwdKeys<Dp>>;
+    const auto kernel = attention_decode_block_kernel<Dp, kFwdKeys<Dp>>;
+    set_smem(kernel, Cfg::kSmem);
+    kernel<<<static_cast<unsigned>(pairs), kThreads, Cfg::kSmem, ctx.stream>>>(a);
+  }
   VERL_CUDA_CHECK_LAUNCH();
 }
 

@@ -48,9 +48,10 @@ void attention_forward(const CudaContext& ctx, bf16* out, float* lse, const bf16
 // with the same mma steps and the same mask, and a row does not depend on the rows beside it.
 // Items of several tokens run in the training kernel with query tiles aligned to the same
 // multiples of 128 positions (a chunk of n tokens costs at most ceil(n/128) + 1 of them). An item
-// of one token (decode) runs, when G = H/Hkv <= 16, in a decode kernel: one warp per (item, kv
-// head) holds the G heads as the rows of its 16-row tile and reads the kv head's keys once for
-// all of them (else it takes a tile of the training kernel, one warp of four busy).
+// of one token (decode) runs, when G = H/Hkv <= 16, in a decode kernel: the G heads of one kv
+// head are the rows of one 16-row tile and the kv head's keys are read once for all of them, by
+// one warp per (item, kv head) for large batches or one block of four warps for small ones (else
+// it takes a tile of the training kernel, one warp of four busy).
 // single_token_items / multi_token_items choose the items computed: those of one query token and
 // those of more; the out rows of the others are not written (a decode step passes
 // multi_token_items = false to skip the training kernel's launch, whose grid is sized for the

@@ -14,6 +14,7 @@
 // depends only on R, C, the pack width and the workspace size: deterministic, no atomics.
 // Plain path (longer rows): one block per row and a separate two-pass d_w, the reference the fast
 // path was developed against.
+#include <algorithm>
 #include <type_traits>
 
 #include "ops/cuda/common.cuh"
@@ -66,9 +67,8 @@ __global__ void __launch_bounds__(kThreads)
     rmsnorm_forward_fast(T* __restrict__ out, float* __restrict__ rstd, T* __restrict__ x,
                          const T* __restrict__ resid, const T* __restrict__ w, int64_t R,
                          int64_t C, int nvec, float eps) {
-  constexpr int NG = kThreads / G;
-  const int lane = threadIdx.x % G;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * NG + threadIdx.x / G;
+  const int lane = threadIdx.x % G;  // blockDim.x: a multiple of G (kThreads when G = kThreads)
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / G) + threadIdx.x / G;
   const bool active = r < R;
   T* xr = x + (active ? r : 0) * C;
   Vec<T, V> xv[NV];
@@ -88,6 +88,14 @@ __global__ void __launch_bounds__(kThreads)
       for (int i = 0; i < V; ++i) ss = __fmaf_rn(xv[k].f(i), xv[k].f(i), ss);
     }
   }
+  // The weights do not depend on the row: read them before the reduction, not after it (the
+  // kernel is a few memory round trips long at decode batch sizes).
+  Vec<T, V> wv[NV];
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int c = lane + k * G;
+    if (c < nvec) wv[k] = vload<T, V>(w + c * V);
+  }
   ss = group_sum<G>(ss);
   if (!active) return;
   const float a = 1.0f / sqrtf(ss / static_cast<float>(C) + eps);
@@ -97,10 +105,9 @@ __global__ void __launch_bounds__(kThreads)
   for (int k = 0; k < NV; ++k) {
     const int c = lane + k * G;
     if (c < nvec) {
-      const Vec<T, V> wv = vload<T, V>(w + c * V);
       Vec<T, V> y;
 #pragma unroll
-      for (int i = 0; i < V; ++i) y.set(i, __fmul_rn(wv.f(i), __fmul_rn(xv[k].f(i), a)));
+      for (int i = 0; i < V; ++i) y.set(i, __fmul_rn(wv[k].f(i), __fmul_rn(xv[k].f(i), a)));
       vstore(yr + c * V, y);
     }
   }
@@ -404,9 +411,14 @@ void forward_impl(const CudaContext& ctx, T* out, float* rstd, T* x, const T* re
   }
   dispatch_fast(s, [&](auto v, auto g, auto nv) {
     constexpr int V = decltype(v)::value, G = decltype(g)::value, NV = decltype(nv)::value;
-    const unsigned blocks = static_cast<unsigned>(detail::ceil_div(R, kThreads / G));
-    rmsnorm_forward_fast<T, V, G, NV>
-        <<<blocks, kThreads, 0, ctx.stream>>>(out, rstd, x, resid, w, R, C, s.nvec, eps);
+    // Groups of at most a warp: fewer rows per block for few rows (a decode step's 256 rows as
+    // 256 one-warp blocks instead of 32 of eight warps), so they spread over the SMs.
+    // At least a whole warp per block: group_sum's shuffles name all 32 lanes.
+    const int64_t rows_per_block =
+        G < kThreads ? std::clamp<int64_t>(detail::ceil_div(R, 512), 32 / G, kThreads / G) : 1;
+    const unsigned blocks = static_cast<unsigned>(detail::ceil_div(R, rows_per_block));
+    rmsnorm_forward_fast<T, V, G, NV><<<blocks, static_cast<unsigned>(rows_per_block * G), 0,
+                                        ctx.stream>>>(out, rstd, x, resid, w, R, C, s.nvec, eps);
   });
   VERL_CUDA_CHECK_LAUNCH();
 }

@@ -1,0 +1,195 @@
+// Decode attention over the paged KV cache, the two kernels a rollout decode step can take:
+//   paged    paged_attention (paged_attention.h): the rollout's own decode kernel, split along the
+//            context when the batch is small (decode_partitions_for);
+//   training attention_forward_paged (attention.h) on single-token items: the training kernel's
+//            arithmetic, bitwise equal to the trainer's forward.
+// B items of one query token at position context - 1 (contexts spread over +-spread around
+// --context), block tables pointing at shuffled blocks, random bf16 inputs. Successive calls take
+// successive layers' caches, --layers of them (default: enough for 256 MB of K and V), so a call
+// finds its cache in HBM as a model's decode step does, not in the 50 MB L2 the previous call
+// filled. One JSON line per (shape, kernel): microseconds per call (cudaEvents over --iters calls
+// after --warmup), the bytes of K and V a call must read and that over the time against the
+// 4.8 TB/s HBM peak of the H200.
+//
+//   bench_decode_attention_cuda --batch 256 --context 384 --spread 0 --iters 200
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#ifdef VERL_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "core/dtype.h"
+#include "core/rng.h"
+#include "ops/cuda/attention.h"
+#include "ops/cuda/device.h"
+#include "ops/cuda/paged_attention.h"
+#endif
+
+namespace {
+
+void fail(const std::string& msg) {
+  nlohmann::json j = {{"bench", "decode_attention_cuda"}, {"error", msg}};
+  std::printf("%s\n", j.dump().c_str());
+  std::exit(1);
+}
+
+struct Shape {
+  const char* name;
+  int64_t H, Hkv, D;
+};
+
+constexpr double kHbmBytesPerS = 4.8e12;  // H200 HBM3e peak
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t batch = 256, context = 384, spread = 0, block_size = 16, layers = 0;
+  int iters = 200, warmup = 10;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) fail("missing value for " + a);
+      return argv[++i];
+    };
+    if (a == "--batch")
+      batch = std::atoll(next().c_str());
+    else if (a == "--context")
+      context = std::atoll(next().c_str());
+    else if (a == "--spread")
+      spread = std::atoll(next().c_str());
+    else if (a == "--block-size")
+      block_size = std::atoll(next().c_str());
+    else if (a == "--layers")
+      layers = std::atoll(next().c_str());
+    else if (a == "--iters")
+      iters = std::atoi(next().c_str());
+    else if (a == "--warmup")
+      warmup = std::atoi(next().c_str());
+    else
+      fail("unknown option " + a +
+           " (--batch --context --spread --block-size --layers --iters --warmup)");
+  }
+  if (batch <= 0 || context <= 0 || spread < 0 || spread >= context || block_size <= 0 ||
+      layers < 0 || iters <= 0 || warmup < 0)
+    fail("bad --batch/--context/--spread/--block-size/--layers/--iters/--warmup");
+
+#ifndef VERL_HAVE_CUDA
+  fail("built without CUDA (VERL_CUDA=OFF)");
+  return 1;
+#else
+  using namespace verl;
+  using namespace verl::ops::cuda;
+  const Shape shapes[] = {{"qwen2.5-0.5b", 14, 2, 64}, {"qwen2.5-1.5b", 12, 2, 128}};
+  try {
+    if (device_count() == 0) fail("no CUDA device");
+    CudaSession session;
+    const CudaContext& ctx = session.ctx();
+    int sm_count = 0;
+    VERL_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
+
+    // Contexts, positions and shuffled block tables (the layout a long rollout leaves).
+    std::mt19937_64 gen(7);
+    std::vector<int32_t> ctxs(batch), positions(batch), cu(batch + 1);
+    int64_t max_context = 0, keys = 0;
+    for (int64_t b = 0; b < batch; ++b) {
+      ctxs[b] = static_cast<int32_t>(context - spread + static_cast<int64_t>(gen() % (2 * spread + 1)));
+      positions[b] = ctxs[b] - 1;
+      cu[b] = static_cast<int32_t>(b);
+      max_context = std::max<int64_t>(max_context, ctxs[b]);
+      keys += ctxs[b];
+    }
+    cu[batch] = static_cast<int32_t>(batch);
+    const int64_t W = (max_context + block_size - 1) / block_size;
+    std::vector<int32_t> blocks(batch * W);
+    std::iota(blocks.begin(), blocks.end(), 0);
+    std::shuffle(blocks.begin(), blocks.end(), gen);
+    const int64_t slots = batch * W * block_size;
+    DeviceBuffer<int32_t> g_tables(blocks), g_cu(cu), g_pos(positions);
+    cudaEvent_t e0, e1;
+    VERL_CUDA_CHECK(cudaEventCreate(&e0));
+    VERL_CUDA_CHECK(cudaEventCreate(&e1));
+
+    for (const Shape& s : shapes) {
+      const int64_t H = s.H, Hkv = s.Hkv, D = s.D, T = batch;
+      Rng rng(42);
+      auto random_bf16 = [&](int64_t n) {
+        std::vector<uint16_t> h(n);
+        for (auto& x : h) x = f32_to_bf16(rng.normal());
+        DeviceBuffer<bf16> d(n);
+        VERL_CUDA_CHECK(cudaMemcpy(d.data(), h.data(), n * 2, cudaMemcpyHostToDevice));
+        return d;
+      };
+      const int64_t layer_bytes = slots * Hkv * D * 2 * 2;
+      const int64_t L = layers > 0 ? layers : std::max<int64_t>(1, (256ll << 20) / layer_bytes + 1);
+      DeviceBuffer<bf16> q = random_bf16(T * H * D), out(T * H * D);
+      // One allocation per cache array: layer l's K at kc + l * slots * Hkv * D.
+      DeviceBuffer<bf16> kc = random_bf16(L * slots * Hkv * D), vc = random_bf16(L * slots * Hkv * D);
+      int64_t call = 0;
+      auto layer_k = [&] { return kc.data() + (call % L) * slots * Hkv * D; };
+      auto layer_v = [&] { return vc.data() + (call % L) * slots * Hkv * D; };
+      const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+      PagedAttentionPlan plan;
+      plan.max_context = max_context;
+      plan.prefill = false;
+      plan.max_partitions =
+          decode_partitions_for(batch, Hkv, max_context, plan.partition, sm_count);
+      const size_t ws_bytes = paged_attention_workspace_bytes(batch, H, D, max_context,
+                                                              plan.partition, plan.max_partitions);
+      DeviceBuffer<unsigned char> ws(std::max<size_t>(ws_bytes, 1));
+
+      auto time_us = [&](auto&& f) {
+        for (int i = 0; i < warmup; ++i) f();
+        VERL_CUDA_CHECK(cudaEventRecord(e0, ctx.stream));
+        for (int i = 0; i < iters; ++i) f();
+        VERL_CUDA_CHECK(cudaEventRecord(e1, ctx.stream));
+        VERL_CUDA_CHECK(cudaEventSynchronize(e1));
+        float ms = 0;
+        VERL_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        return 1e3 * static_cast<double>(ms) / iters;
+      };
+      const double kv_bytes = static_cast<double>(keys) * Hkv * D * 2 * 2;
+      auto report = [&](const char* kernel, double us) {
+        const double gbps = kv_bytes / (us * 1e-6) / 1e9;
+        nlohmann::json j = {{"bench", "decode_attention_cuda"},
+                            {"kernel", kernel},
+                            {"shape", s.name},
+                            {"batch", batch},
+                            {"context", context},
+                            {"spread", spread},
+                            {"block_size", block_size},
+                            {"layers", L},
+                            {"us_per_call", us},
+                            {"kv_bytes", kv_bytes},
+                            {"gb_per_s", gbps},
+                            {"hbm_fraction", gbps * 1e9 / kHbmBytesPerS}};
+        std::printf("%s\n", j.dump().c_str());
+      };
+      report("paged", time_us([&] {
+               paged_attention(ctx, out.data(), q.data(), layer_k(), layer_v(), g_tables.data(), W,
+                               g_cu.data(), g_pos.data(), batch, T, H, Hkv, D, block_size, scale,
+                               plan, ws.data(), ws_bytes);
+               ++call;
+             }));
+      report("training", time_us([&] {
+               attention_forward_paged(ctx, out.data(), q.data(), layer_k(), layer_v(),
+                                       g_tables.data(), W, block_size, g_cu.data(), g_pos.data(),
+                                       batch, T, H, Hkv, D, scale, true, false);
+               ++call;
+             }));
+      session.synchronize();
+    }
+    VERL_CUDA_CHECK(cudaEventDestroy(e0));
+    VERL_CUDA_CHECK(cudaEventDestroy(e1));
+  } catch (const std::exception& e) {
+    fail(e.what());
+  }
+  return 0;
+#endif
+}
