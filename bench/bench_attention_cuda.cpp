@@ -16,27 +16,15 @@
 #include <string>
 #include <vector>
 
-#ifdef VERL_HAVE_CUDA
-#include <cuda_runtime.h>
+#include "bench_cuda.h"
 
-#include "core/dtype.h"
-#include "core/rng.h"
+#ifdef VERL_HAVE_CUDA
 #include "ops/cuda/attention.h"
-#include "ops/cuda/device.h"
 #endif
 
 namespace {
 
-void fail(const std::string& msg) {
-  nlohmann::json j = {{"bench", "attention_cuda"}, {"error", msg}};
-  std::printf("%s\n", j.dump().c_str());
-  std::exit(1);
-}
-
-struct Shape {
-  const char* name;
-  int64_t H, Hkv, D;
-};
+[[noreturn]] void fail(const std::string& msg) { verl::bench::fail("attention_cuda", msg); }
 
 }  // namespace
 
@@ -69,7 +57,6 @@ int main(int argc, char** argv) {
 #else
   using namespace verl;
   using namespace verl::ops::cuda;
-  const Shape shapes[] = {{"qwen2.5-0.5b", 14, 2, 64}, {"qwen2.5-1.5b", 12, 2, 128}};
   try {
     if (device_count() == 0) fail("no CUDA device");
     CudaSession session;
@@ -78,20 +65,12 @@ int main(int argc, char** argv) {
     std::vector<int32_t> cu(batch + 1);
     for (int64_t b = 0; b <= batch; ++b) cu[b] = static_cast<int32_t>(b * seq);
     DeviceBuffer<int32_t> g_cu(cu);
-    cudaEvent_t e0, e1;
-    VERL_CUDA_CHECK(cudaEventCreate(&e0));
-    VERL_CUDA_CHECK(cudaEventCreate(&e1));
+    bench::EventTimer timer;
 
-    for (const Shape& s : shapes) {
+    for (const bench::AttentionShape& s : bench::kAttentionShapes) {
       const int64_t H = s.H, Hkv = s.Hkv, D = s.D;
       Rng rng(42);
-      auto random_bf16 = [&](int64_t n) {
-        std::vector<uint16_t> h(n);
-        for (auto& x : h) x = f32_to_bf16(rng.normal());
-        DeviceBuffer<bf16> d(n);
-        VERL_CUDA_CHECK(cudaMemcpy(d.data(), h.data(), n * 2, cudaMemcpyHostToDevice));
-        return d;
-      };
+      auto random_bf16 = [&](int64_t n) { return bench::random_bf16(rng, n); };
       DeviceBuffer<bf16> q = random_bf16(T * H * D), k = random_bf16(T * Hkv * D);
       DeviceBuffer<bf16> v = random_bf16(T * Hkv * D), d_out = random_bf16(T * H * D);
       DeviceBuffer<bf16> out(T * H * D);
@@ -110,16 +89,7 @@ int main(int argc, char** argv) {
                            k.data(), v.data(), out.data(), lse.data(), g_cu.data(), batch, T, H,
                            Hkv, D, scale);
       };
-      auto time_ms = [&](auto&& f) {
-        for (int i = 0; i < warmup; ++i) f();
-        VERL_CUDA_CHECK(cudaEventRecord(e0, ctx.stream));
-        for (int i = 0; i < iters; ++i) f();
-        VERL_CUDA_CHECK(cudaEventRecord(e1, ctx.stream));
-        VERL_CUDA_CHECK(cudaEventSynchronize(e1));
-        float ms = 0;
-        VERL_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        return static_cast<double>(ms) / iters;
-      };
+      auto time_ms = [&](auto&& f) { return timer.ms_per_call(ctx.stream, warmup, iters, f); };
       const double fwd_ms = time_ms(fwd);  // also leaves out and lse for the backward
       const double bwd_ms = time_ms(bwd);
       session.synchronize();
@@ -153,8 +123,6 @@ int main(int argc, char** argv) {
       std::printf("%s\n", j.dump().c_str());
       std::fflush(stdout);
     }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
   } catch (const std::exception& e) {
     fail(e.what());
   }

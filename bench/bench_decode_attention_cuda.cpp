@@ -22,28 +22,16 @@
 #include <string>
 #include <vector>
 
-#ifdef VERL_HAVE_CUDA
-#include <cuda_runtime.h>
+#include "bench_cuda.h"
 
-#include "core/dtype.h"
-#include "core/rng.h"
+#ifdef VERL_HAVE_CUDA
 #include "ops/cuda/attention.h"
-#include "ops/cuda/device.h"
 #include "ops/cuda/paged_attention.h"
 #endif
 
 namespace {
 
-void fail(const std::string& msg) {
-  nlohmann::json j = {{"bench", "decode_attention_cuda"}, {"error", msg}};
-  std::printf("%s\n", j.dump().c_str());
-  std::exit(1);
-}
-
-struct Shape {
-  const char* name;
-  int64_t H, Hkv, D;
-};
+[[noreturn]] void fail(const std::string& msg) { verl::bench::fail("decode_attention_cuda", msg); }
 
 constexpr double kHbmBytesPerS = 4.8e12;  // H200 HBM3e peak
 
@@ -86,7 +74,6 @@ int main(int argc, char** argv) {
 #else
   using namespace verl;
   using namespace verl::ops::cuda;
-  const Shape shapes[] = {{"qwen2.5-0.5b", 14, 2, 64}, {"qwen2.5-1.5b", 12, 2, 128}};
   try {
     if (device_count() == 0) fail("no CUDA device");
     CudaSession session;
@@ -112,20 +99,12 @@ int main(int argc, char** argv) {
     std::shuffle(blocks.begin(), blocks.end(), gen);
     const int64_t slots = batch * W * block_size;
     DeviceBuffer<int32_t> g_tables(blocks), g_cu(cu), g_pos(positions);
-    cudaEvent_t e0, e1;
-    VERL_CUDA_CHECK(cudaEventCreate(&e0));
-    VERL_CUDA_CHECK(cudaEventCreate(&e1));
+    bench::EventTimer timer;
 
-    for (const Shape& s : shapes) {
+    for (const bench::AttentionShape& s : bench::kAttentionShapes) {
       const int64_t H = s.H, Hkv = s.Hkv, D = s.D, T = batch;
       Rng rng(42);
-      auto random_bf16 = [&](int64_t n) {
-        std::vector<uint16_t> h(n);
-        for (auto& x : h) x = f32_to_bf16(rng.normal());
-        DeviceBuffer<bf16> d(n);
-        VERL_CUDA_CHECK(cudaMemcpy(d.data(), h.data(), n * 2, cudaMemcpyHostToDevice));
-        return d;
-      };
+      auto random_bf16 = [&](int64_t n) { return bench::random_bf16(rng, n); };
       const int64_t layer_bytes = slots * Hkv * D * 2 * 2;
       const int64_t L = layers > 0 ? layers : std::max<int64_t>(1, (256ll << 20) / layer_bytes + 1);
       DeviceBuffer<bf16> q = random_bf16(T * H * D), out(T * H * D);
@@ -144,16 +123,7 @@ int main(int argc, char** argv) {
                                                               plan.partition, plan.max_partitions);
       DeviceBuffer<unsigned char> ws(std::max<size_t>(ws_bytes, 1));
 
-      auto time_us = [&](auto&& f) {
-        for (int i = 0; i < warmup; ++i) f();
-        VERL_CUDA_CHECK(cudaEventRecord(e0, ctx.stream));
-        for (int i = 0; i < iters; ++i) f();
-        VERL_CUDA_CHECK(cudaEventRecord(e1, ctx.stream));
-        VERL_CUDA_CHECK(cudaEventSynchronize(e1));
-        float ms = 0;
-        VERL_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        return 1e3 * static_cast<double>(ms) / iters;
-      };
+      auto time_us = [&](auto&& f) { return 1e3 * timer.ms_per_call(ctx.stream, warmup, iters, f); };
       const double kv_bytes = static_cast<double>(keys) * Hkv * D * 2 * 2;
       auto report = [&](const char* kernel, double us) {
         const double gbps = kv_bytes / (us * 1e-6) / 1e9;
@@ -185,8 +155,6 @@ int main(int argc, char** argv) {
              }));
       session.synchronize();
     }
-    VERL_CUDA_CHECK(cudaEventDestroy(e0));
-    VERL_CUDA_CHECK(cudaEventDestroy(e1));
   } catch (const std::exception& e) {
     fail(e.what());
   }
