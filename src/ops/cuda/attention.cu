@@ -723,6 +723,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // 0 .. p of the tile), and the mask's `diag` test (a tile that does not cross p masks nothing
 // either way). So each head's output has attention_forward's bits at position p.
 //
+// Two kernels do this. The warp kernel (attention_decode_warp_kernel) gives each (item, kv head)
+// one warp running fwd_key_tile over the tiles. The block kernel (attention_decode_block_kernel),
+// for batches too small to fill the GPU that way, splits one (item, kv head) over a block:
 // fwd_key_tile is a chain only through the running max m, the lanes' running sums l and O; the
 // scores, their tile maxima, P and each tile's lane sums depend on nothing before the tile. So a
 // block of kDecodeWarps warps takes one (item, kv head) and the key tiles in rounds of
@@ -741,7 +744,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // stages its own tiles: the query rows, its round tile's K (the next round's is fetched as soon as
 // the scores are done) and the V columns of its head-dim slice for the round's tiles (the next
 // round's fetched once P V is done).
-constexpr int kDecodeWarps = kThreads / 32;  // warps per (item, kv head); tiles per round
+// Warps per decode block: the warp kernel's (item, kv head) pairs per block, the block kernel's
+// warps per pair and key tiles per round.
+constexpr int kDecodeWarps = kThreads / 32;
 
 template <int Dp, int kKeys>
 struct DecodeBlockTile {
@@ -889,10 +894,10 @@ __device__ __forceinline__ int block_size_log2(int block_size, int kBN) {
                                                                         : -1;
 }
 
-// One warp per (item, kv head): warp w of the grid (block * kDecodeWarps + warp) takes item
-// w / Hkv and kv head w % Hkv, and runs fwd_key_tile over the key tiles itself, the K and V of the
-// next tile fetched while one is used. For batches that give every SM several (item, kv head)
-// pairs; fewer instructions per key than the block kernel below, which splits the pairs.
+// The warp kernel: warp w of the grid (block * kDecodeWarps + warp) takes item w / Hkv and kv
+// head w % Hkv, and runs fwd_key_tile over the key tiles itself, the K and V of the next tile
+// fetched while one is used. For batches that give every SM several (item, kv head) pairs; fewer
+// instructions per key than the block kernel.
 template <int Dp, int kKeys>
 struct DecodeWarpTile {
   static constexpr int kBN = kKeys;
