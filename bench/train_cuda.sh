@@ -7,11 +7,7 @@
 #   bench/train_cuda.sh [SHAPE] [--batch N] [--seq N] [--steps N] [--warmup N] [--recompute]
 #
 # SHAPE: tiny, qwen2.5-0.5b (default), qwen2.5-1.5b, qwen2.5-7b. The flags go to all three runs.
-# Environment:
-#   VERL       the verl binary (default .gpu/verl when it exists, else $BUILD/bin/verl, BUILD=build);
-#              its folder is put in front of LD_LIBRARY_PATH for its run (.gpu holds its libraries)
-#   PYTHON     python with torch and transformers (default /opt/torch/.venv/bin/python3 when it
-#              exists, else python3)
+# Environment: VERL and PYTHON (bench/peer_lib.sh), and
 #   VERL_ARGS  extra flags for verl only (e.g. "--lm-head-chunk 2048")
 #   HF_ARGS    extra flags for the peer only (e.g. "--precision amp" or "--loss logprob")
 set -uo pipefail
@@ -21,37 +17,11 @@ if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then
   shape=$1
   shift
 fi
-if [ -z "${VERL:-}" ]; then
-  if [ -x "$root/.gpu/verl" ]; then VERL=$root/.gpu/verl; else VERL=${BUILD:-$root/build}/bin/verl; fi
-fi
-if [ -z "${PYTHON:-}" ]; then
-  if [ -x /opt/torch/.venv/bin/python3 ]; then PYTHON=/opt/torch/.venv/bin/python3; else PYTHON=python3; fi
-fi
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-
-# run NAME CMD...: the command's JSON line goes to $work/NAME.json. A run that printed none (a
-# crash, an argument error) is recorded as {"bench": NAME, "error": ...} with its last stderr line.
-run() {
-  local name=$1
-  shift
-  "$@" > "$work/$name.out" 2> "$work/$name.err"
-  local rc=$?
-  local line
-  line=$(grep '^{' "$work/$name.out" | tail -n 1)
-  if [ -z "$line" ]; then
-    line=$("$PYTHON" -c 'import json, sys; print(json.dumps({"bench": sys.argv[1], "error": "exit %s: %s" % (sys.argv[2], sys.argv[3])}))' \
-      "$name" "$rc" "$(grep -v '^\s*$' "$work/$name.err" | tail -n 1)")
-  elif [ $rc -ne 0 ]; then
-    tail -n 5 "$work/$name.err" >&2
-  fi
-  echo "$line" > "$work/$name.json"
-  echo "$line"
-}
+# shellcheck source=bench/peer_lib.sh
+. "$root/bench/peer_lib.sh"
 
 # shellcheck disable=SC2086  # VERL_ARGS / HF_ARGS are word lists on purpose
-run verl env LD_LIBRARY_PATH="$(dirname "$VERL"):${LD_LIBRARY_PATH:-}" \
-  "$VERL" bench train --device cuda --shape "$shape" "$@" ${VERL_ARGS:-}
+run_verl verl bench train --device cuda --shape "$shape" "$@" ${VERL_ARGS:-}
 # shellcheck disable=SC2086
 run hf_eager "$PYTHON" "$root/tools/bench_train_hf.py" --shape "$shape" "$@" ${HF_ARGS:-}
 # shellcheck disable=SC2086
