@@ -2,10 +2,12 @@
 //
 // Build:  g++ -std=c++20 -O2 -shared -fPIC -I/usr/local/cuda/include tools/cupti_trace.cpp \
 //             -o cupti_trace.so -L/usr/local/cuda/lib -lcupti
-// Use:    CUDA_INJECTION64_PATH=$PWD/cupti_trace.so CUPTI_TRACE_OUT=trace.tsv build/bin/verl bench ...
+// Use:    CUDA_INJECTION64_PATH=$PWD/cupti_trace.so CUPTI_TRACE_OUT=trace.tsv \
+//             build/bin/verl bench ...
 //
 // The CUDA driver loads the library and calls InitializeInjection() before the first CUDA call.
-// Every kernel becomes one line: start_ns, end_ns, graph id, graph node id, grid, block, name (mangled).
+// Every kernel becomes one line: start_ns, end_ns, graph id, graph node id, grid, block, name
+// (mangled).
 // tools/cupti_summary.py turns the file into time per kernel and the idle gaps between kernels.
 #include <cupti.h>
 

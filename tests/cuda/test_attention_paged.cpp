@@ -346,7 +346,9 @@ TEST_F(CudaAttentionPaged, DecodeKernelGivesTheBitsForGqaGroupsUpTo16) {
   // Head dims whose padding columns are zero (D = 40, 48 on the 64 kernel) and the 32 kernel, whose
   // P V columns take only the first two of the block's warps.
   for (int64_t D : {32, 40, 48}) {
-    for (const Config& c : {Config{14, 2, D}, Config{16, 16, D}}) check_decode(ctx(), c, seed += 100);
+    for (const Config& c : {Config{14, 2, D}, Config{16, 16, D}}) {
+      check_decode(ctx(), c, seed += 100);
+    }
   }
 }
 

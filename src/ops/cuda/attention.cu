@@ -180,19 +180,22 @@ __device__ __forceinline__ void stage_rows(bf16_t* dst, const bf16_t* src, int64
 }
 
 // The same for rows given by a functor (the paged forward's): row r at rows.row(r) where
-// rows.has(r), zero elsewhere. (The strided version above is kept apart, as it was: written
-// through a functor, its compare and address operands come out of the optimizer in another order
-// and the training kernels' machine code would change.)
-template <int Dp, int kRows, typename Rows>
-__device__ __forceinline__ void stage_rows(bf16_t* dst, const Rows& rows, int D, bool vec) {
+// rows.has(r), zero elsewhere, staged by kLanes threads, tid = 0 .. kLanes - 1 (a block, or one
+// warp of the decode kernels, whose warps stage their own tiles: the caller commits, waits and
+// __syncwarp()s). (The strided version above is kept apart, as it was: written through a functor,
+// its compare and address operands come out of the optimizer in another order and the training
+// kernels' machine code would change.)
+template <int Dp, int kRows, int kLanes, typename Rows>
+__device__ __forceinline__ void stage_rows_by(bf16_t* dst, const Rows& rows, int D, bool vec,
+                                              int tid) {
   constexpr int kLds = Dp + 8;
   if (vec) {
     constexpr int kChunks = Dp / 8;
-    constexpr int kIters = (kRows * kChunks + kThreads - 1) / kThreads;
+    constexpr int kIters = (kRows * kChunks + kLanes - 1) / kLanes;
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
-      const int e = it * kThreads + threadIdx.x;
-      if (kRows * kChunks % kThreads == 0 || e < kRows * kChunks) {
+      const int e = it * kLanes + tid;
+      if (kRows * kChunks % kLanes == 0 || e < kRows * kChunks) {
         const int r = e / kChunks, c = (e % kChunks) * 8;
         bf16_t* d = dst + r * kLds + c;
         if (rows.has(r) && c < D) {
@@ -203,11 +206,16 @@ __device__ __forceinline__ void stage_rows(bf16_t* dst, const Rows& rows, int D,
       }
     }
   } else {
-    for (int e = threadIdx.x; e < kRows * Dp; e += kThreads) {
+    for (int e = tid; e < kRows * Dp; e += kLanes) {
       const int r = e / Dp, c = e % Dp;
       dst[r * kLds + c] = (rows.has(r) && c < D) ? rows.row(r)[c] : __float2bfloat16_rn(0.0f);
     }
   }
+}
+
+template <int Dp, int kRows, typename Rows>
+__device__ __forceinline__ void stage_rows(bf16_t* dst, const Rows& rows, int D, bool vec) {
+  stage_rows_by<Dp, kRows, kThreads>(dst, rows, D, vec, threadIdx.x);
 }
 
 // Row r of a tile at base + r * stride, rows >= valid zero: staged by the strided version.
@@ -590,7 +598,8 @@ __device__ __forceinline__ void fwd_key_tile(float (&o)[kMT][Dp / 8][4], float (
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) l_run[mt][hf] = softmax_sum(l_run[mt][hf], alpha[mt][hf], sum[mt][hf]);
+    for (int hf = 0; hf < 2; ++hf)
+      l_run[mt][hf] = softmax_sum(l_run[mt][hf], alpha[mt][hf], sum[mt][hf]);
   }
   fwd_tile_pv<Dp, kMT, kBN>(o, s, alpha, vb, kvis);
 }
@@ -777,36 +786,6 @@ struct GroupQueryRows {
   __device__ const bf16_t* row(int r) const { return q + int64_t(r) * stride; }
 };
 
-// stage_rows for one warp (the decode kernel's warps stage their own tiles): the 32 lanes stage
-// kRows rows; the caller commits, waits and __syncwarp()s.
-template <int Dp, int kRows, typename Rows>
-__device__ __forceinline__ void stage_rows_warp(bf16_t* dst, const Rows& rows, int D, bool vec,
-                                                int lane) {
-  constexpr int kLds = Dp + 8;
-  if (vec) {
-    constexpr int kChunks = Dp / 8;
-    constexpr int kIters = (kRows * kChunks + 31) / 32;
-#pragma unroll
-    for (int it = 0; it < kIters; ++it) {
-      const int e = it * 32 + lane;
-      if (kRows * kChunks % 32 == 0 || e < kRows * kChunks) {
-        const int r = e / kChunks, c = (e % kChunks) * 8;
-        bf16_t* d = dst + r * kLds + c;
-        if (rows.has(r) && c < D) {
-          cp_async_16(smem_u32(d), rows.row(r) + c);
-        } else {
-          *reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u);
-        }
-      }
-    }
-  } else {
-    for (int e = lane; e < kRows * Dp; e += 32) {
-      const int r = e / Dp, c = e % Dp;
-      dst[r * kLds + c] = (rows.has(r) && c < D) ? rows.row(r)[c] : __float2bfloat16_rn(0.0f);
-    }
-  }
-}
-
 // Columns c0 .. c0 + kCols - 1 of keys key0 .. key0 + kRows - 1 of one item's kv head (cache
 // column base kv) into dst [kRows][kLdsDst], by one warp: key p sits at slot table[p / block_size]
 // * block_size + p % block_size; keys >= key0 + valid and columns >= D are zero.
@@ -936,8 +915,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_decode_warp_kernel(cons
                                           min(kBN, pos + 1 - key0), 0, a.D, a.vec, lane);
   };
 
-  stage_rows_warp<Dp, 16>(sQ, GroupQueryRows{a.q + t * qs + int64_t(g) * G * a.D, a.D, G}, a.D,
-                          a.vec, lane);
+  stage_rows_by<Dp, 16, 32>(sQ, GroupQueryRows{a.q + t * qs + int64_t(g) * G * a.D, a.D, G},
+                            a.D, a.vec, lane);
   stage_kv(0, 0);
   cp_async_commit();
 
@@ -1018,19 +997,20 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_block_kernel(con
   auto stage_k = [&](int r0) {
     const int key0 = (r0 + warp) * kBN;
     if (r0 + warp < nkt) {
-      stage_cache_warp<kBN, Dp, kLds>(sK, kg, nullptr, nullptr, table, ks, a.block_size, bs_log2, key0,
-                                      min(kBN, pos + 1 - key0), 0, a.D, a.vec, lane);
+      stage_cache_warp<kBN, Dp, kLds>(sK, kg, nullptr, nullptr, table, ks, a.block_size, bs_log2,
+                                      key0, min(kBN, pos + 1 - key0), 0, a.D, a.vec, lane);
     }
   };
   auto stage_v = [&](int r0) {  // the round's tiles are consecutive keys, and rows in sV
     const int key0 = r0 * kBN;
     if (has_cols && r0 < nkt) {
-      stage_cache_warp<kR * kBN, kDW, kLdsV>(sV, vg, nullptr, nullptr, table, ks, a.block_size, bs_log2, key0,
-                                             min(kR * kBN, pos + 1 - key0), c0, a.D, a.vec, lane);
+      stage_cache_warp<kR * kBN, kDW, kLdsV>(sV, vg, nullptr, nullptr, table, ks, a.block_size,
+                                             bs_log2, key0, min(kR * kBN, pos + 1 - key0), c0, a.D,
+                                             a.vec, lane);
     }
   };
-  stage_rows_warp<Dp, 16>(sQ, GroupQueryRows{a.q + t * qs + int64_t(g) * G * a.D, a.D, G}, a.D,
-                          a.vec, lane);
+  stage_rows_by<Dp, 16, 32>(sQ, GroupQueryRows{a.q + t * qs + int64_t(g) * G * a.D, a.D, G},
+                            a.D, a.vec, lane);
   stage_k(0);
   cp_async_commit();
   stage_v(0);
@@ -1633,23 +1613,13 @@ void dispatch_forward(const CudaContext& ctx, const typename Src::Args& a, int64
 // not measured.
 constexpr int kWarpKernelPairsPerSm = 2;
 
-int device_sm_count() {
-  static const int count = [] {
-    int device = 0, n = 0;
-    VERL_CUDA_CHECK(cudaGetDevice(&device));
-    VERL_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    return n;
-  }();
-  return count;
-}
-
 template <int Dp>
 void launch_decode(const CudaContext& ctx, const PagedFwdArgs& a) {
   const int64_t pairs = a.B * a.Hkv;
   VERL_CUDA_REQUIRE(pairs < (int64_t{1} << 31),
                     detail::shape_str("attention_forward_paged", {a.B, a.Hkv}) +
                         ": too many decode items for one grid");
-  if (pairs >= int64_t{kWarpKernelPairsPerSm} * device_sm_count()) {
+  if (pairs >= int64_t{kWarpKernelPairsPerSm} * sm_count()) {
     using Cfg = DecodeWarpTile<Dp, kFwdKeys<Dp>>;
     const auto kernel = attention_decode_warp_kernel<Dp, kFwdKeys<Dp>>;
     set_smem(kernel, Cfg::kSmem);

@@ -30,6 +30,16 @@ int device_count() {
   return n;
 }
 
+int sm_count() {
+  static const int count = [] {
+    int device = 0, n = 0;
+    VERL_CUDA_CHECK(cudaGetDevice(&device));
+    VERL_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    return n;
+  }();
+  return count;
+}
+
 // ---- DeviceArena ----------------------------------------------------------------------------------
 
 static constexpr size_t kArenaAlign = 256;  // cuBLASLt's preferred alignment; also fits float4

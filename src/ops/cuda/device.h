@@ -20,6 +20,10 @@ namespace verl::ops::cuda {
 // Number of CUDA devices; 0 when there is no driver or no device (never throws).
 int device_count();
 
+// Streaming multiprocessors of the device current at the first call, read once (kernels size
+// their grids by it; a process drives one device).
+int sm_count();
+
 // Copies host bytes to the device and returns once they have landed. A plain cudaMemcpy from
 // pageable memory returns when the bytes are staged, with the DMA possibly still in flight on the
 // legacy default stream, which our non-blocking streams do not wait for: a kernel enqueued right

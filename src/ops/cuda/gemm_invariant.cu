@@ -288,14 +288,7 @@ int64_t blocks_of(const Args& a) {
 // the narrow ones), else the narrow one; at most 16 tokens take the small tile that fits them.
 template <typename OutT>
 void launch_by_rows(const CudaContext& ctx, const Args& a, const char* what) {
-  static const int64_t fill = [] {
-    int device = 0, sms = 132;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      sms = 132;
-    }
-    return int64_t{2} * sms;
-  }();
+  const int64_t fill = int64_t{2} * sm_count();
   if (a.n <= SmallCfg::kBM) {
     launch<SmallCfg, OutT>(ctx, a, what);
   } else if (a.n > MidCfg::kBM && blocks_of<LargeCfg>(a) >= fill) {

@@ -51,7 +51,8 @@ __global__ void swiglu_forward_flat_kernel(T* __restrict__ out, const T* __restr
   if (i >= packs) return;
   const int64_t t = i / nvec;
   const int c = static_cast<int>(i - t * nvec);
-  const Vec<T, V> g = vload<T, V>(gu + t * 2 * F + c * V), u = vload<T, V>(gu + t * 2 * F + F + c * V);
+  const Vec<T, V> g = vload<T, V>(gu + t * 2 * F + c * V),
+                  u = vload<T, V>(gu + t * 2 * F + F + c * V);
   Vec<T, V> o;
 #pragma unroll
   for (int k = 0; k < V; ++k) {
