@@ -29,25 +29,10 @@ namespace {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t batch = 8, seq = 1024;
-  int iters = 20, warmup = 3;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) fail("missing value for " + a);
-      return argv[++i];
-    };
-    if (a == "--batch")
-      batch = std::atoll(next().c_str());
-    else if (a == "--seq")
-      seq = std::atoll(next().c_str());
-    else if (a == "--iters")
-      iters = std::atoi(next().c_str());
-    else if (a == "--warmup")
-      warmup = std::atoi(next().c_str());
-    else
-      fail("unknown option " + a + " (--batch --seq --iters --warmup)");
-  }
+  int64_t batch = 8, seq = 1024, iters = 20, warmup = 3;
+  verl::bench::parse_int_flags("attention_cuda", argc, argv,
+                               {{"--batch", &batch}, {"--seq", &seq}, {"--iters", &iters},
+                                {"--warmup", &warmup}});
   if (batch <= 0 || seq <= 0 || iters <= 0 || warmup < 0)
     fail("bad --batch/--seq/--iters/--warmup");
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -27,6 +28,30 @@ namespace verl::bench {
   nlohmann::json j = {{"bench", bench}, {"error", msg}};
   std::printf("%s\n", j.dump().c_str());
   std::exit(1);
+}
+
+// `--name value` pairs into integers: every argument must be one of `flags` followed by its
+// value, else fail() names it (and lists the flags).
+struct IntFlag {
+  const char* name;
+  int64_t* value;
+};
+inline void parse_int_flags(const char* bench, int argc, char** argv,
+                            std::initializer_list<IntFlag> flags) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const IntFlag* hit = nullptr;
+    for (const IntFlag& f : flags) {
+      if (a == f.name) hit = &f;
+    }
+    if (hit == nullptr) {
+      std::string known;
+      for (const IntFlag& f : flags) known += std::string(known.empty() ? "" : " ") + f.name;
+      fail(bench, "unknown option " + a + " (" + known + ")");
+    }
+    if (i + 1 >= argc) fail(bench, "missing value for " + a);
+    *hit->value = std::atoll(argv[++i]);
+  }
 }
 
 // Attention heads of the model sizes the benchmarks report.
@@ -63,15 +88,15 @@ class EventTimer {
   EventTimer& operator=(const EventTimer&) = delete;
 
   template <typename F>
-  double ms_per_call(cudaStream_t stream, int warmup, int iters, F&& f) {
-    for (int i = 0; i < warmup; ++i) f();
+  double ms_per_call(cudaStream_t stream, int64_t warmup, int64_t iters, F&& f) {
+    for (int64_t i = 0; i < warmup; ++i) f();
     VERL_CUDA_CHECK(cudaEventRecord(e0_, stream));
-    for (int i = 0; i < iters; ++i) f();
+    for (int64_t i = 0; i < iters; ++i) f();
     VERL_CUDA_CHECK(cudaEventRecord(e1_, stream));
     VERL_CUDA_CHECK(cudaEventSynchronize(e1_));
     float ms = 0;
     VERL_CUDA_CHECK(cudaEventElapsedTime(&ms, e0_, e1_));
-    return static_cast<double>(ms) / iters;
+    return static_cast<double>(ms) / static_cast<double>(iters);
   }
 
  private:

@@ -38,32 +38,16 @@ constexpr double kHbmBytesPerS = 4.8e12;  // H200 HBM3e peak
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t batch = 256, context = 384, spread = 0, block_size = 16, layers = 0;
-  int iters = 200, warmup = 10;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) fail("missing value for " + a);
-      return argv[++i];
-    };
-    if (a == "--batch")
-      batch = std::atoll(next().c_str());
-    else if (a == "--context")
-      context = std::atoll(next().c_str());
-    else if (a == "--spread")
-      spread = std::atoll(next().c_str());
-    else if (a == "--block-size")
-      block_size = std::atoll(next().c_str());
-    else if (a == "--layers")
-      layers = std::atoll(next().c_str());
-    else if (a == "--iters")
-      iters = std::atoi(next().c_str());
-    else if (a == "--warmup")
-      warmup = std::atoi(next().c_str());
-    else
-      fail("unknown option " + a +
-           " (--batch --context --spread --block-size --layers --iters --warmup)");
-  }
+  int64_t batch = 256, context = 384, spread = 0, block_size = 16, layers = 0, iters = 200,
+          warmup = 10;
+  verl::bench::parse_int_flags("decode_attention_cuda", argc, argv,
+                               {{"--batch", &batch},
+                                {"--context", &context},
+                                {"--spread", &spread},
+                                {"--block-size", &block_size},
+                                {"--layers", &layers},
+                                {"--iters", &iters},
+                                {"--warmup", &warmup}});
   if (batch <= 0 || context <= 0 || spread < 0 || spread >= context || block_size <= 0 ||
       layers < 0 || iters <= 0 || warmup < 0)
     fail("bad --batch/--context/--spread/--block-size/--layers/--iters/--warmup");
@@ -86,7 +70,8 @@ int main(int argc, char** argv) {
     std::vector<int32_t> ctxs(batch), positions(batch), cu(batch + 1);
     int64_t max_context = 0, keys = 0;
     for (int64_t b = 0; b < batch; ++b) {
-      ctxs[b] = static_cast<int32_t>(context - spread + static_cast<int64_t>(gen() % (2 * spread + 1)));
+      ctxs[b] =
+          static_cast<int32_t>(context - spread + static_cast<int64_t>(gen() % (2 * spread + 1)));
       positions[b] = ctxs[b] - 1;
       cu[b] = static_cast<int32_t>(b);
       max_context = std::max<int64_t>(max_context, ctxs[b]);
@@ -109,7 +94,8 @@ int main(int argc, char** argv) {
       const int64_t L = layers > 0 ? layers : std::max<int64_t>(1, (256ll << 20) / layer_bytes + 1);
       DeviceBuffer<bf16> q = random_bf16(T * H * D), out(T * H * D);
       // One allocation per cache array: layer l's K at kc + l * slots * Hkv * D.
-      DeviceBuffer<bf16> kc = random_bf16(L * slots * Hkv * D), vc = random_bf16(L * slots * Hkv * D);
+      DeviceBuffer<bf16> kc = random_bf16(L * slots * Hkv * D),
+                         vc = random_bf16(L * slots * Hkv * D);
       int64_t call = 0;
       auto layer_k = [&] { return kc.data() + (call % L) * slots * Hkv * D; };
       auto layer_v = [&] { return vc.data() + (call % L) * slots * Hkv * D; };
@@ -123,7 +109,9 @@ int main(int argc, char** argv) {
                                                               plan.partition, plan.max_partitions);
       DeviceBuffer<unsigned char> ws(std::max<size_t>(ws_bytes, 1));
 
-      auto time_us = [&](auto&& f) { return 1e3 * timer.ms_per_call(ctx.stream, warmup, iters, f); };
+      auto time_us = [&](auto&& f) {
+        return 1e3 * timer.ms_per_call(ctx.stream, warmup, iters, f);
+      };
       const double kv_bytes = static_cast<double>(keys) * Hkv * D * 2 * 2;
       auto report = [&](const char* kernel, double us) {
         const double gbps = kv_bytes / (us * 1e-6) / 1e9;

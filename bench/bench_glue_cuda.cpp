@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_cuda.h"
+
 #ifdef VERL_HAVE_CUDA
 #include <cuda_runtime.h>
 
@@ -29,30 +31,13 @@ namespace {
 
 constexpr double kCopyGBps = 4250.0;  // H200 device-to-device copy, measured
 
-[[noreturn]] void fail(const std::string& msg) {
-  nlohmann::json j = {{"bench", "glue_cuda"}, {"error", msg}};
-  std::printf("%s\n", j.dump().c_str());
-  std::exit(1);
-}
+[[noreturn]] void fail(const std::string& msg) { verl::bench::fail("glue_cuda", msg); }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int64_t T = 8 * 1024;
-  int iters = 50;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) fail("missing value for " + a);
-      return argv[++i];
-    };
-    if (a == "--tokens")
-      T = std::atoll(next().c_str());
-    else if (a == "--iters")
-      iters = std::atoi(next().c_str());
-    else
-      fail("unknown option " + a + " (--tokens --iters)");
-  }
+  int64_t T = 8 * 1024, iters = 50;
+  verl::bench::parse_int_flags("glue_cuda", argc, argv, {{"--tokens", &T}, {"--iters", &iters}});
   if (T <= 0 || iters <= 0) fail("bad --tokens/--iters");
 
 #ifndef VERL_HAVE_CUDA
