@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # verl.cpp's GPU rollout (`verl bench rollout`) beside HF transformers' `generate`
 # (tools/bench_rollout_hf.py) on the same workload, each in its own process: ours in each numerics
-# mode (the default kernels, --match-trainer, --batch-invariant), then the peer; prints their JSON
+# numerics mode (the default, which matches the trainer's log-probs; --no-match-trainer, the split-K
+# kernels; --batch-invariant), then the peer; prints their JSON
 # lines and one JSON line of ratios; exits 1 when a run failed (its line then carries "error").
 #
 #   bench/rollout_cuda.sh [SHAPE] [--prompts N] [--n N] [--prompt-len N] [--new-tokens N]
@@ -9,7 +10,7 @@
 #
 # SHAPE: qwen2.5-0.5b (default), qwen2.5-1.5b. The flags go to every run.
 # Environment: VERL and PYTHON (bench/peer_lib.sh), and
-#   MODES      which of ours to run (default "default match_trainer batch_invariant")
+#   MODES      which of ours to run (default "default split_k batch_invariant")
 #   VERL_ARGS  extra flags for verl only (e.g. "--max-num-batched-tokens 16384")
 #   HF_ARGS    extra flags for the peer only (e.g. "--runs 1")
 set -uo pipefail
@@ -23,12 +24,12 @@ fi
 . "$root/bench/peer_lib.sh"
 
 names=()
-for mode in ${MODES:-default match_trainer batch_invariant}; do
+for mode in ${MODES:-default split_k batch_invariant}; do
   case $mode in
     default) flag= ;;
-    match_trainer) flag=--match-trainer ;;
+    split_k) flag=--no-match-trainer ;;
     batch_invariant) flag=--batch-invariant ;;
-    *) echo "rollout_cuda.sh: MODES: unknown mode '$mode' (default, match_trainer, batch_invariant)" >&2
+    *) echo "rollout_cuda.sh: MODES: unknown mode '$mode' (default, split_k, batch_invariant)" >&2
        exit 2 ;;
   esac
   # shellcheck disable=SC2086  # flag / VERL_ARGS are word lists on purpose

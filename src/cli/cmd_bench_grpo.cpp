@@ -59,7 +59,7 @@ struct GrpoOpts {
   int32_t max_num_batched_tokens = 8192;  // rollout.max_num_batched_tokens
   bool enforce_eager = false;
   bool batch_invariant = false;  // rollout.batch_invariant: rollout log-probs = old_log_prob bitwise
-  bool match_trainer = false;    // rollout.match_trainer_numerics: log-probs within rounding noise
+  bool match_trainer = true;     // rollout.match_trainer_numerics: log-probs within rounding noise
   uint64_t seed = 1;
 };
 
@@ -399,7 +399,7 @@ int run_cuda(const GrpoOpts& o, model::Weights& w) {
   topts.max_tokens = std::min(o.micro_tokens, B * seq);
   topts.max_seqs = std::clamp<int64_t>(topts.max_tokens / (int64_t{o.prompt_len} + 1), 1, B);
   topts.batch_invariant = o.batch_invariant;
-  topts.pin_split_k = o.match_trainer;
+  topts.unsplit_k = o.match_trainer;
   ops::cuda::CudaTransformer actor(ctx, w, topts);
   std::unique_ptr<ops::cuda::CudaTransformer> ref;
   if (o.ref) {
@@ -554,10 +554,10 @@ Action add_bench_grpo_step(CLI::App& bench) {
   s->add_flag("--batch-invariant", o->batch_invariant,
               "batch-invariant kernels in the rollout and the actor's forward "
               "(actor_rollout_ref.rollout.batch_invariant)");
-  s->add_flag("--match-trainer", o->match_trainer,
-              "the rollout's decode attention on the training kernel's arithmetic and one split-K "
-              "choice per GEMM shape in the rollout and the actor "
-              "(actor_rollout_ref.rollout.match_trainer_numerics)");
+  s->add_flag("--match-trainer,!--no-match-trainer", o->match_trainer,
+              "the rollout's decode attention on the training kernel's arithmetic and GEMMs that "
+              "never split k in the rollout and the actor (actor_rollout_ref.rollout."
+              "match_trainer_numerics; on by default); --no-match-trainer: split-K kernels");
   s->add_option("--seed", o->seed, "weights, prompts and sampling seed (default 1)");
   return [o, s]() -> int { return s->parsed() ? run_grpo_step(*o) : 0; };
 }

@@ -51,7 +51,7 @@ struct RolloutOpts {
   int32_t decode_max_partitions = 0;
   bool split_sampling = true;
   bool training_prefill_attention = true;
-  bool match_trainer_numerics = false;
+  bool match_trainer_numerics = true;  // the config's default
   bool batch_invariant = false;
   bool profile = false;
   int warmup = 1;
@@ -257,9 +257,11 @@ Action add_rollout_flags(CLI::App& app) {
   app.add_flag("!--paged-prefill", o->training_prefill_attention,
                "prefill attention with the paged prefill kernel instead of the training kernel "
                "over the paged cache");
-  app.add_flag("--match-trainer", o->match_trainer_numerics,
-               "decode attention on the training kernel's arithmetic and one split-K choice per "
-               "GEMM shape (actor_rollout_ref.rollout.match_trainer_numerics)");
+  app.add_flag("--match-trainer,!--no-match-trainer", o->match_trainer_numerics,
+               "decode attention on the training kernel's arithmetic and GEMMs that never split "
+               "k, so log-probs match the trainer's (actor_rollout_ref.rollout."
+               "match_trainer_numerics; on by default); --no-match-trainer: the split-K decode "
+               "attention and cuBLASLt's split-K choices");
   app.add_flag("--profile", o->profile,
                "GPU ms per section of a decode step (cudaEvents; the timed run's "
                "steps run eagerly) in profile_ms_per_step");

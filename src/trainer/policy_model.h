@@ -59,8 +59,8 @@ struct PolicyOptions {
   // so log-probs do not depend on the micro-batch and equal a batch-invariant rollout's. The CPU
   // model is batch-invariant already (one fp32 path for every batch).
   bool batch_invariant = false;
-  // CUDA: forward GEMMs keep one split-K choice per shape (actor_rollout_ref.rollout.
-  // match_trainer_numerics, CudaContext::pin_split_k), as the matching rollout's do.
+  // CUDA: forward GEMMs that never split k (actor_rollout_ref.rollout.match_trainer_numerics,
+  // CudaContext::unsplit_k), as the matching rollout's.
   bool match_trainer_numerics = false;
 };
 

@@ -45,7 +45,7 @@ class CudaPolicy final : public PolicyModel {
     co.trainable = opts.trainable;
     co.recompute = opts.trainable && opts.recompute;
     co.batch_invariant = opts.batch_invariant;
-    co.pin_split_k = opts.match_trainer_numerics;
+    co.unsplit_k = opts.match_trainer_numerics;
     tf_ = std::make_unique<ops::cuda::CudaTransformer>(session_.ctx(), host_, co);
     if (!opts.trainable) {
       // The reference policy is never generated from nor saved: no host copy unless asked for.

@@ -380,16 +380,15 @@ TEST_F(GemmInvariant, SameBitsAsCublasLtWithoutSplitK) {
 }
 
 
-// ---- (d) pin_split_k: one split-K choice per shape ------------------------------------------
+// ---- (d) unsplit_k: forward GEMMs that never split k --------------------------------------------
 
 // cuBLASLt's heuristic splits k for the MLP down projection at decode batch sizes; with
-// ctx.pin_split_k run_gemm makes that choice once per shape (at 256 rows) and keeps it at every
-// row count, in chunks when the workspace is short, so a row of the model's forward GEMMs has the
-// same bits in a decode step and in the trainer's forward. Calls of 256, 64, 7 and 1 rows at both
-// ends of a 5000-row call (which runs in chunks) against that call.
-TEST_F(GemmInvariant, PinnedSplitKRowsDoNotDependOnRowCount) {
-  CudaContext pinned = ctx();
-  pinned.pin_split_k = true;
+// ctx.unsplit_k run_gemm takes an algorithm that does not split k at every row count, so a row of
+// the model's forward GEMMs has the same bits in a decode step and in the trainer's forward. Calls
+// of 256, 64, 7 and 1 rows at both ends of a 5000-row call against that call.
+TEST_F(GemmInvariant, UnsplitKRowsDoNotDependOnRowCount) {
+  CudaContext unsplit = ctx();
+  unsplit.unsplit_k = true;
   const int64_t T = 5000;
   struct S {
     int64_t K, N;
@@ -404,13 +403,13 @@ TEST_F(GemmInvariant, PinnedSplitKRowsDoNotDependOnRowCount) {
     auto d_x = upload_bf16(x), d_w = upload_bf16(w), d_b = upload_bf16(b);
     const bf16* bias = s.bias ? d_b.data() : nullptr;
     DeviceBuffer<bf16> full(T * s.N);
-    linear_forward(pinned, full.data(), d_x.data(), d_w.data(), bias, T, s.K, s.N);
+    linear_forward(unsplit, full.data(), d_x.data(), d_w.data(), bias, T, s.K, s.N);
     const auto ref = raw_bytes(full);
     const size_t row_bytes = static_cast<size_t>(s.N) * 2;
     for (const int64_t M : {int64_t{256}, int64_t{64}, int64_t{7}, int64_t{1}}) {
       for (const int64_t t0 : {int64_t{0}, T - M}) {
         DeviceBuffer<bf16> part(M * s.N);
-        linear_forward(pinned, part.data(), d_x.data() + t0 * s.K, d_w.data(), bias, M, s.K, s.N);
+        linear_forward(unsplit, part.data(), d_x.data() + t0 * s.K, d_w.data(), bias, M, s.K, s.N);
         const auto got = raw_bytes(part);
         EXPECT_EQ(std::memcmp(got.data(), ref.data() + t0 * row_bytes, got.size()), 0)
             << M << " rows from row " << t0;

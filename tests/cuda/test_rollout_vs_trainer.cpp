@@ -71,7 +71,7 @@ TEST_P(RolloutVsTrainerModes, SampledLogprobsMatchTheTrainersCudaForward) {
     to.max_seqs = 12;
     to.trainable = false;
     to.batch_invariant = invariant;
-    to.pin_split_k = match;
+    to.unsplit_k = match;
     CudaTransformer tf(ctx(), w, to);
     CudaRunnerOptions ro;
     ro.batch_invariant = invariant;

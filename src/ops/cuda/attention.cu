@@ -38,9 +38,10 @@
 //   single tokens (decode) when G = H / Hkv <= 16: the G heads of one token and one kv head are
 //            the rows of a 16-row m-tile, all at the token's position p, meeting key tiles
 //            0 .. p / kBN as the forward kernel's warp of p does (argument above the decode
-//            kernels), and the kv head's keys are read once, not G times: one warp per (item, kv
-//            head) for large batches (attention_decode_warp_kernel), one block of four warps
-//            sharing each round of four key tiles for small ones (attention_decode_block_kernel).
+//            kernels), and the kv head's keys are read once, not G times: two warps per (item, kv
+//            head) splitting each key tile for large batches (attention_decode_pair_kernel), one
+//            block of four warps sharing each round of four key tiles for small ones
+//            (attention_decode_block_kernel).
 //            For G > 16 a single token takes a tile of the forward kernel.
 // A mixed step launches both. The contiguous instantiations compile to the machine code they had
 // before the paged op existed.
@@ -63,6 +64,7 @@ namespace verl::ops::cuda {
 
 namespace {
 
+using detail::allow_dynamic_smem;
 using detail::ceil_div;
 using bf16_t = __nv_bfloat16;
 using detail::acc_to_a;
@@ -604,6 +606,17 @@ __device__ __forceinline__ void fwd_key_tile(float (&o)[kMT][Dp / 8][4], float (
   fwd_tile_pv<Dp, kMT, kBN>(o, s, alpha, vb, kvis);
 }
 
+// Columns col and col + 1 of an output row (those < D), rounded to bf16; pairs: one bf16x2 store.
+__device__ __forceinline__ void store_out_cols(bf16_t* orow, int col, float x0, float x1, int D,
+                                               bool pairs) {
+  if (pairs) {
+    if (col < D) *reinterpret_cast<__nv_bfloat162*>(orow + col) = __floats2bfloat162_rn(x0, x1);
+  } else {
+    if (col < D) orow[col] = __float2bfloat16_rn(x0);
+    if (col + 1 < D) orow[col + 1] = __float2bfloat16_rn(x1);
+  }
+}
+
 // Row (mt, hf) of the lane's O, divided by the row's sum l (already summed over the row's four
 // lanes) and rounded to bf16, into orow (the row of out). pairs: bf16x2 stores.
 template <int Dp, int kMT>
@@ -614,13 +627,7 @@ __device__ __forceinline__ void fwd_store_row(bf16_t* orow, const float (&o)[kMT
 #pragma unroll
   for (int dt = 0; dt < kDT; ++dt) {
     const int col = dt * 8 + 2 * tc;
-    const float x0 = o[mt][dt][2 * hf] * inv_l, x1 = o[mt][dt][2 * hf + 1] * inv_l;
-    if (pairs) {
-      if (col < D) *reinterpret_cast<__nv_bfloat162*>(orow + col) = __floats2bfloat162_rn(x0, x1);
-    } else {
-      if (col < D) orow[col] = __float2bfloat16_rn(x0);
-      if (col + 1 < D) orow[col + 1] = __float2bfloat16_rn(x1);
-    }
+    store_out_cols(orow, col, o[mt][dt][2 * hf] * inv_l, o[mt][dt][2 * hf + 1] * inv_l, D, pairs);
   }
 }
 
@@ -732,12 +739,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // 0 .. p of the tile), and the mask's `diag` test (a tile that does not cross p masks nothing
 // either way). So each head's output has attention_forward's bits at position p.
 //
-// Two kernels do this. The warp kernel (attention_decode_warp_kernel) gives each (item, kv head)
-// one warp running fwd_key_tile over the tiles. The block kernel (attention_decode_block_kernel),
-// for batches too small to fill the GPU that way, splits one (item, kv head) over a block:
-// fwd_key_tile is a chain only through the running max m, the lanes' running sums l and O; the
-// scores, their tile maxima, P and each tile's lane sums depend on nothing before the tile. So a
-// block of kDecodeWarps warps takes one (item, kv head) and the key tiles in rounds of
+// Two kernels do this, both splitting fwd_key_tile's work between warps: it is a chain only
+// through the running max m, the lanes' running sums l and O; the scores, their tile maxima, P
+// and each tile's lane sums depend on nothing before the tile, and the columns of O are
+// independent sums. The pair kernel (attention_decode_pair_kernel, above the block kernel) splits
+// each key tile between two warps, for batches with enough (item, kv head) pairs to fill the GPU.
+// The block kernel (attention_decode_block_kernel), for smaller batches, splits one (item, kv
+// head) over a block: a block of kDecodeWarps warps takes one (item, kv head) and the key tiles
+// in rounds of
 // kDecodeWarps, warp w taking tile r * kDecodeWarps + w:
 //   1. each warp: its tile's scores and row maxima (fwd_tile_scores, fwd_tile_mask_max);
 //   2. each warp: the running max through the round's tiles in order from the maxima (fmaxf, so
@@ -753,8 +762,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // stages its own tiles: the query rows, its round tile's K (the next round's is fetched as soon as
 // the scores are done) and the V columns of its head-dim slice for the round's tiles (the next
 // round's fetched once P V is done).
-// Warps per decode block: the warp kernel's (item, kv head) pairs per block, the block kernel's
-// warps per pair and key tiles per round.
+// Warps per decode block: the block kernel's warps per pair and key tiles per round; the pair
+// kernel's two pairs of two warps.
 constexpr int kDecodeWarps = kThreads / 32;
 
 template <int Dp, int kKeys>
@@ -873,50 +882,75 @@ __device__ __forceinline__ int block_size_log2(int block_size, int kBN) {
                                                                         : -1;
 }
 
-// The warp kernel: warp w of the grid (block * kDecodeWarps + warp) takes item w / Hkv and kv
-// head w % Hkv, and runs fwd_key_tile over the key tiles itself, the K and V of the next tile
-// fetched while one is used. For batches that give every SM several (item, kv head) pairs; fewer
-// instructions per key than the block kernel.
+// The pair kernel: two warps per (item, kv head), two pairs per block, fwd_key_tile's work on each
+// key tile split in halves. (One warp per pair running fwd_key_tile itself was bound by
+// instruction issue, one warp per scheduler at large batch; with two warps a pair the 0.5B
+// rollout's decode step went from 1.97 to 1.82 ms, docs/benchmarks.md.) Warp h of a pair:
+//   1. stages half of each tile's K and V rows (the pair's barrier makes both halves visible);
+//   2. computes the scores of its half of the keys (fwd_tile_scores' mma steps for those
+//      accumulators) and their row maxima; the pair exchanges the maxima (fmaxf: exact);
+//   3. applies the online-softmax step (the same in both warps) and takes the exponentials of its
+//      half; the pair exchanges P in fp32, so both warps hold the whole tile's P;
+//   4. sums each lane's row part over the whole tile in fwd_tile_probs' order (both warps keep the
+//      same l), and runs O = O * alpha + P V for its half of the head dimension (columns are
+//      independent sums).
+// Three 64-thread barriers a tile.
 template <int Dp, int kKeys>
-struct DecodeWarpTile {
+struct DecodePairTile {
   static constexpr int kBN = kKeys;
   static constexpr int kLds = Dp + 8;
-  // Per warp: sQ [16], sK [2][kBN], sV [2][kBN] rows.
-  static constexpr int kWarpElems = kLds * (16 + 4 * kBN);
-  static constexpr size_t kSmem = sizeof(bf16_t) * kWarpElems * kDecodeWarps;
+  static constexpr int kNT = kBN / 8, kHalfNT = kNT / 2;
+  static constexpr int kSteps = kBN / 16, kOwnSteps = kSteps / 2;  // 16-key steps
+  static constexpr int kNPH = Dp / 32 > 0 ? Dp / 32 : 1;           // 16-column P V steps a warp
+  // Per pair: bf16 sQ [16][kLds], sK [2][kBN][kLds], sV [2][kBN][kLds]; floats sMx [2][32][2],
+  // sP [2][kHalfNT * 4][32].
+  static constexpr int kPairElems = kLds * (16 + 4 * kBN);
+  static constexpr int kMxFloats = 2 * 32 * 2, kPFloats = 2 * kHalfNT * 4 * 32;
+  static constexpr size_t kPairBytes =
+      sizeof(bf16_t) * kPairElems + sizeof(float) * (kMxFloats + kPFloats);
+  static constexpr size_t kSmem = 2 * kPairBytes;
 };
 
 template <int Dp, int kKeys>
-__global__ void __launch_bounds__(kThreads, 1) attention_decode_warp_kernel(const PagedFwdArgs a) {
-  using Cfg = DecodeWarpTile<Dp, kKeys>;
-  constexpr int kBN = Cfg::kBN, kLds = Cfg::kLds, kDT = Dp / 8;
+__global__ void __launch_bounds__(kThreads, 2) attention_decode_pair_kernel(const PagedFwdArgs a) {
+  using Cfg = DecodePairTile<Dp, kKeys>;
+  constexpr int kBN = Cfg::kBN, kLds = Cfg::kLds, kNT = Cfg::kNT, kHalfNT = Cfg::kHalfNT;
+  constexpr int kSteps = Cfg::kSteps, kOwnSteps = Cfg::kOwnSteps, kNPH = Cfg::kNPH;
+  constexpr int kHalfRows = kBN / 2;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t w = int64_t(blockIdx.x) * kDecodeWarps + warp;
-  const int64_t b = w / a.Hkv;
-  if (b >= a.B) return;  // warp-uniform, as is every branch below
+  const int pb = warp >> 1, h = warp & 1;  // the pair in the block, the warp's half
+  const int64_t pr = int64_t(blockIdx.x) * 2 + pb;
+  const int64_t b = pr / a.Hkv;
+  if (b >= a.B) return;  // pair-uniform, as is every branch on b, t, pos and j below
   const int64_t t = a.cu_seqlens[b];
   if (a.cu_seqlens[b + 1] - t != 1) return;
-  const int g = static_cast<int>(w % a.Hkv), G = a.H / a.Hkv;
+  const int g = static_cast<int>(pr % a.Hkv), G = a.H / a.Hkv;
   const int pos = a.positions[t];  // the token attends to keys 0 .. pos
   const int64_t qs = int64_t(a.H) * a.D, ks = int64_t(a.Hkv) * a.D;
   const bf16_t* kg = a.k + int64_t(g) * a.D;
   const bf16_t* vg = a.v + int64_t(g) * a.D;
   const int32_t* table = a.block_tables + b * a.W;
-  bf16_t* sQ = reinterpret_cast<bf16_t*>(smem_raw) + warp * Cfg::kWarpElems;
+  unsigned char* base = smem_raw + pb * Cfg::kPairBytes;
+  bf16_t* sQ = reinterpret_cast<bf16_t*>(base);
   bf16_t* sK = sQ + 16 * kLds;
   bf16_t* sV = sK + 2 * kBN * kLds;
+  float* sMx = reinterpret_cast<float*>(base + sizeof(bf16_t) * Cfg::kPairElems);  // [h][lane][hf]
+  float* sP = sMx + Cfg::kMxFloats;                                                 // [h][i][lane]
   const int nkt = pos / kBN + 1;  // key tiles 0 .. pos / kBN, as for the tiled kernel's row pos
-  const int bs_log2 = block_size_log2(a.block_size, kBN);
-  auto stage_kv = [&](int j, int buf) {
-    const int key0 = j * kBN;
-    stage_cache_warp<kBN, Dp, kLds, true>(sK + buf * kBN * kLds, kg, sV + buf * kBN * kLds, vg,
-                                          table, ks, a.block_size, bs_log2, key0,
-                                          min(kBN, pos + 1 - key0), 0, a.D, a.vec, lane);
+  const int bs_log2 = block_size_log2(a.block_size, kHalfRows);
+  const int bar = 1 + pb;  // named barrier of the pair's 64 threads (0 is __syncthreads)
+  auto pair_sync = [bar] { asm volatile("bar.sync %0, 64;\n" ::"r"(bar) : "memory"); };
+  auto stage_kv = [&](int j, int buf) {  // the warp's half of tile j's rows
+    const int key0 = j * kBN + h * kHalfRows, off = (buf * kBN + h * kHalfRows) * kLds;
+    stage_cache_warp<kHalfRows, Dp, kLds, true>(sK + off, kg, sV + off, vg, table, ks,
+                                                a.block_size, bs_log2, key0,
+                                                min(kHalfRows, pos + 1 - key0), 0, a.D, a.vec,
+                                                lane);
   };
 
-  stage_rows_by<Dp, 16, 32>(sQ, GroupQueryRows{a.q + t * qs + int64_t(g) * G * a.D, a.D, G},
-                            a.D, a.vec, lane);
+  const GroupQueryRows q_half{a.q + t * qs + int64_t(g * G + 8 * h) * a.D, a.D, G - 8 * h};
+  stage_rows_by<Dp, 8, 32>(sQ + 8 * h * kLds, q_half, a.D, a.vec, lane);
   stage_kv(0, 0);
   cp_async_commit();
 
@@ -926,38 +960,143 @@ __global__ void __launch_bounds__(kThreads, 1) attention_decode_warp_kernel(cons
   const uint32_t k_addr = smem_u32(sK + lo.bn_off), v_addr = smem_u32(sV + lo.bt_off);
   constexpr uint32_t kBufBytes = sizeof(bf16_t) * kBN * kLds;
 
-  float o[1][kDT][4];
-  float m_run[1][2], l_run[1][2];  // per row (head) g / g+8: running max, partial sum
+  float o[2 * kNPH][4];  // the warp's columns: 16 * (h * kNPH + i / 2) + 8 * (i % 2) ..
 #pragma unroll
-  for (int dt = 0; dt < kDT; ++dt) o[0][dt][0] = o[0][dt][1] = o[0][dt][2] = o[0][dt][3] = 0.0f;
-  m_run[0][0] = m_run[0][1] = -INFINITY;
-  l_run[0][0] = l_run[0][1] = 0.0f;
+  for (int i = 0; i < 2 * kNPH; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // the same in both warps
 
   for (int j = 0; j < nkt; ++j) {
-    if (j + 1 < nkt) {  // prefetch the next key tile into the other buffer
-      stage_kv(j + 1, (j + 1) & 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncwarp();  // every lane's copies (and zero rows) of this tile are visible to the warp
-    const int key0 = j * kBN;
+    cp_async_wait<0>();
+    pair_sync();  // tile j (both halves; the query rows at j = 0) staged; tile j - 1 done
+    if (j + 1 < nkt) stage_kv(j + 1, (j + 1) & 1);
+    cp_async_commit();
+    const int key0 = j * kBN, kvis = min(kBN, pos - key0 + 1);
     const uint32_t kb = k_addr + (j & 1) * kBufBytes, vb = v_addr + (j & 1) * kBufBytes;
-    fwd_key_tile<Dp, 1, kBN, true>(o, m_run, l_run, q_addr, kb, vb, key0, min(kBN, pos - key0 + 1),
-                                   pos, gr, tc, a.scale_log2);
-    __syncwarp();  // the buffer just read is the next prefetch's target
+
+    // Scores of the warp's half of the keys (n-tiles h * kHalfNT ..): fwd_tile_scores' steps for
+    // those accumulators. Register arrays are indexed by constants only (h is not one).
+    float own[kHalfNT][4], oth[kHalfNT][4];
+#pragma unroll
+    for (int u = 0; u < kHalfNT; ++u) own[u][0] = own[u][1] = own[u][2] = own[u][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < Dp / 16; ++kk) {
+      uint32_t qa[4];
+      ldsm_x4(qa, q_addr + 2 * (kk * 16));
+#pragma unroll
+      for (int u = 0; u < kOwnSteps; ++u) {
+        const int np = h * kOwnSteps + u;
+        if (np * 16 < kvis) {
+          uint32_t kf[4];
+          ldsm_x4(kf, kb + 2 * (np * 16 * kLds + kk * 16));
+          mma_bf16(own[2 * u], qa, kf[0], kf[1]);
+          mma_bf16(own[2 * u + 1], qa, kf[2], kf[3]);
+        }
+      }
+    }
+    // fwd_tile_mask_max over the warp's half; the pair's maxima combined (fmaxf is exact).
+    const bool diag = key0 + kBN - 1 > pos;
+    float mx[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float m = -INFINITY;
+#pragma unroll
+      for (int u = 0; u < kHalfNT; ++u) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = own[u][2 * hf + e];
+          const int key = key0 + (h * kHalfNT + u) * 8 + 2 * tc + e;
+          x = (diag && key > pos) ? -INFINITY : x * a.scale_log2;
+          m = fmaxf(m, x);
+        }
+      }
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      mx[hf] = m;
+      sMx[(h * 32 + lane) * 2 + hf] = m;
+    }
+    pair_sync();
+    float alpha[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const SoftmaxStep st =
+          softmax_step(m_run[hf], fmaxf(mx[hf], sMx[((1 - h) * 32 + lane) * 2 + hf]));
+      alpha[hf] = st.alpha;
+      m_run[hf] = st.m_new;
+#pragma unroll
+      for (int u = 0; u < kHalfNT; ++u) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = own[u][2 * hf + e];
+          x = exp2_approx(x - st.m_use);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kHalfNT; ++u)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) sP[((h * kHalfNT + u) * 4 + c) * 32 + lane] = own[u][c];
+    pair_sync();
+    // The whole tile's P in key order: s[0 .. kHalfNT) from warp 0, the rest from warp 1.
+    float s[kNT][4];
+#pragma unroll
+    for (int u = 0; u < kHalfNT; ++u) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        oth[u][c] = sP[(((1 - h) * kHalfNT + u) * 4 + c) * 32 + lane];
+        s[u][c] = h == 0 ? own[u][c] : oth[u][c];
+        s[kHalfNT + u][c] = h == 0 ? oth[u][c] : own[u][c];
+      }
+    }
+    // The lane's row sums in fwd_tile_probs' order, over the whole tile.
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        acc += s[nt][2 * hf];
+        acc += s[nt][2 * hf + 1];
+      }
+      l_run[hf] = softmax_sum(l_run[hf], alpha[hf], acc);
+    }
+    // fwd_tile_pv for the warp's columns.
+#pragma unroll
+    for (int i = 0; i < 2 * kNPH; ++i) {
+      o[i][0] *= alpha[0];
+      o[i][1] *= alpha[0];
+      o[i][2] *= alpha[1];
+      o[i][3] *= alpha[1];
+    }
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk) {
+      if (kk * 16 < kvis) {
+        uint32_t pa[4];
+        acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+        for (int u = 0; u < kNPH; ++u) {
+          uint32_t vf[4];
+          ldsm_x4_trans(vf, vb + 2 * (kk * 16 * kLds + (h * kNPH + u) * 16));
+          mma_bf16(o[2 * u], pa, vf[0], vf[1]);
+          mma_bf16(o[2 * u + 1], pa, vf[2], vf[3]);
+        }
+      }
+    }
   }
 
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
-    float l = l_run[0][hf];  // the row's sum over the four lanes that share it
+    float l = l_run[hf];  // the row's sum over the four lanes that share it
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     const int i = gr + 8 * hf;  // the row's head in the group
     if (i >= G) continue;
-    fwd_store_row<Dp, 1>(a.out + t * qs + int64_t(g * G + i) * a.D, o, 0, hf, l, tc, a.D,
-                         a.out_pairs);
+    const float inv_l = 1.0f / l;  // fwd_store_row's arithmetic, for the warp's columns
+    bf16_t* orow = a.out + t * qs + int64_t(g * G + i) * a.D;
+#pragma unroll
+    for (int dt = 0; dt < 2 * kNPH; ++dt) {
+      const int col = (h * kNPH + dt / 2) * 16 + (dt % 2) * 8 + 2 * tc;
+      store_out_cols(orow, col, o[dt][2 * hf] * inv_l, o[dt][2 * hf + 1] * inv_l, a.D,
+                     a.out_pairs);
+    }
   }
 }
 
@@ -1133,14 +1272,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_block_kernel(con
 #pragma unroll
     for (int dt = 0; dt < 2 * kNPW; ++dt) {
       const int col = c0 + dt * 8 + 2 * tc;
-      const float x0 = o[dt][2 * hf] * inv_l, x1 = o[dt][2 * hf + 1] * inv_l;
-      if (a.out_pairs) {
-        if (col < a.D)
-          *reinterpret_cast<__nv_bfloat162*>(orow + col) = __floats2bfloat162_rn(x0, x1);
-      } else {
-        if (col < a.D) orow[col] = __float2bfloat16_rn(x0);
-        if (col + 1 < a.D) orow[col + 1] = __float2bfloat16_rn(x1);
-      }
+      store_out_cols(orow, col, o[dt][2 * hf] * inv_l, o[dt][2 * hf + 1] * inv_l, a.D,
+                     a.out_pairs);
     }
   }
 }
@@ -1552,12 +1685,6 @@ void check_args(const char* op, int64_t B, int64_t T, int64_t H, int64_t Hkv, in
       detail::shape_str(op, {B, T, H, Hkv, D}) + ": need H a multiple of Hkv, 0 < D <= 128");
 }
 
-template <typename Kernel>
-void set_smem(Kernel kernel, size_t bytes) {
-  VERL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(bytes)));
-}
-
 bool aligned(const void* p, size_t n) {
   return reinterpret_cast<uintptr_t>(p) % n == 0;
 }
@@ -1579,7 +1706,7 @@ void launch_forward(const CudaContext& ctx, const typename Src::Args& a, int64_t
                     int64_t max_tiles) {
   using Cfg = FwdTile<Dp, kMT, kKeys>;
   const auto kernel = attention_forward_kernel<Dp, kMT, kKeys, kMinBlocks, Src>;
-  set_smem(kernel, Cfg::kSmem);
+  allow_dynamic_smem(kernel, Cfg::kSmem);
   kernel<<<tile_blocks(T, items, Cfg::kBM, a.H, max_tiles), kThreads, Cfg::kSmem, ctx.stream>>>(a);
   VERL_CUDA_CHECK_LAUNCH();
 }
@@ -1605,13 +1732,12 @@ void dispatch_forward(const CudaContext& ctx, const typename Src::Args& a, int64
   }
 }
 
-// The decode kernels: one warp per (item, kv head) when the grid gives each SM at least
-// kWarpKernelPairsPerSm pairs, else one block per pair (both give the same bits). Measured on the
-// H200 (bench_decode_attention_cuda, Qwen2.5-0.5B's heads, caches still in L2 from the call
-// before): 256 items of 384 keys (512 pairs) 20 us a layer one warp per pair against 28 one block
-// per pair; 8 items of 4096 keys (16 pairs) 131 against 66 us. The crossing point between was
-// not measured.
-constexpr int kWarpKernelPairsPerSm = 2;
+// The decode kernels: two warps per (item, kv head) when the grid gives each SM at least
+// kPairKernelPairsPerSm pairs, else one block per pair (both give the same bits). Measured on the
+// H200 (bench_decode_attention_cuda, Qwen2.5-0.5B's heads, caches read from HBM): 256 items of 384
+// keys (512 pairs) 19.8 us a layer with the pair kernel; 8 items of 4096 keys (16 pairs) 92 us
+// with it against 66 with the block kernel. The crossing point between was not measured.
+constexpr int kPairKernelPairsPerSm = 2;
 
 template <int Dp>
 void launch_decode(const CudaContext& ctx, const PagedFwdArgs& a) {
@@ -1619,16 +1745,15 @@ void launch_decode(const CudaContext& ctx, const PagedFwdArgs& a) {
   VERL_CUDA_REQUIRE(pairs < (int64_t{1} << 31),
                     detail::shape_str("attention_forward_paged", {a.B, a.Hkv}) +
                         ": too many decode items for one grid");
-  if (pairs >= int64_t{kWarpKernelPairsPerSm} * sm_count()) {
-    using Cfg = DecodeWarpTile<Dp, kFwdKeys<Dp>>;
-    const auto kernel = attention_decode_warp_kernel<Dp, kFwdKeys<Dp>>;
-    set_smem(kernel, Cfg::kSmem);
-    kernel<<<static_cast<unsigned>(ceil_div(pairs, kDecodeWarps)), kThreads, Cfg::kSmem,
-             ctx.stream>>>(a);
+  if (pairs >= int64_t{kPairKernelPairsPerSm} * sm_count()) {
+    using Cfg = DecodePairTile<Dp, kFwdKeys<Dp>>;
+    const auto kernel = attention_decode_pair_kernel<Dp, kFwdKeys<Dp>>;
+    allow_dynamic_smem(kernel, Cfg::kSmem);
+    kernel<<<static_cast<unsigned>(ceil_div(pairs, 2)), kThreads, Cfg::kSmem, ctx.stream>>>(a);
   } else {
     using Cfg = DecodeBlockTile<Dp, kFwdKeys<Dp>>;
     const auto kernel = attention_decode_block_kernel<Dp, kFwdKeys<Dp>>;
-    set_smem(kernel, Cfg::kSmem);
+    allow_dynamic_smem(kernel, Cfg::kSmem);
     kernel<<<static_cast<unsigned>(pairs), kThreads, Cfg::kSmem, ctx.stream>>>(a);
   }
   VERL_CUDA_CHECK_LAUNCH();
@@ -1654,7 +1779,7 @@ void launch_backward(const CudaContext& ctx, BwdArgs a, int64_t T) {
   VERL_CUDA_REQUIRE(blocks < (int64_t{1} << 31),
                     detail::shape_str("attention_backward", {T, a.B}) + ": grid too large");
   const auto kernel = attention_backward_kernel<Dp, kSubQ, kMinBlocks>;
-  set_smem(kernel, Cfg::kSmem);
+  allow_dynamic_smem(kernel, Cfg::kSmem);
   kernel<<<static_cast<unsigned>(blocks), kThreads, Cfg::kSmem, ctx.stream>>>(a);
   VERL_CUDA_CHECK_LAUNCH();
 }

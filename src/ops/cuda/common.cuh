@@ -1,12 +1,16 @@
 // Helpers shared by the kernels of src/ops/cuda (internal; not part of the op interface):
-// fp32 <-> storage conversions, block-wide sums and launch-size arithmetic.
+// fp32 <-> storage conversions, block-wide sums, launch-size arithmetic and the dynamic shared
+// memory limit.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include "ops/cuda/cuda_check.h"
 
@@ -44,6 +48,26 @@ __device__ __forceinline__ T block_sum(T v) {
 }
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Raises a kernel's dynamic shared memory limit on the current device to at least `bytes`. The
+// runtime is called only when the (kernel, device) needs more than it was given before, not on
+// every launch.
+inline void allow_dynamic_smem(const void* kernel, size_t bytes) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, size_t> given;
+  int device = 0;
+  VERL_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mu);
+  size_t& have = given[{kernel, device}];
+  if (have >= bytes) return;
+  VERL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(bytes)));
+  have = bytes;
+}
+template <typename Kernel>
+void allow_dynamic_smem(Kernel* kernel, size_t bytes) {
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), bytes);
+}
 
 // Blocks for an element-wise kernel over n items with a grid-stride loop.
 inline unsigned grid_for(int64_t n, int threads) {

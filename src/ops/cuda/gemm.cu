@@ -1,14 +1,12 @@
 // cuBLASLt matmul with per-call descriptors and the alignment-aware algorithm heuristic (gemm.h).
 // The forward form has two more policies: batch-invariant mode (unsplit cuBLASLt or
-// gemm_invariant.cu) and pin_split_k (one split-K choice per shape at every row count).
+// gemm_invariant.cu) and unsplit_k (an algorithm that does not split k, at every row count).
 #include <cstdint>
 #include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
-#include <utility>
-#include <vector>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/gemm.h"
@@ -44,9 +42,9 @@ uint32_t alignment_of(const void* p) {
   return al;
 }
 
-// Which algorithm a plan holds: the heuristic's first; the first of its candidates that does not
-// split k; or a given one (a shape's pinned split-K algorithm, run_gemm).
-enum class Choice : int32_t { kHeuristic, kUnsplit, kGiven };
+// Which algorithm a plan holds: the heuristic's first, or the first of its candidates that does not
+// split k.
+enum class Choice : int32_t { kHeuristic, kUnsplit };
 
 // A planned matmul: descriptors and an algorithm for one (shape, types, alignments, epilogue,
 // workspace, choice) key. Planning costs tens of microseconds of host time (the heuristic query),
@@ -56,9 +54,8 @@ struct Plan {
   MatmulDesc op;
   Layout la, lb, ld;
   cublasLtMatmulAlgo_t algo{};
-  bool found = false;     // kUnsplit / kGiven: an algorithm that fits (else the caller falls back)
+  bool found = false;     // kUnsplit: an algorithm that fits (else the caller falls back)
   bool split_k = false;   // the algorithm sums k in more than one slice
-  size_t workspace = 0;   // bytes the algorithm needs at this shape
   // Unsplit, with A, B and D 16-byte aligned and leading dimensions of whole 16-byte rows: the
   // cases GemmInvariant.SameBitsAsCublasLtWithoutSplitK checks against our kernel.
   bool tested_unsplit = false;
@@ -106,10 +103,8 @@ int32_t splits_of(const cublasLtMatmulAlgo_t& algo) {
   return splits;
 }
 
-// given: the algorithm for Choice::kGiven (checked against this shape; found = false if it does
-// not run here or needs more workspace than ctx has).
 std::unique_ptr<Plan> make_plan(const CudaContext& ctx, const Gemm& g, const PlanKey& key,
-                                const char* what, const cublasLtMatmulAlgo_t* given = nullptr) {
+                                const char* what) {
   auto plan = std::make_unique<Plan>();
   VERL_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->op.h, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const int32_t ta = g.ta, tb = g.tb;
@@ -131,24 +126,13 @@ std::unique_ptr<Plan> make_plan(const CudaContext& ctx, const Gemm& g, const Pla
   VERL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->lb.h, g.ab_type, b_n ? g.k : g.n,
                                                b_n ? g.n : g.k, g.ldb));
   VERL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->ld.h, g.d_type, g.m, g.n, g.ldd));
-  const auto finish = [&](const cublasLtMatmulAlgo_t& algo, size_t ws) {
+  const auto finish = [&](const cublasLtMatmulAlgo_t& algo) {
     plan->algo = algo;
     plan->found = true;
-    plan->workspace = ws;
     plan->split_k = splits_of(algo) > 1;
     plan->tested_unsplit = !plan->split_k && key.al_a >= 16 && key.al_b >= 16 &&
                            key.al_d >= 16 && g.lda % 8 == 0 && g.ldb % 8 == 0 && g.ldd % 4 == 0;
   };
-
-  if (key.choice == Choice::kGiven) {
-    cublasLtMatmulHeuristicResult_t r{};
-    if (cublasLtMatmulAlgoCheck(ctx.lt, plan->op.h, plan->la.h, plan->lb.h, plan->ld.h, plan->ld.h,
-                                given, &r) == CUBLAS_STATUS_SUCCESS &&
-        r.workspaceSize <= ctx.workspace_bytes) {
-      finish(*given, r.workspaceSize);
-    }
-    return plan;
-  }
 
   Preference pref;
   VERL_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.h));
@@ -173,7 +157,7 @@ std::unique_ptr<Plan> make_plan(const CudaContext& ctx, const Gemm& g, const Pla
   if (key.choice == Choice::kUnsplit) {
     for (int i = 0; i < found; ++i) {
       if (splits_of(results[i].algo) == 1) {
-        finish(results[i].algo, results[i].workspaceSize);
+        finish(results[i].algo);
         break;
       }
     }
@@ -185,7 +169,7 @@ std::unique_ptr<Plan> make_plan(const CudaContext& ctx, const Gemm& g, const Pla
                         " (alignments A/B/D " + std::to_string(key.al_a) + "/" +
                         std::to_string(key.al_b) + "/" + std::to_string(key.al_d) +
                         " bytes, workspace " + std::to_string(ctx.workspace_bytes) + " bytes)");
-  finish(results[0].algo, results[0].workspaceSize);
+  finish(results[0].algo);
   return plan;
 }
 
@@ -194,11 +178,10 @@ std::mutex& plans_mutex() {
   static std::mutex mu;
   return mu;
 }
-Plan* plan_for(const CudaContext& ctx, const Gemm& g, const PlanKey& key, const char* what,
-               const cublasLtMatmulAlgo_t* given = nullptr) {
+Plan* plan_for(const CudaContext& ctx, const Gemm& g, const PlanKey& key, const char* what) {
   static std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
   auto it = plans.find(key);
-  if (it == plans.end()) it = plans.emplace(key, make_plan(ctx, g, key, what, given)).first;
+  if (it == plans.end()) it = plans.emplace(key, make_plan(ctx, g, key, what)).first;
   return it->second.get();
 }
 
@@ -213,18 +196,6 @@ void launch(const CudaContext& ctx, const Gemm& g, Plan* plan) {
   VERL_CUBLAS_CHECK(cublasLtMatmul(ctx.lt, plan->op.h, &g.alpha, g.a, plan->la.h, g.b, plan->lb.h,
                                    &g.beta, c, plan->ld.h, g.d, plan->ld.h, &plan->algo,
                                    ctx.workspace, ctx.workspace_bytes, ctx.stream));
-}
-
-// The row count at which a forward GEMM shape's split-K choice is made once (a full decode batch).
-constexpr int64_t kPinRows = 256;
-// Rows per call of a pinned split-K algorithm: its workspace grows with the rows (a slice's
-// partial sums), so larger calls run in chunks of this many rows. A multiple of 256, so that every
-// chunk's pointers keep the call's alignments (at most 256 bytes are looked at).
-int64_t pinned_chunk_rows(const CudaContext& ctx, const Plan& pin) {
-  if (pin.workspace == 0) return INT64_MAX;
-  const auto per_row = static_cast<double>(pin.workspace) / static_cast<double>(kPinRows);
-  const auto rows = static_cast<int64_t>(static_cast<double>(ctx.workspace_bytes) / per_row);
-  return std::max<int64_t>(256, rows / 256 * 256);
 }
 
 }  // namespace
@@ -258,45 +229,12 @@ void run_gemm(const CudaContext& ctx, const Gemm& g, const char* what) {
     }
     return;
   }
-  if (!ctx.pin_split_k) {
+  if (!ctx.unsplit_k) {
     launch(ctx, g, plan);
     return;
   }
-  // ctx.pin_split_k: one split-K choice per shape, made at kPinRows rows (gemm.h). A shape whose
-  // choice splits k runs that algorithm at every row count, in chunks that fit the workspace.
-  PlanKey pin_key = key;
-  pin_key.n = kPinRows;
-  Gemm pin_g = g;
-  pin_g.n = kPinRows;
-  const Plan* pin = plan_for(ctx, pin_g, pin_key, what);
-  if (pin->split_k) {
-    // Plan every chunk (a full one and the tail) before enqueuing any.
-    const int64_t rows = pinned_chunk_rows(ctx, *pin);
-    const size_t d_bytes = g.d_type == CUDA_R_32F ? 4 : 2;
-    std::vector<std::pair<Gemm, Plan*>> parts;
-    bool all_found = true;
-    for (int64_t t0 = 0; t0 < g.n && all_found; t0 += rows) {
-      Gemm part = g;
-      part.n = std::min(rows, g.n - t0);
-      part.b = static_cast<const char*>(g.b) + static_cast<size_t>(t0 * g.ldb) * 2;
-      part.d = static_cast<char*>(g.d) + static_cast<size_t>(t0 * g.ldd) * d_bytes;
-      if (g.c != nullptr) {
-        part.c = static_cast<const char*>(g.c) + static_cast<size_t>(t0 * g.ldd) * d_bytes;
-      }
-      PlanKey part_key = key;  // same alignments (pinned_chunk_rows)
-      part_key.n = part.n;
-      part_key.choice = Choice::kGiven;
-      Plan* p = plan_for(ctx, part, part_key, what, &pin->algo);
-      all_found = p->found;
-      parts.emplace_back(part, p);
-    }
-    if (all_found) {
-      for (auto& [part, p] : parts) launch(ctx, part, p);
-      return;
-    }
-  }
-  // Unpinned (or the pinned algorithm does not run here): an algorithm that does not split k,
-  // whose bits every unsplit algorithm shares; our kernel has them too when none is offered.
+  // ctx.unsplit_k: an algorithm that does not split k, whose bits every unsplit algorithm shares;
+  // our kernel has them too when cuBLASLt offers none.
   if (plan->split_k) {
     PlanKey unsplit_key = key;
     unsplit_key.choice = Choice::kUnsplit;

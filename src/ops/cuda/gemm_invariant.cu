@@ -271,8 +271,7 @@ void launch(const CudaContext& ctx, const Args& a, const char* what) {
                     std::string(what) + ": batch-invariant GEMM with m=" + std::to_string(a.m) +
                         " n=" + std::to_string(a.n) + " needs more blocks than one grid holds");
   const auto kernel = gemm_invariant_kernel<Cfg, OutT>;
-  VERL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(Cfg::kSmem)));
+  allow_dynamic_smem(kernel, Cfg::kSmem);
   kernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), Cfg::kThreads, Cfg::kSmem,
            ctx.stream>>>(a);
   VERL_CUDA_CHECK_LAUNCH();

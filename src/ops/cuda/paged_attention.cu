@@ -14,6 +14,7 @@ namespace verl::ops::cuda {
 
 namespace {
 
+using detail::allow_dynamic_smem;
 using detail::ceil_div;
 
 constexpr int kMaxD = 128;
@@ -955,15 +956,6 @@ void launch_prefill_mma(int64_t D, dim3 grid, cudaStream_t st, Args... args) {
   }
 }
 
-// Raises a kernel's dynamic shared memory limit once to what the largest supported shape needs.
-template <typename K>
-void allow_smem(K kernel, size_t bytes, bool& done) {
-  if (done) return;
-  VERL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(bytes)));
-  done = true;
-}
-
 }  // namespace
 
 void paged_kv_write(const CudaContext& ctx, bf16* k_cache, bf16* v_cache, const bf16* k,
@@ -1059,8 +1051,7 @@ void paged_attention(const CudaContext& ctx, bf16* out, const bf16* q, const bf1
                            static_cast<int>(Hkv), static_cast<int>(block_size), scale,
                            static_cast<int>(plan.partition), static_cast<int>(parts));
     } else {
-      static bool smem_set = false;
-      allow_smem(paged_decode_kernel, kDecodeSmemMax, smem_set);
+      allow_dynamic_smem(paged_decode_kernel, kDecodeSmemMax);
       paged_decode_kernel<<<grid, kDecThreads, decode_smem_bytes(G, static_cast<int>(D)),
                             ctx.stream>>>(
           out, static_cast<float*>(workspace), q, k_cache, v_cache, block_tables, W, cu_seqlens,
@@ -1085,8 +1076,7 @@ void paged_attention(const CudaContext& ctx, bf16* out, const bf16* q, const bf1
                          cu_seqlens, positions, B, static_cast<int>(H), static_cast<int>(Hkv),
                          static_cast<int>(block_size), scale);
     } else {
-      static bool smem_set = false;
-      allow_smem(paged_prefill_kernel, prefill_smem_bytes(kMaxD), smem_set);
+      allow_dynamic_smem(paged_prefill_kernel, prefill_smem_bytes(kMaxD));
       paged_prefill_kernel<<<grid, kPreThreads, prefill_smem_bytes(static_cast<int>(D)),
                              ctx.stream>>>(out, q, k_cache, v_cache, block_tables, W, cu_seqlens,
                                            positions, B, static_cast<int>(H),

@@ -87,7 +87,7 @@ CudaModelRunner::CudaModelRunner(const CudaContext& ctx, const model::ModelConfi
     : ctx_(ctx), cfg_(cfg), layout_(layout), w_(weights), sched_(sched), opts_(options),
       inv_freq_host_(inv_freq) {
   ctx_.batch_invariant = ctx_.batch_invariant || opts_.batch_invariant;
-  ctx_.pin_split_k = ctx_.pin_split_k || opts_.match_trainer_numerics;
+  ctx_.unsplit_k = ctx_.unsplit_k || opts_.match_trainer_numerics;
   int device = 0;
   VERL_CUDA_CHECK(cudaGetDevice(&device));
   VERL_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));

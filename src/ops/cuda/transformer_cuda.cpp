@@ -57,7 +57,7 @@ CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::Weights& w
                     "CudaTransformer: inv_freq must have head_dim/2 entries");
   lm_param_ = layout_.lm_head >= 0 ? layout_.lm_head : layout_.embed;
   ctx_.batch_invariant = ctx_.batch_invariant || opts_.batch_invariant;
-  ctx_.pin_split_k = ctx_.pin_split_k || opts_.pin_split_k;
+  ctx_.unsplit_k = ctx_.unsplit_k || opts_.unsplit_k;
 
   const int64_t n = layout_.total;
   wbf_ = DeviceBuffer<bf16>(static_cast<size_t>(n));

@@ -47,9 +47,9 @@ struct CudaTransformerOptions {
   // gemm_invariant.cu, gemm.h): a token's log-prob no longer depends on the batch it is computed
   // in, so it equals the batch-invariant rollout's (CudaRunnerOptions::batch_invariant) bit for bit.
   bool batch_invariant = false;
-  // Forward GEMMs keep one split-K choice per shape (CudaContext::pin_split_k), as a rollout with
-  // CudaRunnerOptions::match_trainer_numerics does.
-  bool pin_split_k = false;
+  // Forward GEMMs that never split k (CudaContext::unsplit_k), as a rollout with
+  // CudaRunnerOptions::match_trainer_numerics has.
+  bool unsplit_k = false;
 };
 
 class CudaTransformer {
