@@ -38,10 +38,10 @@
 //   single tokens (decode) when G = H / Hkv <= 16: the G heads of one token and one kv head are
 //            the rows of a 16-row m-tile, all at the token's position p, meeting key tiles
 //            0 .. p / kBN as the forward kernel's warp of p does (argument above the decode
-//            kernels), and the kv head's keys are read once, not G times: two warps per (item, kv
-//            head) splitting each key tile for large batches (attention_decode_pair_kernel), one
-//            block of four warps sharing each round of four key tiles for small ones
-//            (attention_decode_block_kernel).
+//            kernels), and the kv head's keys are read once, not G times: two or four warps per
+//            (item, kv head) splitting each key tile for large batches
+//            (attention_decode_split_kernel), one block of four warps sharing each round of four
+//            key tiles for small ones (attention_decode_block_kernel).
 //            For G > 16 a single token takes a tile of the forward kernel.
 // A mixed step launches both. The contiguous instantiations compile to the machine code they had
 // before the paged op existed.
@@ -742,12 +742,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // Two kernels do this, both splitting fwd_key_tile's work between warps: it is a chain only
 // through the running max m, the lanes' running sums l and O; the scores, their tile maxima, P
 // and each tile's lane sums depend on nothing before the tile, and the columns of O are
-// independent sums. The pair kernel (attention_decode_pair_kernel, above the block kernel) splits
-// each key tile between two warps, for batches with enough (item, kv head) pairs to fill the GPU.
-// The block kernel (attention_decode_block_kernel), for smaller batches, splits one (item, kv
-// head) over a block: a block of kDecodeWarps warps takes one (item, kv head) and the key tiles
-// in rounds of
-// kDecodeWarps, warp w taking tile r * kDecodeWarps + w:
+// independent sums. The split kernel (attention_decode_split_kernel, above the block kernel)
+// splits each key tile between two or four warps, for batches with enough (item, kv head) pairs to
+// fill the GPU. The block kernel (attention_decode_block_kernel), for smaller batches, splits one
+// (item, kv head) over a block: a block of kDecodeWarps warps takes one (item, kv head) and the
+// key tiles in rounds of kDecodeWarps, warp w taking tile r * kDecodeWarps + w:
 //   1. each warp: its tile's scores and row maxima (fwd_tile_scores, fwd_tile_mask_max);
 //   2. each warp: the running max through the round's tiles in order from the maxima (fmaxf, so
 //      exactly fwd_key_tile's m), hence every tile's alpha and its own tile's m_use
@@ -762,8 +761,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // stages its own tiles: the query rows, its round tile's K (the next round's is fetched as soon as
 // the scores are done) and the V columns of its head-dim slice for the round's tiles (the next
 // round's fetched once P V is done).
-// Warps per decode block: the block kernel's warps per pair and key tiles per round; the pair
-// kernel's two pairs of two warps.
+// Warps per decode block: the block kernel's warps per pair and key tiles per round; the split
+// kernel's warps of one or two pairs.
 constexpr int kDecodeWarps = kThreads / 32;
 
 template <int Dp, int kKeys>
@@ -882,45 +881,54 @@ __device__ __forceinline__ int block_size_log2(int block_size, int kBN) {
                                                                         : -1;
 }
 
-// The pair kernel: two warps per (item, kv head), two pairs per block, fwd_key_tile's work on each
-// key tile split in halves. (One warp per pair running fwd_key_tile itself was bound by
-// instruction issue, one warp per scheduler at large batch; with two warps a pair the 0.5B
-// rollout's decode step went from 1.97 to 1.82 ms, docs/benchmarks.md.) Warp h of a pair:
-//   1. stages half of each tile's K and V rows (the pair's barrier makes both halves visible);
-//   2. computes the scores of its half of the keys (fwd_tile_scores' mma steps for those
-//      accumulators) and their row maxima; the pair exchanges the maxima (fmaxf: exact);
-//   3. applies the online-softmax step (the same in both warps) and takes the exponentials of its
-//      half; the pair exchanges P in fp32, so both warps hold the whole tile's P;
-//   4. sums each lane's row part over the whole tile in fwd_tile_probs' order (both warps keep the
-//      same l), and runs O = O * alpha + P V for its half of the head dimension (columns are
-//      independent sums).
-// Three 64-thread barriers a tile.
-template <int Dp, int kKeys>
-struct DecodePairTile {
+// The split kernel: kSplit warps per (item, kv head) pair, kDecodeWarps / kSplit pairs per block,
+// fwd_key_tile's work on each key tile split between them. (One warp per pair running
+// fwd_key_tile itself was bound by instruction issue, one warp per scheduler at large batch; with
+// two warps a pair the 0.5B rollout's decode step went from 1.97 to 1.82 ms, and four gain a
+// little more at D = 64: kDecodeSplit, docs/benchmarks.md.)
+// Warp h of a pair:
+//   1. stages rows h * kOwnRows .. of each tile's K and V (the pair's barrier makes every warp's
+//      rows visible to all);
+//   2. computes the scores of those keys (fwd_tile_scores' mma steps for those accumulators) and
+//      their row maxima; the pair exchanges the maxima (fmaxf: exact in any order);
+//   3. applies the online-softmax step (the same in every warp) and takes the exponentials of its
+//      keys; the pair exchanges P in fp32, so every warp holds the whole tile's P;
+//   4. sums each lane's row part over the whole tile in fwd_tile_probs' order (every warp keeps
+//      the same l), and runs O = O * alpha + P V for its 16 * kNPW columns of the head dimension
+//      (columns are independent sums).
+// Three barriers of the pair's threads a tile.
+template <int Dp, int kKeys, int kSplit>
+struct DecodeSplitTile {
   static constexpr int kBN = kKeys;
   static constexpr int kLds = Dp + 8;
-  static constexpr int kNT = kBN / 8, kHalfNT = kNT / 2;
-  static constexpr int kSteps = kBN / 16, kOwnSteps = kSteps / 2;  // 16-key steps
-  static constexpr int kNPH = Dp / 32 > 0 ? Dp / 32 : 1;           // 16-column P V steps a warp
-  // Per pair: bf16 sQ [16][kLds], sK [2][kBN][kLds], sV [2][kBN][kLds]; floats sMx [2][32][2],
-  // sP [2][kHalfNT * 4][32].
+  static constexpr int kNT = kBN / 8;            // 8-key accumulator tiles of a key tile
+  static constexpr int kOwnRows = kBN / kSplit;  // keys a warp stages and scores
+  static constexpr int kOwnNT = kNT / kSplit, kOwnSteps = kOwnRows / 16;
+  static constexpr int kNPW = Dp / 16 / kSplit;  // 16-column P V steps a warp
+  static constexpr int kQRows = 16 / kSplit;     // query rows a warp stages
+  static constexpr int kPairs = kDecodeWarps / kSplit;
+  static_assert(kDecodeWarps % kSplit == 0 && kOwnRows % 16 == 0 && kNPW >= 1,
+                "a warp takes whole 16-key steps and 16-column steps");
+  // Per pair: bf16 sQ [16][kLds], sK [2][kBN][kLds], sV [2][kBN][kLds]; floats sMx [kSplit][32][2]
+  // and sP [kNT][32 lanes][4] (one 16-byte read per lane and accumulator tile).
   static constexpr int kPairElems = kLds * (16 + 4 * kBN);
-  static constexpr int kMxFloats = 2 * 32 * 2, kPFloats = 2 * kHalfNT * 4 * 32;
+  static constexpr int kMxFloats = kSplit * 32 * 2, kPFloats = kNT * 32 * 4;
   static constexpr size_t kPairBytes =
       sizeof(bf16_t) * kPairElems + sizeof(float) * (kMxFloats + kPFloats);
-  static constexpr size_t kSmem = 2 * kPairBytes;
+  static_assert(kPairBytes % 16 == 0, "pairs start on 16-byte boundaries");
+  static constexpr size_t kSmem = kPairs * kPairBytes;
 };
 
-template <int Dp, int kKeys>
-__global__ void __launch_bounds__(kThreads, 2) attention_decode_pair_kernel(const PagedFwdArgs a) {
-  using Cfg = DecodePairTile<Dp, kKeys>;
-  constexpr int kBN = Cfg::kBN, kLds = Cfg::kLds, kNT = Cfg::kNT, kHalfNT = Cfg::kHalfNT;
-  constexpr int kSteps = Cfg::kSteps, kOwnSteps = Cfg::kOwnSteps, kNPH = Cfg::kNPH;
-  constexpr int kHalfRows = kBN / 2;
+template <int Dp, int kKeys, int kSplit>
+__global__ void __launch_bounds__(kThreads, 2) attention_decode_split_kernel(const PagedFwdArgs a) {
+  using Cfg = DecodeSplitTile<Dp, kKeys, kSplit>;
+  constexpr int kBN = Cfg::kBN, kLds = Cfg::kLds, kNT = Cfg::kNT, kOwnNT = Cfg::kOwnNT;
+  constexpr int kOwnRows = Cfg::kOwnRows, kOwnSteps = Cfg::kOwnSteps, kNPW = Cfg::kNPW;
+  constexpr int kQRows = Cfg::kQRows;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int pb = warp >> 1, h = warp & 1;  // the pair in the block, the warp's half
-  const int64_t pr = int64_t(blockIdx.x) * 2 + pb;
+  const int pb = warp / kSplit, h = warp % kSplit;  // the pair in the block, the warp's part
+  const int64_t pr = int64_t(blockIdx.x) * Cfg::kPairs + pb;
   const int64_t b = pr / a.Hkv;
   if (b >= a.B) return;  // pair-uniform, as is every branch on b, t, pos and j below
   const int64_t t = a.cu_seqlens[b];
@@ -936,21 +944,23 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_pair_kernel(cons
   bf16_t* sK = sQ + 16 * kLds;
   bf16_t* sV = sK + 2 * kBN * kLds;
   float* sMx = reinterpret_cast<float*>(base + sizeof(bf16_t) * Cfg::kPairElems);  // [h][lane][hf]
-  float* sP = sMx + Cfg::kMxFloats;                                                 // [h][i][lane]
+  float* sP = sMx + Cfg::kMxFloats;                                                 // [nt][lane][c]
   const int nkt = pos / kBN + 1;  // key tiles 0 .. pos / kBN, as for the tiled kernel's row pos
-  const int bs_log2 = block_size_log2(a.block_size, kHalfRows);
-  const int bar = 1 + pb;  // named barrier of the pair's 64 threads (0 is __syncthreads)
-  auto pair_sync = [bar] { asm volatile("bar.sync %0, 64;\n" ::"r"(bar) : "memory"); };
-  auto stage_kv = [&](int j, int buf) {  // the warp's half of tile j's rows
-    const int key0 = j * kBN + h * kHalfRows, off = (buf * kBN + h * kHalfRows) * kLds;
-    stage_cache_warp<kHalfRows, Dp, kLds, true>(sK + off, kg, sV + off, vg, table, ks,
-                                                a.block_size, bs_log2, key0,
-                                                min(kHalfRows, pos + 1 - key0), 0, a.D, a.vec,
-                                                lane);
+  const int bs_log2 = block_size_log2(a.block_size, kOwnRows);
+  const int bar = 1 + pb;  // named barrier of the pair's threads (0 is __syncthreads)
+  auto pair_sync = [bar] {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(bar), "r"(kSplit * 32) : "memory");
+  };
+  auto stage_kv = [&](int j, int buf) {  // the warp's rows of tile j
+    const int key0 = j * kBN + h * kOwnRows, off = (buf * kBN + h * kOwnRows) * kLds;
+    stage_cache_warp<kOwnRows, Dp, kLds, true>(sK + off, kg, sV + off, vg, table, ks, a.block_size,
+                                               bs_log2, key0, min(kOwnRows, pos + 1 - key0), 0,
+                                               a.D, a.vec, lane);
   };
 
-  const GroupQueryRows q_half{a.q + t * qs + int64_t(g * G + 8 * h) * a.D, a.D, G - 8 * h};
-  stage_rows_by<Dp, 8, 32>(sQ + 8 * h * kLds, q_half, a.D, a.vec, lane);
+  const int q0 = kQRows * h;  // the warp's query rows: heads g * G + q0 ..
+  const GroupQueryRows q_rows{a.q + t * qs + int64_t(g * G + q0) * a.D, a.D, G - q0};
+  stage_rows_by<Dp, kQRows, 32>(sQ + q0 * kLds, q_rows, a.D, a.vec, lane);
   stage_kv(0, 0);
   cp_async_commit();
 
@@ -960,24 +970,24 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_pair_kernel(cons
   const uint32_t k_addr = smem_u32(sK + lo.bn_off), v_addr = smem_u32(sV + lo.bt_off);
   constexpr uint32_t kBufBytes = sizeof(bf16_t) * kBN * kLds;
 
-  float o[2 * kNPH][4];  // the warp's columns: 16 * (h * kNPH + i / 2) + 8 * (i % 2) ..
+  float o[2 * kNPW][4];  // the warp's columns: 16 * (h * kNPW + i / 2) + 8 * (i % 2) ..
 #pragma unroll
-  for (int i = 0; i < 2 * kNPH; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // the same in both warps
+  for (int i = 0; i < 2 * kNPW; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};  // the same in every warp
 
   for (int j = 0; j < nkt; ++j) {
     cp_async_wait<0>();
-    pair_sync();  // tile j (both halves; the query rows at j = 0) staged; tile j - 1 done
+    pair_sync();  // tile j (every warp's rows; the query rows at j = 0) staged; tile j - 1 done
     if (j + 1 < nkt) stage_kv(j + 1, (j + 1) & 1);
     cp_async_commit();
     const int key0 = j * kBN, kvis = min(kBN, pos - key0 + 1);
     const uint32_t kb = k_addr + (j & 1) * kBufBytes, vb = v_addr + (j & 1) * kBufBytes;
 
-    // Scores of the warp's half of the keys (n-tiles h * kHalfNT ..): fwd_tile_scores' steps for
+    // Scores of the warp's keys (accumulator tiles h * kOwnNT ..): fwd_tile_scores' steps for
     // those accumulators. Register arrays are indexed by constants only (h is not one).
-    float own[kHalfNT][4], oth[kHalfNT][4];
+    float own[kOwnNT][4];
 #pragma unroll
-    for (int u = 0; u < kHalfNT; ++u) own[u][0] = own[u][1] = own[u][2] = own[u][3] = 0.0f;
+    for (int u = 0; u < kOwnNT; ++u) own[u][0] = own[u][1] = own[u][2] = own[u][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < Dp / 16; ++kk) {
       uint32_t qa[4];
@@ -993,37 +1003,37 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_pair_kernel(cons
         }
       }
     }
-    // fwd_tile_mask_max over the warp's half; the pair's maxima combined (fmaxf is exact).
+    // fwd_tile_mask_max over the warp's keys; the pair's maxima combined (fmaxf is exact).
     const bool diag = key0 + kBN - 1 > pos;
-    float mx[2];
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       float m = -INFINITY;
 #pragma unroll
-      for (int u = 0; u < kHalfNT; ++u) {
+      for (int u = 0; u < kOwnNT; ++u) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = own[u][2 * hf + e];
-          const int key = key0 + (h * kHalfNT + u) * 8 + 2 * tc + e;
+          const int key = key0 + (h * kOwnNT + u) * 8 + 2 * tc + e;
           x = (diag && key > pos) ? -INFINITY : x * a.scale_log2;
           m = fmaxf(m, x);
         }
       }
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      mx[hf] = m;
       sMx[(h * 32 + lane) * 2 + hf] = m;
     }
     pair_sync();
     float alpha[2];
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
-      const SoftmaxStep st =
-          softmax_step(m_run[hf], fmaxf(mx[hf], sMx[((1 - h) * 32 + lane) * 2 + hf]));
+      float mx = sMx[lane * 2 + hf];
+#pragma unroll
+      for (int w = 1; w < kSplit; ++w) mx = fmaxf(mx, sMx[(w * 32 + lane) * 2 + hf]);
+      const SoftmaxStep st = softmax_step(m_run[hf], mx);
       alpha[hf] = st.alpha;
       m_run[hf] = st.m_new;
 #pragma unroll
-      for (int u = 0; u < kHalfNT; ++u) {
+      for (int u = 0; u < kOwnNT; ++u) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& x = own[u][2 * hf + e];
@@ -1032,20 +1042,20 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_pair_kernel(cons
       }
     }
 #pragma unroll
-    for (int u = 0; u < kHalfNT; ++u)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) sP[((h * kHalfNT + u) * 4 + c) * 32 + lane] = own[u][c];
+    for (int u = 0; u < kOwnNT; ++u) {
+      *reinterpret_cast<float4*>(sP + ((h * kOwnNT + u) * 32 + lane) * 4) =
+          make_float4(own[u][0], own[u][1], own[u][2], own[u][3]);
+    }
     pair_sync();
-    // The whole tile's P in key order: s[0 .. kHalfNT) from warp 0, the rest from warp 1.
+    // The whole tile's P in key order, every warp's part.
     float s[kNT][4];
 #pragma unroll
-    for (int u = 0; u < kHalfNT; ++u) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        oth[u][c] = sP[(((1 - h) * kHalfNT + u) * 4 + c) * 32 + lane];
-        s[u][c] = h == 0 ? own[u][c] : oth[u][c];
-        s[kHalfNT + u][c] = h == 0 ? oth[u][c] : own[u][c];
-      }
+    for (int nt = 0; nt < kNT; ++nt) {
+      const float4 v = *reinterpret_cast<const float4*>(sP + (nt * 32 + lane) * 4);
+      s[nt][0] = v.x;
+      s[nt][1] = v.y;
+      s[nt][2] = v.z;
+      s[nt][3] = v.w;
     }
     // The lane's row sums in fwd_tile_probs' order, over the whole tile.
 #pragma unroll
@@ -1060,21 +1070,21 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_pair_kernel(cons
     }
     // fwd_tile_pv for the warp's columns.
 #pragma unroll
-    for (int i = 0; i < 2 * kNPH; ++i) {
+    for (int i = 0; i < 2 * kNPW; ++i) {
       o[i][0] *= alpha[0];
       o[i][1] *= alpha[0];
       o[i][2] *= alpha[1];
       o[i][3] *= alpha[1];
     }
 #pragma unroll
-    for (int kk = 0; kk < kSteps; ++kk) {
+    for (int kk = 0; kk < kBN / 16; ++kk) {
       if (kk * 16 < kvis) {
         uint32_t pa[4];
         acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
 #pragma unroll
-        for (int u = 0; u < kNPH; ++u) {
+        for (int u = 0; u < kNPW; ++u) {
           uint32_t vf[4];
-          ldsm_x4_trans(vf, vb + 2 * (kk * 16 * kLds + (h * kNPH + u) * 16));
+          ldsm_x4_trans(vf, vb + 2 * (kk * 16 * kLds + (h * kNPW + u) * 16));
           mma_bf16(o[2 * u], pa, vf[0], vf[1]);
           mma_bf16(o[2 * u + 1], pa, vf[2], vf[3]);
         }
@@ -1092,8 +1102,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_pair_kernel(cons
     const float inv_l = 1.0f / l;  // fwd_store_row's arithmetic, for the warp's columns
     bf16_t* orow = a.out + t * qs + int64_t(g * G + i) * a.D;
 #pragma unroll
-    for (int dt = 0; dt < 2 * kNPH; ++dt) {
-      const int col = (h * kNPH + dt / 2) * 16 + (dt % 2) * 8 + 2 * tc;
+    for (int dt = 0; dt < 2 * kNPW; ++dt) {
+      const int col = (h * kNPW + dt / 2) * 16 + (dt % 2) * 8 + 2 * tc;
       store_out_cols(orow, col, o[dt][2 * hf] * inv_l, o[dt][2 * hf + 1] * inv_l, a.D,
                      a.out_pairs);
     }
@@ -1732,12 +1742,20 @@ void dispatch_forward(const CudaContext& ctx, const typename Src::Args& a, int64
   }
 }
 
-// The decode kernels: two warps per (item, kv head) when the grid gives each SM at least
-// kPairKernelPairsPerSm pairs, else one block per pair (both give the same bits). Measured on the
-// H200 (bench_decode_attention_cuda, Qwen2.5-0.5B's heads, caches read from HBM): 256 items of 384
-// keys (512 pairs) 19.8 us a layer with the pair kernel; 8 items of 4096 keys (16 pairs) 92 us
-// with it against 66 with the block kernel. The crossing point between was not measured.
-constexpr int kPairKernelPairsPerSm = 2;
+// The decode kernels: the split kernel when the grid gives each SM at least kSplitKernelPairsPerSm
+// (item, kv head) pairs, else one block per pair (both give the same bits). Measured on the H200
+// (bench_decode_attention_cuda, Qwen2.5-0.5B's heads, caches read from HBM): 256 items of 384 keys
+// (512 pairs) 19.3 us a layer with four warps per pair, 20.0 with two; 8 items of 4096 keys (16
+// pairs) 92 us with two warps per pair against 66 with the block kernel. The crossing point
+// between was not measured.
+constexpr int kSplitKernelPairsPerSm = 2;
+
+// Warps per pair of the split kernel: 4 where each warp still takes whole 16-key and 16-column
+// steps (Dp = 64: 64-key tiles, 16 columns a warp), else 2. Four against two at Qwen2.5-0.5B
+// (bench, HBM): 19.3 against 20.0 us a layer at 256 x 384 keys, 20.8 against 22.7 with lengths
+// spread by 128; decode step 1.804 / 1.819 against 1.851 / 1.834 ms in one call.
+template <int Dp>
+constexpr int kDecodeSplit = Dp == 64 ? 4 : 2;
 
 template <int Dp>
 void launch_decode(const CudaContext& ctx, const PagedFwdArgs& a) {
@@ -1745,11 +1763,12 @@ void launch_decode(const CudaContext& ctx, const PagedFwdArgs& a) {
   VERL_CUDA_REQUIRE(pairs < (int64_t{1} << 31),
                     detail::shape_str("attention_forward_paged", {a.B, a.Hkv}) +
                         ": too many decode items for one grid");
-  if (pairs >= int64_t{kPairKernelPairsPerSm} * sm_count()) {
-    using Cfg = DecodePairTile<Dp, kFwdKeys<Dp>>;
-    const auto kernel = attention_decode_pair_kernel<Dp, kFwdKeys<Dp>>;
+  if (pairs >= int64_t{kSplitKernelPairsPerSm} * sm_count()) {
+    using Cfg = DecodeSplitTile<Dp, kFwdKeys<Dp>, kDecodeSplit<Dp>>;
+    const auto kernel = attention_decode_split_kernel<Dp, kFwdKeys<Dp>, kDecodeSplit<Dp>>;
     allow_dynamic_smem(kernel, Cfg::kSmem);
-    kernel<<<static_cast<unsigned>(ceil_div(pairs, 2)), kThreads, Cfg::kSmem, ctx.stream>>>(a);
+    kernel<<<static_cast<unsigned>(ceil_div(pairs, Cfg::kPairs)), kThreads, Cfg::kSmem,
+             ctx.stream>>>(a);
   } else {
     using Cfg = DecodeBlockTile<Dp, kFwdKeys<Dp>>;
     const auto kernel = attention_decode_block_kernel<Dp, kFwdKeys<Dp>>;
