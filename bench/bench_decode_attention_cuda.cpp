@@ -62,8 +62,6 @@ int main(int argc, char** argv) {
     if (device_count() == 0) fail("no CUDA device");
     CudaSession session;
     const CudaContext& ctx = session.ctx();
-    int sm_count = 0;
-    VERL_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
 
     // Contexts, positions and shuffled block tables (the layout a long rollout leaves).
     std::mt19937_64 gen(7);
@@ -104,7 +102,7 @@ int main(int argc, char** argv) {
       plan.max_context = max_context;
       plan.prefill = false;
       plan.max_partitions =
-          decode_partitions_for(batch, Hkv, max_context, plan.partition, sm_count);
+          decode_partitions_for(batch, Hkv, max_context, plan.partition, sm_count());
       const size_t ws_bytes = paged_attention_workspace_bytes(batch, H, D, max_context,
                                                               plan.partition, plan.max_partitions);
       DeviceBuffer<unsigned char> ws(std::max<size_t>(ws_bytes, 1));

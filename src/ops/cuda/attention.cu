@@ -881,6 +881,31 @@ __device__ __forceinline__ int block_size_log2(int block_size, int kBN) {
                                                                         : -1;
 }
 
+// The decode kernels' stores: the warp's 8-column accumulator tiles o[0 .. kTiles) of head dims
+// c0 + 8 i .., rows gr and gr + 8 of the m-tile (heads gr and gr + 8 of the group at out, rows
+// >= G are padding), divided by the row's sum l (l_run summed over the four lanes that share the
+// row): fwd_store_row's arithmetic, for the warp's columns.
+template <int kTiles>
+__device__ __forceinline__ void decode_store(bf16_t* out, const float (&o)[kTiles][4],
+                                             const float (&l_run)[2], int G, int D, bool pairs,
+                                             int c0, int gr, int tc) {
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    float l = l_run[hf];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int i = gr + 8 * hf;  // the row's head in the group
+    if (i >= G) continue;
+    const float inv_l = 1.0f / l;
+    bf16_t* orow = out + int64_t(i) * D;
+#pragma unroll
+    for (int dt = 0; dt < kTiles; ++dt) {
+      store_out_cols(orow, c0 + dt * 8 + 2 * tc, o[dt][2 * hf] * inv_l, o[dt][2 * hf + 1] * inv_l,
+                     D, pairs);
+    }
+  }
+}
+
 // The split kernel: kSplit warps per (item, kv head) pair, kDecodeWarps / kSplit pairs per block,
 // fwd_key_tile's work on each key tile split between them. (One warp per pair running
 // fwd_key_tile itself was bound by instruction issue, one warp per scheduler at large batch; with
@@ -1092,22 +1117,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_split_kernel(con
     }
   }
 
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    float l = l_run[hf];  // the row's sum over the four lanes that share it
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int i = gr + 8 * hf;  // the row's head in the group
-    if (i >= G) continue;
-    const float inv_l = 1.0f / l;  // fwd_store_row's arithmetic, for the warp's columns
-    bf16_t* orow = a.out + t * qs + int64_t(g * G + i) * a.D;
-#pragma unroll
-    for (int dt = 0; dt < 2 * kNPW; ++dt) {
-      const int col = (h * kNPW + dt / 2) * 16 + (dt % 2) * 8 + 2 * tc;
-      store_out_cols(orow, col, o[dt][2 * hf] * inv_l, o[dt][2 * hf + 1] * inv_l, a.D,
-                     a.out_pairs);
-    }
-  }
+  decode_store(a.out + t * qs + int64_t(g * G) * a.D, o, l_run, G, a.D, a.out_pairs,
+               16 * kNPW * h, gr, tc);
 }
 
 // Block (item b, kv head g) = blockIdx.x (b = x / Hkv); a block whose item does not have exactly
@@ -1270,22 +1281,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_block_kernel(con
   }
 
   if (!has_cols) return;
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    float l = l_run[hf];  // the row's sum over the four lanes that share it
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int i = gr + 8 * hf;  // the row's head in the group
-    if (i >= G) continue;
-    const float inv_l = 1.0f / l;  // fwd_store_row's arithmetic, for the warp's columns
-    bf16_t* orow = a.out + t * qs + int64_t(g * G + i) * a.D;
-#pragma unroll
-    for (int dt = 0; dt < 2 * kNPW; ++dt) {
-      const int col = c0 + dt * 8 + 2 * tc;
-      store_out_cols(orow, col, o[dt][2 * hf] * inv_l, o[dt][2 * hf + 1] * inv_l, a.D,
-                     a.out_pairs);
-    }
-  }
+  decode_store(a.out + t * qs + int64_t(g * G) * a.D, o, l_run, G, a.D, a.out_pairs, c0, gr, tc);
 }
 
 // ---- Backward ----------------------------------------------------------------------------------
