@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   using namespace verl;
   using namespace verl::ops::cuda;
   try {
-    if (device_count() == 0) fail("no CUDA device");
+    if (verl::cuda_device_count() == 0) fail("no CUDA device");
     CudaSession session;
     const CudaContext& ctx = session.ctx();
     const int64_t T = batch * seq;

@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   using namespace verl;
   using namespace verl::ops::cuda;
   try {
-    if (device_count() == 0) fail("no CUDA device");
+    if (verl::cuda_device_count() == 0) fail("no CUDA device");
     CudaSession session;
     const CudaContext& ctx = session.ctx();
 
@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
       plan.max_context = max_context;
       plan.prefill = false;
       plan.max_partitions =
-          decode_partitions_for(batch, Hkv, max_context, plan.partition, sm_count());
+          decode_partitions_for(batch, Hkv, max_context, plan.partition, verl::cuda_sm_count());
       const size_t ws_bytes = paged_attention_workspace_bytes(batch, H, D, max_context,
                                                               plan.partition, plan.max_partitions);
       DeviceBuffer<unsigned char> ws(std::max<size_t>(ws_bytes, 1));

@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
 #else
   using namespace verl::ops::cuda;
   try {
-    if (device_count() == 0) fail("no CUDA device");
+    if (verl::cuda_device_count() == 0) fail("no CUDA device");
     const int64_t C = 896, H = 14, Hkv = 2, D = 64, F = 4864, V = 151936;
     const int64_t qd = H * D, kvd = Hkv * D, W = qd + 2 * kvd;
 

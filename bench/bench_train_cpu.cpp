@@ -1,6 +1,8 @@
 // CPU training-step benchmark: forward + backward + AdamW on a small Qwen2-shaped model with
-// random weights, over packed sequences. Prints one JSON line; bench/train_cpu.sh runs the same
-// step in PyTorch beside it and reports the ratio.
+// random weights, over packed sequences, through the trainer's own policy (trainer::make_policy on
+// the CPU: the model over its flat training state and the one optimizer, as update_actor runs it).
+// Prints one JSON line; bench/train_cpu.sh runs the same step in PyTorch beside it and reports the
+// ratio.
 #include <omp.h>
 
 #include <CLI/CLI.hpp>
@@ -10,8 +12,8 @@
 #include "bench_model.h"
 #include "core/rng.h"
 #include "core/timer.h"
-#include "model/transformer.h"
-#include "trainer/optimizer.h"
+#include "dist/communicator.h"
+#include "trainer/policy_model.h"
 
 using namespace verl;
 
@@ -34,39 +36,39 @@ int main(int argc, char** argv) {
   model::ModelConfig c = bench::qwen2_shape(vocab, hidden, layers, heads, kv_heads, inter);
   model::Weights w = model::Weights::from_config(c);
   w.init_random(1, 0.02f);
-  model::Transformer tf(w);
+  const int64_t params = w.layout.total;
 
   Rng rng(2);
   std::vector<std::vector<int32_t>> seqs(batch, std::vector<int32_t>(seq));
   for (auto& s : seqs)
     for (auto& t : s) t = static_cast<int32_t>(rng.below(vocab));
   model::PackedBatch b = model::PackedBatch::from_sequences(seqs);
-  model::Activations acts;
-  trainer::AdamWConfig ocfg;
-  ocfg.lr = 1e-4f;
-  trainer::AdamW opt(w.layout.total, ocfg);
-  std::vector<float> grads(w.data.size());
+  trainer::PolicyOptions po;
+  po.optim.lr = 1e-4f;
+  auto policy = trainer::make_policy(Device::Cpu, std::move(w), po);
+  dist::SingleProcess comm;
+  std::vector<float> logprob;
   std::vector<float> d_lp(b.num_tokens());
   // Loss = mean token NLL over the batch (as a cross-entropy step).
   for (int64_t t = 0; t < b.num_tokens(); ++t)
     d_lp[t] = b.targets[t] >= 0 ? -1.0f / (b.num_tokens() - batch) : 0.0f;
 
   auto step = [&] {
-    std::fill(grads.begin(), grads.end(), 0.0f);
-    tf.forward(b, acts);
-    tf.backward(b, acts, d_lp.data(), nullptr, nullptr, grads.data());
-    opt.step(w.data.data(), grads.data(), ocfg.lr);
+    policy->zero_grad();
+    policy->forward(b, 1.0f, logprob, nullptr);
+    policy->backward(d_lp.data(), nullptr);
+    policy->optimizer_step(po.optim.lr, comm);
   };
   step();  // warm-up: grows the activation buffers
   Timer timer;
   for (int i = 0; i < steps; ++i) step();
   double secs = timer.seconds() / steps;
   double loss = 0;
-  for (int64_t t = 0; t < b.num_tokens(); ++t) loss -= acts.logprob[t];
+  for (int64_t t = 0; t < b.num_tokens(); ++t) loss -= logprob[t];
   loss /= (b.num_tokens() - batch);
   nlohmann::json j = {{"bench", "train_step_cpu"},
                       {"impl", "verl.cpp"},
-                      {"params", w.layout.total},
+                      {"params", params},
                       {"tokens_per_step", b.num_tokens()},
                       {"seconds_per_step", secs},
                       {"tokens_per_s", b.num_tokens() / secs},

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The HuggingFace peer of `verl bench grpo-step` (src/cli/cmd_bench_grpo.cpp): one TRL-style GRPO
+"""The HuggingFace peer of `verl bench grpo-step` (src/cli/bench/grpo_step.cpp): one TRL-style GRPO
 step in transformers, timed phase by phase, printed as one JSON line with the same keys.
 
 One step on random prompts (G prompts of P tokens, n samples each, B = G n sequences):

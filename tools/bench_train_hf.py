@@ -21,7 +21,7 @@ import resource
 import sys
 import time
 
-# Mirrors kBenchShapes in src/cli/bench_shapes.h: the real HF configs (Qwen2, q/k/v bias, RoPE theta
+# Mirrors kBenchShapes in src/cli/bench/shapes.h: the real HF configs (Qwen2, q/k/v bias, RoPE theta
 # 1e6, RMSNorm eps 1e-6) and the 12.6M-parameter CPU benchmark shape.
 SHAPES = {
     "tiny": (8192, 384, 6, 6, 2, 1024, True),

@@ -1,7 +1,7 @@
 // `verl generate`: sampling from an HF model with the rollout engine. One --prompt streams text
 // to the terminal; --input takes JSON lines ("prompt" text, "messages" chat, or "prompt_tokens"
 // ids) and writes one JSON line per sample, in input order. --device cuda (or auto with a GPU)
-// runs the steps on the GPU (ops::cuda::CudaModelRunner over the model's bf16 weights).
+// runs the steps on the GPU (rollout::cuda::CudaModelRunner over the model's bf16 weights).
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -11,15 +11,15 @@
 
 #include "cli/command.h"
 #include "cli/io.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "model/generation_config.h"
 #include "rollout/engine.h"
 #include "tokenizer/tokenizer.h"
-#include "trainer/policy_model.h"  // resolve_device()
 
 #ifdef VERL_HAVE_CUDA
 #include "ops/cuda/device.h"
-#include "ops/cuda/rollout_cuda.h"
+#include "rollout/cuda/model_runner.h"
 #endif
 
 namespace verl::cli {
@@ -106,14 +106,14 @@ int run(const Opts& o) {
 #endif
   std::unique_ptr<rollout::StepRunner> gpu_runner;
   std::optional<rollout::Engine> engine_holder;
-  if (trainer::resolve_device(o.device, "--device") == trainer::Device::Cuda) {
+  if (resolve_device(o.device, "--device") == Device::Cuda) {
 #ifdef VERL_HAVE_CUDA
     session = std::make_unique<ops::cuda::CudaSession>();
-    wbf = ops::cuda::upload_weights_bf16(session->ctx(), w);
-    ops::cuda::CudaRunnerOptions ro;
+    wbf = rollout::cuda::upload_weights_bf16(session->ctx(), w);
+    rollout::cuda::CudaRunnerOptions ro;
     ro.kv_cache_bytes = o.kv_cache_mb << 20;
-    gpu_runner = std::make_unique<ops::cuda::CudaModelRunner>(session->ctx(), w.config, w.layout,
-                                                              wbf.data(), ecfg.scheduler, ro);
+    gpu_runner = std::make_unique<rollout::cuda::CudaModelRunner>(
+        session->ctx(), w.config, w.layout, wbf.data(), ecfg.scheduler, ro);
     engine_holder.emplace(*gpu_runner, ecfg);
 #endif
   } else {

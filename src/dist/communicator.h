@@ -1,27 +1,160 @@
-// The data-parallel communicator the trainer reduces through. Everything verl reduces across
-// data-parallel ranks (global valid-token and sequence counts for loss aggregation, micro-batch
-// counts under dynamic batching, metric means, gradients) goes through this interface, so MPI and
-// NCCL implementations plug in without touching the trainer. This file has the single-process one.
+// The data-parallel communicator. Every collective verl runs across data-parallel ranks (token and
+// sequence counts for loss aggregation, metric means, gradient all-reduce and reduce-scatter,
+// parameter all-gather, sequence exchange) goes through this interface, so MPI and NCCL backends
+// plug in without touching callers. SingleProcess, the one-rank backend, lives here too.
 #pragma once
 
+#include <concepts>
+#include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <span>
+#include <type_traits>
+
+#include "core/error.h"
 
 namespace verl::dist {
 
 enum class ReduceOp { Sum, Max, Min };
 
+// Element types a collective moves. Not verl::DType (tensor storage): collectives also move f64
+// metrics and never f16.
+enum class DataType { F32, F64, I32, I64, BF16, U8 };
+
+size_t data_type_size(DataType t);
+const char* to_string(DataType t);  // "f32", "f64", "i32", "i64", "bf16", "u8"
+
+// C++ element types of the typed span wrappers. bf16 has no C++ type of its own (it is stored as
+// uint16_t), so bf16 buffers go through the raw calls.
+template <class T>
+concept CommElement = std::same_as<T, float> || std::same_as<T, double> ||
+    std::same_as<T, int32_t> || std::same_as<T, int64_t> || std::same_as<T, uint8_t>;
+
+template <CommElement T>
+constexpr DataType data_type_of() {
+  if constexpr (std::is_same_v<T, float>) return DataType::F32;
+  if constexpr (std::is_same_v<T, double>) return DataType::F64;
+  if constexpr (std::is_same_v<T, int32_t>) return DataType::I32;
+  if constexpr (std::is_same_v<T, int64_t>) return DataType::I64;
+  if constexpr (std::is_same_v<T, uint8_t>) return DataType::U8;
+}
+
+// Where a collective's buffers live. On the host a call is complete when it returns. On the device
+// it is enqueued on `stream` (a cudaStream_t, held as void* so this header needs no CUDA header;
+// nullptr is the default stream), and the buffers must stay valid until the stream reaches it.
+struct Place {
+  enum class Kind { Host, Device };
+  Kind kind = Kind::Host;
+  void* stream = nullptr;
+
+  static Place host() { return {}; }
+  static Place device(void* stream) { return {Kind::Device, stream}; }
+  bool on_device() const { return kind == Kind::Device; }
+};
+
+// Every rank calls a collective with the same counts, type, op and root. Counts and displacements
+// are in elements of the DataType, never bytes. The public calls check their arguments and then
+// call the backend's *_impl; a backend overrides only those, so it never hides the overloads here.
 class Communicator {
  public:
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
-  // In-place all-reduce of `data` over all ranks.
-  virtual void all_reduce(std::span<float> data, ReduceOp op) = 0;
-  virtual void all_reduce(std::span<double> data, ReduceOp op) = 0;
-  virtual void all_reduce(std::span<int64_t> data, ReduceOp op) = 0;
+  // Returns on each rank once every rank has entered it.
   virtual void barrier() = 0;
+
+  // data[i] becomes op over all ranks of data[i], on every rank. In place.
+  void all_reduce(void* data, size_t count, DataType type, ReduceOp op, Place place = {});
+
+  // `send` holds world_size * recv_count elements: block j is send[j * recv_count, (j + 1) *
+  // recv_count). Rank r receives in `recv` (recv_count elements) op over all ranks of their block
+  // r. In place when recv == send + rank * recv_count (NCCL's rule); otherwise no overlap.
+  void reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op,
+                      Place place = {});
+
+  // `recv` holds world_size * send_count elements, rank-major: block j is rank j's `send`.
+  // In place when send == recv + rank * send_count (NCCL's rule); otherwise no overlap.
+  void all_gather(const void* send, void* recv, size_t send_count, DataType type, Place place = {});
+
+  // Every rank's `data` becomes root's. In place.
+  void broadcast(void* data, size_t count, DataType type, int root, Place place = {});
+
+  // `send` and `recv` each hold world_size * count_per_rank elements. Block j of rank r's send goes
+  // to rank j, where it lands as block r of recv. Not in place: send and recv must not overlap
+  // (NCCL has no in-place all-to-all).
+  void all_to_all(const void* send, void* recv, size_t count_per_rank, DataType type,
+                  Place place = {});
+
+  // Variable-size all-to-all; each span has one entry per rank. Rank r sends send_counts[j]
+  // elements from send + send_displs[j] to rank j, and receives recv_counts[j] elements from rank j
+  // into recv + recv_displs[j]; recv_counts[j] must equal rank j's send_counts[r]. Elements of recv
+  // outside the received slices are left untouched. Not in place: send and recv must not overlap.
+  void all_to_allv(const void* send, std::span<const size_t> send_counts,
+                   std::span<const size_t> send_displs, void* recv,
+                   std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
+                   DataType type, Place place = {});
+
+  // Typed wrappers over the calls above. A span may point at device memory when `place` says so.
+  // all_reduce has plain overloads rather than a template, so callers passing a std::vector still
+  // convert to the span.
+  void all_reduce(std::span<float> data, ReduceOp op, Place place = {}) {
+    all_reduce(data.data(), data.size(), DataType::F32, op, place);
+  }
+  void all_reduce(std::span<double> data, ReduceOp op, Place place = {}) {
+    all_reduce(data.data(), data.size(), DataType::F64, op, place);
+  }
+  void all_reduce(std::span<int32_t> data, ReduceOp op, Place place = {}) {
+    all_reduce(data.data(), data.size(), DataType::I32, op, place);
+  }
+  void all_reduce(std::span<int64_t> data, ReduceOp op, Place place = {}) {
+    all_reduce(data.data(), data.size(), DataType::I64, op, place);
+  }
+
+  // T is deduced from the non-const span only, so a std::span<float> or a std::vector<float> also
+  // passes as `send`; callers holding two vectors write reduce_scatter<float>(a, b, op).
+  template <CommElement T>
+  void reduce_scatter(std::span<const std::type_identity_t<T>> send, std::span<T> recv, ReduceOp op,
+                      Place place = {}) {
+    VERL_CHECK(send.size() == recv.size() * world_size(),
+               "reduce_scatter: send has {} elements, want world_size {} x recv's {} = {}",
+               send.size(), world_size(), recv.size(), recv.size() * world_size());
+    reduce_scatter(send.data(), recv.data(), recv.size(), data_type_of<T>(), op, place);
+  }
+
+  template <CommElement T>
+  void all_gather(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
+                  Place place = {}) {
+    VERL_CHECK(recv.size() == send.size() * world_size(),
+               "all_gather: recv has {} elements, want world_size {} x send's {} = {}", recv.size(),
+               world_size(), send.size(), send.size() * world_size());
+    all_gather(send.data(), recv.data(), send.size(), data_type_of<T>(), place);
+  }
+
+  template <CommElement T>
+  void broadcast(std::span<T> data, int root, Place place = {}) {
+    broadcast(data.data(), data.size(), data_type_of<T>(), root, place);
+  }
+
+  template <CommElement T>
+  void all_to_all(std::span<const std::type_identity_t<T>> send, std::span<T> recv,
+                  Place place = {}) {
+    const size_t n = static_cast<size_t>(world_size());
+    VERL_CHECK(send.size() == recv.size() && send.size() % n == 0,
+               "all_to_all: send has {} and recv {} elements; both must be world_size {} x the "
+               "same count per rank",
+               send.size(), recv.size(), n);
+    all_to_all(send.data(), recv.data(), send.size() / n, data_type_of<T>(), place);
+  }
+
+  template <CommElement T>
+  void all_to_allv(std::span<const std::type_identity_t<T>> send,
+                   std::span<const size_t> send_counts, std::span<const size_t> send_displs,
+                   std::span<T> recv, std::span<const size_t> recv_counts,
+                   std::span<const size_t> recv_displs, Place place = {}) {
+    check_slices("send", send.size(), send_counts, send_displs);
+    check_slices("recv", recv.size(), recv_counts, recv_displs);
+    all_to_allv(send.data(), send_counts, send_displs, recv.data(), recv_counts, recv_displs,
+                data_type_of<T>(), place);
+  }
 
   // Conveniences over all_reduce.
   double sum(double x);
@@ -29,17 +162,52 @@ class Communicator {
   int64_t max(int64_t x);
   // Mean of a metric over ranks (verl reduces metrics by mean).
   double mean(double x) { return sum(x) / world_size(); }
+
+ protected:
+  // Backend hooks, called after the public calls have checked null pointers, the root and the
+  // all_to_allv span lengths.
+  virtual void all_reduce_impl(void* data, size_t count, DataType type, ReduceOp op,
+                               Place place) = 0;
+  virtual void reduce_scatter_impl(const void* send, void* recv, size_t recv_count, DataType type,
+                                   ReduceOp op, Place place) = 0;
+  virtual void all_gather_impl(const void* send, void* recv, size_t send_count, DataType type,
+                               Place place) = 0;
+  virtual void broadcast_impl(void* data, size_t count, DataType type, int root, Place place) = 0;
+  virtual void all_to_all_impl(const void* send, void* recv, size_t count_per_rank, DataType type,
+                               Place place) = 0;
+  virtual void all_to_allv_impl(const void* send, std::span<const size_t> send_counts,
+                                std::span<const size_t> send_displs, void* recv,
+                                std::span<const size_t> recv_counts,
+                                std::span<const size_t> recv_displs, DataType type,
+                                Place place) = 0;
+
+ private:
+  // Every slice [displs[j], displs[j] + counts[j]) lies inside a buffer of `size` elements.
+  void check_slices(const char* which, size_t size, std::span<const size_t> counts,
+                    std::span<const size_t> displs) const;
 };
 
-// One process: every reduction is the identity.
+// One process: reductions and broadcast are the identity, the rest copy send to recv (nothing to
+// move when they are the same buffer). Device buffers are copied on the Place's stream.
 class SingleProcess final : public Communicator {
  public:
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
-  void all_reduce(std::span<float>, ReduceOp) override {}
-  void all_reduce(std::span<double>, ReduceOp) override {}
-  void all_reduce(std::span<int64_t>, ReduceOp) override {}
   void barrier() override {}
+
+ protected:
+  void all_reduce_impl(void* data, size_t count, DataType type, ReduceOp op, Place place) override;
+  void reduce_scatter_impl(const void* send, void* recv, size_t recv_count, DataType type,
+                           ReduceOp op, Place place) override;
+  void all_gather_impl(const void* send, void* recv, size_t send_count, DataType type,
+                       Place place) override;
+  void broadcast_impl(void* data, size_t count, DataType type, int root, Place place) override;
+  void all_to_all_impl(const void* send, void* recv, size_t count_per_rank, DataType type,
+                       Place place) override;
+  void all_to_allv_impl(const void* send, std::span<const size_t> send_counts,
+                        std::span<const size_t> send_displs, void* recv,
+                        std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
+                        DataType type, Place place) override;
 };
 
 }  // namespace verl::dist

@@ -3,12 +3,17 @@
 //   q,k = rope(q), rope(k);  att = causal_gqa(q,k,v);  x_mid = x + att Wo^T (+ bo)
 //   xn2 = rmsnorm(x_mid);  gu = xn2 Wgu^T;  x_out = x_mid + (silu(g) * u) Wdown^T
 // The backward walks the same steps in reverse; parameter gradients accumulate into a flat buffer.
+// With VERL_DUMP set, the forward writes each op's output by name (core/dump.h, docs/model.md).
 #include "model/transformer.h"
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
+#include <span>
+#include <string_view>
 
 #include "core/buffer.h"
+#include "core/dump.h"
 #include "core/error.h"
 #include "ops/cpu/ops.h"
 
@@ -19,6 +24,18 @@ namespace {
 void add_inplace(float* y, const float* x, int64_t n) {
 #pragma omp parallel for simd if (n > 65536)
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+// Names an intermediate (llama.cpp's cb(cur, name, il)): layer tensors become "L{il}.{name}".
+// Costs one cached bool check when VERL_DUMP is off.
+void cb(const float* x, std::string_view name, int il, std::initializer_list<int64_t> shape) {
+  if (!dump::enabled()) return;
+  const std::span<const int64_t> s(shape.begin(), shape.size());
+  if (il < 0) {
+    dump::tensor("cpu", name, x, s);
+  } else {
+    dump::tensor("cpu", fmt::format("L{}.{}", il, name), x, s);
+  }
 }
 
 }  // namespace
@@ -37,6 +54,7 @@ void Transformer::layer_forward(int l, const PackedBatch& b, LayerActivations& a
 
   ops::rmsnorm_forward(grow(a.xn1, T * C), grow(a.rstd1, T), a.x_in.data(), W(p.attn_norm), T, C,
                        eps);
+  cb(a.xn1.data(), "attn_norm", l, {T, C});
   // The fused qkv projection goes through att's buffer (free until attention runs).
   float* qkv = grow(a.att, std::max(T * Q3, T * qd));
   ops::linear_forward(qkv, a.xn1.data(), W(p.wqkv), W(p.bqkv), T, C, Q3);
@@ -57,17 +75,26 @@ void Transformer::layer_forward(int l, const PackedBatch& b, LayerActivations& a
   }
   ops::rope_forward(a.q.data(), b.positions.data(), inv_freq_.data(), T, H, D);
   ops::rope_forward(a.k.data(), b.positions.data(), inv_freq_.data(), T, Hkv, D);
+  cb(a.q.data(), "q", l, {T, qd});
+  cb(a.k.data(), "k", l, {T, kvd});
+  cb(a.v.data(), "v", l, {T, kvd});
   ops::attention_forward(a.att.data(), grow(a.lse, T * H), a.q.data(), a.k.data(), a.v.data(),
                          b.cu_seqlens.data(), B, T, H, Hkv, D, 1.0f / std::sqrt(float(D)));
+  cb(a.att.data(), "attn", l, {T, qd});
   float* x_mid = grow(a.x_mid, T * C);
   ops::linear_forward(x_mid, a.att.data(), W(p.wo), W(p.bo), T, qd, C);
   add_inplace(x_mid, a.x_in.data(), T * C);
+  cb(x_mid, "attn_res", l, {T, C});
 
   ops::rmsnorm_forward(grow(a.xn2, T * C), grow(a.rstd2, T), x_mid, W(p.mlp_norm), T, C, eps);
+  cb(a.xn2.data(), "mlp_norm", l, {T, C});
   ops::linear_forward(grow(a.gu, T * 2 * F), a.xn2.data(), W(p.wgu), W(p.bgu), T, C, 2 * F);
+  cb(a.gu.data(), "gate_up", l, {T, 2 * F});
   ops::swiglu_forward(grow(a.act, T * F), a.gu.data(), T, F);
+  cb(a.act.data(), "act", l, {T, F});
   ops::linear_forward(x_out, a.act.data(), W(p.wdown), W(p.bdown), T, F, C);
   add_inplace(x_out, x_mid, T * C);
+  cb(x_out, "out", l, {T, C});
 }
 
 void Transformer::forward(const PackedBatch& b, Activations& acts, const ForwardOptions& opt) const {
@@ -81,22 +108,27 @@ void Transformer::forward(const PackedBatch& b, Activations& acts, const Forward
   acts.layers.resize(static_cast<size_t>(L));
   float* x0 = L > 0 ? grow(acts.layers[0].x_in, T * C) : grow(acts.x_final, T * C);
   ops::embedding_forward(x0, b.tokens.data(), w_.param(lay.embed), T, C, V);
+  cb(x0, "embed", -1, {T, C});
   for (int64_t l = 0; l < L; ++l) {
     float* x_out = l + 1 < L ? grow(acts.layers[l + 1].x_in, T * C) : grow(acts.x_final, T * C);
     layer_forward(static_cast<int>(l), b, acts.layers[l], x_out);
   }
   ops::rmsnorm_forward(grow(acts.h_final, T * C), grow(acts.rstd_final, T), acts.x_final.data(),
                        w_.param(lay.final_norm), T, C, static_cast<float>(c.rms_norm_eps));
+  cb(acts.h_final.data(), "final_norm", -1, {T, C});
   const int64_t NL = c.num_labels;
   switch (c.head) {
     case HeadKind::CausalLM:
       ops::lm_head_forward(grow(acts.logprob, T), grow(acts.entropy, T), grow(acts.lse_head, T),
                            acts.h_final.data(), w_.lm_head(), b.targets.data(), T, C, V,
                            opt.temperature, opt.lm_head_chunk);
+      cb(acts.logprob.data(), "lm_head.logprob", -1, {T});
+      cb(acts.entropy.data(), "lm_head.entropy", -1, {T});
       break;
     case HeadKind::TokenClassification:
       ops::linear_forward(grow(acts.values, T * NL), acts.h_final.data(), w_.param(lay.score),
                           w_.param(lay.score_bias), T, C, NL);
+      cb(acts.values.data(), "value_head.values", -1, {T, NL});
       break;
     case HeadKind::SequenceClassification:
       grow(acts.scores, B * NL);
@@ -105,6 +137,7 @@ void Transformer::forward(const PackedBatch& b, Activations& acts, const Forward
         ops::linear_forward(acts.scores.data() + s * NL, acts.h_final.data() + last * C,
                             w_.param(lay.score), nullptr, 1, C, NL);
       }
+      cb(acts.scores.data(), "score_head.scores", -1, {B, NL});
       break;
   }
 }

@@ -2,17 +2,15 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "rollout/kv_sizing.h"
 
 namespace verl::rollout {
 
 Engine::Engine(const model::Weights& weights, const EngineConfig& config) : sched_cfg_(config.scheduler) {
-  if (config.kv_cache_bytes > 0) {
-    const int64_t per_block = KVCache::bytes_per_block(weights.config, sched_cfg_.block_size);
-    const int64_t blocks = config.kv_cache_bytes / per_block;
-    VERL_CHECK(blocks >= 1, "KV cache budget of {} bytes holds no block ({} bytes per block of {} tokens)",
-               config.kv_cache_bytes, per_block, sched_cfg_.block_size);
-    sched_cfg_.num_blocks = static_cast<int32_t>(std::min<int64_t>(blocks, INT32_MAX));
-  }
+  // A byte budget, when given, decides the pool (kv_sizing.h); else the scheduler's block count.
+  sched_cfg_.num_blocks = kv_pool_blocks(
+      config.kv_cache_bytes > 0 ? 0 : sched_cfg_.num_blocks, config.kv_cache_bytes,
+      kv_block_bytes(weights.config, sched_cfg_.block_size, sizeof(float)), sched_cfg_.block_size);
   owned_runner_ = std::make_unique<CpuStepRunner>(weights, sched_cfg_.num_blocks, sched_cfg_.block_size);
   runner_ = owned_runner_.get();
   vocab_ = runner_->vocab_size();

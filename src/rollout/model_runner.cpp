@@ -27,11 +27,6 @@ KVCache::KVCache(const model::ModelConfig& cfg, int32_t num_blocks, int32_t bloc
   v_.assign(static_cast<size_t>(layer_stride_ * num_layers_), 0.0f);
 }
 
-int64_t KVCache::bytes_per_block(const model::ModelConfig& cfg, int32_t block_size) {
-  return 2 * cfg.num_hidden_layers * static_cast<int64_t>(block_size) * cfg.kv_dim() *
-         static_cast<int64_t>(sizeof(float));
-}
-
 void KVCache::copy_block(int32_t src, int32_t dst) {
   const int64_t n = block_size_ * token_stride_;
   for (int64_t l = 0; l < num_layers_; ++l) {

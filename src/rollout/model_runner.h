@@ -18,8 +18,6 @@ namespace verl::rollout {
 class KVCache {
  public:
   KVCache(const model::ModelConfig& cfg, int32_t num_blocks, int32_t block_size);
-  // Bytes one block takes over all layers (K and V): how a byte budget becomes a block count.
-  static int64_t bytes_per_block(const model::ModelConfig& cfg, int32_t block_size);
 
   float* k(int64_t layer) { return k_.data() + layer * layer_stride_; }
   float* v(int64_t layer) { return v_.data() + layer * layer_stride_; }

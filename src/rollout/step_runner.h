@@ -1,7 +1,7 @@
 // The model side of one rollout step, as the engine sees it: run a scheduled batch's forward over the
 // runner's paged KV cache and sample its S tokens. Host-only interface, so src/rollout does not
 // depend on CUDA: CpuStepRunner (CpuModelRunner + Sampler) is the default; the GPU implementation is
-// ops::cuda::CudaModelRunner (src/ops/cuda/rollout_cuda.h), handed to the Engine by the caller.
+// rollout::cuda::CudaModelRunner (src/rollout/cuda/model_runner.h), handed to the Engine by the caller.
 #pragma once
 
 #include <cstdint>

@@ -15,9 +15,11 @@
 #include <vector>
 
 #include "model/weights.h"
-#include "trainer/optimizer.h"
+#include "optim/adamw.h"
 
 namespace verl::trainer {
+
+using optim::AdamWState;
 
 inline constexpr int kCheckpointVersion = 1;
 

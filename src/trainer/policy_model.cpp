@@ -1,9 +1,9 @@
-// The CPU policy (model::Transformer + flat fp32 gradients + AdamW: exactly the trainer's steps
-// before the device seam) and the device choice. The CUDA policy is in policy_model_cuda.cpp.
+// The policy's shared part (the one optimizer over the training state, checkpoint copies), the
+// CPU policy (model::Transformer over a CpuTrainState: exactly the trainer's steps before the
+// device seam) and the device choice. The CUDA policy is in policy_model_cuda.cpp.
 #include "trainer/policy_model.h"
 
 #include <algorithm>
-#include <optional>
 #include <utility>
 
 #include "core/error.h"
@@ -17,20 +17,21 @@ std::unique_ptr<PolicyModel> make_cuda_policy(model::Weights weights, const Poli
 
 namespace {
 
+void require_trainable(PolicyModel& p, const char* what) {
+  VERL_CHECK(p.trainable(), "PolicyModel::{}: this model is forward-only (the reference policy)",
+             what);
+}
+
 class CpuPolicy final : public PolicyModel {
  public:
-  CpuPolicy(model::Weights w, const PolicyOptions& opts) : w_(std::move(w)), tf_(w_) {
-    if (opts.trainable) {
-      opt_.emplace(w_.layout.total, opts.optim);
-      grads_.assign(w_.data.size(), 0.0f);
-    }
-  }
-  CpuPolicy(const CpuPolicy&) = delete;  // tf_ refers to this object's w_
+  CpuPolicy(model::Weights w, const PolicyOptions& opts)
+      : PolicyModel(opts.optim), state_(std::move(w), opts.trainable), tf_(state_.weights()) {}
+  CpuPolicy(const CpuPolicy&) = delete;  // tf_ refers to state_'s weights
   CpuPolicy& operator=(const CpuPolicy&) = delete;
 
   Device device() const override { return Device::Cpu; }
-  const model::ModelConfig& config() const override { return w_.config; }
-  bool trainable() const override { return opt_.has_value(); }
+  const model::ModelConfig& config() const override { return state_.config(); }
+  optim::TrainState& state() override { return state_; }
 
   void forward(const model::PackedBatch& batch, float temperature, std::vector<float>& logprob,
                std::vector<float>* entropy, bool for_backward = true) override {
@@ -45,8 +46,8 @@ class CpuPolicy final : public PolicyModel {
   }
 
   void backward(const float* d_logprob, const float* d_entropy) override {
-    require_trainable("backward");
-    tf_.backward(batch_, acts_, d_logprob, d_entropy, nullptr, grads_.data(), fo_);
+    require_trainable(*this, "backward");
+    tf_.backward(batch_, acts_, d_logprob, d_entropy, nullptr, state_.grads(), fo_);
   }
 
   void forward_values(const model::PackedBatch& batch, std::vector<float>& values) override {
@@ -56,52 +57,17 @@ class CpuPolicy final : public PolicyModel {
   }
 
   void backward_values(const float* d_values) override {
-    require_trainable("backward_values");
-    tf_.backward(batch_, acts_, nullptr, nullptr, d_values, grads_.data(), fo_);
-  }
-
-  void zero_grad() override {
-    require_trainable("zero_grad");
-    std::fill(grads_.begin(), grads_.end(), 0.0f);
-  }
-
-  double optimizer_step(float lr, dist::Communicator& comm) override {
-    require_trainable("optimizer_step");
-    comm.all_reduce(grads_, dist::ReduceOp::Sum);
-    return opt_->step(w_.data.data(), grads_.data(), lr);
+    require_trainable(*this, "backward_values");
+    tf_.backward(batch_, acts_, nullptr, nullptr, d_values, state_.grads(), fo_);
   }
 
   void release_activations() override { acts_ = model::Activations{}; }
 
-  const model::Weights& weights() override { return w_; }
-
-  const AdamWState& optimizer_state() override {
-    require_trainable("optimizer_state");
-    return opt_->state();
-  }
-
-  void restore(std::vector<float> weights, AdamWState opt) override {
-    VERL_CHECK(static_cast<int64_t>(weights.size()) == w_.layout.total,
-               "restore: {} weights for a model of {} parameters", weights.size(), w_.layout.total);
-    w_.data = std::move(weights);  // tf_ reads w_ through its reference
-    if (opt_) {
-      VERL_CHECK(opt.exp_avg.size() == w_.data.size() && opt.exp_avg_sq.size() == w_.data.size(),
-                 "restore: optimizer moments of {} and {} floats for a model of {} parameters",
-                 opt.exp_avg.size(), opt.exp_avg_sq.size(), w_.data.size());
-      opt_->state() = std::move(opt);
-    }
-  }
+  const model::Weights& weights() override { return state_.weights(); }
 
  private:
-  void require_trainable(const char* what) const {
-    VERL_CHECK(opt_.has_value(),
-               "PolicyModel::{}: this model is forward-only (the reference policy)", what);
-  }
-
-  model::Weights w_;
-  model::Transformer tf_;  // holds a reference to w_
-  std::optional<AdamW> opt_;
-  std::vector<float> grads_;
+  optim::CpuTrainState state_;
+  model::Transformer tf_;  // holds a reference to state_'s weights
   model::Activations acts_;
   model::ForwardOptions fo_;
   model::PackedBatch batch_;
@@ -109,35 +75,30 @@ class CpuPolicy final : public PolicyModel {
 
 }  // namespace
 
-const char* to_string(Device d) {
-  return d == Device::Cuda ? "cuda" : "cpu";
+void PolicyModel::zero_grad() {
+  require_trainable(*this, "zero_grad");
+  state().zero_grad();
 }
 
-Device resolve_device(const std::string& value, const std::string& key) {
-  if (value == "cpu") return Device::Cpu;
-  if (value == "auto") return cuda_available() ? Device::Cuda : Device::Cpu;
-  VERL_CHECK(value == "cuda", "{} must be cpu, cuda or auto, got '{}'", key, value);
-#ifdef VERL_HAVE_CUDA
-  VERL_CHECK(cuda_available(),
-             "{0}=cuda but no CUDA device is visible (no driver, or CUDA_VISIBLE_DEVICES hides "
-             "them); set {0}=cpu or auto",
-             key);
-#else
-  VERL_FAIL(
-      "{0}=cuda but this build has no CUDA backend (configure with -DVERL_CUDA=ON on a machine "
-      "with the CUDA toolkit); set {0}=cpu or auto",
-      key);
-#endif
-  return Device::Cuda;
+double PolicyModel::optimizer_step(float lr, dist::Communicator& comm) {
+  require_trainable(*this, "optimizer_step");
+  opt_host_ = AdamWState{};  // a checkpoint's download is out of date now; free it
+  return optimizer_.step(state(), lr, comm);
+}
+
+const AdamWState& PolicyModel::optimizer_state() {
+  require_trainable(*this, "optimizer_state");
+  opt_host_ = state().download_optimizer_state();
+  return opt_host_;
+}
+
+void PolicyModel::restore(std::vector<float> weights, AdamWState opt) {
+  state().upload(weights, &opt);
+  opt_host_ = AdamWState{};
+  on_restore(weights);
 }
 
 #ifndef VERL_HAVE_CUDA
-bool cuda_available() {
-  return false;
-}
-size_t device_memory_in_use() {
-  return 0;
-}
 namespace detail {
 std::unique_ptr<PolicyModel> make_cuda_policy(model::Weights, const PolicyOptions&) {
   VERL_FAIL("trainer.device=cuda: this build has no CUDA backend (configure with -DVERL_CUDA=ON)");

@@ -26,6 +26,7 @@
 #include "reward/command_reward.h"
 #include "reward/score.h"
 #include "rollout/engine.h"
+#include "rollout/kv_sizing.h"
 #include "tokenizer/tokenizer.h"
 #include "trainer/checkpoint.h"
 
@@ -53,18 +54,17 @@ AdamWConfig optim_config(const config::Config& cfg, const std::string& prefix, d
 }
 
 // A model's learning-rate schedule from its `<prefix>.optim.*` keys.
-LrSchedule lr_schedule(const config::Config& cfg, const std::string& prefix, int64_t total_steps) {
-  LrSchedule s;
+optim::LrSchedule lr_schedule(const config::Config& cfg, const std::string& prefix, int64_t total_steps) {
+  optim::LrSchedule s;
   s.type = cfg.get<std::string>(prefix + ".optim.lr_scheduler_type");
   s.total_steps = total_steps;
-  s.warmup_steps = LrSchedule::resolve_warmup(cfg.get<int64_t>(prefix + ".optim.lr_warmup_steps"),
+  s.warmup_steps = optim::LrSchedule::resolve_warmup(cfg.get<int64_t>(prefix + ".optim.lr_warmup_steps"),
                                               cfg.get<double>(prefix + ".optim.lr_warmup_steps_ratio"), total_steps);
   s.min_lr_ratio = cfg.get<std::optional<double>>(prefix + ".optim.min_lr_ratio").value_or(0.0);
   s.num_cycles = cfg.get<double>(prefix + ".optim.num_cycles");
   return s;
 }
 
-// Builds the optimizer and schedule of a CPU-trained model (the critic).
 // The largest micro-batch the trainer packs for a policy, from the config alone, so that the CUDA
 // model plans its memory once: log-prob passes (old_log_prob, ref) cut the step's
 // data.gen_batch_size x rollout.n sequences into ppo_max_token_len_per_gpu token budgets; the
@@ -188,6 +188,9 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
   actor_loss_.kl_loss_coef = cfg_.get<double>("actor_rollout_ref.actor.kl_loss_coef");
   actor_loss_.kl_loss_type = parse_kl_type(cfg_.get<std::string>("actor_rollout_ref.actor.kl_loss_type"));
   // The actor and the frozen reference policy (the actor's starting weights) on trainer.device.
+  // The reference model's log-probs meet nobody's: it takes the fast kernels.
+  numerics_ = numerics_from_flags(cfg_.get<bool>("actor_rollout_ref.rollout.batch_invariant"),
+                                  cfg_.get<bool>("actor_rollout_ref.rollout.match_trainer_numerics"));
   PolicyOptions po;
   po.recompute = cfg_.get<bool>("actor_rollout_ref.model.enable_gradient_checkpointing");
   if (actor_loss_.use_kl_loss || use_kl_in_reward) {
@@ -199,8 +202,7 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
     ref_ = make_policy(device_, actor_weights, ro);
   }
   {
-    po.batch_invariant = cfg_.get<bool>("actor_rollout_ref.rollout.batch_invariant");
-    po.match_trainer_numerics = cfg_.get<bool>("actor_rollout_ref.rollout.match_trainer_numerics");
+    po.numerics = numerics_;
     po.optim = optim_config(cfg_, "actor_rollout_ref.actor", cfg_.get<double>("actor_rollout_ref.actor.grad_clip"));
     const MicroBatchPlan plan = plan_micro_batches(cfg_, n_, /*update=*/true);
     po.max_tokens = plan.max_tokens;
@@ -255,7 +257,7 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, Experience& 
   sp.ignore_eos = cfg_.get<bool>("actor_rollout_ref.rollout.ignore_eos");
   sp.stop_token_ids = eos_ids_;
   std::vector<rollout::Request> reqs;
-  int64_t longest = 0, total_tokens = 0;
+  int64_t longest = 0;
   for (size_t i = 0; i < samples.size(); ++i) {
     rollout::Request r;
     r.prompt = samples[i].prompt_ids;
@@ -264,7 +266,6 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, Experience& 
                         mix(static_cast<uint64_t>(i) + 0x51ed));
     r.n = static_cast<int32_t>(n);
     longest = std::max<int64_t>(longest, static_cast<int64_t>(r.prompt.size()));
-    total_tokens += (static_cast<int64_t>(r.prompt.size()) + sp.max_tokens) * n;
     reqs.push_back(std::move(r));
   }
   // The rollout phase's KV cache is sized for every sequence at once and freed when the engine
@@ -275,15 +276,13 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, Experience& 
   ec.scheduler.max_num_seqs = static_cast<int32_t>(cfg_.get<int64_t>("actor_rollout_ref.rollout.max_num_seqs"));
   ec.scheduler.max_num_batched_tokens =
       static_cast<int32_t>(cfg_.get<int64_t>("actor_rollout_ref.rollout.max_num_batched_tokens"));
-  ec.scheduler.num_blocks = static_cast<int32_t>((total_tokens + 15) / 16 + static_cast<int64_t>(reqs.size()) * n + 16);
+  ec.scheduler.num_blocks = static_cast<int32_t>(
+      std::min<int64_t>(rollout::kv_blocks_to_hold(reqs, ec.scheduler.block_size), INT32_MAX));
   // On cuda the rollout runs on the GPU from the actor's own bf16 weights; its KV cache lives as
   // long as `runner` and is freed before the next phase. On cpu it reads the host weights.
   RolloutRunnerOptions ro;
-  ro.kv_blocks = ec.scheduler.num_blocks;
   ro.gpu_memory_utilization = cfg_.get<double>("actor_rollout_ref.rollout.gpu_memory_utilization");
   ro.enforce_eager = cfg_.get<bool>("actor_rollout_ref.rollout.enforce_eager");
-  ro.batch_invariant = cfg_.get<bool>("actor_rollout_ref.rollout.batch_invariant");
-  ro.match_trainer_numerics = cfg_.get<bool>("actor_rollout_ref.rollout.match_trainer_numerics");
   std::unique_ptr<rollout::StepRunner> runner = actor_.model->make_rollout_runner(ec.scheduler, ro);
   std::optional<rollout::Engine> engine_holder;
   if (runner) {
@@ -415,24 +414,6 @@ void PpoTrainer::score_all(Experience& exp) {
 
 // ---- forward passes over the experience -------------------------------------------------------------
 
-// Packed position whose outputs belong to response token 0 of row b (sequence i of the batch):
-// the token before it, since logprob[t] scores token t+1 and verl's critic reads
-// values[:, -response_length - 1 : -1] (the state before each token).
-int64_t PpoTrainer::response_base(const Experience& exp, const model::PackedBatch& pb, size_t i, int64_t b) {
-  return pb.cu_seqlens[i] + static_cast<int64_t>(exp.sample[b]->prompt_ids.size()) - 1;
-}
-
-model::PackedBatch PpoTrainer::pack(const Experience& exp, const std::vector<int64_t>& idx) const {
-  std::vector<std::vector<int32_t>> seqs;
-  seqs.reserve(idx.size());
-  for (int64_t b : idx) {
-    std::vector<int32_t> s = exp.sample[b]->prompt_ids;
-    s.insert(s.end(), exp.response[b].begin(), exp.response[b].end());
-    seqs.push_back(std::move(s));
-  }
-  return model::PackedBatch::from_sequences(seqs);
-}
-
 std::vector<std::vector<int64_t>> PpoTrainer::micro_batches(const Experience& exp, const std::vector<int64_t>& idx,
                                                             bool dynamic, int64_t max_tokens,
                                                             int64_t max_seqs) const {
@@ -471,17 +452,12 @@ void PpoTrainer::compute_log_probs(PolicyModel& policy, const Experience& exp, s
   std::iota(all.begin(), all.end(), 0);
   std::vector<float> lp, ent;  // [T] of one micro-batch
   const int64_t budget = cfg_.get<int64_t>("actor_rollout_ref.actor.ppo_max_token_len_per_gpu");
-  for (const auto& idx : micro_batches(exp, all, true, budget, 0)) {
-    model::PackedBatch pb = pack(exp, idx);
-    check_plan(policy, pb);
-    policy.forward(pb, temperature_, lp, entropy ? &ent : nullptr, /*for_backward=*/false);
-    for (size_t i = 0; i < idx.size(); ++i) {
-      const int64_t b = idx[i], base = response_base(exp, pb, i, b);
-      for (size_t j = 0; j < exp.response[b].size(); ++j) {
-        logp[b * L + j] = lp[base + j];
-        if (entropy) (*entropy)[b * L + j] = ent[base + j];
-      }
-    }
+  for (auto& idx : micro_batches(exp, all, true, budget, 0)) {
+    const PackedResponses mb(exp, std::move(idx));
+    check_plan(policy, mb.batch());
+    policy.forward(mb.batch(), temperature_, lp, entropy ? &ent : nullptr, /*for_backward=*/false);
+    mb.gather_into(lp, logp);
+    if (entropy) mb.gather_into(ent, *entropy);
   }
   policy.release_activations();
 }
@@ -493,14 +469,11 @@ void PpoTrainer::compute_values(const Experience& exp, std::vector<float>& value
   std::iota(all.begin(), all.end(), 0);
   std::vector<float> v;
   const int64_t budget = cfg_.get<int64_t>("critic.ppo_max_token_len_per_gpu");
-  for (const auto& idx : micro_batches(exp, all, true, budget, 0)) {
-    model::PackedBatch pb = pack(exp, idx);
-    check_plan(*critic_->model, pb);
-    critic_->model->forward_values(pb, v);
-    for (size_t i = 0; i < idx.size(); ++i) {
-      const int64_t b = idx[i], base = response_base(exp, pb, i, b);
-      for (size_t j = 0; j < exp.response[b].size(); ++j) values[b * L + j] = v[base + j];
-    }
+  for (auto& idx : micro_batches(exp, all, true, budget, 0)) {
+    const PackedResponses mb(exp, std::move(idx));
+    check_plan(*critic_->model, mb.batch());
+    critic_->model->forward_values(mb.batch(), v);
+    mb.gather_into(v, values);
   }
 }
 
@@ -547,34 +520,21 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
       lc.policy.norm.loss_scale_factor = static_cast<double>(cfg_.get<int64_t>("data.max_response_length"));
       // Gradients accumulate over the micro-batches (on the policy's device) until the step.
       actor.zero_grad();
-      for (const auto& micro : micro_batches(exp, idx, dynamic, max_tokens, micro_seqs)) {
-        model::PackedBatch pb = pack(exp, micro);
-        check_plan(actor, pb);
-        actor.forward(pb, temperature_, lp_tok, &ent_tok);
+      for (auto& micro_rows : micro_batches(exp, idx, dynamic, max_tokens, micro_seqs)) {
+        const PackedResponses mb(exp, std::move(micro_rows));
+        const std::vector<int64_t>& micro = mb.rows();
+        check_plan(actor, mb.batch());
+        actor.forward(mb.batch(), temperature_, lp_tok, &ent_tok);
         const int64_t bm = static_cast<int64_t>(micro.size());
-        std::vector<float> logp(bm * L, 0.0f), entropy(bm * L, 0.0f);
-        for (int64_t i = 0; i < bm; ++i) {
-          const int64_t b = micro[i], base = response_base(exp, pb, i, b);
-          for (size_t j = 0; j < exp.response[b].size(); ++j) {
-            logp[i * L + j] = lp_tok[base + j];
-            entropy[i * L + j] = ent_tok[base + j];
-          }
-        }
+        std::vector<float> logp = mb.gather(lp_tok), entropy = mb.gather(ent_tok);
         std::vector<float> old = on_policy ? logp : rows(exp.old_log_prob, micro, L);
         if (on_policy) probs_diff.add(rows(exp.rollout_log_prob, micro, L), logp, rows(exp.mask, micro, L));
         std::vector<float> adv = rows(exp.advantages, micro, L), mask = rows(exp.mask, micro, L);
         std::vector<float> ref = rows(exp.ref_log_prob, micro, L);
         ActorLossOutput out = compute_actor_loss({bm, L}, old, logp, adv, mask, entropy, ref, lc);
-        std::vector<float> d_lp(pb.num_tokens(), 0.0f), d_ent(pb.num_tokens(), 0.0f);
-        for (int64_t i = 0; i < bm; ++i) {
-          const int64_t b = micro[i], base = response_base(exp, pb, i, b);
-          for (size_t j = 0; j < exp.response[b].size(); ++j) {
-            d_lp[base + j] = out.d_log_prob[i * L + j];
-            if (!out.d_entropy.empty()) d_ent[base + j] = out.d_entropy[i * L + j];
-          }
-        }
+        const std::vector<float> d_lp = mb.scatter(out.d_log_prob), d_ent = mb.scatter(out.d_entropy);
         // Without an entropy bonus d_entropy is all zeros: pass null, which both models skip.
-        actor.backward(d_lp.data(), lc.entropy_coeff == 0 ? nullptr : d_ent.data());
+        actor.backward(d_lp.data(), lc.entropy_coeff == 0 || d_ent.empty() ? nullptr : d_ent.data());
         const double share = std::accumulate(mask.begin(), mask.end(), 0.0) / std::max(1.0, mini_tokens);
         pg_loss += out.pg_loss;
         // actor/entropy is the token-mean policy entropy, reported whatever entropy_coeff is.
@@ -647,24 +607,17 @@ void PpoTrainer::update_critic(Experience& exp, metrics::Metrics& m) {
       norm.global_batch_size = comm_->sum(static_cast<double>(idx.size()));
       norm.loss_scale_factor = static_cast<double>(cfg_.get<int64_t>("data.max_response_length"));
       critic_->model->zero_grad();
-      for (const auto& micro : micro_batches(exp, idx, dynamic, max_tokens, micro_seqs)) {
-        model::PackedBatch pb = pack(exp, micro);
-        check_plan(*critic_->model, pb);
-        critic_->model->forward_values(pb, values_tok);
+      for (auto& micro_rows : micro_batches(exp, idx, dynamic, max_tokens, micro_seqs)) {
+        const PackedResponses mb(exp, std::move(micro_rows));
+        const std::vector<int64_t>& micro = mb.rows();
+        check_plan(*critic_->model, mb.batch());
+        critic_->model->forward_values(mb.batch(), values_tok);
         const int64_t bm = static_cast<int64_t>(micro.size());
-        std::vector<float> vpreds(bm * L, 0.0f);
-        for (int64_t i = 0; i < bm; ++i) {
-          const int64_t b = micro[i], base = response_base(exp, pb, i, b);
-          for (size_t j = 0; j < exp.response[b].size(); ++j) vpreds[i * L + j] = values_tok[base + j];
-        }
+        std::vector<float> vpreds = mb.gather(values_tok);
         std::vector<float> mask = rows(exp.mask, micro, L);
         ValueLossOutput out = compute_value_loss({bm, L}, vpreds, rows(exp.returns, micro, L), rows(exp.values, micro, L),
                                                  mask, clip, mode, norm);
-        std::vector<float> d_v(pb.num_tokens(), 0.0f);
-        for (int64_t i = 0; i < bm; ++i) {
-          const int64_t b = micro[i], base = response_base(exp, pb, i, b);
-          for (size_t j = 0; j < exp.response[b].size(); ++j) d_v[base + j] = out.d_vpreds[i * L + j];
-        }
+        const std::vector<float> d_v = mb.scatter(out.d_vpreds);
         critic_->model->backward_values(d_v.data());
         vf_loss += out.vf_loss;
         vf_clipfrac += out.vf_clipfrac * std::accumulate(mask.begin(), mask.end(), 0.0) /
@@ -813,6 +766,10 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
   metrics::add_cpu_memory_metrics(m);
   if (gpu_monitor_ && gpu_monitor_->available()) metrics::add_gpu_metrics(m, gpu_monitor_->snapshot());
   return m;
+}
+
+std::optional<data::Batch> PpoTrainer::next_batch() {
+  return train_loader_->next();
 }
 
 metrics::Metrics PpoTrainer::validate() {

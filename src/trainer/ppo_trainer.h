@@ -19,9 +19,9 @@
 #include "dist/communicator.h"
 #include "metrics/metrics.h"
 #include "model/transformer.h"
+#include "optim/lr_schedule.h"
 #include "trainer/core_algos.h"
-#include "trainer/lr_schedule.h"
-#include "trainer/optimizer.h"
+#include "trainer/experience.h"
 #include "trainer/policy_model.h"
 
 namespace verl::tokenizer {
@@ -37,27 +37,11 @@ class GpuMonitor;
 
 namespace verl::trainer {
 
-// One step's experience: B responses, per-token matrices [B, L] (L = longest response).
-struct Experience {
-  int64_t B = 0, L = 0;
-  std::vector<int64_t> group;                     // [B] prompt index within the batch
-  std::vector<const data::Sample*> sample;        // [B]
-  std::vector<std::vector<int32_t>> response;     // [B]
-  std::vector<std::string> finish_reason;         // [B]
-  std::vector<float> mask;                        // [B, L] response mask
-  std::vector<float> rollout_log_prob;            // [B, L]
-  std::vector<float> scores;                      // [B] sequence reward
-  std::vector<float> token_level_scores, token_level_rewards;   // [B, L]
-  std::vector<float> old_log_prob, ref_log_prob, values;        // [B, L] (empty when unused)
-  std::vector<float> advantages, returns;                       // [B, L]
-  Shape shape() const { return {B, L}; }
-};
-
 // A model the trainer updates (the actor, the critic): its model on trainer.device (forward /
 // backward, gradients and AdamW inside) and its learning-rate schedule.
 struct TrainedModel {
   std::unique_ptr<PolicyModel> model;
-  LrSchedule schedule;
+  optim::LrSchedule schedule;
   float base_lr = 0;
 };
 
@@ -71,6 +55,9 @@ class PpoTrainer {
   void fit();
   // One step on one batch of prompts; returns its metrics.
   metrics::Metrics train_step(const data::Batch& batch);
+  // The training loader's next batch (what fit() feeds train_step); nullopt at the end of the
+  // last epoch. For callers that drive train_step themselves (`verl bench grpo-step`).
+  std::optional<data::Batch> next_batch();
   // Generation with val_kwargs and scoring of the validation set: val-core/<data_source>/reward/mean@n.
   metrics::Metrics validate();
 
@@ -95,7 +82,6 @@ class PpoTrainer {
   void score_all(Experience& exp);
   // The rule scorer's reward (by data_source) of row b's decoded response.
   float rule_score(const Experience& exp, int64_t b) const;
-  static int64_t response_base(const Experience& exp, const model::PackedBatch& pb, size_t i, int64_t b);
   // Log-probs (and entropies) of every response token under `policy` at the rollout temperature.
   void compute_log_probs(PolicyModel& policy, const Experience& exp, std::vector<float>& logp,
                          std::vector<float>* entropy);
@@ -110,7 +96,6 @@ class PpoTrainer {
   // Micro-batches of `idx` (token budget or sequence count).
   std::vector<std::vector<int64_t>> micro_batches(const Experience& exp, const std::vector<int64_t>& idx,
                                                   bool dynamic, int64_t max_tokens, int64_t max_seqs) const;
-  model::PackedBatch pack(const Experience& exp, const std::vector<int64_t>& idx) const;
   void add_data_metrics(const Experience& exp, metrics::Metrics& m) const;
 
   config::Config cfg_;
@@ -119,6 +104,7 @@ class PpoTrainer {
   std::unique_ptr<dist::Communicator> comm_ = std::make_unique<dist::SingleProcess>();
   std::unique_ptr<tokenizer::Tokenizer> tok_;
   Device device_ = Device::Cpu;
+  Numerics numerics_ = Numerics::Fast;  // the actor's and its rollout's (core/numerics.h)
   TrainedModel actor_;
   std::unique_ptr<PolicyModel> ref_;  // the frozen reference policy, forward only
   std::optional<TrainedModel> critic_;

@@ -12,11 +12,12 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "dist/communicator.h"
 #include "metrics/logger.h"
 #include "model/hf_files.h"
 #include "model/transformer.h"
-#include "trainer/lr_schedule.h"
-#include "trainer/optimizer.h"
+#include "optim/adamw.h"
+#include "optim/train_state.h"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -178,7 +179,8 @@ std::string run_sft(const config::Config& cfg) {
   VERL_CHECK(w.config.head == model::HeadKind::CausalLM, "{}: SFT needs a causal LM, got {}", model_dir,
              w.config.architecture);
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(model_dir);
-  model::Transformer tf(w);
+  optim::CpuTrainState state(std::move(w), /*trainable=*/true);
+  model::Transformer tf(state.weights());  // reads the master weights the optimizer updates
 
   SftDataOptions dopt;
   dopt.multiturn = cfg.get<bool>("data.multiturn.enable");
@@ -209,7 +211,7 @@ std::string run_sft(const config::Config& cfg) {
   const int64_t budget = cfg.get<bool>("data.use_dynamic_bsz") ? cfg.get<int64_t>("data.max_token_len_per_batch") : 0;
   const int64_t micro_seqs = cfg.get<int64_t>("data.micro_batch_size_per_gpu");
 
-  AdamWConfig ocfg;
+  optim::AdamWConfig ocfg;
   ocfg.lr = static_cast<float>(cfg.get<double>("optim.lr"));
   auto betas = cfg.get<std::vector<double>>("optim.betas");
   VERL_CHECK(betas.size() == 2, "optim.betas must hold two numbers, got {}", betas.size());
@@ -217,12 +219,15 @@ std::string run_sft(const config::Config& cfg) {
   ocfg.beta2 = static_cast<float>(betas[1]);
   ocfg.weight_decay = static_cast<float>(cfg.get<double>("optim.weight_decay"));
   ocfg.grad_clip = static_cast<float>(cfg.get<double>("optim.clip_grad"));
-  AdamW opt(w.layout.total, ocfg);
-  LrSchedule sched;
+  optim::LrSchedule sched;
   sched.type = cfg.get<std::string>("optim.lr_scheduler");
   sched.total_steps = total;
-  sched.warmup_steps = LrSchedule::resolve_warmup(0, cfg.get<double>("optim.warmup_steps_ratio"), total);
+  sched.warmup_steps = optim::LrSchedule::resolve_warmup(0, cfg.get<double>("optim.warmup_steps_ratio"), total);
   sched.min_lr_ratio = cfg.get<double>("optim.min_lr_ratio");
+  // The flat training state (master weights = the model's weights, gradients, moments) and the one
+  // optimizer over it; one process.
+  const optim::AdamW opt(ocfg, sched);
+  dist::SingleProcess comm;
 
   const std::string out_root = cfg.get<std::string>("trainer.default_local_dir");
   const int64_t save_freq = cfg.get<int64_t>("trainer.save_freq");
@@ -232,7 +237,7 @@ std::string run_sft(const config::Config& cfg) {
 
   auto save = [&](int64_t step) {
     const std::string dir = fmt::format("{}/global_step_{}", out_root, step);
-    w.save(dir);
+    state.weights().save(dir);
     model::copy_tokenizer_files(model_dir, dir);
     log::info("saved {}", dir);
     return dir;
@@ -247,14 +252,13 @@ std::string run_sft(const config::Config& cfg) {
   };
 
   log::info("SFT: {} rows, {} steps of {} sequences, {} parameters", train.size(), total, batch_size,
-            w.layout.total);
+            state.numel());
   metrics::LoggerOptions lo;
   lo.experiment_dir = out_root;
   fs::create_directories(out_root);
   lo.total_steps = total;
   lo.logging_steps = cfg.get<int64_t>("trainer.logging_steps");
   metrics::MultiLogger logger(cfg.get<std::vector<std::string>>("trainer.logger"), lo);
-  std::vector<float> grads(w.data.size());
   model::Activations acts;
   std::vector<size_t> order(train.size());
   std::string last_dir;
@@ -269,11 +273,11 @@ std::string run_sft(const config::Config& cfg) {
       Timer timer;
       std::vector<const SftExample*> batch;
       for (int64_t i = 0; i < batch_size; ++i) batch.push_back(&train[order[b * batch_size + i]]);
-      std::fill(grads.begin(), grads.end(), 0.0f);
+      state.zero_grad();
       const int64_t n_targets = count_targets(batch);
-      LossStats st = run_batch(tf, batch, budget, micro_seqs, std::max<int64_t>(1, n_targets), acts, grads.data());
-      const float lr = static_cast<float>(ocfg.lr * sched.multiplier(step));
-      const double gnorm = opt.step(w.data.data(), grads.data(), lr);
+      LossStats st = run_batch(tf, batch, budget, micro_seqs, std::max<int64_t>(1, n_targets), acts, state.grads());
+      const float lr = opt.lr_at(step);
+      const double gnorm = opt.step(state, lr, comm);
       ++step;
       const double secs = timer.seconds();
       metrics::Metrics m;

@@ -42,7 +42,7 @@ TEST(CudaCheck, SuccessDoesNotThrow) {
 
 TEST(CudaDevice, CountNeverThrows) {
   int n = -1;
-  EXPECT_NO_THROW(n = device_count());
+  EXPECT_NO_THROW(n = cuda_device_count());
   EXPECT_GE(n, 0);
 }
 

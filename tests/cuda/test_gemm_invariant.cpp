@@ -27,7 +27,7 @@ class GemmInvariant : public CudaTest {
  protected:
   CudaContext inv_ctx() const {
     CudaContext c = ctx();
-    c.batch_invariant = true;
+    c.numerics = Numerics::BatchInvariant;
     return c;
   }
 };
@@ -388,7 +388,7 @@ TEST_F(GemmInvariant, SameBitsAsCublasLtWithoutSplitK) {
 // of 256, 64, 7 and 1 rows at both ends of a 5000-row call against that call.
 TEST_F(GemmInvariant, UnsplitKRowsDoNotDependOnRowCount) {
   CudaContext unsplit = ctx();
-  unsplit.unsplit_k = true;
+  unsplit.numerics = Numerics::MatchTrainer;
   const int64_t T = 5000;
   struct S {
     int64_t K, N;

@@ -1,10 +1,10 @@
-// The rollout engine on the CUDA runner (src/ops/cuda/rollout_cuda.h) against the CPU engine (the
+// The rollout engine on the CUDA runner (src/rollout/cuda/model_runner.h) against the CPU engine (the
 // oracle) on the golden models of each family, both on the same bf16-rounded weights: greedy
 // generation of 64 tokens (chunked prefill, prefix sharing with copy-on-write, preemption under a
 // tiny pool; CUDA graphs and eager), where a token may differ only after a near-tie of the CPU's
 // top-2 logits; sampled log-probs against the CPU model's full-vocabulary log-softmax; exact replay
 // of a sampled rollout; free_cache_engine giving the memory back.
-#include "ops/cuda/rollout_cuda.h"
+#include "rollout/cuda/model_runner.h"
 
 #include <gtest/gtest.h>
 
@@ -24,6 +24,11 @@
 
 namespace verl::ops::cuda::test {
 namespace {
+
+using rollout::cuda::CudaKVCache;
+using rollout::cuda::CudaModelRunner;
+using rollout::cuda::CudaRunnerOptions;
+using rollout::cuda::upload_weights_bf16;
 
 const std::string kGolden = std::string(VERL_SOURCE_DIR) + "/tests/fixtures/golden/";
 
@@ -81,8 +86,8 @@ std::unique_ptr<CudaModelRunner> make_runner(const CudaContext& ctx, const model
                                              const rollout::EngineConfig& cfg, bool eager,
                                              bool free_cache = false) {
   CudaRunnerOptions o;
-  o.kv_cache_bytes = static_cast<int64_t>(cfg.scheduler.num_blocks) *
-                     kv_cache_bytes_per_block(w.config, cfg.scheduler.block_size);
+  o.kv_blocks = cfg.scheduler.num_blocks;
+  o.kv_cache_bytes = int64_t{1} << 40;  // the block count decides, not the device's free memory
   o.enforce_eager = eager;
   o.free_cache_engine = free_cache;
   o.decode_partition = 64;  // contexts up to 134 keys: the split-K combine runs too
@@ -162,7 +167,7 @@ void run_greedy(const CudaContext& ctx, const std::string& family, int32_t num_b
     EXPECT_EQ(gpu[first].tokens, gpu[first + 2].tokens);
   }
   if (!eager) {
-    EXPECT_GT(runner->stats().graph_steps, 0) << "no decode step replayed a CUDA graph";
+    EXPECT_GT(runner->counters().graph_steps, 0) << "no decode step replayed a CUDA graph";
   }
   if (cpu_preemptions > 0) {
     EXPECT_GT(gpu_engine.stats().preemptions, 0);
@@ -248,17 +253,17 @@ TEST_F(CudaRollout, TrainingKernelPrefillMatchesPagedPrefill) {
     int64_t layer0 = 0;
     for (bool fast : {true, false}) {
       CudaRunnerOptions o;
-      o.kv_cache_bytes = static_cast<int64_t>(cfg.scheduler.num_blocks) *
-                         kv_cache_bytes_per_block(w.config, cfg.scheduler.block_size);
+      o.kv_blocks = cfg.scheduler.num_blocks;
+      o.kv_cache_bytes = int64_t{1} << 40;
       o.enforce_eager = true;
       o.training_prefill_attention = fast;
       CudaModelRunner runner(ctx(), w.config, w.layout, wbf.data(), cfg.scheduler, o);
       rollout::Engine engine(runner, cfg);
       outs.push_back(engine.generate(reqs));
       if (fast) {
-        EXPECT_GT(runner.stats().training_prefill_steps, 0) << "no step took the training kernel";
+        EXPECT_GT(runner.counters().training_prefill_steps, 0) << "no step took the training kernel";
       } else {
-        EXPECT_EQ(runner.stats().training_prefill_steps, 0);
+        EXPECT_EQ(runner.counters().training_prefill_steps, 0);
       }
       const CudaKVCache& cache = runner.cache();
       ASSERT_TRUE(cache.allocated());

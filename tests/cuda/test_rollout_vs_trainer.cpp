@@ -1,6 +1,6 @@
 // The hybrid engine's two views of one policy on the GPU: the rollout runner (paged KV cache,
-// decode kernels, src/ops/cuda/rollout_cuda.h) reads the trainer model's own bf16 weights
-// (CudaTransformer::weights_bf16(), no copy), and the log-probs it reports for the tokens it sampled
+// decode kernels, src/rollout/cuda/model_runner.h) reads the trainer model's own bf16 weights
+// (the training state's weights_bf16(), no copy), and the log-probs it reports for the tokens it sampled
 // must agree with what the trainer's CUDA forward computes for the same tokens (the old_log_prob /
 // rollout_log_prob that PPO's ratio compares). By default the two paths use different kernels
 // (paged decode vs packed flash attention, GEMMs at other batch sizes) with the same rounding
@@ -20,8 +20,9 @@
 #include "core/rng.h"
 #include "model/batch.h"
 #include "model/weights.h"
-#include "ops/cuda/rollout_cuda.h"
-#include "ops/cuda/transformer_cuda.h"
+#include "model/cuda/transformer.h"
+#include "optim/cuda/train_state.h"
+#include "rollout/cuda/model_runner.h"
 #include "rollout/engine.h"
 #include "test_util.h"
 #include "tolerances.h"
@@ -66,19 +67,19 @@ TEST_P(RolloutVsTrainerModes, SampledLogprobsMatchTheTrainersCudaForward) {
 
     // The trainer's model; the runner reads its bf16 weights.
     const int64_t max_tokens = 12 * 128;
-    CudaTransformerOptions to;
+    model::cuda::CudaTransformerOptions to;
     to.max_tokens = max_tokens;
     to.max_seqs = 12;
     to.trainable = false;
-    to.batch_invariant = invariant;
-    to.unsplit_k = match;
-    CudaTransformer tf(ctx(), w, to);
-    CudaRunnerOptions ro;
-    ro.batch_invariant = invariant;
-    ro.match_trainer_numerics = match;
-    ro.kv_cache_bytes = static_cast<int64_t>(cfg.scheduler.num_blocks) *
-                        kv_cache_bytes_per_block(w.config, cfg.scheduler.block_size);
-    CudaModelRunner runner(ctx(), tf.config(), tf.layout(), tf.weights_bf16(), cfg.scheduler, ro);
+    to.numerics = numerics_from_flags(invariant, match);
+    optim::cuda::CudaTrainState state(ctx(), w, /*trainable=*/false);
+    model::cuda::CudaTransformer tf(ctx(), w.config, w.layout, state.weights_bf16(), nullptr, to);
+    rollout::cuda::CudaRunnerOptions ro;
+    ro.numerics = to.numerics;
+    ro.kv_blocks = cfg.scheduler.num_blocks;
+    ro.kv_cache_bytes = int64_t{1} << 40;  // the block count decides
+    rollout::cuda::CudaModelRunner runner(ctx(), tf.config(), tf.layout(), state.weights_bf16(),
+                                          cfg.scheduler, ro);
     rollout::Engine engine(runner, cfg);
     const std::vector<rollout::Completion> done = engine.generate(reqs);
     ASSERT_EQ(done.size(), 12u);

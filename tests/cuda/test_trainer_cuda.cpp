@@ -31,7 +31,7 @@ namespace verl::ops::cuda::test {
 namespace {
 
 namespace fs = std::filesystem;
-using trainer::Device;
+using verl::Device;
 using trainer::PolicyModel;
 using trainer::PolicyOptions;
 
@@ -201,7 +201,7 @@ TEST_F(TrainerCudaTest, CheckpointStateMovesBetweenDevices) {
   fs::remove_all(dir);
   for (Device from : {Device::Cuda, Device::Cpu}) {
     const Device to = from == Device::Cuda ? Device::Cpu : Device::Cuda;
-    SCOPED_TRACE(std::string("saved on ") + trainer::to_string(from));
+    SCOPED_TRACE(std::string("saved on ") + verl::to_string(from));
     auto src = trainer::make_policy(from, w, po);
     actor_step(*src, r, old, ones, mask, 1e-3f);  // non-zero moments and step 1
     const trainer::ModelState state{&src->weights(), &src->optimizer_state()};
@@ -263,7 +263,7 @@ std::vector<nlohmann::json> read_metrics(const std::string& dir) {
 // metrics with the per-phase device memory; the first step's rollout is the CPU run's (same
 // weights) and its update agrees; a checkpoint written on cuda resumes on cpu.
 TEST_F(TrainerCudaTest, GrpoRunOnDemoConfig) {
-  EXPECT_EQ(trainer::resolve_device("auto"), Device::Cuda);
+  EXPECT_EQ(verl::resolve_device("auto"), Device::Cuda);
   const fs::path tmp = fs::temp_directory_path() / "verl_test_trainer_cuda";
   fs::remove_all(tmp);
   const std::string gpu_dir = (tmp / "cuda").string(), cpu_dir = (tmp / "cpu").string();

@@ -1,4 +1,5 @@
-// The whole causal LM on CUDA (src/ops/cuda/transformer_cuda.h) against the CPU model
+// The whole causal LM on CUDA (src/model/cuda/transformer.h, over its training state
+// src/optim/cuda/train_state.h) against the CPU model
 // (src/model/transformer.h, itself pinned to HF transformers by tests/model/test_golden.cpp) on
 // the tiny golden models of each family: log-probs and entropies, every parameter gradient of
 // sum(logprob), and one AdamW step. Both sides start from the same bf16-rounded weights, so the
@@ -15,18 +16,47 @@
 #include <string>
 #include <vector>
 
+#include <filesystem>
+
 #include "core/dtype.h"
+#include "core/dump.h"
 #include "core/error.h"
 #include "model/safetensors.h"
 #include "model/batch.h"
 #include "model/transformer.h"
 #include "model/weights.h"
-#include "ops/cuda/transformer_cuda.h"
+#include "dist/communicator.h"
+#include "model/cuda/transformer.h"
+#include "optim/adamw.h"
+#include "optim/cuda/train_state.h"
 #include "test_util.h"
-#include "trainer/optimizer.h"
 
 namespace verl::ops::cuda::test {
 namespace {
+
+using model::cuda::CudaTransformer;
+using model::cuda::CudaTransformerOptions;
+
+// The GPU model over a training state of its own, as the CUDA policy builds it.
+struct GpuModel {
+  GpuModel(const CudaContext& ctx, const model::Weights& w, const CudaTransformerOptions& o)
+      : state(ctx, w, o.trainable),
+        tf(ctx, w.config, w.layout, state.weights_bf16(), o.trainable ? state.grads() : nullptr,
+           o) {}
+  GpuModel(const CudaContext& ctx, const model::Weights& w, int64_t max_tokens, int64_t max_seqs,
+           int64_t lm_head_chunk = 1024)
+      : GpuModel(ctx, w, CudaTransformerOptions{max_tokens, max_seqs, lm_head_chunk}) {}
+  std::vector<float> grads() const {
+    std::vector<float> g(static_cast<size_t>(state.numel()));
+    copy_to_host(g.data(), const_cast<optim::cuda::CudaTrainState&>(state).grads(),
+                 g.size() * sizeof(float));
+    return g;
+  }
+  size_t device_bytes() const { return state.device_bytes() + tf.device_bytes(); }
+
+  optim::cuda::CudaTrainState state;
+  CudaTransformer tf;
+};
 
 const std::string kGoldenDir = std::string(VERL_SOURCE_DIR) + "/tests/fixtures/golden/";
 
@@ -81,6 +111,36 @@ double expect_grads_match_dump(const model::Weights& w, const std::vector<float>
 
 using CudaTransformerTest = CudaTest;
 
+// Per-op tolerance of a named intermediate (bf16 activations against the fp32 CPU model): the
+// residual stream's bf16 rounding reaches 0.13 at the last layer of the qwen3 golden model (H200,
+// 2026-12-02); a wrong op is off by O(1).
+constexpr Tol kIntermediate{0.25, 0.05};
+
+// Runs both models once more with VERL_DUMP's dumps on (core/dump.h) and names the first op whose
+// output differs beyond kIntermediate: what a failing comparison reports.
+std::string first_divergent_op(const model::Transformer& cpu, CudaTransformer& gpu,
+                               const model::PackedBatch& b, float temperature,
+                               const std::string& dir) {
+  std::filesystem::remove_all(dir);
+  verl::dump::set_dir(dir);
+  model::Activations acts;
+  model::ForwardOptions fo;
+  fo.temperature = temperature;
+  cpu.forward(b, acts, fo);
+  gpu.forward(b, temperature, /*for_backward=*/false);
+  verl::dump::set_dir("");
+  const auto d = verl::dump::first_divergence(dir + "/cpu", dir + "/cuda", kIntermediate.atol,
+                                             kIntermediate.rtol);
+  return d ? verl::dump::describe(*d) : "every named intermediate agrees within tolerance";
+}
+
+std::vector<std::string> read_index(const std::string& path) {
+  std::ifstream f(path);
+  std::vector<std::string> names;
+  for (std::string line; std::getline(f, line);) names.push_back(line);
+  return names;
+}
+
 void run_golden(const CudaContext& ctx, const std::string& name, float temperature) {
   model::Weights w = model::Weights::load(kGoldenDir + name);
   w.data = bf16_rounded(std::move(w.data));
@@ -98,14 +158,20 @@ void run_golden(const CudaContext& ctx, const std::string& name, float temperatu
   cpu.backward(b, acts, d_lp.data(), nullptr, nullptr, cpu_grads.data(), fo);
 
   // GPU, with a small LM head chunk so the chunking runs.
-  CudaTransformer gpu(ctx, w, T, b.num_seqs(), /*lm_head_chunk=*/7);
+  GpuModel g(ctx, w, T, b.num_seqs(), /*lm_head_chunk=*/7);
+  CudaTransformer& gpu = g.tf;
   gpu.forward(b, temperature);
   gpu.backward_host(d_lp.data(), nullptr);
   const std::vector<float> lp = gpu.download_logprob(), ent = gpu.download_entropy();
   expect_close(name + " logprob", lp, acts.logprob, kModelLogprob);
   expect_close(name + " entropy", ent, acts.entropy, kModelLogprob);
+  if (::testing::Test::HasFailure()) {
+    ADD_FAILURE() << name << ": "
+                  << first_divergent_op(cpu, gpu, b, temperature,
+                                        std::string(VERL_BINARY_DIR) + "/dump_" + name);
+  }
 
-  const std::vector<float> grads = gpu.download_grads();
+  const std::vector<float> grads = g.grads();
   double worst = 0;
   for (const model::ParamInfo& p : w.layout.params) {
     const double err = rel_max_err(grads, cpu_grads, p.offset, p.numel);
@@ -115,17 +181,20 @@ void run_golden(const CudaContext& ctx, const std::string& name, float temperatu
   std::printf("%s: max relative gradient error over %zu tensors: %.3g\n", name.c_str(),
               w.layout.params.size(), worst);
 
-  // One AdamW step on each side, same hyper-parameters, clipping on.
-  trainer::AdamWConfig oc;
+  // One AdamW step on each side (the one optimizer over each device's training state), same
+  // hyper-parameters, clipping on.
+  optim::AdamWConfig oc;
   oc.lr = 1e-3f;
   oc.grad_clip = 1.0f;
-  trainer::AdamW cpu_opt(w.layout.total, oc);
-  std::vector<float> cpu_w = w.data;
-  const double cpu_norm = cpu_opt.step(cpu_w.data(), cpu_grads.data(), oc.lr);
-  const double gpu_norm =
-      gpu.optimizer_step(oc.lr, oc.beta1, oc.beta2, oc.eps, oc.weight_decay, oc.grad_clip);
+  const optim::AdamW opt(oc);
+  dist::SingleProcess comm;
+  optim::CpuTrainState cpu_state(w, /*trainable=*/true);
+  std::copy(cpu_grads.begin(), cpu_grads.end(), cpu_state.grads());
+  const double cpu_norm = opt.step(cpu_state, oc.lr, comm);
+  const std::vector<float> cpu_w = cpu_state.download_weights();
+  const double gpu_norm = opt.step(g.state, oc.lr, comm);
   EXPECT_NEAR(gpu_norm, cpu_norm, kModelGradRel * cpu_norm) << name << ": gradient norm";
-  const std::vector<float> gpu_w = gpu.download_weights();
+  const std::vector<float> gpu_w = g.state.download_weights();
   ASSERT_EQ(gpu_w.size(), cpu_w.size());
   double max_diff = 0, moved = 0;
   int64_t far = 0;
@@ -151,6 +220,30 @@ void run_golden(const CudaContext& ctx, const std::string& name, float temperatu
 }
 
 TEST_F(CudaTransformerTest, Qwen2MatchesCpu) { run_golden(ctx(), "qwen2", 1.0f); }
+
+// VERL_DUMP: the GPU model writes the CPU model's names in the CPU model's order, with values
+// within a bf16 tolerance of the CPU's (so a mismatch elsewhere is traced to its first op).
+TEST_F(CudaTransformerTest, NamedIntermediatesMatchTheCpuModelByName) {
+  for (const std::string name : {"qwen2", "qwen3"}) {
+    SCOPED_TRACE(name);
+    model::Weights w = model::Weights::load(kGoldenDir + name);
+    w.data = bf16_rounded(std::move(w.data));
+    const model::PackedBatch b = model::PackedBatch::from_sequences(load_sequences(name));
+    model::Transformer cpu(w);
+    GpuModel g(ctx(), w, b.num_tokens(), b.num_seqs());
+    const std::string dir = std::string(VERL_BINARY_DIR) + "/dump_names_" + name;
+    const std::string verdict = first_divergent_op(cpu, g.tf, b, 1.0f, dir);
+    const std::vector<std::string> cpu_names = read_index(dir + "/cpu/index.txt");
+    EXPECT_EQ(read_index(dir + "/cuda/index.txt"), cpu_names);
+    ASSERT_EQ(cpu_names.size(), 2 + 10 * static_cast<size_t>(w.config.num_hidden_layers) + 2);
+    EXPECT_EQ(cpu_names.front(), "embed");
+    EXPECT_EQ(cpu_names.back(), "lm_head.entropy");
+    EXPECT_FALSE(verl::dump::first_divergence(dir + "/cpu", dir + "/cuda", kIntermediate.atol,
+                                              kIntermediate.rtol))
+        << verdict;
+    std::filesystem::remove_all(dir);
+  }
+}
 TEST_F(CudaTransformerTest, Llama3MatchesCpu) { run_golden(ctx(), "llama3", 1.0f); }
 TEST_F(CudaTransformerTest, Qwen3MatchesCpu) { run_golden(ctx(), "qwen3", 1.0f); }
 TEST_F(CudaTransformerTest, Qwen2MatchesCpuAtTemperature) { run_golden(ctx(), "qwen2", 0.7f); }
@@ -165,7 +258,8 @@ void run_against_hf(const CudaContext& ctx, const std::string& name) {
   const auto seqs = load_sequences(name);
   model::PackedBatch b = model::PackedBatch::from_sequences(seqs);
   const int64_t T = b.num_tokens();
-  CudaTransformer gpu(ctx, w, T, b.num_seqs(), /*lm_head_chunk=*/5);
+  GpuModel g(ctx, w, T, b.num_seqs(), /*lm_head_chunk=*/5);
+  CudaTransformer& gpu = g.tf;
   double worst_lp = 0, worst_lp07 = 0;
   for (float temp : {0.7f, 1.0f}) {
     gpu.forward(b, temp);
@@ -184,7 +278,7 @@ void run_against_hf(const CudaContext& ctx, const std::string& name) {
   std::vector<float> d_lp(T);
   for (int64_t t = 0; t < T; ++t) d_lp[t] = b.targets[t] >= 0 ? 1.0f : 0.0f;
   gpu.backward_host(d_lp.data(), nullptr);
-  const std::vector<float> grads = gpu.download_grads();
+  const std::vector<float> grads = g.grads();
   const double worst = expect_grads_match_dump(w, grads, golden, name);
   std::printf("%s vs transformers: max |dlogprob| %.3g (T=0.7: %.3g), max relative gradient "
               "error over %zu tensors %.3g\n",
@@ -208,21 +302,22 @@ TEST_F(CudaTransformerTest, RecomputeAndForwardOnlyMatchThePlainModel) {
     std::vector<float> d_lp(T, 1.0f), d_ent(T, 0.5f);
     CudaTransformerOptions o{T, b.num_seqs(), 7, true, false};
     o.lm_head_keep_probs = keep_probs;
-    CudaTransformer plain(ctx(), w, o);
+    GpuModel plain_m(ctx(), w, o);
     o.recompute = true;
-    CudaTransformer recompute(ctx(), w, o);
+    GpuModel recompute_m(ctx(), w, o);
     o.recompute = false;
     o.trainable = false;
-    CudaTransformer fwd_only(ctx(), w, o);
+    GpuModel fwd_only_m(ctx(), w, o);
+    CudaTransformer &plain = plain_m.tf, &recompute = recompute_m.tf, &fwd_only = fwd_only_m.tf;
     EXPECT_LT(recompute.arena_bytes(), plain.arena_bytes()) << name;
-    EXPECT_LT(fwd_only.device_bytes(), recompute.device_bytes()) << name;
+    EXPECT_LT(fwd_only_m.device_bytes(), recompute_m.device_bytes()) << name;
     for (CudaTransformer* m : {&plain, &recompute}) {
       m->forward(b, 1.0f);
       m->backward_host(d_lp.data(), d_ent.data());
     }
     fwd_only.forward(b, 1.0f);
     const std::vector<float> lp0 = plain.download_logprob(), lp1 = recompute.download_logprob();
-    const std::vector<float> g0 = plain.download_grads(), g1 = recompute.download_grads();
+    const std::vector<float> g0 = plain_m.grads(), g1 = recompute_m.grads();
     double dlp = 0, gmax0 = 0, gmax1 = 0;
     for (size_t i = 0; i < lp0.size(); ++i) dlp = std::max(dlp, std::fabs(double(lp0[i]) - lp1[i]));
     for (size_t i = 0; i < g0.size(); ++i) {
@@ -252,7 +347,8 @@ TEST_F(CudaTransformerTest, CriticValuesAndGradientsMatchTransformersAndCpu) {
   const auto seqs = load_sequences(name);
   model::PackedBatch b = model::PackedBatch::from_sequences(seqs);
   const int64_t T = b.num_tokens();
-  CudaTransformer gpu(ctx(), w, T, b.num_seqs());
+  GpuModel g(ctx(), w, T, b.num_seqs());
+  CudaTransformer& gpu = g.tf;
   gpu.forward(b);
   const std::vector<float> values = gpu.download_values();
   ASSERT_EQ(static_cast<int64_t>(values.size()), T);
@@ -266,7 +362,7 @@ TEST_F(CudaTransformerTest, CriticValuesAndGradientsMatchTransformersAndCpu) {
   EXPECT_LE(worst_hf, kModelLogprob.atol);
   std::vector<float> ones(T, 1.0f);
   gpu.backward_values_host(ones.data());
-  const std::vector<float> grads = gpu.download_grads();
+  const std::vector<float> grads = g.grads();
   const double worst = expect_grads_match_dump(w, grads, golden, name);
   // Against the CPU model on the bf16-rounded weights.
   model::Weights wb = w;
@@ -274,7 +370,8 @@ TEST_F(CudaTransformerTest, CriticValuesAndGradientsMatchTransformersAndCpu) {
   model::Transformer cpu(wb);
   model::Activations acts;
   cpu.forward(b, acts);
-  CudaTransformer gpu_b(ctx(), wb, T, b.num_seqs());
+  GpuModel gb(ctx(), wb, T, b.num_seqs());
+  CudaTransformer& gpu_b = gb.tf;
   gpu_b.forward(b);
   std::vector<float> cpu_values(acts.values.begin(), acts.values.begin() + T);
   expect_close("critic values", gpu_b.download_values(), cpu_values, kModelLogprob);
@@ -284,11 +381,54 @@ TEST_F(CudaTransformerTest, CriticValuesAndGradientsMatchTransformersAndCpu) {
   EXPECT_THROW(gpu.backward_host(ones.data(), nullptr), verl::Error);  // not a causal LM
 }
 
+// The gradient-ready hook: the ranges it reports cover the layout once, in backward order (head,
+// layers from the last, embedding), and nothing writes into a range after it was reported.
+TEST_F(CudaTransformerTest, GradReadyRangesAreFinalWhenReported) {
+  for (const std::string name : {"qwen2", "llama3", "qwen2_critic"}) {
+    SCOPED_TRACE(name);
+    model::Weights w = model::Weights::load(kGoldenDir + name);
+    const model::PackedBatch b = model::PackedBatch::from_sequences(load_sequences(name));
+    const int64_t T = b.num_tokens();
+    GpuModel g(ctx(), w, T, b.num_seqs());
+    std::vector<model::cuda::GradRange> ranges;
+    std::vector<std::vector<float>> at_report;
+    g.tf.set_grad_ready_hook([&](const model::cuda::GradRange& r) {
+      ranges.push_back(r);
+      std::vector<float> part(static_cast<size_t>(r.end - r.begin));
+      copy_to_host(part.data(), g.state.grads() + r.begin, part.size() * sizeof(float));
+      at_report.push_back(std::move(part));
+    });
+    g.tf.forward(b, 1.0f);
+    const std::vector<float> ones(static_cast<size_t>(T * w.config.num_labels), 1.0f);
+    if (w.config.head == model::HeadKind::CausalLM) {
+      g.tf.backward_host(ones.data(), nullptr);
+    } else {
+      g.tf.backward_values_host(ones.data());
+    }
+    const std::vector<float> final_grads = g.grads();
+    const int64_t L = w.config.num_hidden_layers;
+    ASSERT_EQ(static_cast<int64_t>(ranges.size()), L + 2);
+    EXPECT_EQ(ranges.front().end, w.layout.total);
+    EXPECT_EQ(ranges.back().begin, 0);
+    std::vector<int> covered(static_cast<size_t>(w.layout.total), 0);
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      const model::cuda::GradRange& r = ranges[i];
+      if (i >= 1 && i <= static_cast<size_t>(L)) {
+        EXPECT_EQ(r.layer, L - static_cast<int64_t>(i));
+      }
+      for (int64_t e = r.begin; e < r.end; ++e) ++covered[static_cast<size_t>(e)];
+      const std::vector<float> now(final_grads.begin() + r.begin, final_grads.begin() + r.end);
+      EXPECT_TRUE(bitwise_equal(at_report[i], now)) << "range " << i << " changed after its report";
+    }
+    EXPECT_TRUE(std::all_of(covered.begin(), covered.end(), [](int c) { return c == 1; }));
+  }
+}
+
 TEST_F(CudaTransformerTest, RejectsBatchLargerThanPlanned) {
   model::Weights w = model::Weights::load(kGoldenDir + "qwen2");
   model::PackedBatch b = model::PackedBatch::from_sequences(load_sequences("qwen2"));
-  CudaTransformer gpu(ctx(), w, b.num_tokens() - 1, b.num_seqs());
-  EXPECT_THROW(gpu.forward(b), verl::Error);
+  GpuModel g(ctx(), w, b.num_tokens() - 1, b.num_seqs());
+  EXPECT_THROW(g.tf.forward(b), verl::Error);
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ namespace verl::ops::cuda::test {
 class CudaTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (device_count() == 0) {
+    if (cuda_device_count() == 0) {
       GTEST_SKIP() << "no CUDA device: the CUDA op tests run on a GPU machine (docs/cuda.md)";
     }
     session_ = std::make_unique<CudaSession>();

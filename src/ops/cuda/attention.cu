@@ -1759,7 +1759,7 @@ void launch_decode(const CudaContext& ctx, const PagedFwdArgs& a) {
   VERL_CUDA_REQUIRE(pairs < (int64_t{1} << 31),
                     detail::shape_str("attention_forward_paged", {a.B, a.Hkv}) +
                         ": too many decode items for one grid");
-  if (pairs >= int64_t{kSplitKernelPairsPerSm} * sm_count()) {
+  if (pairs >= int64_t{kSplitKernelPairsPerSm} * cuda_sm_count()) {
     using Cfg = DecodeSplitTile<Dp, kFwdKeys<Dp>, kDecodeSplit<Dp>>;
     const auto kernel = attention_decode_split_kernel<Dp, kFwdKeys<Dp>, kDecodeSplit<Dp>>;
     allow_dynamic_smem(kernel, Cfg::kSmem);

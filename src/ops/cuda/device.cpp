@@ -21,25 +21,6 @@ void fail(const char* file, int line, const std::string& msg) {
 
 }  // namespace detail
 
-int device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();  // clear it, so later calls do not report this one
-    return 0;
-  }
-  return n;
-}
-
-int sm_count() {
-  static const int count = [] {
-    int device = 0, n = 0;
-    VERL_CUDA_CHECK(cudaGetDevice(&device));
-    VERL_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    return n;
-  }();
-  return count;
-}
-
 // ---- DeviceArena ----------------------------------------------------------------------------------
 
 static constexpr size_t kArenaAlign = 256;  // cuBLASLt's preferred alignment; also fits float4
@@ -110,7 +91,7 @@ void DeviceArena::release() {
 // ---- CudaSession ------------------------------------------------------------------------------------
 
 CudaSession::CudaSession(size_t workspace_bytes) {
-  VERL_CHECK(device_count() > 0, "CudaSession: no CUDA device (or no driver) on this machine");
+  VERL_CHECK(cuda_device_count() > 0, "CudaSession: no CUDA device (or no driver) on this machine");
   try {
     VERL_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
     VERL_CUBLAS_CHECK(cublasLtCreate(&ctx_.lt));

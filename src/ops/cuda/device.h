@@ -1,4 +1,4 @@
-// Device memory and the per-stream context of the CUDA ops: device_count(), DeviceBuffer<T>
+// Device memory and the per-stream context of the CUDA ops: DeviceBuffer<T>
 // (one cudaMalloc, freed on destruction), DeviceArena (one cudaMalloc, bump slices, reset per
 // phase: no cudaMalloc in the step loop), CudaContext (stream, cuBLASLt handle and workspace
 // passed to every op) and CudaSession (owns what a CudaContext points to).
@@ -13,16 +13,11 @@
 #include <utility>
 #include <vector>
 
+#include "core/device.h"  // cuda_device_count(), cuda_sm_count()
+#include "core/numerics.h"
 #include "ops/cuda/cuda_check.h"
 
 namespace verl::ops::cuda {
-
-// Number of CUDA devices; 0 when there is no driver or no device (never throws).
-int device_count();
-
-// Streaming multiprocessors of the device current at the first call, read once (kernels size
-// their grids by it; a process drives one device).
-int sm_count();
 
 // Copies host bytes to the device and returns once they have landed. A plain cudaMemcpy from
 // pageable memory returns when the bytes are staged, with the DMA possibly still in flight on the
@@ -42,14 +37,14 @@ struct CudaContext {
   cublasLtHandle_t lt = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
-  // Forward GEMMs (op(A) = A^T, op(B) = B, bf16 operands) give bits per row that do not depend
-  // on how many rows the call has: cuBLASLt where it does not split k, else the kernel of
-  // gemm_invariant.cu (gemm.h).
-  bool batch_invariant = false;
-  // Forward GEMMs never split k (gemm.h): a row then has the same bits at every row count, in the
-  // rollout's decode steps and in the trainer's forward alike (unlike cuBLASLt's split-K choice at
-  // decode batch sizes), for about 0.5 us more per decode MLP down projection.
-  bool unsplit_k = false;
+  // The numerics mode (core/numerics.h) of the forward GEMMs (op(A) = A^T, op(B) = B, bf16
+  // operands; gemm.h). BatchInvariant: bits per row that do not depend on how many rows the call
+  // has (cuBLASLt where it does not split k, else the kernel of gemm_invariant.cu). MatchTrainer:
+  // never split k, so a row has the same bits at every row count, in the rollout's decode steps
+  // and in the trainer's forward alike, for about 0.5 us more per decode MLP down projection.
+  Numerics numerics = Numerics::Fast;
+  bool batch_invariant() const { return numerics == Numerics::BatchInvariant; }
+  bool unsplit_k() const { return verl::unsplit_k(numerics); }
 };
 
 // A typed device allocation of n elements. Move-only. upload/download are synchronous

@@ -221,7 +221,7 @@ void run_gemm(const CudaContext& ctx, const Gemm& g, const char* what) {
   }
   // Batch-invariant mode: cuBLASLt only where it matches our kernel bit for bit (an unsplit
   // algorithm, aligned operands, alpha = 1, no C term; gemm.h), else ours.
-  if (ctx.batch_invariant) {
+  if (ctx.batch_invariant()) {
     if (plan->tested_unsplit && g.alpha == 1.0f && g.beta == 0.0f && alignment_of(g.bias) >= 16) {
       launch(ctx, g, plan);
     } else {
@@ -229,11 +229,11 @@ void run_gemm(const CudaContext& ctx, const Gemm& g, const char* what) {
     }
     return;
   }
-  if (!ctx.unsplit_k) {
+  if (!ctx.unsplit_k()) {
     launch(ctx, g, plan);
     return;
   }
-  // ctx.unsplit_k: an algorithm that does not split k, whose bits every unsplit algorithm shares;
+  // ctx.unsplit_k(): an algorithm that does not split k, whose bits every unsplit algorithm shares;
   // our kernel has them too when cuBLASLt offers none.
   if (plan->split_k) {
     PlanKey unsplit_key = key;

@@ -30,7 +30,7 @@ struct Gemm {
 };
 
 // Runs g on ctx's stream with its workspace; `what` names the caller in errors (e.g. no algorithm).
-// With ctx.batch_invariant, the forward form (ta = T, tb = N, bf16 A and B, bf16 or fp32 D) stays
+// With ctx.batch_invariant() (Numerics::BatchInvariant), the forward form (ta = T, tb = N, bf16 A and B, bf16 or fp32 D) stays
 // on cuBLASLt only where the heuristic's algorithm does not split k, A, B, D and the bias are
 // 16-byte aligned, the leading dimensions are whole 16-byte rows, alpha = 1 and beta = 0 (its
 // scaling and C term round differently from ours); the rest goes to
@@ -39,7 +39,7 @@ struct Gemm {
 // checks the model shapes on the GPU), so a row has the same bits whichever of the two runs it;
 // split-K (the heuristic's choice for the decode MLP down projection) would not. Every other form
 // stays on cuBLASLt.
-// With ctx.unsplit_k (and not batch_invariant), the forward form never splits k: where the
+// With ctx.unsplit_k() (Numerics::MatchTrainer), the forward form never splits k: where the
 // heuristic's first algorithm splits k (the decode MLP down projection), the first of its
 // candidates that does not, or our kernel when there is none. A cuBLASLt algorithm gives a row the
 // same bits at every row count, and the unsplit ones all give the same bits (measured on the H200:

@@ -1,5 +1,5 @@
 // Batch-invariant GEMM: the forward form of gemm.h (ta = T, tb = N, bf16 operands) when
-// ctx.batch_invariant is set, so that the trainer's forward (thousands of rows) and the rollout's
+// ctx.numerics is BatchInvariant, so that the trainer's forward (thousands of rows) and the rollout's
 // decode steps (1..256 rows) give the same bits for the same row. In row-major terms, with
 // W = A ([m rows, k], row stride lda), X = B ([n rows, k], row stride ldb), out = D ([n rows, m],
 // row stride ldd) and C (D's type and ldd; D itself unless given):
@@ -287,7 +287,7 @@ int64_t blocks_of(const Args& a) {
 // the narrow ones), else the narrow one; at most 16 tokens take the small tile that fits them.
 template <typename OutT>
 void launch_by_rows(const CudaContext& ctx, const Args& a, const char* what) {
-  const int64_t fill = int64_t{2} * sm_count();
+  const int64_t fill = int64_t{2} * cuda_sm_count();
   if (a.n <= SmallCfg::kBM) {
     launch<SmallCfg, OutT>(ctx, a, what);
   } else if (a.n > MidCfg::kBM && blocks_of<LargeCfg>(a) >= fill) {

@@ -1,9 +1,11 @@
-// The causal LM on CUDA (transformer_cuda.h): the CPU model's layer steps (src/model/transformer.cpp)
+// The causal LM on CUDA (model/cuda/transformer.h): the CPU model's layer steps (src/model/transformer.cpp)
 // with the CUDA ops. Per layer:
 //   xn1 = rmsnorm(x);  q,k,v = split(xn1 Wqkv^T + bqkv);  [Qwen3: q,k = rmsnorm_D(q), rmsnorm_D(k)]
 //   q,k = rope(q), rope(k);  att = causal_gqa(q,k,v);  x_mid = x + att Wo^T (+ bo)
 //   xn2 = rmsnorm(x_mid);  gu = xn2 Wgu^T;  x_out = x_mid + (silu(g) * u) Wdown^T
-#include "ops/cuda/transformer_cuda.h"
+#include "model/cuda/transformer.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,12 +14,14 @@
 #include <type_traits>
 
 #include "core/dtype.h"
+#include "core/dump.h"
 #include "ops/cuda/attention.h"
 #include "ops/cuda/glue.h"
 #include "ops/cuda/lm_head.h"
 #include "ops/cuda/value_head.h"
 
-namespace verl::ops::cuda {
+namespace verl::model::cuda {
+using namespace ops::cuda;  // the kernels' wrappers and device memory
 namespace {
 
 constexpr size_t kAlign = 256;
@@ -32,18 +36,20 @@ std::vector<T> download_n(const T* p, int64_t n) {
 
 }  // namespace
 
-CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::Weights& w,
-                                 const std::vector<float>& inv_freq,
-                                 const CudaTransformerOptions& options)
+CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::ModelConfig& cfg,
+                                 const model::ParamLayout& layout, const bf16* weights,
+                                 float* grads, const CudaTransformerOptions& options)
     : ctx_(ctx),
-      cfg_(w.config),
-      layout_(w.layout),
+      cfg_(cfg),
+      layout_(layout),
       opts_(options),
       max_tokens_(options.max_tokens),
       max_seqs_(options.max_seqs),
       chunk_(options.lm_head_chunk <= 0 || options.lm_head_chunk > options.max_tokens
                  ? options.max_tokens
-                 : options.lm_head_chunk) {
+                 : options.lm_head_chunk),
+      w_(weights),
+      g_(grads) {
   const int64_t max_tokens = max_tokens_, max_seqs = max_seqs_;
   VERL_CUDA_REQUIRE(cfg_.head == model::HeadKind::CausalLM ||
                         cfg_.head == model::HeadKind::TokenClassification,
@@ -51,28 +57,14 @@ CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::Weights& w
                     "supported; sequence classification (reward models) runs on the CPU");
   VERL_CUDA_REQUIRE(max_tokens > 0 && max_seqs > 0,
                     "CudaTransformer: max_tokens and max_seqs must be positive");
-  VERL_CUDA_REQUIRE(static_cast<int64_t>(w.data.size()) == layout_.total,
-                    "CudaTransformer: weights do not match their layout");
-  VERL_CUDA_REQUIRE(static_cast<int64_t>(inv_freq.size()) * 2 == cfg_.head_dim,
-                    "CudaTransformer: inv_freq must have head_dim/2 entries");
+  VERL_CUDA_REQUIRE(w_ != nullptr, "CudaTransformer: no weights");
+  VERL_CUDA_REQUIRE((g_ != nullptr) == opts_.trainable,
+                    opts_.trainable ? "CudaTransformer: a trainable model needs its gradients"
+                                    : "CudaTransformer: a forward-only model takes no gradients");
   lm_param_ = layout_.lm_head >= 0 ? layout_.lm_head : layout_.embed;
-  ctx_.batch_invariant = ctx_.batch_invariant || opts_.batch_invariant;
-  ctx_.unsplit_k = ctx_.unsplit_k || opts_.unsplit_k;
-
-  const int64_t n = layout_.total;
-  wbf_ = DeviceBuffer<bf16>(static_cast<size_t>(n));
-  inv_freq_ = DeviceBuffer<float>(inv_freq);
-  if (opts_.trainable) {
-    grads_ = DeviceBuffer<float>(static_cast<size_t>(n));
-    m_ = DeviceBuffer<float>(static_cast<size_t>(n));
-    v_ = DeviceBuffer<float>(static_cast<size_t>(n));
-    norm_ = DeviceBuffer<double>(1);
-    master_ = DeviceBuffer<float>(static_cast<size_t>(n));
-    grads_.zero(ctx_.stream);
-    m_.zero(ctx_.stream);
-    v_.zero(ctx_.stream);
-  }
-  upload_weights(w.data);
+  // The stronger of the context's and the options' modes (Fast < MatchTrainer < BatchInvariant).
+  ctx_.numerics = std::max(ctx_.numerics, opts_.numerics);
+  inv_freq_ = DeviceBuffer<float>(model::rope_inv_freq(cfg_));
 
   // Arena plan: one pass counts the bytes, the second takes the slices.
   const int64_t T = max_tokens_, C = cfg_.hidden_size, F = cfg_.intermediate_size;
@@ -188,41 +180,25 @@ std::vector<std::pair<std::string, double>> CudaTransformer::take_profile() {
 }
 
 size_t CudaTransformer::device_bytes() const {
-  return master_.bytes() + grads_.bytes() + m_.bytes() + v_.bytes() + wbf_.bytes() +
-         inv_freq_.bytes() + norm_.bytes() + arena_.capacity();
+  return inv_freq_.bytes() + arena_.capacity();
 }
 
-void CudaTransformer::upload_weights(const std::vector<float>& w) {
-  VERL_CUDA_REQUIRE(static_cast<int64_t>(w.size()) == layout_.total,
-                    "CudaTransformer::upload_weights: " + std::to_string(w.size()) +
-                        " floats for a model of " + std::to_string(layout_.total));
-  if (opts_.trainable) {
-    master_.upload(w);
-    convert(ctx_, wbf_.data(), master_.data(), layout_.total);
-    VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-    return;
-  }
-  // Forward-only: no fp32 copy on the device; round on the host (round to nearest even, as
-  // the device conversion does).
-  std::vector<uint16_t> h(w.size());
-  for (size_t i = 0; i < w.size(); ++i) h[i] = f32_to_bf16(w[i]);
-  copy_to_device(wbf_.data(), h.data(), h.size() * sizeof(uint16_t));
+void CudaTransformer::dump(const char* name, int64_t layer, const bf16* x, int64_t rows,
+                           int64_t cols) const {
+  std::vector<uint16_t> h(static_cast<size_t>(rows * cols));
+  copy_to_host(h.data(), x, h.size() * sizeof(uint16_t));
+  const int64_t shape[2] = {rows, cols};
+  const std::string n = layer >= 0 ? fmt::format("L{}.{}", layer, name) : std::string(name);
+  verl::dump::tensor("cuda", n, h.data(), shape);
 }
 
-void CudaTransformer::download_optimizer_state(std::vector<float>& m, std::vector<float>& v) const {
-  require_trainable("download_optimizer_state");
-  m = m_.download();
-  v = v_.download();
-}
-
-void CudaTransformer::upload_optimizer_state(const std::vector<float>& m,
-                                             const std::vector<float>& v, int64_t step) {
-  require_trainable("upload_optimizer_state");
-  VERL_CUDA_REQUIRE(step >= 0, "CudaTransformer::upload_optimizer_state: negative step");
-  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-  m_.upload(m);
-  v_.upload(v);
-  step_ = step;
+void CudaTransformer::dump(const char* name, int64_t layer, const float* x, int64_t rows,
+                           int64_t cols) const {
+  std::vector<float> h(static_cast<size_t>(rows * std::max<int64_t>(cols, 1)));
+  copy_to_host(h.data(), x, h.size() * sizeof(float));
+  const int64_t shape[2] = {rows, cols};
+  const std::string n = layer >= 0 ? fmt::format("L{}.{}", layer, name) : std::string(name);
+  verl::dump::tensor("cuda", n, h.data(), std::span<const int64_t>(shape, cols == 0 ? 1 : 2));
 }
 
 void CudaTransformer::forward(const model::PackedBatch& b, float temperature, bool for_backward) {
@@ -249,17 +225,21 @@ void CudaTransformer::forward(const model::PackedBatch& b, float temperature, bo
       cudaMemcpyAsync(cu_, b.cu_seqlens.data(), (B + 1) * 4, cudaMemcpyHostToDevice, s));
 
   const int64_t C = cfg_.hidden_size, L = cfg_.num_hidden_layers;
+  const bool dumping = verl::dump::enabled();
   mark("embedding");
   embedding_forward(ctx_, x_[0], tokens_, W(layout_.embed), T, C, V);
+  if (dumping) dump("embed", -1, x_[0], T, C);
   for (int64_t l = 0; l < L; ++l) layer_forward(static_cast<int>(l));
   mark("norm_fwd");
   rmsnorm_forward(ctx_, h_final_, rstd_final_, x_[L], W(layout_.final_norm), T, C,
                   static_cast<float>(cfg_.rms_norm_eps));
+  if (dumping) dump("final_norm", -1, h_final_, T, C);
   backward_ready_ = for_backward;
   if (cfg_.head == model::HeadKind::TokenClassification) {
     mark("value_head_fwd");
     value_head_forward(ctx_, values_, h_final_, W(layout_.score), W(layout_.score_bias), T, C,
                        cfg_.num_labels);
+    if (dumping) dump("value_head.values", -1, values_, T, cfg_.num_labels);
     mark("other");
     return;
   }
@@ -271,6 +251,10 @@ void CudaTransformer::forward(const model::PackedBatch& b, float temperature, bo
   } else {
     lm_head_forward(ctx_, logprob_, entropy_, lse_head_, h_final_, W(lm_param_), targets_, T, C, V,
                     temperature, chunk_, lm_scratch_, lm_scratch_bytes_);
+  }
+  if (dumping) {
+    dump("lm_head.logprob", -1, logprob_, T, 0);
+    dump("lm_head.entropy", -1, entropy_, T, 0);
   }
   mark("other");
 }
@@ -301,6 +285,14 @@ void CudaTransformer::layer_forward(int l, bool full) {
   } else {
     split_qkv_rope(ctx_, a.q, a.k, a.v, qkv_, positions_, inv_freq_.data(), T, H, Hkv, D);
   }
+  // Named intermediates (core/dump.h), the CPU model's names; not inside backward's recompute.
+  const bool dumping = full && verl::dump::enabled();
+  if (dumping) {
+    dump("attn_norm", l, a.xn1, T, C);
+    dump("q", l, a.q, T, qd);
+    dump("k", l, a.k, T, kvd);
+    dump("v", l, a.v, T, kvd);
+  }
   mark("attention_fwd");
   attention_forward(ctx_, a.att, a.lse, a.q, a.k, a.v, cu_, B, T, H, Hkv, D,
                     1.0f / std::sqrt(static_cast<float>(D)));
@@ -320,6 +312,14 @@ void CudaTransformer::layer_forward(int l, bool full) {
   linear_forward(ctx_, x_out, a.act, W(p.wdown), W(p.bdown), T, F, C);
   mark("elementwise_fwd");
   add_inplace(ctx_, x_out, a.x_mid, T * C);
+  if (dumping) {
+    dump("attn", l, a.att, T, qd);
+    dump("attn_res", l, a.x_mid, T, C);
+    dump("mlp_norm", l, a.xn2, T, C);
+    dump("gate_up", l, a.gu, T, 2 * F);
+    dump("act", l, a.act, T, F);
+    dump("out", l, x_out, T, C);
+  }
 }
 
 void CudaTransformer::backward_host(const float* d_logprob, const float* d_entropy) {
@@ -396,12 +396,22 @@ void CudaTransformer::backward_trunk(const bf16* d_h) {
   mark("norm_bwd");
   rmsnorm_backward(ctx_, d_x_, G(layout_.final_norm), d_h, x_[L], W(layout_.final_norm),
                    rstd_final_, T, C);
+  // The layout is embed, layer 0 .. L-1, final norm, head (model/weights.cpp): the head and the
+  // final norm are done now, each layer when its backward is, the embedding last (a tied LM head
+  // adds to it above).
+  const auto param_begin = [&](int i) { return layout_.params[i].offset; };
+  const int64_t head_begin = param_begin(layout_.final_norm);
+  grads_ready(head_begin, layout_.total, -1);
   for (int64_t l = L - 1; l >= 0; --l) {
     if (opts_.recompute) layer_forward(static_cast<int>(l), /*full=*/false);
     layer_backward(static_cast<int>(l));
+    const int64_t end = l + 1 < L ? param_begin(layout_.layers[l + 1].attn_norm) : head_begin;
+    grads_ready(param_begin(layout_.layers[l].attn_norm), end, static_cast<int>(l));
   }
   mark("embedding_bwd");
   embedding_backward(ctx_, G(layout_.embed), d_x_, tokens_, T, C, V);
+  grads_ready(param_begin(layout_.embed),
+              param_begin(layout_.embed) + layout_.params[layout_.embed].numel, -1);
   mark("other");
 }
 
@@ -464,38 +474,6 @@ void CudaTransformer::layer_backward(int l) {
   rmsnorm_backward(ctx_, d_x_, G(p.attn_norm), d_xn_, x_[l], W(p.attn_norm), a.rstd1, T, C);
 }
 
-void CudaTransformer::zero_grad() {
-  require_trainable("zero_grad");
-  mark("optimizer");
-  grads_.zero(ctx_.stream);
-  mark("other");
-}
-
-double CudaTransformer::optimizer_step(float lr, float beta1, float beta2, float eps,
-                                       float weight_decay, float grad_clip) {
-  require_trainable("optimizer_step");
-  const int64_t n = layout_.total;
-  mark("optimizer");
-  sum_squares(ctx_, norm_.data(), grads_.data(), n);
-  double sq = 0;
-  VERL_CUDA_CHECK(
-      cudaMemcpyAsync(&sq, norm_.data(), sizeof(double), cudaMemcpyDeviceToHost, ctx_.stream));
-  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
-  const double norm = std::sqrt(sq);
-  if (!std::isfinite(norm)) {
-    mark("other");
-    return norm;
-  }
-  // clip_grad_norm_: scale = max_norm / (norm + 1e-6), applied only when it is below one.
-  float scale = 1.0f;
-  if (grad_clip > 0) scale = static_cast<float>(std::min(1.0, grad_clip / (norm + 1e-6)));
-  ++step_;
-  adamw_step(ctx_, master_.data(), wbf_.data(), grads_.data(), m_.data(), v_.data(), n, lr, beta1,
-             beta2, eps, weight_decay, step_, scale);
-  mark("other");
-  return norm;
-}
-
 // Downloads go through copy_to_host, which waits for the queued work of every stream first.
 std::vector<float> CudaTransformer::download_logprob() const {
   return download_n(logprob_, T_);
@@ -503,20 +481,4 @@ std::vector<float> CudaTransformer::download_logprob() const {
 std::vector<float> CudaTransformer::download_entropy() const {
   return download_n(entropy_, T_);
 }
-std::vector<float> CudaTransformer::download_grads() const {
-  require_trainable("download_grads");
-  return grads_.download();
-}
-std::vector<float> CudaTransformer::download_weights() const {
-  if (opts_.trainable) return master_.download();
-  const std::vector<bf16> h = wbf_.download();
-  std::vector<float> out(h.size());
-  for (size_t i = 0; i < h.size(); ++i) {
-    uint16_t bits;
-    std::memcpy(&bits, &h[i], sizeof(bits));
-    out[i] = bf16_to_f32(bits);
-  }
-  return out;
-}
-
-}  // namespace verl::ops::cuda
+}  // namespace verl::model::cuda

@@ -4,8 +4,8 @@
 // the whole generate() (prefill included), the decode steps' achieved memory bandwidth (bf16 weights
 // plus the live KV read by each decode step, summed, over the decode steps' time) against the H200's
 // 4.8 TB/s HBM3e peak, memory, host time per decode step, and with --profile the GPU time per
-// section of an (eager) decode step. (A two-word `bench rollout` would need a hook in cmd_bench.cpp's
-// `bench` command; this file registers a command of its own.)
+// section of an (eager) decode step. The runner's steps are counted by RunnerStats
+// (runner_stats.h) through the runner's observer hook.
 #include <omp.h>
 
 #include <cstdio>
@@ -14,16 +14,19 @@
 #include <string>
 #include <vector>
 
-#include "cli/bench_grpo.h"
-#include "cli/bench_shapes.h"
+#include "cli/bench/bench.h"
+#include "cli/bench/runner_stats.h"
+#include "cli/bench/shapes.h"
 #include "cli/command.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "model/weights.h"
 #include "rollout/engine.h"
+#include "rollout/kv_sizing.h"
 #ifdef VERL_HAVE_CUDA
-#include "ops/cuda/rollout_cuda.h"
+#include "rollout/cuda/model_runner.h"
 #endif
 
 namespace verl::cli {
@@ -64,7 +67,7 @@ int run_bench_rollout(const RolloutOpts& o) {
   VERL_CHECK(o.prompts >= 1 && o.n >= 1 && o.prompt_len >= 1 && o.new_tokens >= 1,
              "bench-rollout: --prompts {}, --n {}, --prompt-len {}, --new-tokens {} must be >= 1",
              o.prompts, o.n, o.prompt_len, o.new_tokens);
-  VERL_CHECK(ops::cuda::device_count() > 0, "bench-rollout: no CUDA device is visible");
+  VERL_CHECK(cuda_device_count() > 0, "bench-rollout: no CUDA device is visible");
   model::Weights w;
   std::string name = o.model;
   if (!o.model.empty()) {
@@ -79,7 +82,7 @@ int run_bench_rollout(const RolloutOpts& o) {
   const model::ParamLayout layout = w.layout;
 
   ops::cuda::CudaSession session;
-  ops::cuda::DeviceBuffer<ops::cuda::bf16> wbf = ops::cuda::upload_weights_bf16(session.ctx(), w);
+  ops::cuda::DeviceBuffer<ops::cuda::bf16> wbf = rollout::cuda::upload_weights_bf16(session.ctx(), w);
   w.data = {};  // the GPU copy is all the runner reads
 
   rollout::EngineConfig ec;
@@ -87,7 +90,7 @@ int run_bench_rollout(const RolloutOpts& o) {
   ec.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
   ec.scheduler.max_model_len = o.prompt_len + o.new_tokens;
   ec.scheduler.block_size = o.block_size;
-  ops::cuda::CudaRunnerOptions ro;
+  rollout::cuda::CudaRunnerOptions ro;
   ro.kv_cache_bytes = static_cast<int64_t>(o.kv_cache_gb * (1ll << 30));
   ro.gpu_memory_utilization = o.gpu_memory_utilization;
   ro.enforce_eager = o.enforce_eager;
@@ -95,9 +98,8 @@ int run_bench_rollout(const RolloutOpts& o) {
   ro.decode_max_partitions = o.decode_max_partitions;
   ro.split_sampling = o.split_sampling;
   ro.training_prefill_attention = o.training_prefill_attention;
-  ro.match_trainer_numerics = o.match_trainer_numerics;
-  ro.batch_invariant = o.batch_invariant;
-  ops::cuda::CudaModelRunner runner(session.ctx(), cfg, layout, wbf.data(), ec.scheduler, ro);
+  ro.numerics = numerics_from_flags(o.batch_invariant, o.match_trainer_numerics);
+  rollout::cuda::CudaModelRunner runner(session.ctx(), cfg, layout, wbf.data(), ec.scheduler, ro);
   rollout::Engine engine(runner, ec);
 
   Rng rng(o.seed + 17);
@@ -117,18 +119,20 @@ int run_bench_rollout(const RolloutOpts& o) {
   // Warm-up runs of the same workload: kernels loaded, GEMM plans made, every decode bucket's CUDA
   // graph captured, so the timed run measures steady state.
   for (int i = 0; i < o.warmup; ++i) engine.generate(reqs);
-  runner.reset_stats();
-  runner.set_profile(o.profile);  // the timed run only (its steps then run eagerly)
+  runner.reset_counters();
+  RunnerStats rs;
+  runner.set_observer(&rs, o.profile);  // the timed run only (profiled steps run eagerly)
   Timer timer;
   engine.generate(reqs);
   const double seconds = timer.seconds();
+  runner.set_observer(nullptr, false);
   const rollout::EngineStats& es = engine.stats();
-  const ops::cuda::CudaRunnerStats& rs = runner.stats();
+  const rollout::cuda::CudaRunnerCounters& rc = runner.counters();
 
   size_t free_b = 0, total_b = 0;
   VERL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   const double weight_bytes = 2.0 * static_cast<double>(layout.total);
-  const double kv_token_bytes = static_cast<double>(ops::cuda::kv_cache_bytes_per_block(cfg, 1));
+  const double kv_token_bytes = static_cast<double>(rollout::kv_block_bytes(cfg, 1, 2));
   const double decode_bytes = static_cast<double>(rs.decode_steps) * weight_bytes +
                               static_cast<double>(rs.decode_context_tokens) * kv_token_bytes;
   const double bandwidth = rs.decode_seconds > 0 ? decode_bytes / rs.decode_seconds : 0.0;
@@ -160,7 +164,7 @@ int run_bench_rollout(const RolloutOpts& o) {
       {"prompt_tokens_computed", es.prompt_tokens_computed},
       {"preemptions", es.preemptions},
       {"decode_steps", rs.decode_steps},
-      {"graph_steps", rs.graph_steps},
+      {"graph_steps", rc.graph_steps},
       {"decode_seconds", rs.decode_seconds},
       {"decode_bytes", decode_bytes},
       {"decode_bandwidth_bytes_per_s", bandwidth},
@@ -173,7 +177,7 @@ int run_bench_rollout(const RolloutOpts& o) {
       {"device_used_bytes", static_cast<int64_t>(total_b - free_b)},  // all allocations are static:
       {"peak_memory_bytes", static_cast<int64_t>(total_b - free_b)},  // the peak is what is held now
       {"device_total_bytes", static_cast<int64_t>(total_b)}};
-  // Host time per decode step (std::chrono in the runner; CudaRunnerStats says what each covers).
+  // Host time per decode step (std::chrono in the runner; RunnerStats says what each covers).
   const double per = rs.decode_steps > 0 ? 1e3 / static_cast<double>(rs.decode_steps) : 0.0;
   const double between =
       rs.between_steps > 0 ? 1e3 * rs.between_steps_seconds / static_cast<double>(rs.between_steps) : 0.0;
@@ -189,7 +193,7 @@ int run_bench_rollout(const RolloutOpts& o) {
   j["split_sampling"] = o.split_sampling;
   j["training_prefill_attention"] = o.training_prefill_attention;
   j["match_trainer_numerics"] = o.match_trainer_numerics;
-  j["training_prefill_steps"] = rs.training_prefill_steps;
+  j["training_prefill_steps"] = rc.training_prefill_steps;
   if (o.profile) {
     nlohmann::json prof = nlohmann::json::object(), other = nlohmann::json::object();
     double sum = 0.0;

@@ -1,12 +1,13 @@
-// The decoder-only causal LM (Llama / Qwen2 / Qwen3) on CUDA: the same steps as the CPU model
-// (src/model/transformer.cpp, its oracle) built from the CUDA ops, in the mixed precision of
-// docs/cuda.md: fp32 master weights, AdamW moments and flat gradients (same layout as
-// model::Weights::layout), a bf16 compute copy of the weights, bf16 activations.
+// The decoder-only causal LM (Llama / Qwen2 / Qwen3) and its token-classification variant (the
+// critic) on CUDA: the same steps as the CPU model (src/model/transformer.cpp, its oracle) built
+// from the CUDA ops, bf16 activations with fp32 accumulation (docs/cuda.md). It computes over
+// weights and gradients it is handed: bf16 weights flat in the layout's order and fp32 gradients
+// of the same layout (optim/cuda/train_state.h owns both, with the master weights and the AdamW
+// moments); the model owns only its activations.
 //
 // All activations and scratch come from one DeviceArena planned at construction for max_tokens
-// tokens and max_seqs sequences, so forward / backward / optimizer_step never call cudaMalloc.
-// Everything is enqueued on the context's stream; only optimizer_step synchronises (it reads the
-// gradient norm back for clipping, as clip_grad_norm_).
+// tokens and max_seqs sequences, so forward / backward never call cudaMalloc. Everything is
+// enqueued on the context's stream; downloads synchronise.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,9 @@
 #include <utility>
 #include <vector>
 
+#include <functional>
+
+#include "core/numerics.h"
 #include "model/batch.h"
 #include "model/config.h"
 #include "model/weights.h"
@@ -22,7 +26,19 @@
 #include "ops/cuda/ops_cuda.h"
 #include "ops/cuda/section_timer.h"
 
-namespace verl::ops::cuda {
+namespace verl::model::cuda {
+
+using ops::cuda::bf16;
+using ops::cuda::CudaContext;
+
+// A range of the flat gradient buffer that a backward has finished writing for its micro-batch
+// (elements [begin, end) of the layout): a layer's parameters, the head's, the embedding's. Data
+// parallelism reduces gradient buckets from here while backward goes on.
+struct GradRange {
+  int64_t begin = 0, end = 0;
+  int layer = -1;  // the layer, or -1 for the head (final norm + LM/value head) and the embedding
+};
+using GradReadyHook = std::function<void(const GradRange&)>;
 
 // How a CudaTransformer is planned. max_tokens / max_seqs bound every forward's packed batch; the
 // arena is sized for them once.
@@ -30,8 +46,8 @@ struct CudaTransformerOptions {
   int64_t max_tokens = 0;
   int64_t max_seqs = 0;
   int64_t lm_head_chunk = 4096;  // token rows of fp32 logits alive at once in the LM head
-  // false: a forward-only model (a reference policy, a log-prob pass): only the bf16 weights are
-  // kept (no fp32 master, gradients or moments) and the layers share one activation buffer set.
+  // false: a forward-only model (a reference policy, a log-prob pass): no gradients, and the
+  // layers share one activation buffer set.
   bool trainable = true;
   // Activation recomputation (actor_rollout_ref.model.enable_gradient_checkpointing): the forward
   // keeps only each layer's input; backward recomputes the layer's activations into one shared
@@ -43,37 +59,31 @@ struct CudaTransformerOptions {
   // bf16 storage adds an error of about 2^-8 of the p-terms to d_z (lm_head.h). false: the
   // backward recomputes the logits (less memory).
   bool lm_head_keep_probs = true;
-  // Forward GEMMs that never split k (CudaContext::batch_invariant: cuBLASLt's unsplit kernels or
-  // gemm_invariant.cu, gemm.h): a token's log-prob no longer depends on the batch it is computed
-  // in, so it equals the batch-invariant rollout's (CudaRunnerOptions::batch_invariant) bit for bit.
-  bool batch_invariant = false;
-  // Forward GEMMs that never split k (CudaContext::unsplit_k), as a rollout with
-  // CudaRunnerOptions::match_trainer_numerics has.
-  bool unsplit_k = false;
+  // The GEMMs' numerics (core/numerics.h, CudaContext::numerics). BatchInvariant: a token's
+  // log-prob does not depend on the batch it is computed in, so it equals a batch-invariant
+  // rollout's bit for bit; MatchTrainer: forward GEMMs that never split k, as the matching
+  // rollout's.
+  Numerics numerics = Numerics::Fast;
 };
 
 class CudaTransformer {
  public:
-  // `w` must be a causal LM or a token-classification model (a critic). The RoPE frequencies are
-  // computed here (inline, in the caller's object) so that verl_cuda needs nothing but headers
-  // from verl_model.
-  CudaTransformer(const CudaContext& ctx, const model::Weights& w, int64_t max_tokens,
-                  int64_t max_seqs, int64_t lm_head_chunk = 1024)
-      : CudaTransformer(ctx, w, model::rope_inv_freq(w.config),
-                        CudaTransformerOptions{max_tokens, max_seqs, lm_head_chunk}) {}
-  CudaTransformer(const CudaContext& ctx, const model::Weights& w,
-                  const CudaTransformerOptions& options)
-      : CudaTransformer(ctx, w, model::rope_inv_freq(w.config), options) {}
-  CudaTransformer(const CudaContext& ctx, const model::Weights& w,
-                  const std::vector<float>& inv_freq, const CudaTransformerOptions& options);
+  // `cfg` must be a causal LM or a token-classification model (a critic). `weights`: bf16, flat in
+  // `layout` order, alive and unchanged while the model runs; `grads`: fp32, same layout, required
+  // when options.trainable (backward accumulates into it), else null.
+  CudaTransformer(const CudaContext& ctx, const model::ModelConfig& cfg,
+                  const model::ParamLayout& layout, const bf16* weights, float* grads,
+                  const CudaTransformerOptions& options);
   ~CudaTransformer();
+  CudaTransformer(const CudaTransformer&) = delete;
+  CudaTransformer& operator=(const CudaTransformer&) = delete;
 
   // Uploads the batch and runs the model; logprob()/entropy() hold [T] fp32 results on device.
   // for_backward = false (a log-prob pass with no backward after it) skips what only backward
   // reads (the LM head's kept probabilities); backward() then refuses to run.
   void forward(const model::PackedBatch& batch, float temperature = 1.0f,
                bool for_backward = true);
-  // Accumulates into grads() the gradient of sum_t d_logprob[t] logprob[t] + d_entropy[t]
+  // Accumulates into the gradients the gradient of sum_t d_logprob[t] logprob[t] + d_entropy[t]
   // entropy[t] for the last forward's batch. Device pointers [T] (null = zero).
   void backward(const float* d_logprob, const float* d_entropy);
   // The same with host arrays [T] (copied to device first).
@@ -85,42 +95,25 @@ class CudaTransformer {
   void backward_values_host(const float* d_values);
   const float* values() const { return values_; }
   std::vector<float> download_values() const;
-  void zero_grad();
-  // clip_grad_norm_(grad_clip) (<= 0: no clipping) then one AdamW step over all parameters;
-  // returns the gradient norm before clipping. A non-finite norm skips the update.
-  double optimizer_step(float lr, float beta1 = 0.9f, float beta2 = 0.999f, float eps = 1e-8f,
-                        float weight_decay = 0.01f, float grad_clip = 1.0f);
+  // Called (on the host, in backward order) each time a range of the gradients is complete for
+  // this micro-batch; the work that wrote it is enqueued on the context's stream, not finished.
+  void set_grad_ready_hook(GradReadyHook hook) { grad_hook_ = std::move(hook); }
 
   const float* logprob() const { return logprob_; }
   const float* entropy() const { return entropy_; }
-  float* grads() { return grads_.data(); }
-  int64_t num_params() const { return layout_.total; }
   int64_t num_tokens() const { return T_; }
   size_t arena_bytes() const { return arena_.capacity(); }
-  // Device bytes this object holds: weights, gradients, optimizer state and the arena.
+  // Device bytes this object holds (the arena and the RoPE table; the weights are the caller's).
   size_t device_bytes() const;
   const CudaContext& ctx() const { return ctx_; }
   const model::ModelConfig& config() const { return cfg_; }
   const model::ParamLayout& layout() const { return layout_; }
   const CudaTransformerOptions& options() const { return opts_; }
   bool trainable() const { return opts_.trainable; }
-  // The bf16 compute copy of the weights, flat in layout() order: what the rollout engine reads
-  // (the same buffer the optimizer writes; no copy).
-  const bf16* weights_bf16() const { return wbf_.data(); }
 
-  // Synchronous downloads (tests, checkpoints).
+  // Synchronous downloads (tests, log-prob passes).
   std::vector<float> download_logprob() const;
   std::vector<float> download_entropy() const;
-  std::vector<float> download_grads() const;
-  // fp32 weights in layout order: the master copy (trainable) or the bf16 copy widened.
-  std::vector<float> download_weights() const;
-  // Replaces the weights (master and bf16 copy) with w (layout order, layout().total floats).
-  void upload_weights(const std::vector<float>& w);
-  // AdamW state (trainable only): first/second moments in layout order and the step count.
-  void download_optimizer_state(std::vector<float>& m, std::vector<float>& v) const;
-  void upload_optimizer_state(const std::vector<float>& m, const std::vector<float>& v,
-                              int64_t step);
-  int64_t optimizer_steps() const { return step_; }
 
   // Per-section GPU time (ms, cudaEvents) accumulated since the last call; sections are the op
   // families of the step ("attention_fwd", "gemm_bwd", ...). Empty unless profiling was enabled.
@@ -136,8 +129,8 @@ class CudaTransformer {
     float *rstd1 = nullptr, *rstd_q = nullptr, *rstd_k = nullptr, *lse = nullptr,
           *rstd2 = nullptr;
   };
-  const bf16* W(int i) const { return i >= 0 ? wbf_.data() + layout_.params[i].offset : nullptr; }
-  float* G(int i) { return i >= 0 ? grads_.data() + layout_.params[i].offset : nullptr; }
+  const bf16* W(int i) const { return i >= 0 ? w_ + layout_.params[i].offset : nullptr; }
+  float* G(int i) { return i >= 0 ? g_ + layout_.params[i].offset : nullptr; }
   LayerBufs& bufs(int l) { return layers_[opts_.trainable && !opts_.recompute ? l : 0]; }
   // full = false (recomputation inside backward) stops before the down projection: backward
   // needs the layer's activations, not its output.
@@ -148,6 +141,13 @@ class CudaTransformer {
   // Everything below the head: final norm, the layers (recomputed when asked), the embedding.
   void backward_trunk(const bf16* d_h);
   void mark(const char* section);  // profiling: the ops enqueued next belong to `section`
+  void grads_ready(int64_t begin, int64_t end, int layer) {
+    if (grad_hook_) grad_hook_(GradRange{begin, end, layer});
+  }
+  // VERL_DUMP (core/dump.h): downloads a [rows, cols] bf16 / fp32 device tensor (fp32 with
+  // cols = 0: a vector [rows]) under `name`, prefixed "L<layer>." for layer >= 0.
+  void dump(const char* name, int64_t layer, const bf16* x, int64_t rows, int64_t cols) const;
+  void dump(const char* name, int64_t layer, const float* x, int64_t rows, int64_t cols) const;
 
   CudaContext ctx_;
   model::ModelConfig cfg_;
@@ -155,14 +155,15 @@ class CudaTransformer {
   CudaTransformerOptions opts_;
   int lm_param_ = -1;
   int64_t max_tokens_, max_seqs_, chunk_;
-  int64_t T_ = 0, B_ = 0, step_ = 0;
+  int64_t T_ = 0, B_ = 0;
   bool backward_ready_ = false;  // the last forward kept what backward needs
   float temperature_ = 1.0f;
 
-  DeviceBuffer<float> master_, grads_, m_, v_, inv_freq_;
-  DeviceBuffer<bf16> wbf_;
-  DeviceBuffer<double> norm_;
-  DeviceArena arena_;
+  const bf16* w_ = nullptr;  // the caller's weights and gradients
+  float* g_ = nullptr;
+  GradReadyHook grad_hook_;
+  ops::cuda::DeviceBuffer<float> inv_freq_;
+  ops::cuda::DeviceArena arena_;
 
   // arena slices
   int32_t *tokens_ = nullptr, *positions_ = nullptr, *targets_ = nullptr, *cu_ = nullptr;
@@ -178,7 +179,7 @@ class CudaTransformer {
   bf16* lm_probs_ = nullptr;  // [max_tokens, V] kept p (trainable with lm_head_keep_probs)
   void* lm_scratch_ = nullptr;
   size_t lm_scratch_bytes_ = 0;
-  std::unique_ptr<SectionTimer> timer_;  // null unless profiling
+  std::unique_ptr<ops::cuda::SectionTimer> timer_;  // null unless profiling
 };
 
-}  // namespace verl::ops::cuda
+}  // namespace verl::model::cuda

@@ -2,10 +2,10 @@
 // (CudaModelRunner, a rollout::StepRunner) that runs one ScheduledBatch on the GPU: block copies, the
 // forward over the paged cache (src/ops/cuda/paged_attention.h), the LM head for the sampled rows
 // only, GPU sampling (sampling.h); the one host round trip per step is the S sampled tokens and
-// log-probs the scheduler needs. It reads the weights the trainer updates (CudaTransformer's bf16
-// compute copy, layout order) through a pointer: no copy.
+// log-probs the scheduler needs. It reads the weights the trainer updates (the training state's bf16
+// compute copy, optim/cuda/train_state.h, layout order) through a pointer: no copy.
 //
-// Memory is planned once: the KV cache takes a byte budget (or verl's gpu_memory_utilization), the
+// Memory is planned once: the KV cache takes its block count from rollout/kv_sizing.h, the
 // activations one DeviceArena sized for the scheduler's max_num_batched_tokens / max_num_seqs, the
 // metadata one pinned host block; nothing is allocated per step. With free_cache_engine both device
 // allocations are given back after each generate() and taken again before the next.
@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/numerics.h"
 #include "model/config.h"
 #include "model/weights.h"
 #include "ops/cuda/device.h"
@@ -32,51 +33,19 @@
 #include "ops/cuda/paged_attention.h"
 #include "ops/cuda/sampling.h"
 #include "ops/cuda/section_timer.h"
+#include "rollout/cuda/kv_cache.h"
 #include "rollout/scheduler.h"
 #include "rollout/step_runner.h"
 
-namespace verl::ops::cuda {
+namespace verl::rollout::cuda {
 
-// Bytes of one KV block: bf16 K and V of every layer.
-int64_t kv_cache_bytes_per_block(const model::ModelConfig& cfg, int32_t block_size);
-
-// verl's actor_rollout_ref.rollout.gpu_memory_utilization as a KV byte budget, as vLLM sizes its
-// cache: the rollout may hold `fraction` of the device's memory in total, and what is in use now
-// (weights, the trainer's state, the runner's scratch, other processes) counts against it:
-//   budget = fraction * total - (total - free).
-// Throws when that leaves nothing.
-int64_t kv_cache_budget_from_utilization(double fraction);
-
-// Paged bf16 KV cache: per layer K and V [num_blocks, block_size, Hkv, D], in one allocation of
-// 2 L arrays (K of layer l is array 2l, V array 2l + 1), zeroed when taken.
-class CudaKVCache {
- public:
-  CudaKVCache(const model::ModelConfig& cfg, int32_t block_size, int64_t budget_bytes);
-
-  void allocate();  // no-op when allocated
-  void release();   // gives the memory back (never throws)
-  bool allocated() const { return buf_.data() != nullptr; }
-
-  bf16* k(int64_t layer) { return buf_.data() + 2 * layer * array_elems_; }
-  bf16* v(int64_t layer) { return buf_.data() + (2 * layer + 1) * array_elems_; }
-  bf16* base() { return buf_.data(); }
-  const bf16* base() const { return buf_.data(); }
-  int64_t num_arrays() const { return 2 * num_layers_; }
-  int64_t array_elems() const { return array_elems_; }
-  int64_t block_elems() const { return block_elems_; }
-  int32_t num_blocks() const { return num_blocks_; }
-  int32_t block_size() const { return block_size_; }
-  int64_t bytes() const { return num_arrays() * array_elems_ * static_cast<int64_t>(sizeof(bf16)); }
-
- private:
-  int64_t num_layers_, block_elems_, array_elems_ = 0;
-  int32_t num_blocks_ = 0, block_size_;
-  DeviceBuffer<bf16> buf_;
-};
+using ops::cuda::CudaContext;
 
 struct CudaRunnerOptions {
-  // KV budget in bytes; 0 = gpu_memory_utilization of the device (measured at construction, after
-  // the runner's scratch is allocated).
+  // The KV pool (kv_pool_blocks, rollout/kv_sizing.h): kv_blocks blocks (0: as many as the budget
+  // holds), at most kv_cache_bytes bytes, or, when that is 0, gpu_memory_utilization of the
+  // device (measured at construction, after the runner's scratch is allocated).
+  int64_t kv_blocks = 0;
   int64_t kv_cache_bytes = 0;
   double gpu_memory_utilization = 0.5;  // verl's default
   bool enforce_eager = false;           // no CUDA graphs
@@ -92,57 +61,58 @@ struct CudaRunnerOptions {
   // speed); false: the paged prefill kernel of paged_attention.h. Decode items take the split-K
   // decode kernel (unless match_trainer_numerics or batch_invariant).
   bool training_prefill_attention = true;
-  // Log-probs within float-rounding noise of the trainer's (actor_rollout_ref.rollout.
-  // match_trainer_numerics, on in the config by default; the actor built with
-  // CudaTransformerOptions::unsplit_k): decode items (one new token) on the training kernel's
-  // arithmetic too (attention_forward_paged's decode kernels, no split along the context) and
-  // forward GEMMs that never split k (CudaContext::unsplit_k). As fast as the split-K kernels at
-  // large batch; much slower for long contexts at small batch (decode attention 66 against 19 us a
-  // layer at 8 items of 4096 keys, Qwen2.5-0.5B on the H200).
-  bool match_trainer_numerics = false;
-  // Log-probs bitwise equal to the trainer's batch-invariant forward (CudaTransformerOptions::
-  // batch_invariant; actor_rollout_ref.rollout.batch_invariant): forward GEMMs that never split k
-  // (cuBLASLt's unsplit kernels or gemm_invariant.cu, gemm.h), every item's attention through
-  // attention_forward_paged (the training kernel's arithmetic over the paged cache, attention.h),
-  // and each sampled token's log-prob from the trainer's LM-head op (lm_head_forward) at the step's
-  // temperature, which must be the same for every sample of a step (0, greedy, scores at 1).
-  // Slower than the default kernels.
-  bool batch_invariant = false;
+  // The numerics mode (core/numerics.h), with the actor built in the same mode:
+  //  MatchTrainer (actor_rollout_ref.rollout.match_trainer_numerics, on in the config by
+  //   default): log-probs within float-rounding noise of the trainer's. Decode items (one new
+  //   token) on the training kernel's arithmetic too (attention_forward_paged's decode kernels, no
+  //   split along the context) and forward GEMMs that never split k. As fast as the split-K
+  //   kernels at large batch; much slower for long contexts at small batch (decode attention 66
+  //   against 19 us a layer at 8 items of 4096 keys, Qwen2.5-0.5B on the H200).
+  //  BatchInvariant (actor_rollout_ref.rollout.batch_invariant): log-probs bitwise equal to the
+  //   trainer's batch-invariant forward: forward GEMMs that never split k (cuBLASLt's unsplit
+  //   kernels or gemm_invariant.cu, gemm.h), every item's attention through
+  //   attention_forward_paged (the training kernel's arithmetic over the paged cache, attention.h),
+  //   and each sampled token's log-prob from the trainer's LM-head op (lm_head_forward) at the
+  //   step's temperature, which must be the same for every sample of a step (0, greedy, scores
+  //   at 1). Slower than the default kernels.
+  Numerics numerics = Numerics::Fast;
 };
 
-// Counters for benchmarks; pure decode steps are timed on the host (each step ends in a sync).
-// Host times (std::chrono, decode steps only): prep = step() entry until the step's last GPU work
-// is enqueued (metadata staging, the one upload, graph launch or eager launches); sync_wait = in
-// cudaStreamSynchronize; post = after it until step() returns; between = from the previous
-// step()'s return to this one's entry (the engine's scheduler and postprocess). The GPU idles
-// about between + post + the part of prep before the first upload.
-struct CudaRunnerStats {
+// Counts of what the steps did (cheap integers, kept always; tests check them).
+struct CudaRunnerCounters {
   int64_t steps = 0, decode_steps = 0, graph_steps = 0, graphs_captured = 0;
   int64_t training_prefill_steps = 0;  // steps whose prefill attention ran attention_forward_paged
-  int64_t decode_context_tokens = 0;  // sum over decode steps of the items' context lengths
-  double decode_seconds = 0.0;
-  double host_prep_seconds = 0.0, sync_wait_seconds = 0.0, host_post_seconds = 0.0;
-  double between_steps_seconds = 0.0;
-  int64_t between_steps = 0;  // decode steps with a previous step in the same generate()
-  // With set_profile(true): GPU ms per section (cudaEvent), summed over the profiled decode
-  // steps (eager: graphs are off while profiling) and, separately, over the other steps.
-  int64_t profiled_decode_steps = 0, profiled_other_steps = 0;
-  std::vector<std::pair<std::string, double>> decode_profile_ms, other_profile_ms;
+};
+
+// One step as a profiling observer sees it (the benchmarks' accumulation lives with them, in
+// src/cli/bench/). Host time points: entry = step() entered, enqueued = the step's last GPU work
+// enqueued (metadata staging, the one upload, graph launch or eager launches), synced = after the
+// stream synchronisation, done = step() about to return. `sections`: GPU ms per section
+// (SectionTimer) when the observer asked for them; the steps then run eagerly (events cannot be
+// timed inside a replayed graph).
+struct StepRecord {
+  bool decode = false;  // every item one token and one sample
+  bool graph = false;   // replayed a CUDA graph
+  int64_t tokens = 0, items = 0, samples = 0;
+  int64_t context_tokens = 0;  // the items' context lengths, summed
+  std::chrono::steady_clock::time_point entry, enqueued, synced, done;
+  const std::vector<std::pair<std::string, double>>* sections = nullptr;
+};
+
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  virtual void on_begin_generate() {}
+  virtual void on_step(const StepRecord& record) = 0;
 };
 
 class CudaModelRunner final : public rollout::StepRunner {
  public:
   // `weights`: bf16, flat in `layout` order, alive and unchanged while generate() runs (the
-  // trainer's CudaTransformer::weights_bf16()). The RoPE frequencies are computed in the caller's
-  // object, so verl_cuda needs only headers from verl_model.
+  // training state's CudaTrainState::weights_bf16(), or upload_weights_bf16 below).
   CudaModelRunner(const CudaContext& ctx, const model::ModelConfig& cfg,
                   const model::ParamLayout& layout, const bf16* weights,
-                  const rollout::SchedulerConfig& sched, const CudaRunnerOptions& options = {})
-      : CudaModelRunner(ctx, cfg, layout, weights, model::rope_inv_freq(cfg), sched, options) {}
-  CudaModelRunner(const CudaContext& ctx, const model::ModelConfig& cfg,
-                  const model::ParamLayout& layout, const bf16* weights,
-                  const std::vector<float>& inv_freq, const rollout::SchedulerConfig& sched,
-                  const CudaRunnerOptions& options);
+                  const rollout::SchedulerConfig& sched, const CudaRunnerOptions& options = {});
   ~CudaModelRunner() override;
   CudaModelRunner(const CudaModelRunner&) = delete;
   CudaModelRunner& operator=(const CudaModelRunner&) = delete;
@@ -157,17 +127,17 @@ class CudaModelRunner final : public rollout::StepRunner {
 
   const CudaKVCache& cache() const { return *cache_; }
   size_t scratch_bytes() const { return scratch_bytes_; }
-  const CudaRunnerStats& stats() const { return stats_; }
-  void reset_stats() { stats_ = CudaRunnerStats{}; }
-  // GPU time per section of every step from now on (SectionTimer); the steps run eagerly, since
-  // events cannot be timed inside a replayed graph.
-  void set_profile(bool on);
+  const CudaRunnerCounters& counters() const { return counters_; }
+  void reset_counters() { counters_ = CudaRunnerCounters{}; }
+  // Reports every step to `observer` from now on (null: none); with sections, also the GPU time
+  // per section, which makes the steps run eagerly.
+  void set_observer(StepObserver* observer, bool sections);
   const std::vector<int32_t>& graph_buckets() const { return buckets_; }
 
  private:
   const bf16* W(int i) const { return i >= 0 ? w_ + layout_.params[i].offset : nullptr; }
   // Points the device slices into `arena` and returns the bytes they take (null: count only).
-  size_t carve(DeviceArena* arena);
+  size_t carve(ops::cuda::DeviceArena* arena);
   void acquire();                  // scratch (carved) and cache, when not held
   void release_memory() noexcept;  // graphs, cache, scratch
   void destroy_graphs() noexcept;
@@ -175,13 +145,14 @@ class CudaModelRunner final : public rollout::StepRunner {
   // Enqueues the whole step for T tokens in B items and S samples from the device metadata.
   // `plan` says which paged kernels run (prefill chunks take attention_forward_paged instead when
   // training_prefill_attention is on).
-  void forward(int64_t T, int64_t B, int64_t S, const PagedAttentionPlan& plan);
+  void forward(int64_t T, int64_t B, int64_t S, const ops::cuda::PagedAttentionPlan& plan);
   void capture(size_t bucket);
-  PagedAttentionPlan decode_plan(int64_t B) const;
+  ops::cuda::PagedAttentionPlan decode_plan(int64_t B) const;
   // Whether decode items / prefill chunks take the training kernel's arithmetic
   // (attention_forward_paged) rather than the paged kernels (CudaRunnerOptions).
-  bool training_decode() const { return opts_.batch_invariant || opts_.match_trainer_numerics; }
-  bool training_prefill() const { return opts_.batch_invariant || opts_.training_prefill_attention; }
+  bool batch_invariant() const { return opts_.numerics == Numerics::BatchInvariant; }
+  bool training_decode() const { return opts_.numerics != Numerics::Fast; }
+  bool training_prefill() const { return batch_invariant() || opts_.training_prefill_attention; }
   // Points the h_/d_ metadata arrays at their packed places for a step of T tokens, B items and S
   // samples and returns the bytes they span (the one upload).
   size_t place_metadata(int64_t T, int64_t B, int64_t S);
@@ -195,12 +166,12 @@ class CudaModelRunner final : public rollout::StepRunner {
   const bf16* w_;
   rollout::SchedulerConfig sched_;
   CudaRunnerOptions opts_;
+  std::vector<float> inv_freq_host_;  // uploaded again whenever the scratch is taken again
   int64_t token_cap_, seq_cap_, W_;
   int sm_count_ = 132;
   size_t scratch_bytes_ = 0, attn_ws_bytes_ = 0, sample_ws_bytes_ = 0, meta_bytes_ = 0;
-  std::vector<float> inv_freq_host_;
 
-  DeviceArena arena_;
+  ops::cuda::DeviceArena arena_;
   std::unique_ptr<CudaKVCache> cache_;
   // Device slices of arena_ (re-carved on acquire()).
   bf16 *x_ = nullptr, *y_ = nullptr, *xn_ = nullptr, *qkv_ = nullptr, *q_ = nullptr, *att_ = nullptr,
@@ -213,26 +184,25 @@ class CudaModelRunner final : public rollout::StepRunner {
   uint8_t *d_meta_ = nullptr, *h_meta_ = nullptr;
   int32_t *d_ids_ = nullptr, *d_pos_ = nullptr, *d_slots_ = nullptr, *d_cu_ = nullptr,
           *d_tables_ = nullptr, *d_sidx_ = nullptr;
-  SampleParamsDevice* d_params_ = nullptr;
+  ops::cuda::SampleParamsDevice* d_params_ = nullptr;
   int32_t *h_ids_ = nullptr, *h_pos_ = nullptr, *h_slots_ = nullptr, *h_cu_ = nullptr,
           *h_tables_ = nullptr, *h_sidx_ = nullptr;
-  SampleParamsDevice* h_params_ = nullptr;
+  ops::cuda::SampleParamsDevice* h_params_ = nullptr;
   // Results: tokens [0, S) and log-probs [S, 2 S) of one array, downloaded with one copy.
   int32_t *d_res_ = nullptr, *h_res_ = nullptr;
   int32_t *d_copies_ = nullptr, *h_copies_ = nullptr;
   void* pinned_ = nullptr;  // h_meta_, h_res_, h_copies_ (one cudaHostAlloc for the runner's life)
   float logprob_temperature_ = 1.0f;  // batch_invariant: the LM-head op's temperature (graphs bake it)
-  std::unique_ptr<SectionTimer> timer_;
-  std::chrono::steady_clock::time_point last_step_end_{};
-  bool have_last_step_ = false;
+  std::unique_ptr<ops::cuda::SectionTimer> timer_;  // GPU sections, for an observer that asks
+  StepObserver* observer_ = nullptr;
 
   std::vector<int32_t> buckets_;         // decode batch sizes with a graph
   std::vector<cudaGraphExec_t> graphs_;  // per bucket; null until captured
-  CudaRunnerStats stats_;
+  CudaRunnerCounters counters_;
 };
 
 // The standalone owner of bf16 weights for tools and tests without a trainer: w.data rounded to
 // bf16 on the device (in chunks, through a bounded fp32 staging buffer), layout order.
-DeviceBuffer<bf16> upload_weights_bf16(const CudaContext& ctx, const model::Weights& w);
+ops::cuda::DeviceBuffer<bf16> upload_weights_bf16(const CudaContext& ctx, const model::Weights& w);
 
-}  // namespace verl::ops::cuda
+}  // namespace verl::rollout::cuda

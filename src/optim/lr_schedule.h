@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-namespace verl::trainer {
+namespace verl::optim {
 
 struct LrSchedule {
   std::string type = "constant";  // constant | cosine
@@ -20,4 +20,4 @@ struct LrSchedule {
   double multiplier(int64_t step) const;
 };
 
-}  // namespace verl::trainer
+}  // namespace verl::optim

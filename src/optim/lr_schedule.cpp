@@ -1,11 +1,11 @@
-#include "trainer/lr_schedule.h"
+#include "optim/lr_schedule.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
 
-namespace verl::trainer {
+namespace verl::optim {
 
 int64_t LrSchedule::resolve_warmup(int64_t lr_warmup_steps, double ratio, int64_t total) {
   return lr_warmup_steps > 0 ? lr_warmup_steps : static_cast<int64_t>(ratio * total);
@@ -25,4 +25,4 @@ double LrSchedule::multiplier(int64_t step) const {
   return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + x);
 }
 
-}  // namespace verl::trainer
+}  // namespace verl::optim

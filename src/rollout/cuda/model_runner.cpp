@@ -1,4 +1,4 @@
-// The CUDA model runner of the rollout engine (rollout_cuda.h). Per layer, the CPU runner's steps
+// The CUDA model runner of the rollout engine (rollout/cuda/model_runner.h). Per layer, the CPU runner's steps
 // (src/rollout/model_runner.cpp) on the GPU:
 //   xn = rmsnorm(x);  qkv = xn Wqkv^T + bqkv;  q, k = [Qwen3: rmsnorm_D] rope(q, k) at the positions,
 //   k, v -> cache at the slot mapping (one fused kernel);  att = paged_attention(q, cache), or,
@@ -7,7 +7,7 @@
 //   x += att Wo^T (+ bo);  xn = rmsnorm(x);  x += (silu(g) * u) Wdown^T,  g|u = xn Wgu^T
 // then the final norm and the LM head only for the sampled rows (gathered first), fp32 logits
 // [S, V], and sampling on the GPU. Host code (fmt for messages); kernels live in the .cu files.
-#include "ops/cuda/rollout_cuda.h"
+#include "rollout/cuda/model_runner.h"
 
 #include <algorithm>
 #include <chrono>
@@ -20,8 +20,10 @@
 #include "ops/cuda/gemm.h"
 #include "ops/cuda/glue.h"
 #include "ops/cuda/lm_head.h"
+#include "rollout/kv_sizing.h"
 
-namespace verl::ops::cuda {
+namespace verl::rollout::cuda {
+using namespace ops::cuda;  // the kernels' wrappers and device memory
 namespace {
 
 constexpr size_t kAlign = 256;
@@ -29,73 +31,20 @@ size_t round_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
 }  // namespace
 
-int64_t kv_cache_bytes_per_block(const model::ModelConfig& cfg, int32_t block_size) {
-  return 2 * cfg.num_hidden_layers * static_cast<int64_t>(block_size) * cfg.kv_dim() *
-         static_cast<int64_t>(sizeof(bf16));
-}
-
-int64_t kv_cache_budget_from_utilization(double fraction) {
-  VERL_CHECK(fraction > 0.0 && fraction <= 1.0,
-             "gpu_memory_utilization must be in (0, 1], got {}", fraction);
-  size_t free_b = 0, total_b = 0;
-  VERL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  const double budget = fraction * static_cast<double>(total_b) - static_cast<double>(total_b - free_b);
-  VERL_CHECK(budget > 0.0,
-             "gpu_memory_utilization {} leaves no KV cache: {:.2f} of {:.2f} GiB are already in use; "
-             "raise it, or give the rollout a byte budget",
-             fraction, static_cast<double>(total_b - free_b) / (1 << 30),
-             static_cast<double>(total_b) / (1 << 30));
-  return static_cast<int64_t>(budget);
-}
-
-// ---- CudaKVCache ------------------------------------------------------------------------------------
-
-CudaKVCache::CudaKVCache(const model::ModelConfig& cfg, int32_t block_size, int64_t budget_bytes)
-    : num_layers_(cfg.num_hidden_layers),
-      block_elems_(static_cast<int64_t>(block_size) * cfg.kv_dim()),
-      block_size_(block_size) {
-  VERL_CHECK(block_size > 0 && num_layers_ > 0 && cfg.kv_dim() > 0,
-             "CudaKVCache: block_size {} with {} layers of kv_dim {}", block_size, num_layers_,
-             cfg.kv_dim());
-  const int64_t per_block = kv_cache_bytes_per_block(cfg, block_size);
-  const int64_t blocks = budget_bytes / per_block;
-  VERL_CHECK(blocks >= 1,
-             "KV cache budget of {} bytes holds no block ({} bytes per block of {} tokens)",
-             budget_bytes, per_block, block_size);
-  num_blocks_ = static_cast<int32_t>(std::min<int64_t>(blocks, INT32_MAX));
-  array_elems_ = static_cast<int64_t>(num_blocks_) * block_elems_;
-}
-
-void CudaKVCache::allocate() {
-  if (allocated()) return;
-  buf_ = DeviceBuffer<bf16>(static_cast<size_t>(num_arrays() * array_elems_));
-  // Zeroed once: graph padding rows read block 0, which must hold finite values. The memset runs
-  // on the legacy stream, which the non-blocking streams of the ops do not wait for: finish it.
-  VERL_CUDA_CHECK(cudaMemset(buf_.data(), 0, buf_.bytes()));
-  VERL_CUDA_CHECK(cudaDeviceSynchronize());
-}
-
-void CudaKVCache::release() { buf_.reset(); }
-
 // ---- CudaModelRunner --------------------------------------------------------------------------------
 
 CudaModelRunner::CudaModelRunner(const CudaContext& ctx, const model::ModelConfig& cfg,
                                  const model::ParamLayout& layout, const bf16* weights,
-                                 const std::vector<float>& inv_freq,
                                  const rollout::SchedulerConfig& sched,
                                  const CudaRunnerOptions& options)
-    : ctx_(ctx), cfg_(cfg), layout_(layout), w_(weights), sched_(sched), opts_(options),
-      inv_freq_host_(inv_freq) {
-  ctx_.batch_invariant = ctx_.batch_invariant || opts_.batch_invariant;
-  ctx_.unsplit_k = ctx_.unsplit_k || opts_.match_trainer_numerics;
-  int device = 0;
-  VERL_CUDA_CHECK(cudaGetDevice(&device));
-  VERL_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device));
+    : ctx_(ctx), cfg_(cfg), layout_(layout), w_(weights), sched_(sched), opts_(options) {
+  // The stronger of the context's and the options' modes (Fast < MatchTrainer < BatchInvariant).
+  ctx_.numerics = std::max(ctx_.numerics, opts_.numerics);
+  sm_count_ = cuda_sm_count();
+  inv_freq_host_ = model::rope_inv_freq(cfg_);
   VERL_CHECK(cfg_.head == model::HeadKind::CausalLM,
              "CudaModelRunner: the rollout needs a causal LM, got {}", cfg_.architecture);
   VERL_CHECK(w_ != nullptr, "CudaModelRunner: no weights");
-  VERL_CHECK(static_cast<int64_t>(inv_freq.size()) * 2 == cfg_.head_dim,
-             "CudaModelRunner: {} RoPE frequencies for head_dim {}", inv_freq.size(), cfg_.head_dim);
   VERL_CHECK(sched_.max_num_seqs > 0 && sched_.max_num_batched_tokens > 0 &&
                  sched_.max_model_len > 0 && sched_.block_size > 0,
              "CudaModelRunner: max_num_seqs {}, max_num_batched_tokens {}, max_model_len {} and "
@@ -140,8 +89,11 @@ CudaModelRunner::CudaModelRunner(const CudaContext& ctx, const model::ModelConfi
     // The KV budget is measured with the scratch already taken (vLLM profiles before sizing).
     const int64_t budget = opts_.kv_cache_bytes > 0
                                ? opts_.kv_cache_bytes
-                               : kv_cache_budget_from_utilization(opts_.gpu_memory_utilization);
-    cache_ = std::make_unique<CudaKVCache>(cfg_, sched_.block_size, budget);
+                               : kv_budget_from_utilization(opts_.gpu_memory_utilization);
+    const int32_t blocks = kv_pool_blocks(
+        opts_.kv_blocks, budget, kv_block_bytes(cfg_, sched_.block_size, sizeof(bf16)),
+        sched_.block_size);
+    cache_ = std::make_unique<CudaKVCache>(cfg_, sched_.block_size, blocks);
     cache_->allocate();
   } catch (...) {
     arena_.release();
@@ -236,7 +188,7 @@ void CudaModelRunner::release_memory() noexcept {
 
 void CudaModelRunner::begin_generate() {
   acquire();
-  have_last_step_ = false;  // the time before a generate()'s first step is not a step gap
+  if (observer_) observer_->on_begin_generate();
 }
 
 void CudaModelRunner::end_generate() {
@@ -277,9 +229,13 @@ void CudaModelRunner::apply_block_copies(const rollout::ScheduledBatch& b) {
   }
 }
 
-void CudaModelRunner::set_profile(bool on) {
-  if (on && !timer_) timer_ = std::make_unique<SectionTimer>();
-  if (!on) timer_.reset();
+void CudaModelRunner::set_observer(StepObserver* observer, bool sections) {
+  observer_ = observer;
+  if (observer != nullptr && sections) {
+    if (!timer_) timer_ = std::make_unique<SectionTimer>();
+  } else {
+    timer_.reset();
+  }
 }
 
 // The split-K shape for B decode items; graphs use it with B = the bucket and max_model_len.
@@ -361,15 +317,15 @@ void CudaModelRunner::forward(int64_t T, int64_t B, int64_t S, const PagedAttent
   add_rmsnorm_forward(ctx_, hn_, nullptr, rows_, rows_y_, W(layout_.final_norm), S, C, eps);
   mark("lm_head_gemm");
   const int lm = layout_.lm_head >= 0 ? layout_.lm_head : layout_.embed;
-  detail::run_gemm(ctx_,
-                   detail::Gemm{CUBLAS_OP_T, CUBLAS_OP_N, V, S, C, W(lm), C, hn_, C, CUDA_R_16BF,
+  ops::cuda::detail::run_gemm(ctx_,
+                   ops::cuda::detail::Gemm{CUBLAS_OP_T, CUBLAS_OP_N, V, S, C, W(lm), C, hn_, C, CUDA_R_16BF,
                                 logits_, V, CUDA_R_32F, 0.0f},
                    "rollout lm_head");
   mark("sampling");
   // Tokens at d_res_[0, S), log-probs at d_res_[S, 2 S): one download.
   sample_tokens(ctx_, d_res_, reinterpret_cast<float*>(d_res_ + S), logits_, V, d_params_, S, V,
                 sample_ws_, sample_ws_bytes_);
-  if (opts_.batch_invariant) {
+  if (batch_invariant()) {
     // The sampled tokens' log-probs again, from the trainer's own LM-head op on the same rows (the
     // logits are free again: they are its scratch).
     mark("lm_head_logprob");
@@ -397,7 +353,7 @@ void CudaModelRunner::capture(size_t bucket) {
   cudaGraphDestroy(graph);
   VERL_CUDA_CHECK(e);
   graphs_[bucket] = exec;
-  ++stats_.graphs_captured;
+  ++counters_.graphs_captured;
 }
 
 void CudaModelRunner::step(const rollout::ScheduledBatch& b, std::span<int32_t> tokens,
@@ -417,11 +373,9 @@ void CudaModelRunner::step(const rollout::ScheduledBatch& b, std::span<int32_t> 
              b.max_blocks_per_seq, W_, sched_.max_model_len, sched_.block_size);
   acquire();
   apply_block_copies(b);
-  ++stats_.steps;
+  ++counters_.steps;
   if (T == 0) {
     VERL_CHECK(S == 0, "CudaModelRunner: a step with no tokens cannot sample");
-    last_step_end_ = Clock::now();
-    have_last_step_ = true;
     return;
   }
 
@@ -463,7 +417,7 @@ void CudaModelRunner::step(const rollout::ScheduledBatch& b, std::span<int32_t> 
     h_params_[s] = SampleParamsDevice{sp.temperature, sp.top_k, sp.top_p, 0, sp.seed, seq.rng_stream(),
                                       static_cast<uint64_t>(seq.num_output_tokens())};
   }
-  if (opts_.batch_invariant) {
+  if (batch_invariant()) {
     // One log-prob temperature per step (the trainer scores a batch at one temperature); a decode
     // graph bakes it in, so a new one re-captures.
     float t = S > 0 ? b.sample_seqs[0]->params().temperature : 1.0f;
@@ -490,7 +444,7 @@ void CudaModelRunner::step(const rollout::ScheduledBatch& b, std::span<int32_t> 
   bool captured_now = false;
   if (graph && graphs_[bucket] != nullptr) {
     VERL_CUDA_CHECK(cudaGraphLaunch(graphs_[bucket], st));
-    ++stats_.graph_steps;
+    ++counters_.graph_steps;
   } else if (graph) {
     forward(Tp, Bp, Sp, decode_plan(Bp));  // the bucket's first step runs eagerly; captured below
     captured_now = true;
@@ -501,7 +455,7 @@ void CudaModelRunner::step(const rollout::ScheduledBatch& b, std::span<int32_t> 
     for (int64_t i = 0; i < B && !plan.decode; ++i) plan.decode = b.cu_seqlens[i + 1] - b.cu_seqlens[i] == 1;
     plan.prefill = b.max_seqlen_q > 1;
     if (plan.prefill && training_prefill()) {
-      ++stats_.training_prefill_steps;
+      ++counters_.training_prefill_steps;
     }
     forward(T, B, S, plan);
   }
@@ -522,35 +476,26 @@ void CudaModelRunner::step(const rollout::ScheduledBatch& b, std::span<int32_t> 
     tokens[s] = h_res_[s];
     logprobs[s] = h_lp[s];
   }
-  if (timer_) {
-    const std::vector<std::pair<std::string, double>> sections = timer_->take();
-    auto& acc = decode ? stats_.decode_profile_ms : stats_.other_profile_ms;
-    ++(decode ? stats_.profiled_decode_steps : stats_.profiled_other_steps);
-    for (const auto& [name, ms] : sections) {
-      auto it = std::find_if(acc.begin(), acc.end(), [&](const auto& e) { return e.first == name; });
-      if (it == acc.end()) {
-        acc.emplace_back(name, ms);
-      } else {
-        it->second += ms;
-      }
+  if (decode) ++counters_.decode_steps;
+  if (observer_) {
+    std::vector<std::pair<std::string, double>> sections;
+    StepRecord r;
+    r.decode = decode;
+    r.graph = graph && !captured_now;
+    r.tokens = T;
+    r.items = B;
+    r.samples = S;
+    for (int64_t i = 0; i < B; ++i) r.context_tokens += b.context_lens[i];
+    r.entry = t0;
+    r.enqueued = t1;
+    r.synced = t2;
+    if (timer_) {
+      sections = timer_->take();
+      r.sections = &sections;
     }
+    r.done = Clock::now();
+    observer_->on_step(r);
   }
-  const auto t3 = Clock::now();
-  if (decode) {
-    auto sec = [](auto d) { return std::chrono::duration<double>(d).count(); };
-    ++stats_.decode_steps;
-    for (int64_t i = 0; i < B; ++i) stats_.decode_context_tokens += b.context_lens[i];
-    stats_.decode_seconds += sec(t3 - t0);
-    stats_.host_prep_seconds += sec(t1 - t0);
-    stats_.sync_wait_seconds += sec(t2 - t1);
-    stats_.host_post_seconds += sec(t3 - t2);
-    if (have_last_step_) {
-      stats_.between_steps_seconds += sec(t0 - last_step_end_);
-      ++stats_.between_steps;
-    }
-  }
-  last_step_end_ = Clock::now();
-  have_last_step_ = true;
 }
 
 DeviceBuffer<bf16> upload_weights_bf16(const CudaContext& ctx, const model::Weights& w) {
@@ -570,4 +515,4 @@ DeviceBuffer<bf16> upload_weights_bf16(const CudaContext& ctx, const model::Weig
   return out;
 }
 
-}  // namespace verl::ops::cuda
+}  // namespace verl::rollout::cuda

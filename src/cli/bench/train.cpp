@@ -1,9 +1,10 @@
 // `verl bench train`: times training steps of a causal LM and prints one JSON line.
 // One step = forward + backward of the mean next-token NLL, -(1/N) sum_t logprob[t] over the
-// N = B*(S-1) targets of B random sequences of S tokens, then clip_grad_norm_(1.0) and AdamW: the
-// step tools/bench_train_hf.py runs in transformers (bench/train_cuda.sh runs both). On CUDA the
-// model is ops::cuda::CudaTransformer (bf16 compute, fp32 master weights, gradients and moments);
-// on CPU it is model::Transformer with trainer::AdamW (fp32).
+// N = B*(S-1) targets of B random sequences of S tokens as one packed micro-batch, then
+// clip_grad_norm_(1.0) and AdamW: the step tools/bench_train_hf.py runs in transformers
+// (bench/train_cuda.sh runs both). It runs the trainer's actor update path: the policy that
+// PpoTrainer::update_actor drives (trainer::make_policy: the model over its flat training state,
+// PolicyModel::forward / backward / optimizer_step), on --device cuda or cpu.
 //   model_flops_per_step = 6 * params * B*S + 6 * layers * B * S^2 * H * D
 // (docs/benchmarks.md says what each term counts), tflops = that / step time, mfu = tflops /
 // --peak-tflops. `verl bench grpo-step` (cmd_bench_grpo.cpp) hangs under the same `bench` command.
@@ -19,22 +20,22 @@
 #include <string>
 #include <vector>
 
-#include "cli/bench_grpo.h"
-#include "cli/bench_shapes.h"
+#include "cli/bench/bench.h"
+#include "cli/bench/shapes.h"
 #include "cli/command.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "dist/communicator.h"
 #include "model/batch.h"
-#include "model/transformer.h"
 #include "model/weights.h"
-#include "trainer/optimizer.h"
+#include "trainer/policy_model.h"
 
 #ifdef VERL_HAVE_CUDA
 #include <cuda_runtime.h>
 
-#include "ops/cuda/device.h"
-#include "ops/cuda/transformer_cuda.h"
+#include "ops/cuda/cuda_check.h"
 #endif
 
 namespace verl::cli {
@@ -54,7 +55,7 @@ struct TrainOpts {
 struct StepStats {
   double step_ms = 0, step_ms_min = 0;  // mean and fastest of the timed steps
   int64_t peak_memory_bytes = 0;
-  int64_t arena_bytes = -1;  // CUDA only
+  int64_t arena_bytes = -1;  // CUDA only: the policy's device bytes (state + arena)
   double loss = 0, grad_norm = 0;
   std::string device_name;
   std::vector<std::pair<std::string, double>> profile;  // CUDA --profile: ms per step by section
@@ -79,7 +80,7 @@ void validate(const TrainOpts& o) {
   VERL_CHECK(o.lr >= 0 && std::isfinite(o.lr), "--lr must be >= 0, got {}", o.lr);
   if (o.device == "cuda") {
 #ifdef VERL_HAVE_CUDA
-    VERL_CHECK(ops::cuda::device_count() > 0,
+    VERL_CHECK(cuda_device_count() > 0,
                "--device cuda: no CUDA device is visible (no driver or no GPU); use --device cpu");
 #else
     VERL_FAIL("--device cuda: this verl was built without CUDA (VERL_CUDA=OFF); use --device cpu");
@@ -143,98 +144,85 @@ double mean_nll(const float* logprob, const model::PackedBatch& b) {
   return sum / static_cast<double>(n);
 }
 
-StepStats run_cpu(const TrainOpts& o, model::Weights& w, const model::PackedBatch& b,
-                  const std::vector<float>& d_lp) {
-  model::Transformer tf(w);
-  model::Activations acts;
-  model::ForwardOptions fopt;
-  fopt.lm_head_chunk = o.lm_head_chunk;
-  trainer::AdamWConfig ocfg;
-  ocfg.lr = o.lr;
-  ocfg.weight_decay = 0.01f;
-  ocfg.grad_clip = 1.0f;
-  trainer::AdamW opt(w.layout.total, ocfg);
-  std::vector<float> grads(w.data.size());
-
-  StepStats st;
-  st.device_name = "cpu";
-  auto step = [&] {
-    std::fill(grads.begin(), grads.end(), 0.0f);
-    tf.forward(b, acts, fopt);
-    tf.backward(b, acts, d_lp.data(), nullptr, nullptr, grads.data(), fopt);
-    st.grad_norm = opt.step(w.data.data(), grads.data(), o.lr);
-  };
-  auto no_probe = [] {};
-  time_steps(o, step, no_probe, st);
-  st.loss = mean_nll(acts.logprob.data(), b);
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  st.peak_memory_bytes = static_cast<int64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
-  return st;
+// The device's name and free bytes (CUDA), or "cpu".
+std::string device_name(const TrainOpts& o, size_t* free_bytes) {
+  *free_bytes = 0;
+#ifdef VERL_HAVE_CUDA
+  if (o.device == "cuda") {
+    int dev = 0;
+    cudaDeviceProp prop{};
+    VERL_CUDA_CHECK(cudaGetDevice(&dev));
+    VERL_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    *free_bytes = device_memory_total() - device_memory_in_use();
+    return prop.name;
+  }
+#endif
+  return "cpu";
 }
 
-#ifdef VERL_HAVE_CUDA
-StepStats run_cuda(const TrainOpts& o, model::Weights& w, const model::PackedBatch& b,
-                   const std::vector<float>& d_lp) {
-  ops::cuda::CudaSession session;
-  const ops::cuda::CudaContext& ctx = session.ctx();
+StepStats run_policy(const TrainOpts& o, model::Weights& w, const model::PackedBatch& b,
+                     const std::vector<float>& d_lp) {
   StepStats st;
-  int dev = 0;
-  cudaDeviceProp prop{};
-  VERL_CUDA_CHECK(cudaGetDevice(&dev));
-  VERL_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-  st.device_name = prop.name;
-
-  // fp32 master weights, gradients, AdamW m and v, plus the bf16 compute copy: 18 bytes a
-  // parameter before any activation. Say so plainly instead of failing inside a cudaMalloc.
-  size_t free_b = 0, total_b = 0;
-  VERL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  const double gib = double(1ull << 30);
-  const double static_bytes = 18.0 * static_cast<double>(w.layout.total);
-  VERL_CHECK(static_bytes < static_cast<double>(free_b),
-             "{}: {} parameters need {:.1f} GiB of device memory for weights, gradients and AdamW "
-             "moments (18 bytes each) before activations, but {} has {:.1f} GiB free",
-             o.model.empty() ? "--shape " + o.shape : "--model " + o.model, w.layout.total,
-             static_bytes / gib, prop.name, static_cast<double>(free_b) / gib);
-
-  const int64_t T = b.num_tokens(), B = b.num_seqs();
-  ops::cuda::CudaTransformerOptions topts;
-  topts.max_tokens = T;
-  topts.max_seqs = B;
-  topts.lm_head_chunk = o.lm_head_chunk;
-  topts.recompute = o.recompute;
-  ops::cuda::CudaTransformer tf(ctx, w, topts);
-  w.data.clear();  // the device holds the weights now; the host copy can be 30 GB
-  w.data.shrink_to_fit();
-  st.arena_bytes = static_cast<int64_t>(tf.arena_bytes());
-  ops::cuda::DeviceBuffer<float> d_lp_dev(d_lp);
+  const bool cuda = o.device == "cuda";
+  size_t free_b = 0;
+  st.device_name = device_name(o, &free_b);
+  if (cuda) {
+    // fp32 master weights, gradients, AdamW m and v, plus the bf16 compute copy: 18 bytes a
+    // parameter before any activation. Say so plainly instead of failing inside a cudaMalloc.
+    const double gib = double(1ull << 30);
+    const double static_bytes = 18.0 * static_cast<double>(w.layout.total);
+    VERL_CHECK(static_bytes < static_cast<double>(free_b),
+               "{}: {} parameters need {:.1f} GiB of device memory for weights, gradients and "
+               "AdamW moments (18 bytes each) before activations, but {} has {:.1f} GiB free",
+               o.model.empty() ? "--shape " + o.shape : "--model " + o.model, w.layout.total,
+               static_bytes / gib, st.device_name, static_cast<double>(free_b) / gib);
+  }
+  trainer::PolicyOptions po;
+  po.optim.lr = o.lr;
+  po.optim.weight_decay = 0.01f;
+  po.optim.grad_clip = 1.0f;
+  po.max_tokens = b.num_tokens();
+  po.max_seqs = b.num_seqs();
+  po.lm_head_chunk = o.lm_head_chunk;
+  po.recompute = o.recompute;
+  std::unique_ptr<trainer::PolicyModel> policy =
+      trainer::make_policy(cuda ? Device::Cuda : Device::Cpu, std::move(w), po);
+  if (cuda) st.arena_bytes = static_cast<int64_t>(policy->device_bytes());
+  dist::SingleProcess comm;
+  std::vector<float> logprob;
 
   auto step = [&] {
-    tf.zero_grad();
-    tf.forward(b, 1.0f);
-    tf.backward(d_lp_dev.data(), nullptr);
-    st.grad_norm = tf.optimizer_step(o.lr, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f);
-    session.synchronize();  // the AdamW kernels may still run after the norm was read back
+    policy->zero_grad();
+    policy->forward(b, 1.0f, logprob, nullptr);
+    policy->backward(d_lp.data(), nullptr);
+    st.grad_norm = policy->optimizer_step(o.lr, comm);
+    policy->synchronize();  // the update may still run after the norm was read back
   };
   auto probe = [&] {
-    VERL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    st.peak_memory_bytes = std::max(st.peak_memory_bytes, static_cast<int64_t>(total_b - free_b));
+    if (cuda) {
+      st.peak_memory_bytes =
+          std::max(st.peak_memory_bytes, static_cast<int64_t>(device_memory_in_use()));
+    }
   };
   time_steps(o, step, probe, st);
-  st.loss = mean_nll(tf.download_logprob().data(), b);
-  if (o.profile) {
+  st.loss = mean_nll(logprob.data(), b);
+  if (!cuda) {
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    st.peak_memory_bytes = static_cast<int64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
+  }
+  if (o.profile && cuda) {
     // Two more steps with an event around each op family (after the timed ones, which ran
     // without events).
     constexpr int kProfiled = 2;
-    tf.set_profiling(true);
+    policy->set_profiling(true);
     for (int i = 0; i < kProfiled; ++i) step();
-    st.profile = tf.take_profile();
+    st.profile = policy->take_profile();
     for (auto& section : st.profile) section.second /= kProfiled;
-    tf.set_profiling(false);
+    policy->set_profiling(false);
   }
   return st;
 }
-#endif
 
 int run_train(TrainOpts o) {
   validate(o);
@@ -260,15 +248,10 @@ int run_train(TrainOpts o) {
   for (int64_t t = 0; t < T; ++t)
     d_lp[t] = b.targets[t] >= 0 ? -1.0f / static_cast<float>(n_targets) : 0.0f;
 
-  StepStats st;
-  if (o.device == "cpu") {
-    if (o.recompute) std::fprintf(stderr, "warning: --recompute has no effect on --device cpu\n");
-    st = run_cpu(o, w, b, d_lp);
-  } else {
-#ifdef VERL_HAVE_CUDA
-    st = run_cuda(o, w, b, d_lp);
-#endif
+  if (o.device == "cpu" && o.recompute) {
+    std::fprintf(stderr, "warning: --recompute has no effect on --device cpu\n");
   }
+  const StepStats st = run_policy(o, w, b, d_lp);
 
   const double S = static_cast<double>(o.seq), Bd = static_cast<double>(o.batch);
   const double flops = 6.0 * static_cast<double>(params) * static_cast<double>(T) +
@@ -303,7 +286,7 @@ int run_train(TrainOpts o) {
       {"loss", st.loss},
       {"grad_norm", st.grad_norm}};
   if (o.device == "cuda") {
-    j["arena_bytes"] = st.arena_bytes;
+    j["policy_device_bytes"] = st.arena_bytes;  // training state + the model's arena
     j["device_used_peak_bytes"] = st.peak_memory_bytes;  // the key the HF peer reports too
     if (!st.profile.empty()) {
       nlohmann::json prof = nlohmann::json::object();

@@ -1,0 +1,15 @@
+// The `verl bench` subcommands, one file each in this folder: train.cpp (`bench train`, which also
+// declares the `bench` command), rollout.cpp (`bench rollout`), grpo_step.cpp (`bench grpo-step`).
+// Benchmark bookkeeping lives here too, never in the runners they time.
+#pragma once
+
+#include "cli/command.h"
+
+namespace verl::cli {
+
+// Declares `grpo-step` under `bench` and returns its action (grpo_step.cpp).
+Action add_bench_grpo_step(CLI::App& bench);
+// Declares `rollout` under `bench` and returns its action (rollout.cpp).
+Action add_bench_rollout(CLI::App& bench);
+
+}  // namespace verl::cli

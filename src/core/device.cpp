@@ -1,0 +1,98 @@
+// Device discovery (core/device.h). The CUDA runtime is asked only in builds with VERL_HAVE_CUDA.
+#include "core/device.h"
+
+#include "core/error.h"
+
+#ifdef VERL_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace verl {
+
+const char* to_string(Device d) {
+  return d == Device::Cuda ? "cuda" : "cpu";
+}
+
+#ifdef VERL_HAVE_CUDA
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear it, so later calls do not report this one
+    return 0;
+  }
+  return n;
+}
+
+int cuda_sm_count() {
+  static const int count = [] {
+    int device = 0, n = 0;
+    VERL_CHECK(cudaGetDevice(&device) == cudaSuccess &&
+                   cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) == cudaSuccess,
+               "cannot read the SM count of the current CUDA device");
+    return n;
+  }();
+  return count;
+}
+
+namespace {
+void mem_info(size_t& free_b, size_t& total_b) {
+  const cudaError_t e = cudaMemGetInfo(&free_b, &total_b);
+  VERL_CHECK(e == cudaSuccess, "cudaMemGetInfo failed: {}", cudaGetErrorString(e));
+}
+}  // namespace
+
+size_t device_memory_in_use() {
+  if (!cuda_available()) return 0;
+  size_t free_b = 0, total_b = 0;
+  mem_info(free_b, total_b);
+  return total_b - free_b;
+}
+
+size_t device_memory_total() {
+  if (!cuda_available()) return 0;
+  size_t free_b = 0, total_b = 0;
+  mem_info(free_b, total_b);
+  return total_b;
+}
+
+#else
+
+int cuda_device_count() {
+  return 0;
+}
+int cuda_sm_count() {
+  VERL_FAIL("cuda_sm_count: this build has no CUDA backend");
+}
+size_t device_memory_in_use() {
+  return 0;
+}
+size_t device_memory_total() {
+  return 0;
+}
+
+#endif
+
+bool cuda_available() {
+  return cuda_device_count() > 0;
+}
+
+Device resolve_device(const std::string& value, const std::string& key) {
+  if (value == "cpu") return Device::Cpu;
+  if (value == "auto") return cuda_available() ? Device::Cuda : Device::Cpu;
+  VERL_CHECK(value == "cuda", "{} must be cpu, cuda or auto, got '{}'", key, value);
+#ifdef VERL_HAVE_CUDA
+  VERL_CHECK(cuda_available(),
+             "{0}=cuda but no CUDA device is visible (no driver, or CUDA_VISIBLE_DEVICES hides "
+             "them); set {0}=cpu or auto",
+             key);
+#else
+  VERL_FAIL(
+      "{0}=cuda but this build has no CUDA backend (configure with -DVERL_CUDA=ON on a machine "
+      "with the CUDA toolkit); set {0}=cpu or auto",
+      key);
+#endif
+  return Device::Cuda;
+}
+
+}  // namespace verl

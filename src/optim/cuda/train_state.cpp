@@ -1,0 +1,110 @@
+#include "optim/cuda/train_state.h"
+
+#include <cstring>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "ops/cuda/glue.h"
+#include "dist/communicator.h"
+
+namespace verl::optim::cuda {
+
+using ops::cuda::bf16;
+using ops::cuda::DeviceBuffer;
+
+CudaTrainState::CudaTrainState(const ops::cuda::CudaContext& ctx, const model::Weights& w,
+                               bool trainable)
+    : TrainState(w.config, w.layout, trainable), ctx_(ctx) {
+  const size_t n = static_cast<size_t>(numel());
+  wbf_ = DeviceBuffer<bf16>(n);
+  if (trainable_) {
+    master_ = DeviceBuffer<float>(n);
+    grads_ = DeviceBuffer<float>(n);
+    m_ = DeviceBuffer<float>(n);
+    v_ = DeviceBuffer<float>(n);
+    norm_ = DeviceBuffer<double>(1);
+    grads_.zero(ctx_.stream);
+    m_.zero(ctx_.stream);
+    v_.zero(ctx_.stream);
+  }
+  upload(w.data, nullptr);
+}
+
+size_t CudaTrainState::device_bytes() const {
+  return master_.bytes() + grads_.bytes() + m_.bytes() + v_.bytes() + wbf_.bytes() + norm_.bytes();
+}
+
+void CudaTrainState::zero_grad() {
+  require_trainable("zero_grad");
+  grads_.zero(ctx_.stream);
+}
+
+void CudaTrainState::all_reduce_grads(dist::Communicator& comm) {
+  require_trainable("all_reduce_grads");
+  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));  // the backward's gradients are complete
+  comm.all_reduce(grads_.data(), grads_.size(), dist::DataType::F32, dist::ReduceOp::Sum,
+                  dist::Place::device(ctx_.stream));
+}
+
+double CudaTrainState::grad_sum_squares() {
+  require_trainable("grad_sum_squares");
+  ops::cuda::sum_squares(ctx_, norm_.data(), grads_.data() + shard_.begin, shard_.size());
+  double sq = 0;
+  VERL_CUDA_CHECK(
+      cudaMemcpyAsync(&sq, norm_.data(), sizeof(double), cudaMemcpyDeviceToHost, ctx_.stream));
+  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  return sq;
+}
+
+void CudaTrainState::adamw_update(const AdamWConfig& cfg, float lr, float grad_scale) {
+  require_trainable("adamw_update");
+  ++steps_;
+  const int64_t b = shard_.begin;
+  ops::cuda::adamw_step(ctx_, master_.data() + b, wbf_.data() + b, grads_.data() + b,
+                        m_.data() + b, v_.data() + b, shard_.size(), lr, cfg.beta1, cfg.beta2,
+                        cfg.eps, cfg.weight_decay, steps_, grad_scale);
+}
+
+std::vector<float> CudaTrainState::download_weights() const {
+  if (trainable_) return master_.download();
+  const std::vector<bf16> h = wbf_.download();
+  std::vector<float> out(h.size());
+  for (size_t i = 0; i < h.size(); ++i) {
+    uint16_t bits;
+    std::memcpy(&bits, &h[i], sizeof(bits));
+    out[i] = bf16_to_f32(bits);
+  }
+  return out;
+}
+
+AdamWState CudaTrainState::download_optimizer_state() const {
+  require_trainable("download_optimizer_state");
+  AdamWState s;
+  s.exp_avg = m_.download();
+  s.exp_avg_sq = v_.download();
+  s.step = steps_;
+  return s;
+}
+
+void CudaTrainState::upload(const std::vector<float>& weights, const AdamWState* opt) {
+  check_upload(weights, opt);
+  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));  // nothing may still read the old ones
+  if (trainable_) {
+    master_.upload(weights);
+    ops::cuda::convert(ctx_, wbf_.data(), master_.data(), numel());
+    if (opt != nullptr) {
+      m_.upload(opt->exp_avg);
+      v_.upload(opt->exp_avg_sq);
+      steps_ = opt->step;
+    }
+    VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+    return;
+  }
+  // Forward-only: no fp32 copy on the device; round on the host (to nearest even, as the device
+  // conversion does).
+  std::vector<uint16_t> h(weights.size());
+  for (size_t i = 0; i < weights.size(); ++i) h[i] = f32_to_bf16(weights[i]);
+  ops::cuda::copy_to_device(wbf_.data(), h.data(), h.size() * sizeof(uint16_t));
+}
+
+}  // namespace verl::optim::cuda

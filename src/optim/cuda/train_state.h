@@ -1,0 +1,49 @@
+// The training state on the GPU (optim/train_state.h): fp32 master weights, gradients and AdamW
+// moments as device buffers in the layout's order, plus the bf16 compute copy that the GPU model
+// (model/cuda/transformer.h) and the GPU rollout runner (rollout/cuda/model_runner.h) read by
+// pointer; the fused AdamW kernel updates the master weights and rewrites the bf16 copy in one
+// pass. A forward-only state (the reference policy) keeps the bf16 copy alone.
+#pragma once
+
+#include <vector>
+
+#include "ops/cuda/device.h"
+#include "ops/cuda/ops_cuda.h"
+#include "optim/train_state.h"
+
+namespace verl::optim::cuda {
+
+class CudaTrainState final : public TrainState {
+ public:
+  // Uploads w.data (the bf16 copy rounded on the device from the fp32 master, or on the host for
+  // a forward-only state). Work is enqueued on ctx.stream; the constructor waits for it.
+  CudaTrainState(const ops::cuda::CudaContext& ctx, const model::Weights& w, bool trainable);
+
+  Device device() const override { return Device::Cuda; }
+  float* master() override { return master_.data(); }
+  float* grads() override { return grads_.data(); }
+  float* exp_avg() override { return m_.data(); }
+  float* exp_avg_sq() override { return v_.data(); }
+  void zero_grad() override;
+  void all_reduce_grads(dist::Communicator& comm) override;
+  double grad_sum_squares() override;  // synchronises: the norm decides the clip scale
+  void adamw_update(const AdamWConfig& cfg, float lr, float grad_scale) override;
+  std::vector<float> download_weights() const override;
+  AdamWState download_optimizer_state() const override;
+  void upload(const std::vector<float>& weights, const AdamWState* opt) override;
+
+  // The bf16 compute copy, flat in layout order: what the model's forward/backward and the
+  // rollout read (the buffer adamw_update writes; no copy).
+  const ops::cuda::bf16* weights_bf16() const { return wbf_.data(); }
+  const ops::cuda::CudaContext& ctx() const { return ctx_; }
+  // Device bytes held: weights, gradients, moments.
+  size_t device_bytes() const;
+
+ private:
+  ops::cuda::CudaContext ctx_;
+  ops::cuda::DeviceBuffer<float> master_, grads_, m_, v_;
+  ops::cuda::DeviceBuffer<ops::cuda::bf16> wbf_;
+  ops::cuda::DeviceBuffer<double> norm_;
+};
+
+}  // namespace verl::optim::cuda

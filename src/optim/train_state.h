@@ -1,0 +1,110 @@
+// The flat training state of a model being trained (the actor, the critic), apart from the model
+// that computes with it: fp32 master weights, fp32 gradients and the AdamW moments, each one flat
+// buffer in the model's parameter layout (model::ParamLayout: the named views), on the CPU or the
+// GPU. On the GPU it also holds the bf16 compute copy that the forward, the backward and the
+// rollout read (optim/cuda/train_state.h). The shard spec says which element range this rank owns:
+// the whole range today; ZeRO sharding narrows it without touching the models.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/device.h"
+#include "model/weights.h"
+#include "optim/adamw.h"
+
+namespace verl::dist {
+class Communicator;
+}
+
+namespace verl::optim {
+
+// Elements [begin, end) of the flat layout that this rank keeps moments (and, later, master
+// weights and gradients) for.
+struct ShardSpec {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+};
+
+class TrainState {
+ public:
+  virtual ~TrainState() = default;
+  virtual Device device() const = 0;
+
+  const model::ModelConfig& config() const { return config_; }
+  const model::ParamLayout& layout() const { return layout_; }
+  int64_t numel() const { return layout_.total; }
+  const ShardSpec& shard() const { return shard_; }
+  // Whether this rank holds every element (no ZeRO sharding).
+  bool whole() const { return shard_.begin == 0 && shard_.end == numel(); }
+  // false: forward only (the reference policy): weights without gradients or optimizer state.
+  bool trainable() const { return trainable_; }
+  // AdamW updates applied (skipped non-finite steps excluded).
+  int64_t steps() const { return steps_; }
+
+  // The flat buffers, host pointers on the CPU and device pointers on the GPU (null when the state
+  // is forward-only): master weights, gradients (accumulated by the model's backward), moments.
+  virtual float* master() = 0;
+  virtual float* grads() = 0;
+  virtual float* exp_avg() = 0;
+  virtual float* exp_avg_sq() = 0;
+
+  virtual void zero_grad() = 0;
+  // Sums the gradients over the communicator's ranks, in place (data parallelism).
+  virtual void all_reduce_grads(dist::Communicator& comm) = 0;
+  // Sum of squares of the gradients over this rank's shard (a global norm sums it over ranks).
+  virtual double grad_sum_squares() = 0;
+  // One AdamW update of the shard with gradients scaled by `grad_scale` (clipping), then steps()+1.
+  virtual void adamw_update(const AdamWConfig& cfg, float lr, float grad_scale) = 0;
+
+  // Host copies for checkpoints and the CPU rollout: the fp32 weights in layout order (the master
+  // copy, or the bf16 copy widened for a forward-only state on the GPU) and the AdamW state.
+  virtual std::vector<float> download_weights() const = 0;
+  virtual AdamWState download_optimizer_state() const = 0;
+  // Resume: replaces the weights (layout order, numel() floats) and, when trainable, the moments
+  // and the step count.
+  virtual void upload(const std::vector<float>& weights, const AdamWState* opt) = 0;
+
+ protected:
+  TrainState(const model::ModelConfig& cfg, const model::ParamLayout& layout, bool trainable)
+      : config_(cfg), layout_(layout), shard_{0, layout.total}, trainable_(trainable) {}
+  void check_upload(const std::vector<float>& weights, const AdamWState* opt) const;
+  void require_trainable(const char* what) const;
+
+  model::ModelConfig config_;
+  model::ParamLayout layout_;
+  ShardSpec shard_;
+  bool trainable_;
+  int64_t steps_ = 0;
+};
+
+// The CPU state: the master weights are a model::Weights the CPU model reads (weights()).
+class CpuTrainState final : public TrainState {
+ public:
+  CpuTrainState(model::Weights w, bool trainable);
+
+  Device device() const override { return Device::Cpu; }
+  float* master() override { return w_.data.data(); }
+  float* grads() override { return trainable_ ? grads_.data() : nullptr; }
+  float* exp_avg() override { return trainable_ ? opt_.exp_avg.data() : nullptr; }
+  float* exp_avg_sq() override { return trainable_ ? opt_.exp_avg_sq.data() : nullptr; }
+  void zero_grad() override;
+  void all_reduce_grads(dist::Communicator& comm) override;
+  double grad_sum_squares() override;
+  void adamw_update(const AdamWConfig& cfg, float lr, float grad_scale) override;
+  std::vector<float> download_weights() const override { return w_.data; }
+  AdamWState download_optimizer_state() const override;
+  void upload(const std::vector<float>& weights, const AdamWState* opt) override;
+
+  // The weights object the CPU model keeps a reference to (its data is master()).
+  const model::Weights& weights() const { return w_; }
+  const AdamWState& optimizer_state() const { return opt_; }
+
+ private:
+  model::Weights w_;
+  std::vector<float> grads_;
+  AdamWState opt_;  // moments; opt_.step mirrors steps_
+};
+
+}  // namespace verl::optim

@@ -1,0 +1,61 @@
+// One step's experience (the trainer's per-response [B, L] matrices) and the one conversion
+// between them and a packed micro-batch's per-token arrays [T]: a micro-batch packs rows
+// prompt + response with no padding (model::PackedBatch), the model's outputs are per packed
+// token, the losses are per response token.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "data/rl_dataset.h"
+#include "model/batch.h"
+#include "trainer/core_algos.h"
+
+namespace verl::trainer {
+
+// One step's experience: B responses, per-token matrices [B, L] (L = longest response).
+struct Experience {
+  int64_t B = 0, L = 0;
+  std::vector<int64_t> group;                     // [B] prompt index within the batch
+  std::vector<const data::Sample*> sample;        // [B]
+  std::vector<std::vector<int32_t>> response;     // [B]
+  std::vector<std::string> finish_reason;         // [B]
+  std::vector<float> mask;                        // [B, L] response mask
+  std::vector<float> rollout_log_prob;            // [B, L]
+  std::vector<float> scores;                      // [B] sequence reward
+  std::vector<float> token_level_scores, token_level_rewards;   // [B, L]
+  std::vector<float> old_log_prob, ref_log_prob, values;        // [B, L] (empty when unused)
+  std::vector<float> advantages, returns;                       // [B, L]
+  Shape shape() const { return {B, L}; }
+};
+
+// Rows `idx` of the experience packed as one micro-batch. Response token j of row rows()[i] sits
+// at packed position base(i) + 1 + j; the model's outputs for it (the log-prob of that token, the
+// critic's value of the state before it, as verl's values[:, -response_length - 1 : -1]) sit at
+// base(i) + j, the position before it.
+class PackedResponses {
+ public:
+  PackedResponses(const Experience& exp, std::vector<int64_t> rows);
+
+  const model::PackedBatch& batch() const { return batch_; }
+  const std::vector<int64_t>& rows() const { return rows_; }
+  int64_t L() const { return L_; }
+
+  // The response tokens' entries of a packed [T] array as a [rows, L] matrix (zero past each
+  // response's end).
+  std::vector<float> gather(const std::vector<float>& packed) const;
+  // The same written into the rows' lines of a [B, L] matrix.
+  void gather_into(const std::vector<float>& packed, std::vector<float>& matrix) const;
+  // A packed [T] array holding a [rows, L] matrix's response entries (zero elsewhere): how a
+  // loss's gradient reaches the model's outputs. An empty matrix gives an empty array.
+  std::vector<float> scatter(const std::vector<float>& per_row) const;
+
+ private:
+  std::vector<int64_t> rows_, base_, len_;
+  int64_t L_;
+  model::PackedBatch batch_;
+};
+
+}  // namespace verl::trainer
