@@ -4,6 +4,7 @@
 #include "cli/command.h"
 #include "cli/io.h"
 #include "config/config.h"
+#include "dist/mpi_communicator.h"
 #include "trainer/ppo_trainer.h"
 
 namespace verl::cli {
@@ -16,8 +17,13 @@ struct Opts {
 int run(const Opts& o) {
   auto [path, overrides] = split_config_args(o.args);
   config::Config cfg = config::load_config(path, overrides);
-  trainer::PpoTrainer trainer(cfg);
-  trainer.fit();
+  try {
+    trainer::PpoTrainer trainer(cfg);
+    trainer.fit();
+  } catch (const std::exception& e) {
+    dist::abort_job_on_error(e.what());  // a data-parallel job ends on every rank
+    throw;
+  }
   return 0;
 }
 

@@ -8,7 +8,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <type_traits>
+#include <utility>
 
 #include "core/error.h"
 
@@ -61,6 +63,11 @@ class Communicator {
   virtual int world_size() const = 0;
   // Returns on each rank once every rank has entered it.
   virtual void barrier() = 0;
+
+  // The pipeline stage the next collectives belong to ("gen", "update_actor", ...): a backend
+  // names it when a collective fails or times out.
+  void set_stage(std::string stage) { stage_ = std::move(stage); }
+  const std::string& stage() const { return stage_; }
 
   // data[i] becomes op over all ranks of data[i], on every rank. In place.
   void all_reduce(void* data, size_t count, DataType type, ReduceOp op, Place place = {});
@@ -182,6 +189,7 @@ class Communicator {
                                 Place place) = 0;
 
  private:
+  std::string stage_ = "setup";
   // Every slice [displs[j], displs[j] + counts[j]) lies inside a buffer of `size` elements.
   void check_slices(const char* which, size_t size, std::span<const size_t> counts,
                     std::span<const size_t> displs) const;

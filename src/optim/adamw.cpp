@@ -16,15 +16,19 @@ float clip_scale(double norm, float grad_clip) {
 
 double AdamW::step(TrainState& state, float lr, dist::Communicator& comm) const {
   VERL_CHECK(state.trainable(), "AdamW::step: the state is forward-only (a reference policy)");
-  if (comm.world_size() > 1) {
+  // Data parallel: each rank's loss carries dp_size x the global normaliser (core_algos.h AggNorm),
+  // so the gradient is the ranks' mean: their sum (all-reduced in place) divided by the world size,
+  // a factor folded into the update's gradient scale rather than a pass of its own.
+  const double world = comm.world_size();
+  if (world > 1) {
     VERL_CHECK(state.whole(), "AdamW::step: sharded training states are not supported yet");
     state.all_reduce_grads(comm);
   }
   double sq = state.grad_sum_squares();
   if (!state.whole()) sq = comm.sum(sq);  // each rank holds a shard's gradients
-  const double norm = std::sqrt(sq);
+  const double norm = std::sqrt(sq) / world;
   if (!std::isfinite(norm)) return norm;
-  state.adamw_update(cfg_, lr, clip_scale(norm, cfg_.grad_clip));
+  state.adamw_update(cfg_, lr, clip_scale(norm, cfg_.grad_clip) / static_cast<float>(world));
   return norm;
 }
 

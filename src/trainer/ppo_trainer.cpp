@@ -8,9 +8,11 @@
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <thread>
 
@@ -20,6 +22,7 @@
 #include "core/rng.h"
 #include "core/timer.h"
 #include "data/seqlen_balancing.h"
+#include "dist/launch.h"
 #include "metrics/gpu_monitor.h"
 #include "metrics/logger.h"
 #include "model/generation_config.h"
@@ -73,15 +76,15 @@ optim::LrSchedule lr_schedule(const config::Config& cfg, const std::string& pref
 struct MicroBatchPlan {
   int64_t max_tokens = 0, max_seqs = 0;
 };
-MicroBatchPlan plan_micro_batches(const config::Config& cfg, int64_t n, bool update,
+MicroBatchPlan plan_micro_batches(const config::Config& cfg, int64_t n, int world, bool update,
                                   const std::string& a = "actor_rollout_ref.actor.") {
   const int64_t seq_len = cfg.get<int64_t>("data.max_prompt_length") + cfg.get<int64_t>("data.max_response_length");
-  const int64_t step_seqs = cfg.get<int64_t>("data.gen_batch_size") * n;
+  const int64_t step_seqs = cfg.get<int64_t>("data.gen_batch_size") * n / world;  // this rank's share
   const int64_t budget = cfg.get<int64_t>(a + "ppo_max_token_len_per_gpu");
   MicroBatchPlan p;
   p.max_tokens = std::min(budget, step_seqs * seq_len);
   if (update && !cfg.get<bool>(a + "use_dynamic_bsz")) {
-    const int64_t mini = std::min(cfg.get<int64_t>(a + "ppo_mini_batch_size") * n, step_seqs);
+    const int64_t mini = std::min(cfg.get<int64_t>(a + "ppo_mini_batch_size") * n / world, step_seqs);
     const auto micro_cfg = cfg.get<std::optional<int64_t>>(a + "ppo_micro_batch_size_per_gpu");
     const int64_t micro = std::min(micro_cfg.value_or(mini), mini);
     p.max_tokens = std::max(p.max_tokens, micro * seq_len);
@@ -104,6 +107,18 @@ struct ProbsDiff {
       sq += d * d;
       n += 1;
     }
+  }
+  // Over every rank's tokens.
+  void reduce(dist::Communicator& comm) {
+    if (comm.world_size() == 1) return;
+    double sums[3] = {sum, sq, n};
+    comm.all_reduce(std::span<double>(sums), dist::ReduceOp::Sum);
+    double w[1] = {worst};
+    comm.all_reduce(std::span<double>(w), dist::ReduceOp::Max);
+    sum = sums[0];
+    sq = sums[1];
+    n = sums[2];
+    worst = w[0];
   }
   void report(metrics::Metrics& m) const {
     if (n == 0) return;
@@ -134,11 +149,84 @@ std::vector<float> rows(const std::vector<float>& m, const std::vector<int64_t>&
   return out;
 }
 
+// A step's [B, L] per-token matrices over every data-parallel rank: each rank holds B rows (the
+// same B everywhere) of up to its own L; the global view stacks the ranks' rows in rank order
+// (rank r's rows are the global batch's rows r B .. r B + B - 1, its prompts' order) padded to the
+// longest L. One rank: the matrices themselves, nothing copied through a communicator.
+class GlobalRows {
+ public:
+  GlobalRows(dist::Communicator& comm, const Experience& exp, int64_t first_prompt)
+      : comm_(comm), B_(exp.B), L_(exp.L), first_prompt_(first_prompt),
+        Lg_(comm.world_size() > 1 ? comm.max(exp.L) : exp.L) {}
+
+  Shape shape() const { return {B_ * comm_.world_size(), Lg_}; }
+  // A local [B, L] matrix as the global [W B, Lg] one (empty stays empty).
+  std::vector<float> gather(const std::vector<float>& m) {
+    if (comm_.world_size() == 1 || m.empty()) return m;
+    std::vector<float> padded(static_cast<size_t>(B_ * Lg_), 0.0f);
+    for (int64_t b = 0; b < B_; ++b) std::copy_n(m.begin() + b * L_, L_, padded.begin() + b * Lg_);
+    std::vector<float> out(padded.size() * comm_.world_size());
+    comm_.all_gather<float>(padded, out);
+    bytes_ += padded.size() * sizeof(float);
+    return out;
+  }
+  // One value per row, [B] -> [W B].
+  std::vector<float> gather_per_row(const std::vector<float>& v) {
+    if (comm_.world_size() == 1) return v;
+    std::vector<float> out(v.size() * comm_.world_size());
+    comm_.all_gather<float>(v, out);
+    bytes_ += v.size() * sizeof(float);
+    return out;
+  }
+  // Rows' prompt indices, made global (a group is one prompt's samples, all on one rank).
+  std::vector<int64_t> gather_index(const std::vector<int64_t>& group) {
+    if (comm_.world_size() == 1) return group;
+    std::vector<int64_t> mine(group.size()), out(group.size() * comm_.world_size());
+    for (size_t i = 0; i < group.size(); ++i) mine[i] = group[i] + first_prompt_;
+    comm_.all_gather<int64_t>(mine, out);
+    bytes_ += mine.size() * sizeof(int64_t);
+    return out;
+  }
+  // This rank's rows of a global [W B, Lg] matrix, as a local [B, L] one.
+  std::vector<float> mine(const std::vector<float>& global) const {
+    if (comm_.world_size() == 1 || global.empty()) return global;
+    std::vector<float> out(static_cast<size_t>(B_ * L_));
+    const int64_t row0 = comm_.rank() * B_;
+    for (int64_t b = 0; b < B_; ++b) std::copy_n(global.begin() + (row0 + b) * Lg_, L_, out.begin() + b * L_);
+    return out;
+  }
+  size_t bytes_sent() const { return bytes_; }
+
+ private:
+  dist::Communicator& comm_;
+  int64_t B_, L_, first_prompt_, Lg_;
+  size_t bytes_ = 0;
+};
+
 }  // namespace
 
 PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
+  // The ranks the launcher started (one process without a launcher: exactly as before).
+  comm_ = dist::make_communicator(dist::detect_launch(), cfg_.get<double>("actor_rollout_ref.nccl_timeout"));
+  const int world = comm_->world_size();
   const std::string device = cfg_.get<std::string>("trainer.device");
   device_ = resolve_device(device);
+  if (world > 1) {
+    const int64_t nnodes = cfg_.get<int64_t>("trainer.nnodes"), per_node = cfg_.get<int64_t>("trainer.n_gpus_per_node");
+    VERL_CHECK(nnodes * per_node == world,
+               "trainer.nnodes ({}) x trainer.n_gpus_per_node ({}) = {} ranks, but the launcher started {}; set "
+               "them to match (e.g. trainer.nnodes=1 trainer.n_gpus_per_node={})",
+               nnodes, per_node, nnodes * per_node, world, world);
+    VERL_CHECK(device_ == Device::Cpu,
+               "trainer.device=cuda with {} ranks: data parallelism on GPUs needs the NCCL communicator, which is "
+               "not built yet; run the ranks with trainer.device=cpu, or one rank on the GPU",
+               world);
+    for (const char* key : {"data.train_batch_size", "data.gen_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size"}) {
+      const int64_t v = cfg_.get<int64_t>(key);
+      VERL_CHECK(v % world == 0, "{}={} must be a multiple of the {} data-parallel ranks (each takes an equal share)",
+                 key, v, world);
+    }
+  }
   const std::string model_path = cfg_.get<std::string>("actor_rollout_ref.model.path");
   model::Weights actor_weights = model::Weights::load(model_path);
   VERL_CHECK(actor_weights.config.head == model::HeadKind::CausalLM,
@@ -166,10 +254,13 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
                           cfg_.get<std::optional<bool>>("critic.enable").value_or(false);
   if (use_critic) {
     // The critic on trainer.device too; its micro-batches are planned from the critic.* keys.
+    VERL_CHECK(cfg_.get<int64_t>("critic.ppo_mini_batch_size") % comm_->world_size() == 0,
+               "critic.ppo_mini_batch_size={} must be a multiple of the {} data-parallel ranks",
+               cfg_.get<int64_t>("critic.ppo_mini_batch_size"), comm_->world_size());
     PolicyOptions co;
     co.optim = optim_config(cfg_, "critic", cfg_.get<double>("critic.grad_clip"));
     co.recompute = cfg_.get<bool>("critic.model.enable_gradient_checkpointing");
-    const MicroBatchPlan plan = plan_micro_batches(cfg_, n_, /*update=*/true, "critic.");
+    const MicroBatchPlan plan = plan_micro_batches(cfg_, n_, comm_->world_size(), /*update=*/true, "critic.");
     co.max_tokens = plan.max_tokens;
     co.max_seqs = plan.max_seqs;
     critic_.emplace();
@@ -196,7 +287,7 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
   if (actor_loss_.use_kl_loss || use_kl_in_reward) {
     PolicyOptions ro = po;
     ro.trainable = false;
-    const MicroBatchPlan plan = plan_micro_batches(cfg_, n_, /*update=*/false);
+    const MicroBatchPlan plan = plan_micro_batches(cfg_, n_, comm_->world_size(), /*update=*/false);
     ro.max_tokens = plan.max_tokens;
     ro.max_seqs = plan.max_seqs;
     ref_ = make_policy(device_, actor_weights, ro);
@@ -204,7 +295,7 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
   {
     po.numerics = numerics_;
     po.optim = optim_config(cfg_, "actor_rollout_ref.actor", cfg_.get<double>("actor_rollout_ref.actor.grad_clip"));
-    const MicroBatchPlan plan = plan_micro_batches(cfg_, n_, /*update=*/true);
+    const MicroBatchPlan plan = plan_micro_batches(cfg_, n_, comm_->world_size(), /*update=*/true);
     po.max_tokens = plan.max_tokens;
     po.max_seqs = plan.max_seqs;
     actor_.base_lr = po.optim.lr;
@@ -244,7 +335,7 @@ PpoTrainer::~PpoTrainer() {
 
 // ---- generation and rewards ---------------------------------------------------------------------
 
-void PpoTrainer::generate(const std::vector<data::Sample>& samples, Experience& exp,
+void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t first_index, Experience& exp,
                           metrics::StageTimer& timer, bool validation, bool greedy) {
   const std::string rk = validation ? "actor_rollout_ref.rollout.val_kwargs." : "actor_rollout_ref.rollout.";
   const int64_t n = greedy ? 1 : validation ? cfg_.get<int64_t>(rk + "n") : n_;
@@ -263,7 +354,7 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, Experience& 
     r.prompt = samples[i].prompt_ids;
     r.params = sp;
     r.params.seed = mix(seed_ ^ mix(static_cast<uint64_t>(global_step_) * 2 + (validation ? 1 : 0)) ^
-                        mix(static_cast<uint64_t>(i) + 0x51ed));
+                        mix(static_cast<uint64_t>(first_index + static_cast<int64_t>(i)) + 0x51ed));
     r.n = static_cast<int32_t>(n);
     longest = std::max<int64_t>(longest, static_cast<int64_t>(r.prompt.size()));
     reqs.push_back(std::move(r));
@@ -482,7 +573,8 @@ void PpoTrainer::compute_values(const Experience& exp, std::vector<float>& value
 void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
   const std::string a = "actor_rollout_ref.actor.";
   const int64_t L = exp.L;
-  const int64_t mini = cfg_.get<int64_t>(a + "ppo_mini_batch_size") * n_;  // verl scales it by rollout.n
+  // verl scales it by rollout.n and divides it among the data-parallel ranks.
+  const int64_t mini = cfg_.get<int64_t>(a + "ppo_mini_batch_size") * n_ / comm_->world_size();
   const int64_t epochs = cfg_.get<int64_t>(a + "ppo_epochs");
   const bool dynamic = cfg_.get<bool>(a + "use_dynamic_bsz");
   const int64_t max_tokens = cfg_.get<int64_t>(a + "ppo_max_token_len_per_gpu");
@@ -551,13 +643,16 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
   }
   actor.release_activations();
   const double u = static_cast<double>(std::max<int64_t>(1, updates));
-  // Loss terms carry global normalisers (their sum over ranks is the loss); fractions are means.
-  pg_loss = comm_->sum(pg_loss);
+  // The losses carry verl's global normalisers times dp_size (so the ranks' mean gradient is the
+  // global one): their mean over ranks is the global loss. The entropy and the fractions are
+  // weighted by global token counts already: their sum over ranks is the global value.
+  pg_loss = comm_->mean(pg_loss);
+  kl_loss = comm_->mean(kl_loss);
   ent = comm_->sum(ent);
-  kl_loss = comm_->sum(kl_loss);
-  pg_clipfrac = comm_->mean(pg_clipfrac);
-  ppo_kl = comm_->mean(ppo_kl);
-  clip_lower = comm_->mean(clip_lower);
+  pg_clipfrac = comm_->sum(pg_clipfrac);
+  ppo_kl = comm_->sum(ppo_kl);
+  clip_lower = comm_->sum(clip_lower);
+  probs_diff.reduce(*comm_);
   probs_diff.report(m);
   m.set("actor/pg_loss", pg_loss / u);
   m.set("actor/pg_clipfrac", pg_clipfrac / u);
@@ -584,7 +679,7 @@ void PpoTrainer::record_device_memory(metrics::Metrics& m, const char* phase) co
 
 void PpoTrainer::update_critic(Experience& exp, metrics::Metrics& m) {
   const int64_t L = exp.L;
-  const int64_t mini = cfg_.get<int64_t>("critic.ppo_mini_batch_size") * n_;
+  const int64_t mini = cfg_.get<int64_t>("critic.ppo_mini_batch_size") * n_ / comm_->world_size();
   const int64_t epochs = cfg_.get<int64_t>("critic.ppo_epochs");
   const bool dynamic = cfg_.get<bool>("critic.use_dynamic_bsz");
   const int64_t max_tokens = cfg_.get<int64_t>("critic.ppo_max_token_len_per_gpu");
@@ -628,6 +723,8 @@ void PpoTrainer::update_critic(Experience& exp, metrics::Metrics& m) {
     }
   }
   const double u = static_cast<double>(std::max<int64_t>(1, updates));
+  vf_loss = comm_->mean(vf_loss);  // as the actor's losses: dp_size x the global normaliser
+  vf_clipfrac = comm_->sum(vf_clipfrac);
   m.set("critic/vf_loss", vf_loss / u);
   m.set("critic/vf_clipfrac", vf_clipfrac / u);
   m.set("critic/grad_norm", gnorm_sum / u);
@@ -635,6 +732,43 @@ void PpoTrainer::update_critic(Experience& exp, metrics::Metrics& m) {
 }
 
 // ---- metrics --------------------------------------------------------------------------------------
+
+// verl's compute_data_metrics over every rank's samples: the statistics of the concatenation of
+// the ranks' values (one rank: exactly Metrics::add_stats / add_length_stats).
+void PpoTrainer::add_global_stats(metrics::Metrics& m, std::string_view prefix, const std::vector<double>& x) const {
+  if (comm_->world_size() == 1) {
+    m.add_stats(prefix, x);
+    return;
+  }
+  double sums[2] = {0, static_cast<double>(x.size())};
+  double hi[1] = {-std::numeric_limits<double>::infinity()}, lo[1] = {std::numeric_limits<double>::infinity()};
+  for (double v : x) {
+    sums[0] += v;
+    hi[0] = std::max(hi[0], v);
+    lo[0] = std::min(lo[0], v);
+  }
+  comm_->all_reduce(std::span<double>(sums), dist::ReduceOp::Sum);
+  comm_->all_reduce(std::span<double>(hi), dist::ReduceOp::Max);
+  comm_->all_reduce(std::span<double>(lo), dist::ReduceOp::Min);
+  if (sums[1] == 0) return;  // nothing to reduce anywhere: no statistic, as add_stats
+  m.set(std::string(prefix) + "/mean", sums[0] / sums[1]);
+  m.set(std::string(prefix) + "/max", hi[0]);
+  m.set(std::string(prefix) + "/min", lo[0]);
+}
+
+void PpoTrainer::add_global_length_stats(metrics::Metrics& m, std::string_view prefix, const std::vector<int64_t>& len,
+                                         int64_t max_length) const {
+  if (comm_->world_size() == 1) {
+    m.add_length_stats(prefix, len, max_length);
+    return;
+  }
+  std::vector<double> x(len.begin(), len.end());
+  add_global_stats(m, prefix, x);
+  double clipped[2] = {0, static_cast<double>(len.size())};
+  for (int64_t l : len) clipped[0] += l >= max_length ? 1.0 : 0.0;
+  comm_->all_reduce(std::span<double>(clipped), dist::ReduceOp::Sum);
+  if (clipped[1] > 0) m.set(std::string(prefix) + "/clip_ratio", clipped[0] / clipped[1]);
+}
 
 void PpoTrainer::add_data_metrics(const Experience& exp, metrics::Metrics& m) const {
   const int64_t L = exp.L;
@@ -656,24 +790,46 @@ void PpoTrainer::add_data_metrics(const Experience& exp, metrics::Metrics& m) co
     resp_len[b] = static_cast<int64_t>(exp.response[b].size());
     prompt_len[b] = static_cast<int64_t>(exp.sample[b]->prompt_ids.size());
   }
-  m.add_stats("critic/score", seq_score);
-  m.add_stats("critic/rewards", seq_reward);
-  m.add_stats("critic/advantages", adv);
-  m.add_stats("critic/returns", ret);
+  add_global_stats(m, "critic/score", seq_score);
+  add_global_stats(m, "critic/rewards", seq_reward);
+  add_global_stats(m, "critic/advantages", adv);
+  add_global_stats(m, "critic/returns", ret);
   if (!val.empty()) {
-    m.add_stats("critic/values", val);
-    // vf_explained_var = 1 - var(returns - values) / var(returns), over valid tokens.
-    auto var = [](const std::vector<double>& x) {
-      double mean = std::accumulate(x.begin(), x.end(), 0.0) / x.size(), v = 0;
-      for (double e : x) v += (e - mean) * (e - mean);
-      return v / x.size();
-    };
+    add_global_stats(m, "critic/values", val);
+    // vf_explained_var = 1 - var(returns - values) / var(returns), over valid tokens (of every rank).
     std::vector<double> diff(ret.size());
     for (size_t i = 0; i < ret.size(); ++i) diff[i] = ret[i] - val[i];
-    m.set("critic/vf_explained_var", 1.0 - var(diff) / (var(ret) + 1e-5));
+    if (comm_->world_size() == 1) {
+      auto var = [](const std::vector<double>& x) {
+        double mean = std::accumulate(x.begin(), x.end(), 0.0) / x.size(), v = 0;
+        for (double e : x) v += (e - mean) * (e - mean);
+        return v / x.size();
+      };
+      m.set("critic/vf_explained_var", 1.0 - var(diff) / (var(ret) + 1e-5));
+    } else {
+      double s[5] = {static_cast<double>(ret.size()), 0, 0, 0, 0};  // n, sum and sum of squares of ret, diff
+      for (size_t i = 0; i < ret.size(); ++i) {
+        s[1] += ret[i];
+        s[2] += ret[i] * ret[i];
+        s[3] += diff[i];
+        s[4] += diff[i] * diff[i];
+      }
+      comm_->all_reduce(std::span<double>(s), dist::ReduceOp::Sum);
+      const double var_ret = s[2] / s[0] - (s[1] / s[0]) * (s[1] / s[0]);
+      const double var_diff = s[4] / s[0] - (s[3] / s[0]) * (s[3] / s[0]);
+      m.set("critic/vf_explained_var", 1.0 - var_diff / (var_ret + 1e-5));
+    }
   }
-  m.add_length_stats("response_length", resp_len, cfg_.get<int64_t>("data.max_response_length"));
-  m.add_length_stats("prompt_length", prompt_len, cfg_.get<int64_t>("data.max_prompt_length"));
+  add_global_length_stats(m, "response_length", resp_len, cfg_.get<int64_t>("data.max_response_length"));
+  add_global_length_stats(m, "prompt_length", prompt_len, cfg_.get<int64_t>("data.max_prompt_length"));
+}
+
+std::pair<std::vector<data::Sample>, int64_t> PpoTrainer::rank_share(const std::vector<data::Sample>& all) const {
+  const int64_t world = comm_->world_size(), n = static_cast<int64_t>(all.size());
+  if (world == 1) return {all, 0};
+  VERL_CHECK(n % world == 0, "a batch of {} prompts does not split evenly over {} data-parallel ranks", n, world);
+  const int64_t per = n / world, first = comm_->rank() * per;
+  return {std::vector<data::Sample>(all.begin() + first, all.begin() + first + per), first};
 }
 
 // ---- the step ---------------------------------------------------------------------------------------
@@ -683,45 +839,64 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
   metrics::Metrics m;
   Experience exp;
   auto step_scope = timer.scope("step");
-  generate(batch.samples, exp, timer, /*validation=*/false);
+  // This rank's share of the prompts (a prompt's n samples stay on one rank); sampling seeds come
+  // from the global prompt index, so the step's samples do not depend on the world size.
+  const auto [local, first] = rank_share(batch.samples);
+  comm_->set_stage("gen");
+  generate(local, first, exp, timer, /*validation=*/false);
   record_device_memory(m, "gen");
 
-  const int64_t mini = cfg_.get<int64_t>("actor_rollout_ref.actor.ppo_mini_batch_size") * n_;
+  const int64_t mini = cfg_.get<int64_t>("actor_rollout_ref.actor.ppo_mini_batch_size") * n_ / comm_->world_size();
   const bool on_policy = cfg_.get<int64_t>("actor_rollout_ref.actor.ppo_epochs") == 1 && mini >= exp.B;
   const bool use_kl_in_reward = kl_ctrl_.has_value();
   if (!on_policy || use_kl_in_reward) {
     auto s = timer.scope("old_log_prob");
+    comm_->set_stage("old_log_prob");
     compute_log_probs(*actor_.model, exp, exp.old_log_prob, nullptr);
     record_device_memory(m, "old_log_prob");
     ProbsDiff diff;
     diff.add(exp.rollout_log_prob, exp.old_log_prob, exp.mask);
+    diff.reduce(*comm_);
     diff.report(m);
   }
   if (ref_) {
     auto s = timer.scope("ref");
+    comm_->set_stage("ref");
     compute_log_probs(*ref_, exp, exp.ref_log_prob, nullptr);
     record_device_memory(m, "ref");
   }
   if (critic_) {
     auto s = timer.scope("values");
+    comm_->set_stage("values");
     compute_values(exp, exp.values);
   }
   {
     auto s = timer.scope("adv");
+    comm_->set_stage("adv");
+    // The advantages are computed over the global batch, as verl's driver does: GAE's and
+    // REINFORCE++'s whitening and the adaptive KL controller take batch-wide statistics. With
+    // several ranks each gathers the per-token [B, L] rows it needs (rewards, log-probs, values,
+    // masks: no hidden-size or vocabulary-size tensor) and keeps its own rows of the result.
+    GlobalRows g(*comm_, exp, first);
+    m.set("perf/exchange_bytes", 0.0);
+    const std::vector<float> scores = g.gather(exp.token_level_scores), mask = g.gather(exp.mask);
+    std::vector<float> rewards = scores;
     if (use_kl_in_reward) {
-      KlInRewardOutput k = apply_kl_penalty(exp.shape(), exp.token_level_scores, exp.old_log_prob, exp.ref_log_prob,
-                                            exp.mask, *kl_ctrl_,
+      KlInRewardOutput k = apply_kl_penalty(g.shape(), scores, g.gather(exp.old_log_prob), g.gather(exp.ref_log_prob),
+                                            mask, *kl_ctrl_,
                                             parse_kl_type(cfg_.get<std::string>("algorithm.kl_penalty")));
-      exp.token_level_rewards = std::move(k.token_level_rewards);
+      rewards = std::move(k.token_level_rewards);
       m.set("actor/reward_kl_penalty", k.current_kl);
       m.set("actor/reward_kl_penalty_coeff", k.beta);
     }
+    const std::vector<float> values = g.gather(exp.values);
+    const std::vector<int64_t> index = g.gather_index(exp.group);
     AdvantageInputs in;
-    in.shape = exp.shape();
-    in.token_level_rewards = exp.token_level_rewards;
-    in.response_mask = exp.mask;
-    in.values = exp.values;
-    in.index = exp.group;
+    in.shape = g.shape();
+    in.token_level_rewards = rewards;
+    in.response_mask = mask;
+    in.values = values;
+    in.index = index;
     in.gamma = cfg_.get<double>("algorithm.gamma");
     in.lam = cfg_.get<double>("algorithm.lam");
     in.norm_adv_by_std_in_grpo = cfg_.get<bool>("algorithm.norm_adv_by_std_in_grpo");
@@ -730,21 +905,26 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
       // ReMax's baseline: the reward of each prompt's greedy response (verl generates it with
       // do_sample=False in the gen stage).
       Experience greedy;
-      generate(batch.samples, greedy, timer, /*validation=*/false, /*greedy=*/true);
+      generate(local, first, greedy, timer, /*validation=*/false, /*greedy=*/true);
       for (int64_t b = 0; b < exp.B; ++b) baselines.push_back(greedy.scores[exp.group[b]]);
+      baselines = g.gather_per_row(baselines);
       in.reward_baselines = baselines;
     }
     AdvantageOutput a = compute_advantage(estimator_, in);
-    exp.advantages = std::move(a.advantages);
-    exp.returns = std::move(a.returns);
+    exp.token_level_rewards = g.mine(rewards);
+    exp.advantages = g.mine(a.advantages);
+    exp.returns = g.mine(a.returns);
+    m.set("perf/exchange_bytes", static_cast<double>(g.bytes_sent()));
   }
   if (critic_) {
     auto s = timer.scope("update_critic");
+    comm_->set_stage("update_critic");
     update_critic(exp, m);
   }
   // verl counts steps from 1 here: the actor updates once critic_warmup <= the step number.
   if (global_step_ + 1 >= cfg_.get<int64_t>("trainer.critic_warmup")) {
     auto s = timer.scope("update_actor");
+    comm_->set_stage("update_actor");
     update_actor(exp, m);
     record_device_memory(m, "update_actor");
   }
@@ -759,7 +939,8 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
   m.set("timing_s/reward_overlap_gen", timer.overlap("gen", "reward"));
   int64_t total_tokens = 0;
   for (int64_t b = 0; b < exp.B; ++b) total_tokens += static_cast<int64_t>(exp.sample[b]->prompt_ids.size() + exp.response[b].size());
-  metrics::add_throughput(m, total_tokens, timer.seconds("step"), 1);
+  // verl's perf/throughput: tokens of the global batch / (step time x world size).
+  metrics::add_throughput(m, comm_->sum(total_tokens), timer.seconds("step"), comm_->world_size());
   m.set("training/global_step", static_cast<double>(global_step_));
   m.set("training/epoch", static_cast<double>(batch.epoch));
   // Memory (the seed's per-phase figures start here) and, where NVML sees a GPU, its utilisation.
@@ -779,14 +960,34 @@ metrics::Metrics PpoTrainer::validate() {
   data::DataLoader loader(*val_set_, data::LoaderOptions::val_from_config(cfg_, val_set_->size()));
   std::map<std::string, std::pair<double, int64_t>> per_source;
   const int64_t n = cfg_.get<int64_t>("actor_rollout_ref.rollout.val_kwargs.n");
+  comm_->set_stage("testing");
   while (auto batch = loader.next()) {
     metrics::StageTimer timer;
     Experience exp;
-    generate(batch->samples, exp, timer, /*validation=*/true);
+    // Every rank sees the whole batch and generates its share; the sums per data source are then
+    // reduced over the sources of the whole batch, which every rank knows.
+    for (const data::Sample& s : batch->samples) per_source.try_emplace(s.data_source, 0.0, 0);
+    const int64_t world = comm_->world_size(), n = static_cast<int64_t>(batch->samples.size());
+    const int64_t begin = n * comm_->rank() / world, end = n * (comm_->rank() + 1) / world;
+    const std::vector<data::Sample> local(batch->samples.begin() + begin, batch->samples.begin() + end);
+    generate(local, begin, exp, timer, /*validation=*/true);
     for (int64_t b = 0; b < exp.B; ++b) {
       auto& acc = per_source[exp.sample[b]->data_source];
       acc.first += exp.scores[b];
       acc.second += 1;
+    }
+  }
+  if (comm_->world_size() > 1) {
+    std::vector<double> sums;
+    for (const auto& [src, acc] : per_source) {
+      sums.push_back(acc.first);
+      sums.push_back(static_cast<double>(acc.second));
+    }
+    comm_->all_reduce(std::span<double>(sums), dist::ReduceOp::Sum);
+    size_t i = 0;
+    for (auto& [src, acc] : per_source) {
+      acc.first = sums[i++];
+      acc.second = static_cast<int64_t>(sums[i++]);
     }
   }
   for (const auto& [src, acc] : per_source) {
@@ -856,13 +1057,20 @@ void PpoTrainer::fit() {
   lo.total_steps = total_steps_;
   lo.logging_steps = cfg_.get<int64_t>("trainer.logging_steps");
   lo.resume_step = global_step_;
-  logger_ = std::make_unique<metrics::MultiLogger>(cfg_.get<std::vector<std::string>>("trainer.logger"), lo);
-  gpu_monitor_ = std::make_unique<metrics::GpuMonitor>();
+  // Rank 0 logs and saves (every rank holds the same weights: their gradients are all-reduced).
+  const bool lead = comm_->rank() == 0;
+  if (lead) {
+    logger_ = std::make_unique<metrics::MultiLogger>(cfg_.get<std::vector<std::string>>("trainer.logger"), lo);
+    gpu_monitor_ = std::make_unique<metrics::GpuMonitor>();
+  }
+  auto log_metrics = [&](const metrics::Metrics& m) {
+    if (logger_) logger_->log(global_step_, m);
+  };
   const int64_t test_freq = cfg_.get<int64_t>("trainer.test_freq");
   const int64_t save_freq = cfg_.get<int64_t>("trainer.save_freq");
   if (val_set_ && cfg_.get<bool>("trainer.val_before_train") && global_step_ == 0) {
     metrics::Metrics v = validate();
-    logger_->log(global_step_, v);
+    log_metrics(v);
     if (cfg_.get<bool>("trainer.val_only")) return;
   }
   while (global_step_ < total_steps_) {
@@ -872,14 +1080,14 @@ void PpoTrainer::fit() {
     m.set("timing_s/data", train_loader_->last_wait_seconds());
     const bool last = global_step_ == total_steps_;
     if (val_set_ && test_freq > 0 && (global_step_ % test_freq == 0 || last)) m.merge(validate());
-    if (save_freq > 0 && (global_step_ % save_freq == 0 || last)) {
+    if (save_freq > 0 && (global_step_ % save_freq == 0 || last) && lead) {
       Timer t;
       last_checkpoint_ = save();
       m.set("timing_s/save", t.seconds());
     }
-    logger_->log(global_step_, m);
+    log_metrics(m);
   }
-  logger_->flush();
+  if (logger_) logger_->flush();
 }
 
 }  // namespace verl::trainer

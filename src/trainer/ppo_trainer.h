@@ -77,7 +77,9 @@ class PpoTrainer {
   std::string save();
   // Samples the batch's responses (validation: with rollout.val_kwargs; greedy: one greedy
   // response per prompt, ReMax's baseline) and scores them.
-  void generate(const std::vector<data::Sample>& samples, Experience& exp, metrics::StageTimer& timer,
+  // `first_index`: the global index of samples[0] in the step's batch (the sampling seeds' key).
+  void generate(const std::vector<data::Sample>& samples, int64_t first_index, Experience& exp,
+                metrics::StageTimer& timer,
                 bool validation, bool greedy = false);
   void score_all(Experience& exp);
   // The rule scorer's reward (by data_source) of row b's decoded response.
@@ -97,11 +99,18 @@ class PpoTrainer {
   std::vector<std::vector<int64_t>> micro_batches(const Experience& exp, const std::vector<int64_t>& idx,
                                                   bool dynamic, int64_t max_tokens, int64_t max_seqs) const;
   void add_data_metrics(const Experience& exp, metrics::Metrics& m) const;
+  // Statistics over every data-parallel rank's values (Metrics::add_stats / add_length_stats on
+  // one rank).
+  void add_global_stats(metrics::Metrics& m, std::string_view prefix, const std::vector<double>& x) const;
+  void add_global_length_stats(metrics::Metrics& m, std::string_view prefix, const std::vector<int64_t>& len,
+                               int64_t max_length) const;
+  // This rank's equal share of a step's prompts and the global index of its first one.
+  std::pair<std::vector<data::Sample>, int64_t> rank_share(const std::vector<data::Sample>& all) const;
 
   config::Config cfg_;
   // Data-parallel reductions (token counts, micro-batch counts, gradients, metrics) go through
-  // here; one process today.
-  std::unique_ptr<dist::Communicator> comm_ = std::make_unique<dist::SingleProcess>();
+  // here: SingleProcess, or MPI when a launcher started several ranks (dist/launch.h).
+  std::unique_ptr<dist::Communicator> comm_;
   std::unique_ptr<tokenizer::Tokenizer> tok_;
   Device device_ = Device::Cpu;
   Numerics numerics_ = Numerics::Fast;  // the actor's and its rollout's (core/numerics.h)

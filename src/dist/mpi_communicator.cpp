@@ -1,0 +1,220 @@
+#include "dist/mpi_communicator.h"
+
+// The C API only: Open MPI's deprecated C++ bindings would need libmpi_cxx.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+
+namespace verl::dist {
+namespace {
+
+MPI_Datatype mpi_type(DataType t) {
+  switch (t) {
+    case DataType::F32: return MPI_FLOAT;
+    case DataType::F64: return MPI_DOUBLE;
+    case DataType::I32: return MPI_INT32_T;
+    case DataType::I64: return MPI_INT64_T;
+    case DataType::BF16: return MPI_UINT16_T;  // moved, never reduced (see reduce_op)
+    case DataType::U8: return MPI_UINT8_T;
+  }
+  VERL_FAIL("MPI: unknown DataType {}", static_cast<int>(t));
+}
+
+MPI_Op mpi_op(ReduceOp op, DataType t, const char* what) {
+  VERL_CHECK(t != DataType::BF16, "MPI {}: bf16 reductions are not supported on the host", what);
+  switch (op) {
+    case ReduceOp::Sum: return MPI_SUM;
+    case ReduceOp::Max: return MPI_MAX;
+    case ReduceOp::Min: return MPI_MIN;
+  }
+  VERL_FAIL("MPI {}: unknown ReduceOp {}", what, static_cast<int>(op));
+}
+
+int count_of(size_t n, const char* what) {
+  VERL_CHECK(n <= static_cast<size_t>(std::numeric_limits<int>::max()),
+             "MPI {}: {} elements exceed MPI's int counts", what, n);
+  return static_cast<int>(n);
+}
+
+void check_mpi(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  VERL_FAIL("MPI {} failed: {}", what, std::string(text, static_cast<size_t>(len)));
+}
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(double timeout_s) : timeout_s_(timeout_s) {
+  VERL_CHECK(timeout_s > 0, "actor_rollout_ref.nccl_timeout must be > 0 seconds, got {}", timeout_s);
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) {
+    int provided = 0;
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "init");
+    owns_init_ = true;
+  }
+  // Errors come back as codes (then verl::Error), not as MPI's default abort.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  // While an error unwinds, the other ranks may still wait in a collective: MPI_Finalize could
+  // block. abort_job (called where the error is caught) ends the job instead.
+  if (std::uncaught_exceptions() > 0) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (owns_init_ && !finalized) MPI_Finalize();
+}
+
+void abort_job_on_error(const char* what) {
+  int inited = 0, finalized = 0, size = 1, rank = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (!inited || finalized) return;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size == 1) return;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::fprintf(stderr, "error: rank %d of %d: %s\n", rank, size, what);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);  // the launcher stops the other ranks
+}
+
+void MpiCommunicator::host_only(Place place, const char* what) const {
+  VERL_CHECK(!place.on_device(),
+             "MPI {}: the MPI communicator moves host buffers; device buffers go through the NCCL "
+             "communicator",
+             what);
+}
+
+void MpiCommunicator::wait(void* request, const char* what) {
+  MPI_Request* req = static_cast<MPI_Request*>(request);
+  const auto start = std::chrono::steady_clock::now();
+  auto pause = std::chrono::microseconds(1);
+  for (;;) {
+    int done = 0;
+    check_mpi(MPI_Test(req, &done, MPI_STATUS_IGNORE), what);
+    if (done) return;
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (waited > timeout_s_) {
+      // A peer died or is stuck inside another stage: nothing this rank can finish. Say where and
+      // end the whole job (the launcher stops the other ranks).
+      std::fprintf(stderr,
+                   "error: rank %d of %d: %s in stage '%s' did not complete within %.0f s "
+                   "(actor_rollout_ref.nccl_timeout): another rank died or is stuck\n",
+                   rank_, size_, what, stage().c_str(), timeout_s_);
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 3);
+      std::_Exit(3);
+    }
+    std::this_thread::sleep_for(pause);
+    if (pause < std::chrono::milliseconds(1)) pause *= 2;  // poll fast first, then every ms
+  }
+}
+
+void MpiCommunicator::barrier() {
+  MPI_Request req;
+  check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &req), "barrier");
+  wait(&req, "barrier");
+}
+
+void MpiCommunicator::all_reduce_impl(void* data, size_t count, DataType type, ReduceOp op,
+                                      Place place) {
+  host_only(place, "all_reduce");
+  MPI_Request req;
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, count_of(count, "all_reduce"), mpi_type(type),
+                           mpi_op(op, type, "all_reduce"), MPI_COMM_WORLD, &req),
+            "all_reduce");
+  wait(&req, "all_reduce");
+}
+
+void MpiCommunicator::reduce_scatter_impl(const void* send, void* recv, size_t recv_count,
+                                          DataType type, ReduceOp op, Place place) {
+  host_only(place, "reduce_scatter");
+  const size_t bytes = recv_count * data_type_size(type);
+  const char* mine = static_cast<const char*>(send) + static_cast<size_t>(rank_) * bytes;
+  // MPI's in-place form takes the whole send buffer as recv; stage through a copy instead when
+  // recv is this rank's block (NCCL's in-place rule).
+  std::vector<char> staged;
+  void* out = recv;
+  if (mine == recv) {
+    staged.resize(bytes);
+    out = staged.data();
+  }
+  MPI_Request req;
+  check_mpi(MPI_Ireduce_scatter_block(send, out, count_of(recv_count, "reduce_scatter"),
+                                      mpi_type(type), mpi_op(op, type, "reduce_scatter"),
+                                      MPI_COMM_WORLD, &req),
+            "reduce_scatter");
+  wait(&req, "reduce_scatter");
+  if (!staged.empty()) std::memcpy(recv, staged.data(), bytes);
+}
+
+void MpiCommunicator::all_gather_impl(const void* send, void* recv, size_t send_count,
+                                      DataType type, Place place) {
+  host_only(place, "all_gather");
+  const size_t bytes = send_count * data_type_size(type);
+  const bool in_place = send == static_cast<const char*>(recv) + static_cast<size_t>(rank_) * bytes;
+  MPI_Request req;
+  const int n = count_of(send_count, "all_gather");
+  check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, mpi_type(type), recv, n,
+                           mpi_type(type), MPI_COMM_WORLD, &req),
+            "all_gather");
+  wait(&req, "all_gather");
+}
+
+void MpiCommunicator::broadcast_impl(void* data, size_t count, DataType type, int root,
+                                     Place place) {
+  host_only(place, "broadcast");
+  MPI_Request req;
+  check_mpi(MPI_Ibcast(data, count_of(count, "broadcast"), mpi_type(type), root, MPI_COMM_WORLD,
+                       &req),
+            "broadcast");
+  wait(&req, "broadcast");
+}
+
+void MpiCommunicator::all_to_all_impl(const void* send, void* recv, size_t count_per_rank,
+                                      DataType type, Place place) {
+  host_only(place, "all_to_all");
+  MPI_Request req;
+  const int n = count_of(count_per_rank, "all_to_all");
+  check_mpi(MPI_Ialltoall(send, n, mpi_type(type), recv, n, mpi_type(type), MPI_COMM_WORLD, &req),
+            "all_to_all");
+  wait(&req, "all_to_all");
+}
+
+void MpiCommunicator::all_to_allv_impl(const void* send, std::span<const size_t> send_counts,
+                                       std::span<const size_t> send_displs, void* recv,
+                                       std::span<const size_t> recv_counts,
+                                       std::span<const size_t> recv_displs, DataType type,
+                                       Place place) {
+  host_only(place, "all_to_allv");
+  auto ints = [](std::span<const size_t> v) {
+    std::vector<int> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i) out[i] = count_of(v[i], "all_to_allv");
+    return out;
+  };
+  const std::vector<int> sc = ints(send_counts), sd = ints(send_displs), rc = ints(recv_counts),
+                         rd = ints(recv_displs);
+  MPI_Request req;
+  check_mpi(MPI_Ialltoallv(send, sc.data(), sd.data(), mpi_type(type), recv, rc.data(), rd.data(),
+                           mpi_type(type), MPI_COMM_WORLD, &req),
+            "all_to_allv");
+  wait(&req, "all_to_allv");
+}
+
+}  // namespace verl::dist

@@ -1,0 +1,124 @@
+// The MPI communicator's collectives with two (or more) real ranks: run under
+//   mpirun --allow-run-as-root --oversubscribe -np 2 test_mpi
+// (ctest does; every rank runs every test in the same order, so the collectives pair up). Each
+// rank checks values that depend on every rank's contribution.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "dist/launch.h"
+#include "dist/mpi_communicator.h"
+
+namespace verl::dist {
+namespace {
+
+// One communicator for the process (MPI is initialised once and finalised at exit).
+MpiCommunicator& comm() {
+  static MpiCommunicator c(/*timeout_s=*/60);
+  return c;
+}
+
+TEST(Mpi, LaunchIsDetectedFromMpirun) {
+  const LaunchInfo info = detect_launch();
+  EXPECT_EQ(info.launcher, "mpirun");
+  EXPECT_EQ(info.rank, comm().rank());
+  EXPECT_EQ(info.world_size, comm().world_size());
+  EXPECT_GE(comm().world_size(), 2) << "run this under mpirun -np 2";
+}
+
+TEST(Mpi, AllReduceSumMaxMin) {
+  const int r = comm().rank(), n = comm().world_size();
+  std::vector<double> x = {1.0 + r, 0.5 * r};
+  comm().all_reduce(std::span<double>(x), ReduceOp::Sum);
+  EXPECT_DOUBLE_EQ(x[0], n + n * (n - 1) / 2.0);
+  EXPECT_DOUBLE_EQ(x[1], 0.5 * n * (n - 1) / 2.0);
+  std::vector<int64_t> y = {int64_t{10} * r - 3, -r};
+  comm().all_reduce(std::span<int64_t>(y), ReduceOp::Max);
+  EXPECT_EQ(y[0], 10 * (n - 1) - 3);
+  EXPECT_EQ(y[1], 0);
+  std::vector<float> z = {static_cast<float>(r) - 0.25f};
+  comm().all_reduce(std::span<float>(z), ReduceOp::Min);
+  EXPECT_EQ(z[0], -0.25f);
+  EXPECT_DOUBLE_EQ(comm().mean(static_cast<double>(r)), (n - 1) / 2.0);
+}
+
+TEST(Mpi, ReduceScatterGivesEachRankItsBlock) {
+  const int r = comm().rank(), n = comm().world_size();
+  const size_t k = 3;
+  std::vector<float> send(k * n);
+  for (size_t i = 0; i < send.size(); ++i) send[i] = static_cast<float>(100 * r + i);
+  std::vector<float> recv(k);
+  comm().reduce_scatter<float>(send, recv, ReduceOp::Sum);
+  for (size_t j = 0; j < k; ++j) {
+    const size_t i = static_cast<size_t>(r) * k + j;
+    EXPECT_EQ(recv[j], static_cast<float>(100 * n * (n - 1) / 2 + n * i)) << j;
+  }
+  // In place: recv is this rank's block of send.
+  comm().reduce_scatter(send.data(), send.data() + r * k, k, DataType::F32, ReduceOp::Sum);
+  for (size_t j = 0; j < k; ++j) EXPECT_EQ(send[r * k + j], recv[j]);
+}
+
+TEST(Mpi, AllGatherAndBroadcast) {
+  const int r = comm().rank(), n = comm().world_size();
+  std::vector<int64_t> mine = {r, r * r, 7};
+  std::vector<int64_t> all(mine.size() * n);
+  comm().all_gather<int64_t>(mine, all);
+  for (int j = 0; j < n; ++j) {
+    EXPECT_EQ(all[3 * j], j);
+    EXPECT_EQ(all[3 * j + 1], j * j);
+    EXPECT_EQ(all[3 * j + 2], 7);
+  }
+  std::vector<double> b = {static_cast<double>(r), -1.0 * r};
+  comm().broadcast<double>(b, /*root=*/n - 1);
+  EXPECT_EQ(b[0], n - 1);
+  EXPECT_EQ(b[1], -(n - 1.0));
+}
+
+TEST(Mpi, AllToAllAndAllToAllv) {
+  const int r = comm().rank(), n = comm().world_size();
+  std::vector<int32_t> send(2 * n), recv(2 * n);
+  for (int j = 0; j < n; ++j) {
+    send[2 * j] = 10 * r + j;
+    send[2 * j + 1] = -(10 * r + j);
+  }
+  comm().all_to_all<int32_t>(send, recv);
+  for (int j = 0; j < n; ++j) {
+    EXPECT_EQ(recv[2 * j], 10 * j + r);
+    EXPECT_EQ(recv[2 * j + 1], -(10 * j + r));
+  }
+  // Rank r sends j + 1 values r to rank j; rank j receives r + 1... (recv_counts[i] = j + 1 from
+  // each i, since every rank i sends rank j j + 1 values).
+  std::vector<size_t> sc(n), sd(n), rc(n), rd(n);
+  size_t s_total = 0, r_total = 0;
+  for (int j = 0; j < n; ++j) {
+    sc[j] = static_cast<size_t>(j + 1);
+    sd[j] = s_total;
+    s_total += sc[j];
+    rc[j] = static_cast<size_t>(r + 1);
+    rd[j] = r_total + 1;  // one untouched slot before each slice
+    r_total += rc[j] + 1;
+  }
+  std::vector<float> vs(s_total, static_cast<float>(r)), vr(r_total, -7.0f);
+  comm().all_to_allv<float>(vs, sc, sd, vr, rc, rd);
+  for (int j = 0; j < n; ++j) {
+    EXPECT_EQ(vr[rd[j] - 1], -7.0f);
+    for (size_t i = 0; i < rc[j]; ++i) EXPECT_EQ(vr[rd[j] + i], static_cast<float>(j));
+  }
+}
+
+TEST(Mpi, DeviceBuffersAreRefusedByName) {
+  float x = 1.0f;
+  try {
+    comm().all_reduce(&x, 1, DataType::F32, ReduceOp::Sum, Place::device(nullptr));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("NCCL communicator"), std::string::npos) << e.what();
+  }
+  comm().barrier();
+}
+
+}  // namespace
+}  // namespace verl::dist
