@@ -13,6 +13,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "data/parquet.h"
 #include "tokenizer/tokenizer.h"
 
 namespace verl::data {
@@ -217,13 +218,18 @@ RLDataset RLDataset::load(const std::vector<std::string>& files, const tokenizer
   RLDataset ds(tok, opts);
   for (const std::string& given : files) {
     const std::string path = expand_user(given);
-    VERL_CHECK(!ends_with(path, ".parquet"),
-               "{}: Parquet is not read by verl.cpp; convert it to JSONL once, e.g. python -c \"import pandas "
-               "as pd; pd.read_parquet('{}').to_json('{}', orient='records', lines=True, force_ascii=False)\"",
-               path, path, path.substr(0, path.size() - 8) + ".jsonl");
+    const int64_t before = ds.size();
+    if (ends_with(path, ".parquet")) {
+      // Row by row, row group by row group; "line" is the 1-based row number in the file.
+      const ParquetFile pf = ParquetFile::open(path);
+      int64_t rowno = 0;
+      for (int g = 0; g < pf.num_row_groups(); ++g)
+        for (const nlohmann::ordered_json& row : pf.read_row_group(g)) ds.add_row(row, path, ++rowno);
+      log::info("data: {} rows from {}", ds.size() - before, path);
+      continue;
+    }
     std::ifstream in(path, std::ios::binary);
     VERL_CHECK(in.good(), "{}: cannot open dataset file", path);
-    const int64_t before = ds.size();
     if (ends_with(path, ".json")) {
       // One JSON array of rows; "line" is then the 1-based element number.
       std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

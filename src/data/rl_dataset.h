@@ -1,5 +1,5 @@
 // Prompt datasets in verl's schema (verl/utils/dataset/rl_dataset.py, RLHFDataset), read from
-// JSONL files: every row is validated when the dataset loads, and a row becomes a Sample
+// JSONL or Parquet files: every row is validated when the dataset loads, and a row becomes a Sample
 // (chat template applied, tokenized, truncated by data.truncation) when it is asked for.
 //
 //   auto ds = RLDataset::load({"gsm8k/train.jsonl"}, tok, DatasetOptions::from_config(cfg));

@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "data/parquet.h"
 #include "dist/communicator.h"
 #include "metrics/logger.h"
 #include "model/hf_files.h"
@@ -55,21 +56,10 @@ SftExample tokenize_chat(const nlohmann::json& messages, const tokenizer::Tokeni
 
 std::vector<SftExample> load_sft_examples(const std::string& path, const tokenizer::Tokenizer& tok,
                                           const SftDataOptions& opt) {
-  std::ifstream f(path);
-  VERL_CHECK(f.good(), "cannot open SFT data file {}", path);
   std::vector<SftExample> out;
-  std::string line;
-  int64_t lineno = 0, truncated = 0;
-  while (std::getline(f, line)) {
-    ++lineno;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = fmt::format("{}:{}", path, lineno);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      VERL_FAIL("{}: not valid JSON: {}", where, e.what());
-    }
+  int64_t truncated = 0;
+  // One row (a JSONL line or a parquet row); `where` is "file:line" or "file:row".
+  auto add = [&](const nlohmann::json& j, const std::string& where) {
     nlohmann::json messages;
     if (opt.multiturn) {
       VERL_CHECK(j.contains(opt.messages_key), "{}: missing \"{}\" (data.multiturn.messages_key)", where,
@@ -100,6 +90,32 @@ std::vector<SftExample> load_sft_examples(const std::string& path, const tokeniz
       ++truncated;
     }
     out.push_back(std::move(ex));
+  };
+
+  if (path.size() >= 8 && path.compare(path.size() - 8, 8, ".parquet") == 0) {
+    // Rows are numbered from 1 over the whole file, like JSONL lines.
+    const data::ParquetFile pf = data::ParquetFile::open(path);
+    int64_t rowno = 0;
+    for (int g = 0; g < pf.num_row_groups(); ++g)
+      for (const nlohmann::ordered_json& row : pf.read_row_group(g))
+        add(nlohmann::json::parse(row.dump()), fmt::format("{}:{}", path, ++rowno));
+  } else {
+    std::ifstream f(path);
+    VERL_CHECK(f.good(), "cannot open SFT data file {}", path);
+    std::string line;
+    int64_t lineno = 0;
+    while (std::getline(f, line)) {
+      ++lineno;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      const std::string where = fmt::format("{}:{}", path, lineno);
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(line);
+      } catch (const nlohmann::json::exception& e) {
+        VERL_FAIL("{}: not valid JSON: {}", where, e.what());
+      }
+      add(j, where);
+    }
   }
   VERL_CHECK(!out.empty(), "SFT data file {} has no rows", path);
   if (truncated) log::warn("{}: truncated {} of {} rows to {} tokens", path, truncated, out.size(), opt.max_length);

@@ -24,7 +24,8 @@ struct SftDataOptions {
   std::string truncation = "error";  // error | left | right
 };
 
-// Reads JSONL rows and tokenizes them with the chat template; errors name the file and line.
+// Reads JSONL or parquet rows and tokenizes them with the chat template; errors name the file and
+// the line (JSONL) or row (parquet, counted from 1).
 std::vector<SftExample> load_sft_examples(const std::string& path, const tokenizer::Tokenizer& tok,
                                           const SftDataOptions& opt);
 // Tokens and assistant-token mask of one chat (the template rendered turn by turn); `where` names
