@@ -35,6 +35,13 @@ int cuda_sm_count() {
   return count;
 }
 
+void cuda_set_device(int device) {
+  const int n = cuda_device_count();
+  VERL_CHECK(device >= 0 && device < n, "CUDA device {} does not exist: this node has {} visible", device, n);
+  const cudaError_t e = cudaSetDevice(device);
+  VERL_CHECK(e == cudaSuccess, "cudaSetDevice({}) failed: {}", device, cudaGetErrorString(e));
+}
+
 namespace {
 void mem_info(size_t& free_b, size_t& total_b) {
   const cudaError_t e = cudaMemGetInfo(&free_b, &total_b);
@@ -63,6 +70,9 @@ int cuda_device_count() {
 }
 int cuda_sm_count() {
   VERL_FAIL("cuda_sm_count: this build has no CUDA backend");
+}
+void cuda_set_device(int device) {
+  VERL_FAIL("cuda_set_device({}): this build has no CUDA backend", device);
 }
 size_t device_memory_in_use() {
   return 0;

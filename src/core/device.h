@@ -18,6 +18,9 @@ int cuda_device_count();
 // Streaming multiprocessors of the current device, read once (kernels size their grids by it;
 // a process drives one device). Throws without a device.
 int cuda_sm_count();
+// Makes `device` the current CUDA device of this process (a data-parallel rank takes its local
+// rank's); throws naming the device count when there is no such device.
+void cuda_set_device(int device);
 // Device memory in use on the current device (cudaMemGetInfo: total - free), in bytes; 0 when
 // there is no GPU.
 size_t device_memory_in_use();

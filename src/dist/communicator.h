@@ -64,9 +64,13 @@ class Communicator {
   // Returns on each rank once every rank has entered it.
   virtual void barrier() = 0;
 
+  // Whether collectives go to other processes or devices (a one-rank NCCL communicator does): the
+  // optimizer all-reduces gradients then even with one rank.
+  virtual bool distributed() const { return world_size() > 1; }
+
   // The pipeline stage the next collectives belong to ("gen", "update_actor", ...): a backend
   // names it when a collective fails or times out.
-  void set_stage(std::string stage) { stage_ = std::move(stage); }
+  virtual void set_stage(std::string stage) { stage_ = std::move(stage); }
   const std::string& stage() const { return stage_; }
 
   // data[i] becomes op over all ranks of data[i], on every rank. In place.

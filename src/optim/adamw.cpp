@@ -20,7 +20,7 @@ double AdamW::step(TrainState& state, float lr, dist::Communicator& comm) const 
   // so the gradient is the ranks' mean: their sum (all-reduced in place) divided by the world size,
   // a factor folded into the update's gradient scale rather than a pass of its own.
   const double world = comm.world_size();
-  if (world > 1) {
+  if (comm.distributed()) {
     VERL_CHECK(state.whole(), "AdamW::step: sharded training states are not supported yet");
     state.all_reduce_grads(comm);
   }

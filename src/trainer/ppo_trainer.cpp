@@ -23,6 +23,9 @@
 #include "core/timer.h"
 #include "data/seqlen_balancing.h"
 #include "dist/launch.h"
+#ifdef VERL_HAVE_CUDA
+#include "dist/cuda/nccl_communicator.h"
+#endif
 #include "metrics/gpu_monitor.h"
 #include "metrics/logger.h"
 #include "model/generation_config.h"
@@ -206,21 +209,29 @@ class GlobalRows {
 }  // namespace
 
 PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
-  // The ranks the launcher started (one process without a launcher: exactly as before).
-  comm_ = dist::make_communicator(dist::detect_launch(), cfg_.get<double>("actor_rollout_ref.nccl_timeout"));
-  const int world = comm_->world_size();
+  // The ranks the launcher started (one process without a launcher: exactly as before). On GPUs
+  // each rank takes its local rank's device and the device collectives go through NCCL.
   const std::string device = cfg_.get<std::string>("trainer.device");
   device_ = resolve_device(device);
+  const dist::LaunchInfo launch = dist::detect_launch();
+  const double timeout = cfg_.get<double>("actor_rollout_ref.nccl_timeout");
+  comm_ = dist::make_communicator(launch, timeout);
+  if (device_ == Device::Cuda && launch.launcher != "single") {
+    VERL_CHECK(launch.local_rank < cuda_device_count(),
+               "{}: local rank {} has no GPU (this node has {}); start at most that many ranks per node",
+               launch.launcher, launch.local_rank, cuda_device_count());
+    cuda_set_device(launch.local_rank);
+#ifdef VERL_HAVE_CUDA
+    comm_ = dist::make_nccl_communicator(std::move(comm_), timeout);
+#endif
+  }
+  const int world = comm_->world_size();
   if (world > 1) {
     const int64_t nnodes = cfg_.get<int64_t>("trainer.nnodes"), per_node = cfg_.get<int64_t>("trainer.n_gpus_per_node");
     VERL_CHECK(nnodes * per_node == world,
                "trainer.nnodes ({}) x trainer.n_gpus_per_node ({}) = {} ranks, but the launcher started {}; set "
                "them to match (e.g. trainer.nnodes=1 trainer.n_gpus_per_node={})",
                nnodes, per_node, nnodes * per_node, world, world);
-    VERL_CHECK(device_ == Device::Cpu,
-               "trainer.device=cuda with {} ranks: data parallelism on GPUs needs the NCCL communicator, which is "
-               "not built yet; run the ranks with trainer.device=cpu, or one rank on the GPU",
-               world);
     for (const char* key : {"data.train_batch_size", "data.gen_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size"}) {
       const int64_t v = cfg_.get<int64_t>(key);
       VERL_CHECK(v % world == 0, "{}={} must be a multiple of the {} data-parallel ranks (each takes an equal share)",

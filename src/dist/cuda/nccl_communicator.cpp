@@ -1,0 +1,204 @@
+#include "dist/cuda/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "dist/mpi_communicator.h"
+
+namespace verl::dist {
+namespace {
+
+void check_nccl(ncclResult_t r, const char* what) {
+  VERL_CHECK(r == ncclSuccess, "NCCL {} failed: {}", what, ncclGetErrorString(r));
+}
+
+void check_cuda(cudaError_t e, const char* what) {
+  VERL_CHECK(e == cudaSuccess, "NCCL {}: CUDA error {}", what, cudaGetErrorString(e));
+}
+
+ncclDataType_t nccl_type(DataType t) {
+  switch (t) {
+    case DataType::F32: return ncclFloat32;
+    case DataType::F64: return ncclFloat64;
+    case DataType::I32: return ncclInt32;
+    case DataType::I64: return ncclInt64;
+    case DataType::BF16: return ncclBfloat16;
+    case DataType::U8: return ncclUint8;
+  }
+  VERL_FAIL("NCCL: unknown DataType {}", static_cast<int>(t));
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return ncclSum;
+    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Min: return ncclMin;
+  }
+  VERL_FAIL("NCCL: unknown ReduceOp {}", static_cast<int>(op));
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(std::unique_ptr<Communicator> host, double timeout_s)
+      : host_(std::move(host)), timeout_s_(timeout_s) {
+    VERL_CHECK(timeout_s > 0, "actor_rollout_ref.nccl_timeout must be > 0 seconds, got {}",
+               timeout_s);
+    setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);  // NVLink multicast off (GPU.md)
+    ncclUniqueId id;
+    if (host_->rank() == 0) check_nccl(ncclGetUniqueId(&id), "get unique id");
+    host_->broadcast(reinterpret_cast<uint8_t*>(&id), sizeof(id), DataType::U8, 0);
+    check_nccl(ncclCommInitRank(&comm_, host_->world_size(), id, host_->rank()), "init");
+    check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "event");
+  }
+  ~NcclCommunicator() override {
+    if (done_ != nullptr) cudaEventDestroy(done_);
+    if (comm_ != nullptr) {
+      if (std::uncaught_exceptions() > 0) {
+        ncclCommAbort(comm_);  // peers may still wait in a collective
+      } else {
+        ncclCommDestroy(comm_);
+      }
+    }
+  }
+
+  int rank() const override { return host_->rank(); }
+  int world_size() const override { return host_->world_size(); }
+  bool distributed() const override { return true; }
+  void set_stage(std::string stage) override {
+    host_->set_stage(stage);
+    Communicator::set_stage(std::move(stage));
+  }
+  void barrier() override { host_->barrier(); }
+
+ protected:
+  void all_reduce_impl(void* data, size_t count, DataType type, ReduceOp op, Place place) override {
+    if (!place.on_device()) return host_->all_reduce(data, count, type, op, place);
+    run(place, "all_reduce", [&](cudaStream_t s) {
+      return ncclAllReduce(data, data, count, nccl_type(type), nccl_op(op), comm_, s);
+    });
+  }
+  void reduce_scatter_impl(const void* send, void* recv, size_t recv_count, DataType type,
+                           ReduceOp op, Place place) override {
+    if (!place.on_device()) return host_->reduce_scatter(send, recv, recv_count, type, op, place);
+    run(place, "reduce_scatter", [&](cudaStream_t s) {
+      return ncclReduceScatter(send, recv, recv_count, nccl_type(type), nccl_op(op), comm_, s);
+    });
+  }
+  void all_gather_impl(const void* send, void* recv, size_t send_count, DataType type,
+                       Place place) override {
+    if (!place.on_device()) return host_->all_gather(send, recv, send_count, type, place);
+    run(place, "all_gather", [&](cudaStream_t s) {
+      return ncclAllGather(send, recv, send_count, nccl_type(type), comm_, s);
+    });
+  }
+  void broadcast_impl(void* data, size_t count, DataType type, int root, Place place) override {
+    if (!place.on_device()) return host_->broadcast(data, count, type, root, place);
+    run(place, "broadcast", [&](cudaStream_t s) {
+      return ncclBroadcast(data, data, count, nccl_type(type), root, comm_, s);
+    });
+  }
+  void all_to_all_impl(const void* send, void* recv, size_t count_per_rank, DataType type,
+                       Place place) override {
+    if (!place.on_device()) return host_->all_to_all(send, recv, count_per_rank, type, place);
+    const size_t bytes = count_per_rank * data_type_size(type);
+    run(place, "all_to_all", [&](cudaStream_t s) {
+      ncclResult_t r = ncclGroupStart();
+      for (int j = 0; j < world_size() && r == ncclSuccess; ++j) {
+        r = ncclSend(static_cast<const char*>(send) + j * bytes, count_per_rank, nccl_type(type), j,
+                     comm_, s);
+        if (r == ncclSuccess) {
+          r = ncclRecv(static_cast<char*>(recv) + j * bytes, count_per_rank, nccl_type(type), j,
+                       comm_, s);
+        }
+      }
+      const ncclResult_t end = ncclGroupEnd();
+      return r != ncclSuccess ? r : end;
+    });
+  }
+  void all_to_allv_impl(const void* send, std::span<const size_t> send_counts,
+                        std::span<const size_t> send_displs, void* recv,
+                        std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
+                        DataType type, Place place) override {
+    if (!place.on_device()) {
+      return host_->all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs,
+                                type, place);
+    }
+    const size_t es = data_type_size(type);
+    run(place, "all_to_allv", [&](cudaStream_t s) {
+      ncclResult_t r = ncclGroupStart();
+      for (int j = 0; j < world_size() && r == ncclSuccess; ++j) {
+        if (send_counts[j] > 0) {
+          r = ncclSend(static_cast<const char*>(send) + send_displs[j] * es, send_counts[j],
+                       nccl_type(type), j, comm_, s);
+        }
+        if (r == ncclSuccess && recv_counts[j] > 0) {
+          r = ncclRecv(static_cast<char*>(recv) + recv_displs[j] * es, recv_counts[j],
+                       nccl_type(type), j, comm_, s);
+        }
+      }
+      const ncclResult_t end = ncclGroupEnd();
+      return r != ncclSuccess ? r : end;
+    });
+  }
+
+ private:
+  // Enqueues `launch` on the Place's stream and waits for it with the deadline, watching NCCL's
+  // asynchronous errors; past the deadline the communicator is aborted and the job ends.
+  template <typename Launch>
+  void run(Place place, const char* what, Launch&& launch) {
+    cudaStream_t s = static_cast<cudaStream_t>(place.stream);
+    check_nccl(launch(s), what);
+    check_cuda(cudaEventRecord(done_, s), what);
+    const auto start = std::chrono::steady_clock::now();
+    auto pause = std::chrono::microseconds(1);
+    for (;;) {
+      const cudaError_t q = cudaEventQuery(done_);
+      if (q == cudaSuccess) return;
+      VERL_CHECK(q == cudaErrorNotReady, "NCCL {} in stage '{}': CUDA error {}", what, stage(),
+                 cudaGetErrorString(q));
+      ncclResult_t async = ncclSuccess;
+      check_nccl(ncclCommGetAsyncError(comm_, &async), what);
+      VERL_CHECK(async == ncclSuccess || async == ncclInProgress,
+                 "NCCL {} in stage '{}' failed on rank {}: {}", what, stage(), rank(),
+                 ncclGetErrorString(async));
+      const double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (waited > timeout_s_) {
+        std::fprintf(stderr,
+                     "error: rank %d of %d: NCCL %s in stage '%s' did not complete within %.0f s "
+                     "(actor_rollout_ref.nccl_timeout): another rank died or is stuck\n",
+                     rank(), world_size(), what, stage().c_str(), timeout_s_);
+        std::fflush(stderr);
+        ncclCommAbort(comm_);
+        comm_ = nullptr;
+        abort_job_on_error("NCCL timeout");
+        std::_Exit(3);
+      }
+      std::this_thread::sleep_for(pause);
+      if (pause < std::chrono::milliseconds(1)) pause *= 2;
+    }
+  }
+
+  std::unique_ptr<Communicator> host_;
+  double timeout_s_;
+  ncclComm_t comm_ = nullptr;
+  cudaEvent_t done_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<Communicator> host,
+                                                     double timeout_s) {
+  return std::make_unique<NcclCommunicator>(std::move(host), timeout_s);
+}
+
+}  // namespace verl::dist

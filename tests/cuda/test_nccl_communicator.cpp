@@ -1,0 +1,46 @@
+// The NCCL communicator with one rank (what one GPU allows): device collectives run through NCCL
+// and return the one rank's data; host buffers go to the host communicator it wraps. Several
+// ranks are the multi-GPU issue's runs.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <vector>
+
+#include "dist/cuda/nccl_communicator.h"
+#include "test_util.h"
+
+namespace verl::ops::cuda::test {
+namespace {
+
+using NcclCommunicatorTest = CudaTest;
+
+TEST_F(NcclCommunicatorTest, OneRankCollectivesOnDeviceBuffers) {
+  auto comm = dist::make_nccl_communicator(std::make_unique<dist::SingleProcess>(), 30.0);
+  EXPECT_EQ(comm->world_size(), 1);
+  EXPECT_TRUE(comm->distributed());
+  const dist::Place dev = dist::Place::device(ctx().stream);
+  const std::vector<float> x = {1.5f, -2.0f, 3.25f, 7.0f, 0.0f};
+  DeviceBuffer<float> a(x), b(x.size());
+  comm->all_reduce(a.data(), x.size(), dist::DataType::F32, dist::ReduceOp::Sum, dev);
+  EXPECT_EQ(a.download(), x);
+  comm->all_gather(a.data(), b.data(), x.size(), dist::DataType::F32, dev);
+  EXPECT_EQ(b.download(), x);
+  b.zero(ctx().stream);
+  comm->reduce_scatter(a.data(), b.data(), x.size(), dist::DataType::F32, dist::ReduceOp::Max, dev);
+  EXPECT_EQ(b.download(), x);
+  comm->broadcast(a.data(), x.size(), dist::DataType::F32, 0, dev);
+  EXPECT_EQ(a.download(), x);
+  b.zero(ctx().stream);
+  comm->all_to_all(a.data(), b.data(), x.size(), dist::DataType::F32, dev);
+  EXPECT_EQ(b.download(), x);
+  // Host buffers go through the host communicator.
+  std::vector<double> h = {4.0};
+  comm->all_reduce(std::span<double>(h), dist::ReduceOp::Sum);
+  EXPECT_EQ(h[0], 4.0);
+  EXPECT_DOUBLE_EQ(comm->sum(2.5), 2.5);
+}
+
+}  // namespace
+}  // namespace verl::ops::cuda::test
