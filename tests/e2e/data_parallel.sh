@@ -73,6 +73,19 @@ import json
 a, b = (json.loads(open('$work/' + r + '.lp').read())['logprobs'] for r in ('one', 'two'))
 assert len(a) == len(b) == 13 and max(abs(x - y) for x, y in zip(a, b)) <= 1e-5, (a, b)"
 
+# What crosses ranks besides the gradients: the advantage stage's per-token rows (perf/exchange_bytes,
+# rank 0's share), a few bytes per token of its samples, never a hidden- or vocabulary-size tensor.
+check "experience exchange is a few bytes a token" python3 -c "
+import json
+rows = [json.loads(l) for l in open('$work/two/metrics.jsonl')]
+rows = [r for r in rows if 'perf/exchange_bytes' in r]
+assert len(rows) == 3, rows
+for r in rows:
+    tokens = r['perf/total_num_tokens'] / 2  # rank 0's half of the global batch
+    assert 0 < r['perf/exchange_bytes'] <= 16 * tokens, (r['perf/exchange_bytes'], tokens)
+one = [json.loads(l) for l in open('$work/one/metrics.jsonl')]
+assert all(r.get('perf/exchange_bytes', 0) == 0 for r in one)  # one process moves nothing"
+
 # PPO with a critic (GAE), 2 steps.
 ppo=(algorithm.adv_estimator=gae critic.model.path="$root/assets/demo/model" critic.ppo_mini_batch_size=16
   trainer.total_training_steps=2 trainer.test_freq=-1 trainer.save_freq=-1)
