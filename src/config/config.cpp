@@ -184,6 +184,9 @@ class Loader {
       return;
     }
     if (spec->is_alias()) {
+      // An alias written as null is an unset older spelling (the defaults file lists each one as
+      // null; a config saved by verl writes `warmup_style: null`): it leaves its target alone.
+      if (v.IsNull() || (v.IsScalar() && !detail::is_quoted(v) && (v.Scalar() == "null" || v.Scalar() == "~"))) return;
       for (const auto& t : spec->alias_of)
         set_leaf(schema_->at(t), v, fmt::format("{} (as {})", origin, path), path);
       return;

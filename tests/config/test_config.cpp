@@ -356,6 +356,18 @@ TEST(ConfigAliases, SeedNamesSetVerlKeys) {
   // verl's older checkpoint.contents.
   Config d = load({}, "critic:\n  checkpoint:\n    contents: [model]\n");
   EXPECT_EQ(d.get<std::vector<std::string>>("critic.checkpoint.load_contents"), (std::vector<std::string>{"model"}));
+  // An alias written as null (as a config saved by verl writes warmup_style) leaves its target.
+  Config e = load({"critic.optim.clip_grad=null"},
+                  "actor_rollout_ref:\n  actor:\n    optim:\n      warmup_style: null\n      lr_scheduler_type: cosine\n");
+  EXPECT_EQ(e.get<std::string>("actor_rollout_ref.actor.optim.lr_scheduler_type"), "cosine");
+  EXPECT_DOUBLE_EQ(e.get<double>("critic.grad_clip"), 1.0);
+}
+
+// The defaults file itself, given as CONFIG, loads (every alias in it is null).
+TEST(ConfigLoad, TheDefaultsFileLoadsAsAConfig) {
+  Config c = load_config(std::string(VERL_SOURCE_DIR) + "/configs/ppo_trainer.yaml");
+  EXPECT_EQ(c.get<int64_t>("trainer.save_freq"), -1);
+  EXPECT_EQ(c.get<std::string>("actor_rollout_ref.actor.optim.lr_scheduler_type"), "constant");
 }
 
 TEST(ConfigLoad, HydraKeysAndTargetsIgnored) {
