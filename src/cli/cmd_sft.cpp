@@ -17,10 +17,12 @@ namespace fs = std::filesystem;
 
 struct Opts {
   std::vector<std::string> args;  // CONFIG then overrides, or overrides alone
+  HydraConfigFlags hydra;
 };
 
 int run(const Opts& o) {
-  auto [path, overrides] = split_config_args(o.args);
+  auto [positional, overrides] = split_config_args(o.args);
+  const std::string path = resolve_config_file(positional, o.hydra, {"sft_trainer"});
   config::LoadOptions lo;
   lo.defaults_path = (fs::path(config::default_config_path()).parent_path() / "sft_trainer.yaml").string();
   config::Config cfg = config::load_config(path, overrides, lo);
@@ -32,6 +34,7 @@ int run(const Opts& o) {
 Command reg("sft", "Supervised fine-tuning (verl's sft_trainer.yaml keys)", [](CLI::App& app) -> Action {
   auto o = std::make_shared<Opts>();
   app.add_option("args", o->args, "CONFIG.yaml and/or key=value overrides");
+  add_hydra_flags(app, o->hydra);
   return [o] { return run(*o); };
 });
 

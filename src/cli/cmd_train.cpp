@@ -12,10 +12,12 @@ namespace {
 
 struct Opts {
   std::vector<std::string> args;
+  HydraConfigFlags hydra;
 };
 
 int run(const Opts& o) {
-  auto [path, overrides] = split_config_args(o.args);
+  auto [positional, overrides] = split_config_args(o.args);
+  const std::string path = resolve_config_file(positional, o.hydra, {"ppo_trainer"});
   config::Config cfg = config::load_config(path, overrides);
   try {
     trainer::PpoTrainer trainer(cfg);
@@ -31,6 +33,7 @@ Command reg("train", "PPO / GRPO training (verl's ppo_trainer.yaml keys; key=val
             [](CLI::App& app) -> Action {
               auto o = std::make_shared<Opts>();
               app.add_option("args", o->args, "CONFIG.yaml and/or key=value overrides");
+              add_hydra_flags(app, o->hydra);
               return [o] { return run(*o); };
             });
 

@@ -1,5 +1,9 @@
 #include "cli/io.h"
 
+#include <fmt/ranges.h>
+
+#include <filesystem>
+
 #include "core/error.h"
 
 namespace verl::cli {
@@ -50,6 +54,37 @@ std::pair<std::string, std::vector<std::string>> split_config_args(const std::ve
     }
   }
   return {path, overrides};
+}
+
+void add_hydra_flags(CLI::App& app, HydraConfigFlags& flags) {
+  app.add_option("--config-path", flags.path,
+                 "Hydra's config directory (verl launch scripts); with --config-name");
+  app.add_option("--config-name", flags.name,
+                 "Hydra's config name: DIR/NAME.yaml, or verl's own defaults name (ppo_trainer, "
+                 "sft_trainer) for our defaults");
+}
+
+std::string resolve_config_file(const std::string& positional, const HydraConfigFlags& flags,
+                                const std::vector<std::string>& builtin_names) {
+  if (flags.name.empty()) {
+    VERL_CHECK(flags.path.empty(), "--config-path {} needs --config-name (Hydra's pair)", flags.path);
+    return positional;
+  }
+  VERL_CHECK(positional.empty(), "give either a CONFIG file ({}) or --config-name {}, not both",
+             positional, flags.name);
+  std::string name = flags.name;
+  if (name.size() > 5 && name.substr(name.size() - 5) == ".yaml") name.resize(name.size() - 5);
+  if (!flags.path.empty()) {
+    const std::filesystem::path file = std::filesystem::path(flags.path) / (name + ".yaml");
+    if (std::filesystem::exists(file)) return file.string();
+  }
+  for (const std::string& b : builtin_names) {
+    if (name == b) return "";  // verl's defaults file: ours mirror it
+  }
+  VERL_FAIL("--config-name {}{}: no such config file, and it is not one of verl's defaults ({}); "
+            "give the directory holding {}.yaml with --config-path, or the file as CONFIG",
+            flags.name, flags.path.empty() ? "" : " with --config-path " + flags.path,
+            fmt::join(builtin_names, ", "), name);
 }
 
 }  // namespace verl::cli

@@ -2,6 +2,7 @@
 // errors, output to a file or stdout, and splitting `CONFIG key=value ...` arguments.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -43,5 +44,17 @@ class Output {
 
 // `verl train CONFIG k=v ...`: the first argument without '=' is the config file (may be absent).
 std::pair<std::string, std::vector<std::string>> split_config_args(const std::vector<std::string>& args);
+
+// Hydra's way of naming the config, as verl's launch scripts write it: `--config-path DIR
+// --config-name NAME` (or `--config-path=DIR`).
+struct HydraConfigFlags {
+  std::string path, name;
+};
+void add_hydra_flags(CLI::App& app, HydraConfigFlags& flags);
+// The config file to load: `positional` (CONFIG), or DIR/NAME[.yaml] from the Hydra flags when that
+// file exists, or "" (our defaults alone) when NAME is one of `builtin_names` (the defaults files
+// verl ships, which ours mirror). Anything else is an error naming the flags.
+std::string resolve_config_file(const std::string& positional, const HydraConfigFlags& flags,
+                                const std::vector<std::string>& builtin_names);
 
 }  // namespace verl::cli

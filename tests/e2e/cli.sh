@@ -114,5 +114,16 @@ for k in ('perf/total_num_tokens', 'critic/score/mean', 'actor/pg_loss', 'actor/
     assert m[k] == t[k], (k, m[k], t[k])
 assert r['tokens_per_step'] == t['perf/total_num_tokens'], r"
 
+# Hydra's --config-path / --config-name, as verl's launch scripts pass them.
+mkdir -p "$work/hydra"
+cp "$root/configs/demo.yaml" "$work/hydra/demo_port.yaml"
+"$verl" train --config-path "$work/hydra" --config-name nope > /dev/null 2> "$work/err_hydra.txt"
+check "unknown --config-name exits non-zero" test $? -ne 0
+check "unknown --config-name names the flag" grep -q -- "--config-name nope with --config-path" "$work/err_hydra.txt"
+(cd "$root" && "$verl" train --config-path "$work/hydra" --config-name demo_port.yaml trainer.device=cpu \
+  trainer.total_training_steps=1 trainer.val_before_train=false trainer.save_freq=-1 trainer.test_freq=-1 \
+  trainer.logger=[jsonl] trainer.default_local_dir="$work/hydra/run" > /dev/null 2>&1)
+check "--config-path DIR --config-name NAME.yaml trains" test -s "$work/hydra/run/metrics.jsonl"
+
 echo "cli: $pass passed, $fail failed"
 test "$fail" -eq 0
