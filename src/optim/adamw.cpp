@@ -20,15 +20,13 @@ double AdamW::step(TrainState& state, float lr, dist::Communicator& comm) const 
   // so the gradient is the ranks' mean: their sum (all-reduced in place) divided by the world size,
   // a factor folded into the update's gradient scale rather than a pass of its own.
   const double world = comm.world_size();
-  if (comm.distributed()) {
-    VERL_CHECK(state.whole(), "AdamW::step: sharded training states are not supported yet");
-    state.all_reduce_grads(comm);
-  }
+  if (comm.distributed()) state.reduce_grads(comm);  // all-reduce, or reduce-scatter (ZeRO-1)
   double sq = state.grad_sum_squares();
   if (!state.whole()) sq = comm.sum(sq);  // each rank holds a shard's gradients
   const double norm = std::sqrt(sq) / world;
-  if (!std::isfinite(norm)) return norm;
+  if (!std::isfinite(norm)) return norm;  // every rank sees the same norm: all skip together
   state.adamw_update(cfg_, lr, clip_scale(norm, cfg_.grad_clip) / static_cast<float>(world));
+  if (!state.whole()) state.gather_weights(comm);
   return norm;
 }
 

@@ -45,6 +45,34 @@ void CpuTrainState::all_reduce_grads(dist::Communicator& comm) {
   comm.all_reduce(std::span<float>(grads_), dist::ReduceOp::Sum);
 }
 
+void CpuTrainState::shard_optimizer_state(dist::Communicator& comm) {
+  require_trainable("shard_optimizer_state");
+  const int64_t world = comm.world_size(), n = numel();
+  chunk_ = (n + world - 1) / world;
+  shard_ = ShardSpec{std::min(n, comm.rank() * chunk_), std::min(n, (comm.rank() + 1) * chunk_)};
+  shard_comm_ = &comm;
+  grads_.assign(static_cast<size_t>(chunk_ * world), 0.0f);
+  // Moments of the shard only (a fresh state: resume uploads the checkpoint's slice after this).
+  opt_.exp_avg.assign(static_cast<size_t>(shard_.size()), 0.0f);
+  opt_.exp_avg_sq.assign(static_cast<size_t>(shard_.size()), 0.0f);
+}
+
+void CpuTrainState::reduce_grads(dist::Communicator& comm) {
+  if (shard_comm_ == nullptr) return all_reduce_grads(comm);
+  // This rank's block of the padded buffer receives the sum over ranks (in place).
+  comm.reduce_scatter(grads_.data(), grads_.data() + comm.rank() * chunk_, static_cast<size_t>(chunk_),
+                      dist::DataType::F32, dist::ReduceOp::Sum);
+}
+
+void CpuTrainState::gather_weights(dist::Communicator& comm) {
+  if (shard_comm_ == nullptr) return;
+  std::vector<float> all(static_cast<size_t>(chunk_ * comm.world_size()), 0.0f);
+  std::copy(w_.data.begin() + shard_.begin, w_.data.begin() + shard_.end, all.begin() + comm.rank() * chunk_);
+  comm.all_gather(all.data() + comm.rank() * chunk_, all.data(), static_cast<size_t>(chunk_),
+                  dist::DataType::F32);
+  std::copy(all.begin(), all.begin() + numel(), w_.data.begin());
+}
+
 double CpuTrainState::grad_sum_squares() {
   require_trainable("grad_sum_squares");
   return ops::cpu::sum_squares(grads_.data() + shard_.begin, shard_.size());
@@ -55,21 +83,41 @@ void CpuTrainState::adamw_update(const AdamWConfig& cfg, float lr, float grad_sc
   ++steps_;
   opt_.step = steps_;
   const int64_t b = shard_.begin;
-  ops::cpu::adamw_step(w_.data.data() + b, grads_.data() + b, opt_.exp_avg.data() + b,
-                       opt_.exp_avg_sq.data() + b, shard_.size(), lr, cfg.beta1, cfg.beta2,
+  const int64_t m = shard_comm_ ? 0 : b;  // sharded moments start at the shard
+  ops::cpu::adamw_step(w_.data.data() + b, grads_.data() + b, opt_.exp_avg.data() + m,
+                       opt_.exp_avg_sq.data() + m, shard_.size(), lr, cfg.beta1, cfg.beta2,
                        cfg.eps, cfg.weight_decay, steps_, grad_scale);
 }
 
 AdamWState CpuTrainState::download_optimizer_state() const {
   require_trainable("download_optimizer_state");
-  return opt_;
+  if (shard_comm_ == nullptr) return opt_;
+  // Sharded: every rank's moments, gathered (a collective).
+  dist::Communicator& comm = *shard_comm_;
+  AdamWState whole;
+  whole.step = opt_.step;
+  for (auto [mine, out] : {std::pair{&opt_.exp_avg, &whole.exp_avg}, std::pair{&opt_.exp_avg_sq, &whole.exp_avg_sq}}) {
+    std::vector<float> all(static_cast<size_t>(chunk_ * comm.world_size()), 0.0f);
+    std::copy(mine->begin(), mine->end(), all.begin() + comm.rank() * chunk_);
+    comm.all_gather(all.data() + comm.rank() * chunk_, all.data(), static_cast<size_t>(chunk_),
+                    dist::DataType::F32);
+    all.resize(static_cast<size_t>(numel()));
+    *out = std::move(all);
+  }
+  return whole;
 }
 
 void CpuTrainState::upload(const std::vector<float>& weights, const AdamWState* opt) {
   check_upload(weights, opt);
   w_.data = weights;  // the CPU model reads w_ through its reference
   if (trainable_ && opt != nullptr) {
-    opt_ = *opt;
+    if (shard_comm_ == nullptr) {
+      opt_ = *opt;
+    } else {  // keep this rank's slice of the checkpoint's whole moments
+      opt_.exp_avg.assign(opt->exp_avg.begin() + shard_.begin, opt->exp_avg.begin() + shard_.end);
+      opt_.exp_avg_sq.assign(opt->exp_avg_sq.begin() + shard_.begin, opt->exp_avg_sq.begin() + shard_.end);
+      opt_.step = opt->step;
+    }
     steps_ = opt->step;
   }
 }

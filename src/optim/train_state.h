@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/error.h"
 #include "model/weights.h"
 #include "optim/adamw.h"
 
@@ -53,6 +54,19 @@ class TrainState {
   virtual void zero_grad() = 0;
   // Sums the gradients over the communicator's ranks, in place (data parallelism).
   virtual void all_reduce_grads(dist::Communicator& comm) = 0;
+  // ZeRO-1 over `comm`'s ranks: this rank keeps the AdamW moments of its shard only (the flat
+  // layout cut into world_size equal ranges, the last padded). reduce_grads then reduce-scatters
+  // the gradients and gather_weights all-gathers the updated master weights; checkpoint copies
+  // gather the moments (a collective: every rank calls them). The CUDA state refuses it for now.
+  virtual void shard_optimizer_state(dist::Communicator& comm) {
+    (void)comm;
+    VERL_FAIL("zero_stage 1: the {} training state keeps whole optimizer state (not built yet)",
+              to_string(device()));
+  }
+  // The step's gradient reduction: all-reduce (whole state) or reduce-scatter (sharded).
+  virtual void reduce_grads(dist::Communicator& comm) { all_reduce_grads(comm); }
+  // After the update: the sharded state's all-gather of the master weights (else nothing).
+  virtual void gather_weights(dist::Communicator& comm) { (void)comm; }
   // Sum of squares of the gradients over this rank's shard (a global norm sums it over ranks).
   virtual double grad_sum_squares() = 0;
   // One AdamW update of the shard with gradients scaled by `grad_scale` (clipping), then steps()+1.
@@ -87,10 +101,13 @@ class CpuTrainState final : public TrainState {
   Device device() const override { return Device::Cpu; }
   float* master() override { return w_.data.data(); }
   float* grads() override { return trainable_ ? grads_.data() : nullptr; }
-  float* exp_avg() override { return trainable_ ? opt_.exp_avg.data() : nullptr; }
+  float* exp_avg() override { return trainable_ ? opt_.exp_avg.data() : nullptr; }  // the shard's
   float* exp_avg_sq() override { return trainable_ ? opt_.exp_avg_sq.data() : nullptr; }
   void zero_grad() override;
   void all_reduce_grads(dist::Communicator& comm) override;
+  void shard_optimizer_state(dist::Communicator& comm) override;
+  void reduce_grads(dist::Communicator& comm) override;
+  void gather_weights(dist::Communicator& comm) override;
   double grad_sum_squares() override;
   void adamw_update(const AdamWConfig& cfg, float lr, float grad_scale) override;
   std::vector<float> download_weights() const override { return w_.data; }
@@ -103,8 +120,10 @@ class CpuTrainState final : public TrainState {
 
  private:
   model::Weights w_;
-  std::vector<float> grads_;
-  AdamWState opt_;  // moments; opt_.step mirrors steps_
+  std::vector<float> grads_;  // padded to world x chunk when sharded (the padding stays zero)
+  AdamWState opt_;  // moments (of the shard only when sharded); opt_.step mirrors steps_
+  dist::Communicator* shard_comm_ = nullptr;  // set by shard_optimizer_state
+  int64_t chunk_ = 0;                          // elements per rank when sharded
 };
 
 }  // namespace verl::optim

@@ -278,6 +278,9 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
     critic_->base_lr = co.optim.lr;
     critic_->schedule = lr_schedule(cfg_, "critic", total_steps_);
     critic_->model = make_policy(device_, model::Weights::load_as_critic(cfg_.get<std::string>("critic.model.path"), seed_), co);
+    if (cfg_.get<int64_t>("critic.zero_stage") == 1 && comm_->world_size() > 1) {
+      critic_->model->state().shard_optimizer_state(*comm_);
+    }
   }
   const bool use_kl_in_reward = cfg_.get<bool>("algorithm.use_kl_in_reward");
   actor_loss_.policy.clip_ratio = cfg_.get<double>("actor_rollout_ref.actor.clip_ratio");
@@ -312,6 +315,13 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
     actor_.base_lr = po.optim.lr;
     actor_.schedule = lr_schedule(cfg_, "actor_rollout_ref.actor", total_steps_);
     actor_.model = make_policy(device_, std::move(actor_weights), po);
+    // ZeRO-1: each rank keeps its shard of the AdamW moments (optim/train_state.h).
+    if (cfg_.get<int64_t>("actor_rollout_ref.actor.zero_stage") == 1 && comm_->world_size() > 1) {
+      optim::TrainState& st = actor_.model->state();
+      st.shard_optimizer_state(*comm_);
+      log::info("ZeRO-1: rank {} of {} keeps the AdamW moments of elements [{}, {}) of {}", comm_->rank(),
+                comm_->world_size(), st.shard().begin, st.shard().end, st.numel());
+    }
   }
   if (device_ == Device::Cuda) {
     log::info("trainer.device={}: actor{} on cuda, micro-batches of at most {} tokens, {:.2f} GiB of device memory "
@@ -1049,13 +1059,18 @@ void PpoTrainer::resume() {
 }
 
 std::string PpoTrainer::save() {
+  // Every rank calls this: a sharded optimizer state is gathered (a collective); rank 0 writes.
+  comm_->set_stage("save");
+  const AdamWState& actor_opt = actor_.model->optimizer_state();
+  const AdamWState* critic_opt = critic_ ? &critic_->model->optimizer_state() : nullptr;
+  if (comm_->rank() != 0) return "";
   nlohmann::json st = {{"dataloader", train_loader_->state()}};
   if (kl_ctrl_) st["kl_coef"] = kl_ctrl_->value();
   const int64_t keep = cfg_.get<std::optional<int64_t>>("trainer.max_actor_ckpt_to_keep").value_or(0);
   std::optional<ModelState> critic;
-  if (critic_) critic = ModelState{&critic_->model->weights(), &critic_->model->optimizer_state()};
+  if (critic_) critic = ModelState{&critic_->model->weights(), critic_opt};
   // Host copies: on cuda the weights (if stale) and the AdamW moments are downloaded here.
-  const ModelState actor{&actor_.model->weights(), &actor_.model->optimizer_state()};
+  const ModelState actor{&actor_.model->weights(), &actor_opt};
   return save_checkpoint(cfg_.get<std::string>("trainer.default_local_dir"), global_step_, actor, critic, st,
                          tokenizer_dir_, keep);
 }
@@ -1091,9 +1106,10 @@ void PpoTrainer::fit() {
     m.set("timing_s/data", train_loader_->last_wait_seconds());
     const bool last = global_step_ == total_steps_;
     if (val_set_ && test_freq > 0 && (global_step_ % test_freq == 0 || last)) m.merge(validate());
-    if (save_freq > 0 && (global_step_ % save_freq == 0 || last) && lead) {
+    if (save_freq > 0 && (global_step_ % save_freq == 0 || last)) {
       Timer t;
-      last_checkpoint_ = save();
+      const std::string dir = save();  // every rank (gathers a sharded state); rank 0 writes
+      if (lead) last_checkpoint_ = dir;
       m.set("timing_s/save", t.seconds());
     }
     log_metrics(m);

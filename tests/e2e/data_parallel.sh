@@ -2,7 +2,8 @@
 # Data parallel on the CPU: the demo config under `mpirun -np 2` against one process with the same
 # global batch (16 prompts x 4 samples a step, no shuffling). Checks, per step, critic/score/mean,
 # response_length/mean, actor/pg_loss and actor/grad_norm within 1e-4 relative and the exported
-# model's log-probs within 1e-5; the same for PPO with a critic; a checkpoint saved at 2 ranks
+# model's log-probs within 1e-5; the same with ZeRO-1 and for PPO with a critic (with and without
+# ZeRO-1); a checkpoint saved at 2 ranks
 # resumed at 1 and the reverse; kill -9 of one rank (the job ends, the dead rank is named, the last
 # checkpoint resumes); a rank count that disagrees with trainer.nnodes x n_gpus_per_node.
 # Usage: data_parallel.sh VERL_BINARY REPO_ROOT WORK_DIR
@@ -86,12 +87,50 @@ for r in rows:
 one = [json.loads(l) for l in open('$work/one/metrics.jsonl')]
 assert all(r.get('perf/exchange_bytes', 0) == 0 for r in one)  # one process moves nothing"
 
+# ZeRO-1: each rank keeps half of the AdamW moments; the steps and the saved checkpoint are the
+# one-process run's, and the checkpoint (moments gathered) resumes at one rank.
+run 2 "$work/zero1" trainer.total_training_steps=2 trainer.test_freq=-1 trainer.save_freq=2 \
+  actor_rollout_ref.actor.zero_stage=1
+check "ZeRO-1 runs" test $? -eq 0
+check "ZeRO-1 metrics: 2 ranks = 1 process" compare "$work/one" "$work/zero1" 1,2 "${keys[@]}"
+check "ZeRO-1 shards the moments" grep -q "ZeRO-1: rank 1 of 2 keeps the AdamW moments of elements" "$work/zero1.log"
+# Saved after step 1 (moments gathered from both ranks), resumed at one rank: steps 2 and 3 need
+# those moments (step 2's update) to equal the uninterrupted run's.
+run 2 "$work/zero1_ckpt" trainer.total_training_steps=1 trainer.test_freq=-1 trainer.save_freq=1 \
+  actor_rollout_ref.actor.zero_stage=1
+run 1 "$work/one_step1" trainer.total_training_steps=1 trainer.test_freq=-1 trainer.save_freq=1
+check "ZeRO-1's gathered AdamW moments = one process's" python3 - "$work/one_step1" "$work/zero1_ckpt" <<'PY'
+import json, struct, sys
+def tensors(d):
+    raw = open(d + "/global_step_1/actor/optim.safetensors", "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    out = {}
+    for k, v in head.items():
+        if k == "__metadata__":
+            continue
+        a, b = v["data_offsets"]
+        out[k] = struct.unpack("<%df" % ((b - a) // 4), raw[8 + n + a:8 + n + b])
+    return out
+x, y = tensors(sys.argv[1]), tensors(sys.argv[2])
+assert x.keys() == y.keys() and x, (x.keys(), y.keys())
+assert all(len(x[k]) == len(y[k]) for k in x)
+for k in x:  # each element within 1e-4 of the tensor's largest (float summation order differs)
+    scale = max(abs(p) for p in x[k])
+    worst = max(abs(p - q) for p, q in zip(x[k], y[k]))
+    assert scale > 0 and worst <= 1e-4 * scale, (k, worst, scale)
+PY
+run 1 "$work/zero1_ckpt" trainer.total_training_steps=3 trainer.save_freq=3 trainer.test_freq=-1
+check "a ZeRO-1 checkpoint resumes at 1 rank" compare "$work/one" "$work/zero1_ckpt" 2,3 "${keys[@]}"
+
 # PPO with a critic (GAE), 2 steps.
 ppo=(algorithm.adv_estimator=gae critic.model.path="$root/assets/demo/model" critic.ppo_mini_batch_size=16
   trainer.total_training_steps=2 trainer.test_freq=-1 trainer.save_freq=-1)
 run 1 "$work/ppo_one" "${ppo[@]}"
 run 2 "$work/ppo_two" "${ppo[@]}"
 check "PPO metrics: 2 ranks = 1 process" compare "$work/ppo_one" "$work/ppo_two" 1,2 "${keys[@]}" critic/vf_loss critic/grad_norm
+run 2 "$work/ppo_zero1" "${ppo[@]}" actor_rollout_ref.actor.zero_stage=1 critic.zero_stage=1
+check "PPO with ZeRO-1 on actor and critic = 1 process" compare "$work/ppo_one" "$work/ppo_zero1" 1,2 "${keys[@]}" critic/vf_loss critic/grad_norm
 
 # Checkpoint at 2 ranks, resume at 1, and the reverse: step 3 as in the uninterrupted run.
 run 2 "$work/ckpt_21" trainer.total_training_steps=2 trainer.save_freq=2 trainer.test_freq=-1
