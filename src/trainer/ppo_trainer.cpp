@@ -316,6 +316,12 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
     actor_.schedule = lr_schedule(cfg_, "actor_rollout_ref.actor", total_steps_);
     actor_.model = make_policy(device_, std::move(actor_weights), po);
     // ZeRO-1: each rank keeps its shard of the AdamW moments (optim/train_state.h).
+    for (const char* key : {"actor_rollout_ref.actor.zero_stage", "critic.zero_stage"}) {
+      if (cfg_.get<int64_t>(key) != 0 && comm_->world_size() == 1) {
+        log::warn("{}={}: one rank has nothing to shard; the whole optimizer state stays here", key,
+                  cfg_.get<int64_t>(key));
+      }
+    }
     if (cfg_.get<int64_t>("actor_rollout_ref.actor.zero_stage") == 1 && comm_->world_size() > 1) {
       optim::TrainState& st = actor_.model->state();
       st.shard_optimizer_state(*comm_);
