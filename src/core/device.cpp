@@ -35,6 +35,14 @@ int cuda_sm_count() {
   return count;
 }
 
+std::string cuda_device_name() {
+  if (!cuda_available()) return "";
+  int dev = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) return "";
+  return prop.name;
+}
+
 void cuda_set_device(int device) {
   const int n = cuda_device_count();
   VERL_CHECK(device >= 0 && device < n, "CUDA device {} does not exist: this node has {} visible", device, n);
@@ -70,6 +78,9 @@ int cuda_device_count() {
 }
 int cuda_sm_count() {
   VERL_FAIL("cuda_sm_count: this build has no CUDA backend");
+}
+std::string cuda_device_name() {
+  return "";
 }
 void cuda_set_device(int device) {
   VERL_FAIL("cuda_set_device({}): this build has no CUDA backend", device);

@@ -18,6 +18,8 @@ int cuda_device_count();
 // Streaming multiprocessors of the current device, read once (kernels size their grids by it;
 // a process drives one device). Throws without a device.
 int cuda_sm_count();
+// The current CUDA device's name ("NVIDIA H200"); "" when there is no GPU.
+std::string cuda_device_name();
 // Makes `device` the current CUDA device of this process (a data-parallel rank takes its local
 // rank's); throws naming the device count when there is no such device.
 void cuda_set_device(int device);

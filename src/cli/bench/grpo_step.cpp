@@ -20,14 +20,12 @@
 #include "cli/command.h"
 #include "cli/io.h"
 #include "config/config.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/timer.h"
 #include "trainer/ppo_trainer.h"
 
-#ifdef VERL_HAVE_CUDA
-#include <cuda_runtime.h>
-#endif
 
 namespace verl::cli {
 namespace {
@@ -39,18 +37,6 @@ struct GrpoOpts {
 
 constexpr const char* kStages[] = {"gen",   "reward",        "old_log_prob", "ref",  "values",
                                    "adv",   "update_critic", "update_actor", "step"};
-
-std::string device_name(Device d) {
-#ifdef VERL_HAVE_CUDA
-  if (d == Device::Cuda) {
-    int dev = 0;
-    cudaDeviceProp prop{};
-    if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess)
-      return prop.name;
-  }
-#endif
-  return to_string(d);
-}
 
 int run_grpo_step(const GrpoOpts& o) {
   VERL_CHECK(o.steps >= 1, "--steps must be >= 1, got {}", o.steps);
@@ -106,7 +92,7 @@ int run_grpo_step(const GrpoOpts& o) {
       {"config", path},
       {"overrides", overrides},
       {"device", to_string(trainer.device())},
-      {"device_name", device_name(trainer.device())},
+      {"device_name", trainer.device() == Device::Cuda ? cuda_device_name() : "cpu"},
       {"params", trainer.actor().layout.total},
       {"prompts", cfg.get<int64_t>("data.train_batch_size")},
       {"n", cfg.get<int64_t>("actor_rollout_ref.rollout.n")},

@@ -136,13 +136,9 @@ int run_bench_rollout(const RolloutOpts& o) {
   const double decode_bytes = static_cast<double>(rs.decode_steps) * weight_bytes +
                               static_cast<double>(rs.decode_context_tokens) * kv_token_bytes;
   const double bandwidth = rs.decode_seconds > 0 ? decode_bytes / rs.decode_seconds : 0.0;
-  cudaDeviceProp prop{};
-  int device = 0;
-  VERL_CUDA_CHECK(cudaGetDevice(&device));
-  VERL_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   nlohmann::json j = {
       {"bench", "rollout"},
-      {"device", prop.name},
+      {"device", cuda_device_name()},
       {"model", name},
       {"params", layout.total},
       {"prompts", o.prompts},

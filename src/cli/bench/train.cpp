@@ -32,12 +32,6 @@
 #include "model/weights.h"
 #include "trainer/policy_model.h"
 
-#ifdef VERL_HAVE_CUDA
-#include <cuda_runtime.h>
-
-#include "ops/cuda/cuda_check.h"
-#endif
-
 namespace verl::cli {
 namespace {
 
@@ -144,29 +138,13 @@ double mean_nll(const float* logprob, const model::PackedBatch& b) {
   return sum / static_cast<double>(n);
 }
 
-// The device's name and free bytes (CUDA), or "cpu".
-std::string device_name(const TrainOpts& o, size_t* free_bytes) {
-  *free_bytes = 0;
-#ifdef VERL_HAVE_CUDA
-  if (o.device == "cuda") {
-    int dev = 0;
-    cudaDeviceProp prop{};
-    VERL_CUDA_CHECK(cudaGetDevice(&dev));
-    VERL_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-    *free_bytes = device_memory_total() - device_memory_in_use();
-    return prop.name;
-  }
-#endif
-  return "cpu";
-}
-
 StepStats run_policy(const TrainOpts& o, model::Weights& w, const model::PackedBatch& b,
                      const std::vector<float>& d_lp) {
   StepStats st;
   const bool cuda = o.device == "cuda";
-  size_t free_b = 0;
-  st.device_name = device_name(o, &free_b);
+  st.device_name = cuda ? cuda_device_name() : "cpu";
   if (cuda) {
+    const size_t free_b = device_memory_total() - device_memory_in_use();
     // fp32 master weights, gradients, AdamW m and v, plus the bf16 compute copy: 18 bytes a
     // parameter before any activation. Say so plainly instead of failing inside a cudaMalloc.
     const double gib = double(1ull << 30);
