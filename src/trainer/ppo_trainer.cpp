@@ -206,6 +206,21 @@ class GlobalRows {
   size_t bytes_ = 0;
 };
 
+// ZeRO-1 (`key` = 1, optim/train_state.h): this rank keeps its shard of the model's AdamW moments.
+// One rank has nothing to shard: a warning says the key changes nothing.
+void apply_zero_stage(const config::Config& cfg, const char* key, PolicyModel& model, dist::Communicator& comm) {
+  const int64_t stage = cfg.get<int64_t>(key);
+  if (stage == 0) return;
+  if (comm.world_size() == 1) {
+    log::warn("{}={}: one rank has nothing to shard; the whole optimizer state stays here", key, stage);
+    return;
+  }
+  optim::TrainState& st = model.state();
+  st.shard_optimizer_state(comm);
+  log::info("ZeRO-1 ({}): rank {} of {} keeps the AdamW moments of elements [{}, {}) of {}", key, comm.rank(),
+            comm.world_size(), st.shard().begin, st.shard().end, st.numel());
+}
+
 }  // namespace
 
 PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
@@ -278,9 +293,7 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
     critic_->base_lr = co.optim.lr;
     critic_->schedule = lr_schedule(cfg_, "critic", total_steps_);
     critic_->model = make_policy(device_, model::Weights::load_as_critic(cfg_.get<std::string>("critic.model.path"), seed_), co);
-    if (cfg_.get<int64_t>("critic.zero_stage") == 1 && comm_->world_size() > 1) {
-      critic_->model->state().shard_optimizer_state(*comm_);
-    }
+    apply_zero_stage(cfg_, "critic.zero_stage", *critic_->model, *comm_);
   }
   const bool use_kl_in_reward = cfg_.get<bool>("algorithm.use_kl_in_reward");
   actor_loss_.policy.clip_ratio = cfg_.get<double>("actor_rollout_ref.actor.clip_ratio");
@@ -315,19 +328,7 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
     actor_.base_lr = po.optim.lr;
     actor_.schedule = lr_schedule(cfg_, "actor_rollout_ref.actor", total_steps_);
     actor_.model = make_policy(device_, std::move(actor_weights), po);
-    // ZeRO-1: each rank keeps its shard of the AdamW moments (optim/train_state.h).
-    for (const char* key : {"actor_rollout_ref.actor.zero_stage", "critic.zero_stage"}) {
-      if (cfg_.get<int64_t>(key) != 0 && comm_->world_size() == 1) {
-        log::warn("{}={}: one rank has nothing to shard; the whole optimizer state stays here", key,
-                  cfg_.get<int64_t>(key));
-      }
-    }
-    if (cfg_.get<int64_t>("actor_rollout_ref.actor.zero_stage") == 1 && comm_->world_size() > 1) {
-      optim::TrainState& st = actor_.model->state();
-      st.shard_optimizer_state(*comm_);
-      log::info("ZeRO-1: rank {} of {} keeps the AdamW moments of elements [{}, {}) of {}", comm_->rank(),
-                comm_->world_size(), st.shard().begin, st.shard().end, st.numel());
-    }
+    apply_zero_stage(cfg_, "actor_rollout_ref.actor.zero_stage", *actor_.model, *comm_);
   }
   if (device_ == Device::Cuda) {
     log::info("trainer.device={}: actor{} on cuda, micro-batches of at most {} tokens, {:.2f} GiB of device memory "

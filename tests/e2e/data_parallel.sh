@@ -93,7 +93,7 @@ run 2 "$work/zero1" trainer.total_training_steps=2 trainer.test_freq=-1 trainer.
   actor_rollout_ref.actor.zero_stage=1
 check "ZeRO-1 runs" test $? -eq 0
 check "ZeRO-1 metrics: 2 ranks = 1 process" compare "$work/one" "$work/zero1" 1,2 "${keys[@]}"
-check "ZeRO-1 shards the moments" grep -q "ZeRO-1: rank 1 of 2 keeps the AdamW moments of elements" "$work/zero1.log"
+check "ZeRO-1 shards the moments" grep -q "ZeRO-1 (actor_rollout_ref.actor.zero_stage): rank 1 of 2 keeps the AdamW moments of elements" "$work/zero1.log"
 # Saved after step 1 (moments gathered from both ranks), resumed at one rank: steps 2 and 3 need
 # those moments (step 2's update) to equal the uninterrupted run's.
 run 2 "$work/zero1_ckpt" trainer.total_training_steps=1 trainer.test_freq=-1 trainer.save_freq=1 \
