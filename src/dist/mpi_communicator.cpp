@@ -5,15 +5,14 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <limits>
-#include <thread>
 #include <vector>
 
 #include "core/error.h"
+#include "dist/deadline.h"
 
 namespace verl::dist {
 namespace {
@@ -102,28 +101,17 @@ void MpiCommunicator::host_only(Place place, const char* what) const {
 
 void MpiCommunicator::wait(void* request, const char* what) {
   MPI_Request* req = static_cast<MPI_Request*>(request);
-  const auto start = std::chrono::steady_clock::now();
-  auto pause = std::chrono::microseconds(1);
-  for (;;) {
-    int done = 0;
-    check_mpi(MPI_Test(req, &done, MPI_STATUS_IGNORE), what);
-    if (done) return;
-    const double waited =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (waited > timeout_s_) {
-      // A peer died or is stuck inside another stage: nothing this rank can finish. Say where and
-      // end the whole job (the launcher stops the other ranks).
-      std::fprintf(stderr,
-                   "error: rank %d of %d: %s in stage '%s' did not complete within %.0f s "
-                   "(actor_rollout_ref.nccl_timeout): another rank died or is stuck\n",
-                   rank_, size_, what, stage().c_str(), timeout_s_);
-      std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, 3);
-      std::_Exit(3);
-    }
-    std::this_thread::sleep_for(pause);
-    if (pause < std::chrono::milliseconds(1)) pause *= 2;  // poll fast first, then every ms
-  }
+  const bool done = poll_until(timeout_s_, [&] {
+    int flag = 0;
+    check_mpi(MPI_Test(req, &flag, MPI_STATUS_IGNORE), what);
+    return flag != 0;
+  });
+  if (done) return;
+  // A peer died or is stuck inside another stage: nothing this rank can finish. Say where and end
+  // the whole job (the launcher stops the other ranks).
+  report_timeout(rank_, size_, what, stage(), timeout_s_);
+  MPI_Abort(MPI_COMM_WORLD, 3);
+  std::_Exit(3);
 }
 
 void MpiCommunicator::barrier() {

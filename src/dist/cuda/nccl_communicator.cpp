@@ -3,15 +3,14 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <thread>
 #include <vector>
 
 #include "core/error.h"
+#include "dist/deadline.h"
 #include "dist/mpi_communicator.h"
 
 namespace verl::dist {
@@ -158,11 +157,9 @@ class NcclCommunicator final : public Communicator {
     cudaStream_t s = static_cast<cudaStream_t>(place.stream);
     check_nccl(launch(s), what);
     check_cuda(cudaEventRecord(done_, s), what);
-    const auto start = std::chrono::steady_clock::now();
-    auto pause = std::chrono::microseconds(1);
-    for (;;) {
+    const bool done = poll_until(timeout_s_, [&] {
       const cudaError_t q = cudaEventQuery(done_);
-      if (q == cudaSuccess) return;
+      if (q == cudaSuccess) return true;
       VERL_CHECK(q == cudaErrorNotReady, "NCCL {} in stage '{}': CUDA error {}", what, stage(),
                  cudaGetErrorString(q));
       ncclResult_t async = ncclSuccess;
@@ -170,22 +167,14 @@ class NcclCommunicator final : public Communicator {
       VERL_CHECK(async == ncclSuccess || async == ncclInProgress,
                  "NCCL {} in stage '{}' failed on rank {}: {}", what, stage(), rank(),
                  ncclGetErrorString(async));
-      const double waited =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (waited > timeout_s_) {
-        std::fprintf(stderr,
-                     "error: rank %d of %d: NCCL %s in stage '%s' did not complete within %.0f s "
-                     "(actor_rollout_ref.nccl_timeout): another rank died or is stuck\n",
-                     rank(), world_size(), what, stage().c_str(), timeout_s_);
-        std::fflush(stderr);
-        ncclCommAbort(comm_);
-        comm_ = nullptr;
-        abort_job_on_error("NCCL timeout");
-        std::_Exit(3);
-      }
-      std::this_thread::sleep_for(pause);
-      if (pause < std::chrono::milliseconds(1)) pause *= 2;
-    }
+      return false;
+    });
+    if (done) return;
+    report_timeout(rank(), world_size(), (std::string("NCCL ") + what).c_str(), stage(), timeout_s_);
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
+    abort_job_on_error("NCCL timeout");
+    std::_Exit(3);
   }
 
   std::unique_ptr<Communicator> host_;
