@@ -9,7 +9,9 @@ namespace verl {
 void fault_point(const char* point, int64_t step) {
   static const char* spec = std::getenv("VERL_FAULT_INJECT");
   if (!spec) return;
-  if (std::string(spec) == std::string(point) + ":" + std::to_string(step)) std::raise(SIGKILL);
+  const std::string at = std::string(point) + ":" + std::to_string(step);
+  if (spec == at) std::raise(SIGKILL);
+  if (spec == at + ":stop") std::raise(SIGSTOP);  // a stuck rank: alive, never answering
 }
 
 }  // namespace verl

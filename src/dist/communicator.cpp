@@ -169,6 +169,44 @@ void copy_elements(void* dst, const void* src, size_t count, DataType type, Plac
 
 }  // namespace
 
+namespace {
+class Completed final : public PendingCollective {
+ public:
+  bool test() override { return true; }
+  void wait() override {}
+};
+}  // namespace
+
+std::unique_ptr<PendingCollective> Communicator::start_all_reduce(void* data, size_t count,
+                                                                  DataType type, ReduceOp op) {
+  VERL_CHECK(data != nullptr || count == 0, "start_all_reduce: null buffer of {} elements", count);
+  return start_all_reduce_impl(data, count, type, op);
+}
+
+std::unique_ptr<PendingCollective> Communicator::start_reduce(void* data, size_t count,
+                                                              DataType type, ReduceOp op,
+                                                              int root) {
+  VERL_CHECK(data != nullptr || count == 0, "start_reduce: null buffer of {} elements", count);
+  VERL_CHECK(root >= 0 && root < world_size(), "start_reduce: root {} is not a rank of {}", root,
+             world_size());
+  return start_reduce_impl(data, count, type, op, root);
+}
+
+std::unique_ptr<PendingCollective> Communicator::start_all_reduce_impl(void* data, size_t count,
+                                                                       DataType type,
+                                                                       ReduceOp op) {
+  all_reduce_impl(data, count, type, op, Place::host());
+  return std::make_unique<Completed>();
+}
+
+std::unique_ptr<PendingCollective> Communicator::start_reduce_impl(void* data, size_t count,
+                                                                   DataType type, ReduceOp op,
+                                                                   int root) {
+  (void)root;
+  all_reduce_impl(data, count, type, op, Place::host());
+  return std::make_unique<Completed>();
+}
+
 void SingleProcess::all_reduce_impl(void*, size_t, DataType, ReduceOp, Place place) {
   require_backend(place, "all_reduce");
 }

@@ -7,6 +7,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -51,6 +52,17 @@ struct Place {
   static Place host() { return {}; }
   static Place device(void* stream) { return {Kind::Device, stream}; }
   bool on_device() const { return kind == Kind::Device; }
+};
+
+// A collective started by a Communicator::start_* call. Its buffer must stay valid and untouched
+// until wait() has returned or test() has returned true. test() also moves the collective along
+// (MPI progresses non-blocking collectives only inside MPI calls); wait() honours the
+// communicator's deadline as the blocking calls do.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  virtual bool test() = 0;
+  virtual void wait() = 0;
 };
 
 // Every rank calls a collective with the same counts, type, op and root. Counts and displacements
@@ -103,6 +115,15 @@ class Communicator {
                    std::span<const size_t> send_displs, void* recv,
                    std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
                    DataType type, Place place = {});
+
+  // Non-blocking host collectives for the gradient buckets that backward finishes while it goes
+  // on. Every rank starts the same collectives in the same order. start_all_reduce: as
+  // all_reduce. start_reduce: root's `data` becomes op over all ranks of `data` (in place); on the
+  // other ranks `data` is left as it was or overwritten (the caller must not read it).
+  std::unique_ptr<PendingCollective> start_all_reduce(void* data, size_t count, DataType type,
+                                                      ReduceOp op);
+  std::unique_ptr<PendingCollective> start_reduce(void* data, size_t count, DataType type,
+                                                  ReduceOp op, int root);
 
   // Typed wrappers over the calls above. A span may point at device memory when `place` says so.
   // all_reduce has plain overloads rather than a template, so callers passing a std::vector still
@@ -191,6 +212,13 @@ class Communicator {
                                 std::span<const size_t> recv_counts,
                                 std::span<const size_t> recv_displs, DataType type,
                                 Place place) = 0;
+  // By default the blocking all-reduce, complete on return (start_reduce too: every rank gets the
+  // sum, which the contract allows). MPI overrides both with its non-blocking calls.
+  virtual std::unique_ptr<PendingCollective> start_all_reduce_impl(void* data, size_t count,
+                                                                   DataType type, ReduceOp op);
+  virtual std::unique_ptr<PendingCollective> start_reduce_impl(void* data, size_t count,
+                                                               DataType type, ReduceOp op,
+                                                               int root);
 
  private:
   std::string stage_ = "setup";

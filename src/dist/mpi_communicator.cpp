@@ -114,6 +114,57 @@ void MpiCommunicator::wait(void* request, const char* what) {
   std::_Exit(3);
 }
 
+// A started MPI collective: its request, waited for with the communicator's deadline.
+class MpiCommunicator::Pending final : public PendingCollective {
+ public:
+  Pending(MpiCommunicator& comm, const char* what) : comm_(comm), what_(what) {}
+  ~Pending() override {
+    // Never freed while in flight: MPI would still write the buffer. An unwinding error ends the
+    // job (abort_job_on_error) without waiting.
+    if (!done_ && std::uncaught_exceptions() == 0) wait();
+  }
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    check_mpi(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE), what_);
+    done_ = flag != 0;
+    return done_;
+  }
+  void wait() override {
+    if (done_) return;
+    comm_.wait(&req_, what_);
+    done_ = true;
+  }
+  MPI_Request* request() { return &req_; }
+
+ private:
+  MpiCommunicator& comm_;
+  const char* what_;
+  MPI_Request req_ = MPI_REQUEST_NULL;
+  bool done_ = false;
+};
+
+std::unique_ptr<PendingCollective> MpiCommunicator::start_all_reduce_impl(void* data, size_t count,
+                                                                          DataType type,
+                                                                          ReduceOp op) {
+  auto p = std::make_unique<Pending>(*this, "gradient all_reduce");
+  check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, count_of(count, "all_reduce"), mpi_type(type),
+                           mpi_op(op, type, "all_reduce"), MPI_COMM_WORLD, p->request()),
+            "all_reduce");
+  return p;
+}
+
+std::unique_ptr<PendingCollective> MpiCommunicator::start_reduce_impl(void* data, size_t count,
+                                                                      DataType type, ReduceOp op,
+                                                                      int root) {
+  auto p = std::make_unique<Pending>(*this, "gradient reduce");
+  check_mpi(MPI_Ireduce(rank_ == root ? MPI_IN_PLACE : data, data, count_of(count, "reduce"),
+                        mpi_type(type), mpi_op(op, type, "reduce"), root, MPI_COMM_WORLD,
+                        p->request()),
+            "reduce");
+  return p;
+}
+
 void MpiCommunicator::barrier() {
   MPI_Request req;
   check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &req), "barrier");

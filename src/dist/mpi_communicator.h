@@ -37,8 +37,13 @@ class MpiCommunicator final : public Communicator {
                         std::span<const size_t> send_displs, void* recv,
                         std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
                         DataType type, Place place) override;
+  std::unique_ptr<PendingCollective> start_all_reduce_impl(void* data, size_t count, DataType type,
+                                                           ReduceOp op) override;
+  std::unique_ptr<PendingCollective> start_reduce_impl(void* data, size_t count, DataType type,
+                                                       ReduceOp op, int root) override;
 
  private:
+  class Pending;
   void host_only(Place place, const char* what) const;
   // Waits for `request` (an MPI_Request) until the deadline; past it, reports and aborts the job.
   void wait(void* request, const char* what);

@@ -143,11 +143,11 @@ void Transformer::forward(const PackedBatch& b, Activations& acts, const Forward
 }
 
 void Transformer::layer_backward(int l, const PackedBatch& b, LayerActivations& a, Activations& s,
-                                 float* d_x, float* grads) const {
+                                 float* d_x, float* base, int64_t base_offset) const {
   const ModelConfig& c = w_.config;
   const LayerParams& p = w_.layout.layers[l];
   auto W = [&](int i) { return i >= 0 ? w_.param(i) : nullptr; };
-  auto G = [&](int i) { return i >= 0 ? grads + w_.layout.params[i].offset : nullptr; };
+  auto G = [&](int i) { return i >= 0 ? base + (w_.layout.params[i].offset - base_offset) : nullptr; };
   const int64_t T = b.num_tokens(), B = b.num_seqs(), C = c.hidden_size, F = c.intermediate_size;
   const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
   const int64_t qd = c.q_dim(), kvd = c.kv_dim(), Q3 = qd + 2 * kvd;
@@ -196,47 +196,89 @@ void Transformer::layer_backward(int l, const PackedBatch& b, LayerActivations& 
                         T, C);
 }
 
+namespace {
+
+// The element range [begin, end) that parameters `ids` (-1 entries skipped) occupy together.
+struct ParamRange {
+  int64_t begin = INT64_MAX, end = 0;
+};
+ParamRange range_of(const ParamLayout& lay, std::initializer_list<int> ids) {
+  ParamRange r;
+  for (int i : ids) {
+    if (i < 0) continue;
+    r.begin = std::min(r.begin, lay.params[i].offset);
+    r.end = std::max(r.end, lay.params[i].offset + lay.params[i].numel);
+  }
+  return r;
+}
+
+}  // namespace
+
 void Transformer::backward(const PackedBatch& b, Activations& acts, const float* d_logprob,
                            const float* d_entropy, const float* d_out, float* grads,
-                           const ForwardOptions& opt) const {
+                           const ForwardOptions& opt, GradSink* sink) const {
   const ModelConfig& c = w_.config;
   const ParamLayout& lay = w_.layout;
   const int64_t T = b.num_tokens(), B = b.num_seqs(), C = c.hidden_size, V = c.vocab_size;
   const int64_t NL = c.num_labels;
   VERL_CHECK(acts.T == T, "backward called with a batch of {} tokens after a forward of {}", T,
              acts.T);
-  auto G = [&](int i) { return i >= 0 ? grads + lay.params[i].offset : nullptr; };
+  VERL_CHECK(sink != nullptr || grads != nullptr, "backward: neither a gradient buffer nor a sink");
+  // Each range's view: the sink's, or the whole buffer's slice.
+  auto open = [&](const ParamRange& r) { return sink ? sink->open(r.begin, r.end) : grads + r.begin; };
+  auto ready = [&](const ParamRange& r) {
+    if (sink) sink->ready(r.begin, r.end);
+  };
+  const ParamRange embed = range_of(lay, {lay.embed});
+  // The head's range; a tied LM head is the embedding's, final only after the embedding's backward.
+  const bool tied = c.head == HeadKind::CausalLM && w_.lm_head_param() == lay.embed;
+  const ParamRange head = c.head == HeadKind::CausalLM ? range_of(lay, {w_.lm_head_param()})
+                                                       : range_of(lay, {lay.score, lay.score_bias});
+  float* head_base = open(head);
+  auto G = [&](int i, float* base, const ParamRange& r) {
+    return i >= 0 ? base + (lay.params[i].offset - r.begin) : nullptr;
+  };
 
   float* d_h = zeroed(acts.d_xn, T * C);
   switch (c.head) {
     case HeadKind::CausalLM:
-      ops::lm_head_backward(d_h, G(w_.lm_head_param()), d_logprob, d_entropy, acts.h_final.data(),
-                            w_.lm_head(), b.targets.data(), acts.lse_head.data(),
-                            acts.entropy.data(), T, C, V, opt.temperature, opt.lm_head_chunk);
+      ops::lm_head_backward(d_h, G(w_.lm_head_param(), head_base, head), d_logprob, d_entropy,
+                            acts.h_final.data(), w_.lm_head(), b.targets.data(),
+                            acts.lse_head.data(), acts.entropy.data(), T, C, V, opt.temperature,
+                            opt.lm_head_chunk);
       break;
     case HeadKind::TokenClassification:
       if (d_out) {
-        ops::linear_backward(d_h, G(lay.score), G(lay.score_bias), d_out, acts.h_final.data(),
-                             w_.param(lay.score), T, C, NL);
+        ops::linear_backward(d_h, G(lay.score, head_base, head), G(lay.score_bias, head_base, head),
+                             d_out, acts.h_final.data(), w_.param(lay.score), T, C, NL);
       }
       break;
     case HeadKind::SequenceClassification:
       if (d_out) {
         for (int64_t s = 0; s < B; ++s) {
           const int64_t last = b.cu_seqlens[s + 1] - 1;
-          ops::linear_backward(d_h + last * C, G(lay.score), nullptr, d_out + s * NL,
-                               acts.h_final.data() + last * C, w_.param(lay.score), 1, C, NL);
+          ops::linear_backward(d_h + last * C, G(lay.score, head_base, head), nullptr,
+                               d_out + s * NL, acts.h_final.data() + last * C, w_.param(lay.score),
+                               1, C, NL);
         }
       }
       break;
   }
+  if (!tied) ready(head);
+  const ParamRange fnorm = range_of(lay, {lay.final_norm});
   float* d_x = zeroed(acts.d_x, T * C);
-  ops::rmsnorm_backward(d_x, G(lay.final_norm), d_h, acts.x_final.data(), w_.param(lay.final_norm),
-                        acts.rstd_final.data(), T, C);
+  ops::rmsnorm_backward(d_x, G(lay.final_norm, open(fnorm), fnorm), d_h, acts.x_final.data(),
+                        w_.param(lay.final_norm), acts.rstd_final.data(), T, C);
+  ready(fnorm);
   for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l) {
-    layer_backward(static_cast<int>(l), b, acts.layers[l], acts, d_x, grads);
+    const LayerParams& p = lay.layers[l];
+    const ParamRange r = range_of(lay, {p.attn_norm, p.wqkv, p.bqkv, p.q_norm, p.k_norm, p.wo, p.bo,
+                                        p.mlp_norm, p.wgu, p.bgu, p.wdown, p.bdown});
+    layer_backward(static_cast<int>(l), b, acts.layers[l], acts, d_x, open(r), r.begin);
+    ready(r);
   }
-  ops::embedding_backward(G(lay.embed), d_x, b.tokens.data(), T, C);
+  ops::embedding_backward(G(lay.embed, open(embed), embed), d_x, b.tokens.data(), T, C);
+  ready(embed);
 }
 
 }  // namespace verl::model

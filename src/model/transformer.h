@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/batch.h"
+#include "model/grad_sink.h"
 #include "model/weights.h"
 
 namespace verl::model {
@@ -47,17 +48,21 @@ class Transformer {
   //   sum_t d_logprob[t]*logprob[t] + d_entropy[t]*entropy[t]   (causal LM)
   //   sum d_out * values (token classification) or sum d_out * scores (sequence classification).
   // Null upstream gradients count as zero. Requires the forward's `acts` for the same batch.
+  // With a `sink`, `grads` is unused: each range (the head, the final norm, each layer from the
+  // last, the embedding) is accumulated into the view sink->open() gives and handed back with
+  // sink->ready() as soon as it is final.
   void backward(const PackedBatch& batch, Activations& acts, const float* d_logprob,
                 const float* d_entropy, const float* d_out, float* grads,
-                const ForwardOptions& opt = {}) const;
+                const ForwardOptions& opt = {}, GradSink* sink = nullptr) const;
 
   const Weights& weights() const { return w_; }
   const std::vector<float>& inv_freq() const { return inv_freq_; }
 
  private:
   void layer_forward(int l, const PackedBatch& b, LayerActivations& a, float* x_out) const;
+  // Layer l's parameter gradients accumulate into `base`, which holds elements from `base_offset`.
   void layer_backward(int l, const PackedBatch& b, LayerActivations& a, Activations& s,
-                      float* d_x, float* grads) const;
+                      float* d_x, float* base, int64_t base_offset) const;
   const Weights& w_;
   std::vector<float> inv_freq_;
 };

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/timer.h"
 #include "dist/communicator.h"
 #include "optim/train_state.h"
 
@@ -20,7 +21,11 @@ double AdamW::step(TrainState& state, float lr, dist::Communicator& comm) const 
   // so the gradient is the ranks' mean: their sum (all-reduced in place) divided by the world size,
   // a factor folded into the update's gradient scale rather than a pass of its own.
   const double world = comm.world_size();
-  if (comm.distributed()) state.reduce_grads(comm);  // all-reduce, or reduce-scatter (ZeRO-1)
+  if (comm.distributed()) {  // all-reduce, or reduce-scatter (ZeRO); or what backward started
+    Timer t;
+    state.reduce_grads(comm);
+    state.sync_stats().seconds += t.seconds();
+  }
   double sq = state.grad_sum_squares();
   if (!state.whole()) sq = comm.sum(sq);  // each rank holds a shard's gradients
   const double norm = std::sqrt(sq) / world;

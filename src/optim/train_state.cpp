@@ -13,10 +13,11 @@ void TrainState::check_upload(const std::vector<float>& weights, const AdamWStat
   VERL_CHECK(static_cast<int64_t>(weights.size()) == numel(),
              "restore: {} weights for a model of {} parameters", weights.size(), numel());
   if (!trainable_ || opt == nullptr) return;
-  VERL_CHECK(static_cast<int64_t>(opt->exp_avg.size()) == numel() &&
-                 static_cast<int64_t>(opt->exp_avg_sq.size()) == numel(),
-             "restore: optimizer moments of {} and {} floats for a model of {} parameters",
-             opt->exp_avg.size(), opt->exp_avg_sq.size(), numel());
+  const auto m = static_cast<int64_t>(opt->exp_avg.size());
+  VERL_CHECK((m == numel() || (!whole() && m == shard_.size())) &&
+                 static_cast<int64_t>(opt->exp_avg_sq.size()) == m,
+             "restore: optimizer moments of {} and {} floats for a model of {} parameters (shard {})",
+             opt->exp_avg.size(), opt->exp_avg_sq.size(), numel(), shard_.size());
   VERL_CHECK(opt->step >= 0, "restore: a negative optimizer step count {}", opt->step);
 }
 
@@ -57,8 +58,24 @@ void CpuTrainState::shard_optimizer_state(dist::Communicator& comm) {
   opt_.exp_avg_sq.assign(static_cast<size_t>(shard_.size()), 0.0f);
 }
 
+void CpuTrainState::enable_data_parallel(dist::Communicator& comm, int zero_stage) {
+  require_trainable("enable_data_parallel");
+  VERL_CHECK(zero_stage >= 0 && zero_stage <= 2, "zero_stage {}: 0, 1 or 2", zero_stage);
+  if (zero_stage >= 1) shard_optimizer_state(comm);
+  zero_stage_ = zero_stage;
+  if (zero_stage == 2) grads_.assign(static_cast<size_t>(chunk_), 0.0f);  // the shard's only
+  sync_ = std::make_unique<GradSync>(comm, zero_stage, numel(), chunk_, grads_.data(), sync_stats_);
+}
+
 void CpuTrainState::reduce_grads(dist::Communicator& comm) {
-  if (shard_comm_ == nullptr) return all_reduce_grads(comm);
+  // The buckets backward started (stage 2: every micro-batch's) complete here.
+  if (sync_ && (sync_->finish() || zero_stage_ == 2)) return;
+  const double share = static_cast<double>(comm.world_size() - 1) / comm.world_size();
+  if (shard_comm_ == nullptr) {
+    sync_stats_.bytes += 2 * share * 4.0 * static_cast<double>(grads_.size());
+    return all_reduce_grads(comm);
+  }
+  sync_stats_.bytes += share * 4.0 * static_cast<double>(grads_.size());
   // This rank's block of the padded buffer receives the sum over ranks (in place).
   comm.reduce_scatter(grads_.data(), grads_.data() + comm.rank() * chunk_, static_cast<size_t>(chunk_),
                       dist::DataType::F32, dist::ReduceOp::Sum);
@@ -75,7 +92,7 @@ void CpuTrainState::gather_weights(dist::Communicator& comm) {
 
 double CpuTrainState::grad_sum_squares() {
   require_trainable("grad_sum_squares");
-  return ops::cpu::sum_squares(grads_.data() + shard_.begin, shard_.size());
+  return ops::cpu::sum_squares(shard_grads(), shard_.size());
 }
 
 void CpuTrainState::adamw_update(const AdamWConfig& cfg, float lr, float grad_scale) {
@@ -84,7 +101,7 @@ void CpuTrainState::adamw_update(const AdamWConfig& cfg, float lr, float grad_sc
   opt_.step = steps_;
   const int64_t b = shard_.begin;
   const int64_t m = shard_comm_ ? 0 : b;  // sharded moments start at the shard
-  ops::cpu::adamw_step(w_.data.data() + b, grads_.data() + b, opt_.exp_avg.data() + m,
+  ops::cpu::adamw_step(w_.data.data() + b, shard_grads(), opt_.exp_avg.data() + m,
                        opt_.exp_avg_sq.data() + m, shard_.size(), lr, cfg.beta1, cfg.beta2,
                        cfg.eps, cfg.weight_decay, steps_, grad_scale);
 }
@@ -113,6 +130,8 @@ void CpuTrainState::upload(const std::vector<float>& weights, const AdamWState* 
   if (trainable_ && opt != nullptr) {
     if (shard_comm_ == nullptr) {
       opt_ = *opt;
+    } else if (static_cast<int64_t>(opt->exp_avg.size()) == shard_.size() && shard_.size() != numel()) {
+      opt_ = *opt;  // the slice itself
     } else {  // keep this rank's slice of the checkpoint's whole moments
       opt_.exp_avg.assign(opt->exp_avg.begin() + shard_.begin, opt->exp_avg.begin() + shard_.end);
       opt_.exp_avg_sq.assign(opt->exp_avg_sq.begin() + shard_.begin, opt->exp_avg_sq.begin() + shard_.end);

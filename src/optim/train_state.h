@@ -8,12 +8,15 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "core/device.h"
 #include "core/error.h"
 #include "model/weights.h"
+#include "model/grad_sink.h"
 #include "optim/adamw.h"
+#include "optim/grad_sync.h"
 
 namespace verl::dist {
 class Communicator;
@@ -63,8 +66,27 @@ class TrainState {
     VERL_FAIL("zero_stage 1: the {} training state keeps whole optimizer state (not built yet)",
               to_string(device()));
   }
-  // The step's gradient reduction: all-reduce (whole state) or reduce-scatter (sharded).
+  // Data parallelism over `comm`'s ranks with ZeRO stage 0, 1 or 2 (optim/grad_sync.h): the
+  // gradients are reduced in buckets while backward goes on (grad_sink()); 1 also shards the
+  // moments (shard_optimizer_state), 2 also keeps only the shard's gradients. The CUDA state
+  // takes stage 0 (one all-reduce of the whole buffer at the step) and refuses the others for now.
+  virtual void enable_data_parallel(dist::Communicator& comm, int zero_stage) {
+    (void)comm;
+    VERL_CHECK(zero_stage == 0, "zero_stage {}: the {} training state keeps whole gradients and "
+               "optimizer state (not built yet)", zero_stage, to_string(device()));
+  }
+  int zero_stage() const { return zero_stage_; }
+  // Where the model's backward writes its gradients range by range (null: the whole buffer at
+  // grads(), reduced at the step).
+  virtual model::GradSink* grad_sink() { return nullptr; }
+  // Before each backward: whether it is the last micro-batch before the optimizer step.
+  virtual void prepare_backward(bool last_micro_batch) { (void)last_micro_batch; }
+  // The step's gradient reduction: what backward started is waited for; otherwise all-reduce
+  // (whole state) or reduce-scatter (sharded).
   virtual void reduce_grads(dist::Communicator& comm) { all_reduce_grads(comm); }
+  // Gradient-sync cost since the last call (bytes sent, seconds spent), then reset.
+  SyncStats take_sync_stats() { return std::exchange(sync_stats_, SyncStats{}); }
+  SyncStats& sync_stats() { return sync_stats_; }
   // After the update: the sharded state's all-gather of the master weights (else nothing).
   virtual void gather_weights(dist::Communicator& comm) { (void)comm; }
   // Sum of squares of the gradients over this rank's shard (a global norm sums it over ranks).
@@ -76,8 +98,11 @@ class TrainState {
   // copy, or the bf16 copy widened for a forward-only state on the GPU) and the AdamW state.
   virtual std::vector<float> download_weights() const = 0;
   virtual AdamWState download_optimizer_state() const = 0;
+  // This rank's slice of the moments (shard() elements; the whole when not sharded): what a
+  // sharded checkpoint writes, with no collective.
+  virtual AdamWState download_optimizer_shard() const { return download_optimizer_state(); }
   // Resume: replaces the weights (layout order, numel() floats) and, when trainable, the moments
-  // and the step count.
+  // (numel() floats, or shard().size() for a sharded state: its slice) and the step count.
   virtual void upload(const std::vector<float>& weights, const AdamWState* opt) = 0;
 
  protected:
@@ -91,6 +116,8 @@ class TrainState {
   ShardSpec shard_;
   bool trainable_;
   int64_t steps_ = 0;
+  int zero_stage_ = 0;
+  SyncStats sync_stats_;
 };
 
 // The CPU state: the master weights are a model::Weights the CPU model reads (weights()).
@@ -100,18 +127,28 @@ class CpuTrainState final : public TrainState {
 
   Device device() const override { return Device::Cpu; }
   float* master() override { return w_.data.data(); }
+  // The whole layout's gradients (padded to world x chunk when sharded); ZeRO-2: the shard's only.
   float* grads() override { return trainable_ ? grads_.data() : nullptr; }
   float* exp_avg() override { return trainable_ ? opt_.exp_avg.data() : nullptr; }  // the shard's
   float* exp_avg_sq() override { return trainable_ ? opt_.exp_avg_sq.data() : nullptr; }
   void zero_grad() override;
   void all_reduce_grads(dist::Communicator& comm) override;
   void shard_optimizer_state(dist::Communicator& comm) override;
+  void enable_data_parallel(dist::Communicator& comm, int zero_stage) override;
+  model::GradSink* grad_sink() override { return sync_.get(); }
+  void prepare_backward(bool last_micro_batch) override {
+    if (sync_) sync_->arm(last_micro_batch);
+  }
   void reduce_grads(dist::Communicator& comm) override;
   void gather_weights(dist::Communicator& comm) override;
   double grad_sum_squares() override;
   void adamw_update(const AdamWConfig& cfg, float lr, float grad_scale) override;
   std::vector<float> download_weights() const override { return w_.data; }
   AdamWState download_optimizer_state() const override;
+  AdamWState download_optimizer_shard() const override {
+    require_trainable("download_optimizer_shard");
+    return opt_;
+  }
   void upload(const std::vector<float>& weights, const AdamWState* opt) override;
 
   // The weights object the CPU model keeps a reference to (its data is master()).
@@ -124,6 +161,9 @@ class CpuTrainState final : public TrainState {
   AdamWState opt_;  // moments (of the shard only when sharded); opt_.step mirrors steps_
   dist::Communicator* shard_comm_ = nullptr;  // set by shard_optimizer_state
   int64_t chunk_ = 0;                          // elements per rank when sharded
+  std::unique_ptr<GradSync> sync_;             // set by enable_data_parallel
+  // The shard's gradients: grads_ from the shard's first element, or (ZeRO-2) grads_ itself.
+  float* shard_grads() { return zero_stage_ == 2 ? grads_.data() : grads_.data() + shard_.begin; }
 };
 
 }  // namespace verl::optim

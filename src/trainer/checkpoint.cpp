@@ -29,9 +29,15 @@ void write_text_atomic(const fs::path& path, const std::string& text) {
   fs::rename(tmp, path);
 }
 
+std::string shard_file_name(int64_t world, int64_t rank) {
+  return fmt::format("optim_world_size_{}_rank_{}.safetensors", world, rank);
+}
+
+// Rank 0: the HF export, and the whole moments unless the state is sharded.
 void save_model(const fs::path& dir, const ModelState& s, const std::string& tokenizer_dir) {
   s.weights->save((dir / "huggingface").string());
   if (!tokenizer_dir.empty()) model::copy_tokenizer_files(tokenizer_dir, (dir / "huggingface").string());
+  if (s.shard) return;  // every rank writes its slice (save_shard)
   // The moments share the parameters' flat layout: two 1-D tensors plus the step count.
   const int64_t n = s.weights->layout.total;
   const AdamWState& opt = *s.opt;
@@ -44,26 +50,103 @@ void save_model(const fs::path& dir, const ModelState& s, const std::string& tok
                            {{"format", "verl.cpp-adamw"}, {"step", std::to_string(opt.step)}});
 }
 
-void load_model(const fs::path& dir, model::Weights& w, AdamWState& opt) {
+// Every rank of a sharded state: its slice [begin, end) of the moments and where it lies.
+void save_shard(const fs::path& dir, const ModelState& s, int64_t numel, int64_t world, int64_t rank) {
+  const optim::ShardSpec& sh = *s.shard;
+  const AdamWState& opt = *s.opt;
+  VERL_CHECK(static_cast<int64_t>(opt.exp_avg.size()) == sh.size() &&
+                 static_cast<int64_t>(opt.exp_avg_sq.size()) == sh.size(),
+             "{}: rank {}'s optimizer moments of {} and {} floats for a shard of {}", dir.string(), rank,
+             opt.exp_avg.size(), opt.exp_avg_sq.size(), sh.size());
+  fs::create_directories(dir);
+  model::write_safetensors((dir / shard_file_name(world, rank)).string(),
+                           {{"exp_avg", DType::F32, {sh.size()}, opt.exp_avg.data()},
+                            {"exp_avg_sq", DType::F32, {sh.size()}, opt.exp_avg_sq.data()}},
+                           {{"format", "verl.cpp-adamw-shard"},
+                            {"step", std::to_string(opt.step)},
+                            {"begin", std::to_string(sh.begin)},
+                            {"end", std::to_string(sh.end)},
+                            {"numel", std::to_string(numel)}});
+}
+
+int64_t metadata_int(const model::SafetensorsFile& f, const char* key) {
+  auto it = f.metadata().find(key);
+  VERL_CHECK(it != f.metadata().end(), "{}: no '{}' in the metadata", f.path(), key);
+  try {
+    return std::stoll(it->second);
+  } catch (const std::exception&) {
+    VERL_FAIL("{}: metadata '{}' is '{}', expected a number", f.path(), key, it->second);
+  }
+}
+
+// Copies elements [lo, hi) of tensor `name` (holding elements from `first`) into out[lo - base ..].
+void copy_moments(const model::SafetensorsFile& f, int64_t first, int64_t count, int64_t lo, int64_t hi,
+                  AdamWState& out, int64_t base) {
+  for (auto [name, buf] : {std::pair{"exp_avg", &out.exp_avg}, std::pair{"exp_avg_sq", &out.exp_avg_sq}}) {
+    const model::TensorInfo* t = f.find(name);
+    VERL_CHECK(t && t->dtype == DType::F32 && t->numel() == count,
+               "{}: tensor {} missing or of the wrong size (want {} f32)", f.path(), name, count);
+    std::memcpy(buf->data() + (lo - base), reinterpret_cast<const float*>(f.data(*t)) + (lo - first),
+                static_cast<size_t>(hi - lo) * sizeof(float));
+  }
+}
+
+// The moments of elements [want.begin, want.end) from the whole file or from the shards of any
+// world size (resharding on load).
+void load_moments(const fs::path& dir, int64_t n, const optim::ShardSpec& want, AdamWState& opt) {
+  opt.exp_avg.assign(static_cast<size_t>(want.size()), 0.0f);
+  opt.exp_avg_sq.assign(static_cast<size_t>(want.size()), 0.0f);
+  if (fs::exists(dir / "optim.safetensors")) {
+    auto st = model::SafetensorsFile::open((dir / "optim.safetensors").string());
+    copy_moments(*st, 0, n, want.begin, want.end, opt, want.begin);
+    opt.step = metadata_int(*st, "step");
+    return;
+  }
+  // Shards: optim_world_size_<W>_rank_<r>.safetensors for r = 0 .. W-1, together covering [0, n).
+  static const std::regex re("optim_world_size_([0-9]+)_rank_([0-9]+)\\.safetensors");
+  int64_t world = -1;
+  if (fs::exists(dir))
+    for (const auto& e : fs::directory_iterator(dir)) {
+      std::smatch mt;
+      const std::string name = e.path().filename().string();
+      if (std::regex_match(name, mt, re)) {
+        const int64_t w = std::stoll(mt[1]);
+        VERL_CHECK(world < 0 || world == w, "{}: optimizer shards of world sizes {} and {}; keep one set", dir.string(),
+                   world, w);
+        world = w;
+      }
+    }
+  VERL_CHECK(world > 0, "{}: neither optim.safetensors nor optimizer shards (optim_world_size_W_rank_R.safetensors); "
+             "the checkpoint is incomplete: resume from another one, or set trainer.resume_mode=disable", dir.string());
+  int64_t covered = 0, step = -1;
+  for (int64_t r = 0; r < world; ++r) {
+    const fs::path path = dir / shard_file_name(world, r);
+    VERL_CHECK(fs::exists(path), "{}: shard {} of {} is missing; the checkpoint is incomplete", path.string(), r,
+               world);
+    auto st = model::SafetensorsFile::open(path.string());
+    const int64_t b = metadata_int(*st, "begin"), e = metadata_int(*st, "end"), total = metadata_int(*st, "numel");
+    VERL_CHECK(total == n && 0 <= b && b <= e && e <= n, "{}: a shard [{}, {}) of {} elements for a model of {}",
+               path.string(), b, e, total, n);
+    const int64_t s = metadata_int(*st, "step");
+    VERL_CHECK(step < 0 || step == s, "{}: optimizer step {} but the other shards have {}", path.string(), s, step);
+    step = s;
+    covered += e - b;
+    const int64_t lo = std::max(b, want.begin), hi = std::min(e, want.end);
+    if (lo < hi) copy_moments(*st, b, e - b, lo, hi, opt, want.begin);
+  }
+  VERL_CHECK(covered == n, "{}: the {} optimizer shards hold {} of {} elements", dir.string(), world, covered, n);
+  opt.step = step;
+}
+
+void load_model(const fs::path& dir, model::Weights& w, AdamWState& opt, const optim::ShardSpec* shard) {
   model::Weights loaded = dir.filename() == "critic" ? model::Weights::load_as_critic((dir / "huggingface").string())
                                                      : model::Weights::load((dir / "huggingface").string());
-  const size_t n = static_cast<size_t>(w.layout.total);
-  VERL_CHECK(loaded.data.size() == n,
+  const int64_t n = w.layout.total;
+  VERL_CHECK(static_cast<int64_t>(loaded.data.size()) == n,
              "{}: the checkpoint's model has {} parameters but the configured one has {}; resume with the same "
              "model, or set trainer.resume_mode=disable", dir.string(), loaded.data.size(), n);
   w.data = std::move(loaded.data);
-  opt.exp_avg.resize(n);
-  opt.exp_avg_sq.resize(n);
-  auto st = model::SafetensorsFile::open((dir / "optim.safetensors").string());
-  for (auto [name, buf] : {std::pair{"exp_avg", &opt.exp_avg}, std::pair{"exp_avg_sq", &opt.exp_avg_sq}}) {
-    const model::TensorInfo* t = st->find(name);
-    VERL_CHECK(t && t->dtype == DType::F32 && t->numel() == static_cast<int64_t>(buf->size()),
-               "{}/optim.safetensors: tensor {} missing or of the wrong size", dir.string(), name);
-    std::memcpy(buf->data(), st->data(*t), buf->size() * sizeof(float));
-  }
-  auto it = st->metadata().find("step");
-  VERL_CHECK(it != st->metadata().end(), "{}/optim.safetensors: no optimizer step in the metadata", dir.string());
-  opt.step = std::stoll(it->second);
+  load_moments(dir, n, shard ? *shard : optim::ShardSpec{0, n}, opt);
 }
 
 std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& root) {
@@ -83,13 +166,27 @@ std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& root)
 
 std::string save_checkpoint(const std::string& root, int64_t step, const ModelState& actor,
                             const std::optional<ModelState>& critic, const nlohmann::json& trainer_state,
-                            const std::string& tokenizer_dir, int64_t keep) {
+                            const std::string& tokenizer_dir, int64_t keep, dist::Communicator* comm) {
+  dist::SingleProcess alone;
+  dist::Communicator& c = comm ? *comm : alone;
+  const bool lead = c.rank() == 0;
   const fs::path final_dir = fs::path(root) / fmt::format("global_step_{}", step);
   const fs::path tmp = fs::path(root) / fmt::format(".tmp_global_step_{}", step);
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  save_model(tmp / "actor", actor, tokenizer_dir);
-  if (critic) save_model(tmp / "critic", *critic, "");
+  if (lead) {
+    fs::remove_all(tmp);
+    fs::create_directories(tmp);
+  }
+  // The shards go into the directory rank 0 made; every rank writes its own at once.
+  const bool sharded = actor.shard || (critic && critic->shard);
+  if (sharded) c.barrier();
+  if (actor.shard) save_shard(tmp / "actor", actor, actor.shard_numel, c.world_size(), c.rank());
+  if (critic && critic->shard) save_shard(tmp / "critic", *critic, critic->shard_numel, c.world_size(), c.rank());
+  if (lead) {
+    save_model(tmp / "actor", actor, tokenizer_dir);
+    if (critic) save_model(tmp / "critic", *critic, "");
+  }
+  if (sharded) c.barrier();  // every shard is on disk before rank 0 publishes
+  if (!lead) return "";
   fault_point("save", step);  // tests kill the process here: half a checkpoint on disk
   nlohmann::json st = trainer_state;
   st["version"] = kCheckpointVersion;
@@ -120,7 +217,8 @@ std::string find_latest_checkpoint(const std::string& root) {
 }
 
 nlohmann::json load_checkpoint(const std::string& dir, model::Weights& actor, AdamWState& actor_opt,
-                               model::Weights* critic, AdamWState* critic_opt) {
+                               model::Weights* critic, AdamWState* critic_opt,
+                               const optim::ShardSpec* actor_shard, const optim::ShardSpec* critic_shard) {
   const fs::path d(dir);
   std::ifstream f(d / "trainer_state.json");
   VERL_CHECK(f.good(), "{}: no trainer_state.json; not a verl.cpp checkpoint", dir);
@@ -133,10 +231,10 @@ nlohmann::json load_checkpoint(const std::string& dir, model::Weights& actor, Ad
   VERL_CHECK(st.value("version", -1) == kCheckpointVersion,
              "{}/trainer_state.json: checkpoint version {} but this build reads version {}", dir,
              st.value("version", -1), kCheckpointVersion);
-  load_model(d / "actor", actor, actor_opt);
+  load_model(d / "actor", actor, actor_opt, actor_shard);
   if (critic) {
     VERL_CHECK(fs::exists(d / "critic"), "{}: the run uses a critic but the checkpoint has none", dir);
-    load_model(d / "critic", *critic, *critic_opt);
+    load_model(d / "critic", *critic, *critic_opt, critic_shard);
   }
   return st;
 }

@@ -6,6 +6,12 @@
 // global_step_N and never touches the previous good one. The files are the same whichever device
 // (trainer.device) trained the model: fp32 weights, fp32 AdamW moments and the step count, so a run
 // saved on cuda resumes on cpu and the other way round.
+// Data parallel: every rank calls save_checkpoint. A ZeRO-sharded optimizer state is written by
+// every rank in parallel, each its own slice (actor/optim_world_size_<W>_rank_<r>.safetensors, as
+// verl names its FSDP shards), into the same temporary directory (a file system every rank sees);
+// rank 0 writes the weights, the HF export and trainer_state.json and publishes. A load takes the
+// slice it needs from whichever files are there: a checkpoint of any world size or ZeRO stage
+// resumes at any other (resharding on load).
 #pragma once
 
 #include <cstdint>
@@ -14,8 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "dist/communicator.h"
 #include "model/weights.h"
 #include "optim/adamw.h"
+#include "optim/train_state.h"
 
 namespace verl::trainer {
 
@@ -26,24 +34,33 @@ inline constexpr int kCheckpointVersion = 1;
 // One model as a checkpoint stores it: weights and AdamW state in the weights' flat layout (host
 // copies; a CUDA model downloads them first).
 struct ModelState {
-  const model::Weights* weights = nullptr;
+  const model::Weights* weights = nullptr;  // needed on rank 0 only
+  // The whole moments (needed on rank 0 only), or this rank's slice when `shard` is set.
   const AdamWState* opt = nullptr;
+  std::optional<optim::ShardSpec> shard;  // set on every rank of a sharded state, or on none
+  int64_t shard_numel = 0;                // with `shard`: the whole layout's elements
 };
 
 // Writes global_step_<step> under `root` atomically, then updates the tracker, then removes the
 // oldest checkpoints beyond `keep` (keep <= 0: keep all). `tokenizer_dir`'s tokenizer files are
 // copied into actor/huggingface so it loads on its own. Returns the checkpoint directory.
+// `comm`: the data-parallel ranks (null: this process alone); a collective then, returning the
+// directory on rank 0 and "" elsewhere.
 std::string save_checkpoint(const std::string& root, int64_t step, const ModelState& actor,
                             const std::optional<ModelState>& critic, const nlohmann::json& trainer_state,
-                            const std::string& tokenizer_dir, int64_t keep);
+                            const std::string& tokenizer_dir, int64_t keep,
+                            dist::Communicator* comm = nullptr);
 
 // The newest complete checkpoint under `root` (from the tracker file), or "" when there is none.
 std::string find_latest_checkpoint(const std::string& root);
 
 // Restores weights (their `data`, checked against their layout) and optimizer state (resized to
-// the layout) from a checkpoint directory; returns trainer_state.json. Mismatched shapes or a
-// missing file are Errors naming the file and how to fix it.
+// the layout, or to `*_shard`'s slice when given) from a checkpoint directory; returns
+// trainer_state.json. Mismatched shapes or a missing file are Errors naming the file and how to
+// fix it.
 nlohmann::json load_checkpoint(const std::string& dir, model::Weights& actor, AdamWState& actor_opt,
-                               model::Weights* critic, AdamWState* critic_opt);
+                               model::Weights* critic, AdamWState* critic_opt,
+                               const optim::ShardSpec* actor_shard = nullptr,
+                               const optim::ShardSpec* critic_shard = nullptr);
 
 }  // namespace verl::trainer

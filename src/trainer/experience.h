@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "data/rl_dataset.h"
+#include "dist/communicator.h"
 #include "model/batch.h"
 #include "trainer/core_algos.h"
 
@@ -18,7 +20,7 @@ namespace verl::trainer {
 // One step's experience: B responses, per-token matrices [B, L] (L = longest response).
 struct Experience {
   int64_t B = 0, L = 0;
-  std::vector<int64_t> group;                     // [B] prompt index within the batch
+  std::vector<int64_t> group;                     // [B] prompt index within the global batch
   std::vector<const data::Sample*> sample;        // [B]
   std::vector<std::vector<int32_t>> response;     // [B]
   std::vector<std::string> finish_reason;         // [B]
@@ -57,5 +59,21 @@ class PackedResponses {
   int64_t L_;
   model::PackedBatch batch_;
 };
+
+// verl's _balance_batch across data-parallel ranks (trainer.balance_batch): after generation and
+// scoring, the global batch's rows are repartitioned by Karmarkar-Karp on their workload
+// (data::balance_across_ranks) into equal-size sets with similar totals, and each rank receives
+// its set through one all-to-all. A row moves as its prompt index, finish reason, score and its
+// response's token ids, rollout log-probs, mask and token scores: a few bytes a token, never a
+// hidden- or vocabulary-size tensor. `batch` is the step's whole prompt batch (every rank holds
+// it): a received row's sample points into it. Every rank computes the same partition, so the
+// result does not depend on timing. Returns the bytes this rank sent; `metrics` receives verl's
+// global_seqlen/* statistics (before and after).
+struct BalanceResult {
+  size_t bytes_sent = 0;
+  std::map<std::string, double> metrics;
+};
+BalanceResult balance_across_ranks(Experience& exp, const std::vector<data::Sample>& batch,
+                                   dist::Communicator& comm);
 
 }  // namespace verl::trainer

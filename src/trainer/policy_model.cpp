@@ -47,7 +47,7 @@ class CpuPolicy final : public PolicyModel {
 
   void backward(const float* d_logprob, const float* d_entropy) override {
     require_trainable(*this, "backward");
-    tf_.backward(batch_, acts_, d_logprob, d_entropy, nullptr, state_.grads(), fo_);
+    tf_.backward(batch_, acts_, d_logprob, d_entropy, nullptr, state_.grads(), fo_, state_.grad_sink());
   }
 
   void forward_values(const model::PackedBatch& batch, std::vector<float>& values) override {
@@ -58,7 +58,7 @@ class CpuPolicy final : public PolicyModel {
 
   void backward_values(const float* d_values) override {
     require_trainable(*this, "backward_values");
-    tf_.backward(batch_, acts_, nullptr, nullptr, d_values, state_.grads(), fo_);
+    tf_.backward(batch_, acts_, nullptr, nullptr, d_values, state_.grads(), fo_, state_.grad_sink());
   }
 
   void release_activations() override { acts_ = model::Activations{}; }

@@ -154,12 +154,12 @@ std::vector<float> rows(const std::vector<float>& m, const std::vector<int64_t>&
 
 // A step's [B, L] per-token matrices over every data-parallel rank: each rank holds B rows (the
 // same B everywhere) of up to its own L; the global view stacks the ranks' rows in rank order
-// (rank r's rows are the global batch's rows r B .. r B + B - 1, its prompts' order) padded to the
-// longest L. One rank: the matrices themselves, nothing copied through a communicator.
+// (rank r's rows are the global batch's rows r B .. r B + B - 1: its prompts' samples in prompt
+// order, or the set balance_batch gave it) padded to the longest L. One rank: the matrices themselves, nothing copied through a communicator.
 class GlobalRows {
  public:
-  GlobalRows(dist::Communicator& comm, const Experience& exp, int64_t first_prompt)
-      : comm_(comm), B_(exp.B), L_(exp.L), first_prompt_(first_prompt),
+  GlobalRows(dist::Communicator& comm, const Experience& exp)
+      : comm_(comm), B_(exp.B), L_(exp.L),
         Lg_(comm.world_size() > 1 ? comm.max(exp.L) : exp.L) {}
 
   Shape shape() const { return {B_ * comm_.world_size(), Lg_}; }
@@ -181,13 +181,12 @@ class GlobalRows {
     bytes_ += v.size() * sizeof(float);
     return out;
   }
-  // Rows' prompt indices, made global (a group is one prompt's samples, all on one rank).
+  // Rows' (global) prompt indices.
   std::vector<int64_t> gather_index(const std::vector<int64_t>& group) {
     if (comm_.world_size() == 1) return group;
-    std::vector<int64_t> mine(group.size()), out(group.size() * comm_.world_size());
-    for (size_t i = 0; i < group.size(); ++i) mine[i] = group[i] + first_prompt_;
-    comm_.all_gather<int64_t>(mine, out);
-    bytes_ += mine.size() * sizeof(int64_t);
+    std::vector<int64_t> out(group.size() * comm_.world_size());
+    comm_.all_gather<int64_t>(group, out);
+    bytes_ += group.size() * sizeof(int64_t);
     return out;
   }
   // This rank's rows of a global [W B, Lg] matrix, as a local [B, L] one.
@@ -202,23 +201,27 @@ class GlobalRows {
 
  private:
   dist::Communicator& comm_;
-  int64_t B_, L_, first_prompt_, Lg_;
+  int64_t B_, L_, Lg_;
   size_t bytes_ = 0;
 };
 
-// ZeRO-1 (`key` = 1, optim/train_state.h): this rank keeps its shard of the model's AdamW moments.
-// One rank has nothing to shard: a warning says the key changes nothing.
-void apply_zero_stage(const config::Config& cfg, const char* key, PolicyModel& model, dist::Communicator& comm) {
+// Data parallelism for a trained model (optim/train_state.h): gradients reduced in buckets during
+// backward, with ZeRO stage `key` (1: this rank keeps its shard of the AdamW moments; 2: also only
+// its shard of the gradients). One rank has nothing to shard: a warning says the key changes
+// nothing.
+void setup_data_parallel(const config::Config& cfg, const char* key, PolicyModel& model, dist::Communicator& comm) {
   const int64_t stage = cfg.get<int64_t>(key);
-  if (stage == 0) return;
   if (comm.world_size() == 1) {
-    log::warn("{}={}: one rank has nothing to shard; the whole optimizer state stays here", key, stage);
+    if (stage > 0)
+      log::warn("{}={}: one rank has nothing to shard; the whole optimizer state stays here", key, stage);
     return;
   }
   optim::TrainState& st = model.state();
-  st.shard_optimizer_state(comm);
-  log::info("ZeRO-1 ({}): rank {} of {} keeps the AdamW moments of elements [{}, {}) of {}", key, comm.rank(),
-            comm.world_size(), st.shard().begin, st.shard().end, st.numel());
+  st.enable_data_parallel(comm, static_cast<int>(stage));
+  if (stage == 0) return;
+  log::info("ZeRO-{} ({}): rank {} of {} keeps the AdamW moments{} of elements [{}, {}) of {}", stage, key,
+            comm.rank(), comm.world_size(), stage == 2 ? " and gradients" : "", st.shard().begin, st.shard().end,
+            st.numel());
 }
 
 }  // namespace
@@ -293,7 +296,7 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
     critic_->base_lr = co.optim.lr;
     critic_->schedule = lr_schedule(cfg_, "critic", total_steps_);
     critic_->model = make_policy(device_, model::Weights::load_as_critic(cfg_.get<std::string>("critic.model.path"), seed_), co);
-    apply_zero_stage(cfg_, "critic.zero_stage", *critic_->model, *comm_);
+    setup_data_parallel(cfg_, "critic.zero_stage", *critic_->model, *comm_);
   }
   const bool use_kl_in_reward = cfg_.get<bool>("algorithm.use_kl_in_reward");
   actor_loss_.policy.clip_ratio = cfg_.get<double>("actor_rollout_ref.actor.clip_ratio");
@@ -328,7 +331,7 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
     actor_.base_lr = po.optim.lr;
     actor_.schedule = lr_schedule(cfg_, "actor_rollout_ref.actor", total_steps_);
     actor_.model = make_policy(device_, std::move(actor_weights), po);
-    apply_zero_stage(cfg_, "actor_rollout_ref.actor.zero_stage", *actor_.model, *comm_);
+    setup_data_parallel(cfg_, "actor_rollout_ref.actor.zero_stage", *actor_.model, *comm_);
   }
   if (device_ == Device::Cuda) {
     log::info("trainer.device={}: actor{} on cuda, micro-batches of at most {} tokens, {:.2f} GiB of device memory "
@@ -458,7 +461,7 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
   rollout::GenerateHooks hooks;
   hooks.on_finish = [&](const rollout::Completion& c) {
     const int64_t b = c.request * n + c.sample;
-    exp.group[b] = c.request;
+    exp.group[b] = first_index + c.request;  // global: balance_batch may move the row
     exp.sample[b] = &samples[c.request];
     exp.response[b] = c.tokens;
     exp.finish_reason[b] = std::string(rollout::to_string(c.finish_reason));
@@ -640,8 +643,11 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
       lc.policy.norm.loss_scale_factor = static_cast<double>(cfg_.get<int64_t>("data.max_response_length"));
       // Gradients accumulate over the micro-batches (on the policy's device) until the step.
       actor.zero_grad();
-      for (auto& micro_rows : micro_batches(exp, idx, dynamic, max_tokens, micro_seqs)) {
-        const PackedResponses mb(exp, std::move(micro_rows));
+      // Every rank has as many micro-batches (equal shares; dynamic sizes agree on the count), so
+      // the gradient buckets that the last one's backward reduces start in step on every rank.
+      std::vector<std::vector<int64_t>> micros = micro_batches(exp, idx, dynamic, max_tokens, micro_seqs);
+      for (size_t mi = 0; mi < micros.size(); ++mi) {
+        const PackedResponses mb(exp, std::move(micros[mi]));
         const std::vector<int64_t>& micro = mb.rows();
         check_plan(actor, mb.batch());
         actor.forward(mb.batch(), temperature_, lp_tok, &ent_tok);
@@ -654,6 +660,7 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
         ActorLossOutput out = compute_actor_loss({bm, L}, old, logp, adv, mask, entropy, ref, lc);
         const std::vector<float> d_lp = mb.scatter(out.d_log_prob), d_ent = mb.scatter(out.d_entropy);
         // Without an entropy bonus d_entropy is all zeros: pass null, which both models skip.
+        actor.state().prepare_backward(mi + 1 == micros.size());
         actor.backward(d_lp.data(), lc.entropy_coeff == 0 || d_ent.empty() ? nullptr : d_ent.data());
         const double share = std::accumulate(mask.begin(), mask.end(), 0.0) / std::max(1.0, mini_tokens);
         pg_loss += out.pg_loss;
@@ -730,8 +737,9 @@ void PpoTrainer::update_critic(Experience& exp, metrics::Metrics& m) {
       norm.global_batch_size = comm_->sum(static_cast<double>(idx.size()));
       norm.loss_scale_factor = static_cast<double>(cfg_.get<int64_t>("data.max_response_length"));
       critic_->model->zero_grad();
-      for (auto& micro_rows : micro_batches(exp, idx, dynamic, max_tokens, micro_seqs)) {
-        const PackedResponses mb(exp, std::move(micro_rows));
+      std::vector<std::vector<int64_t>> micros = micro_batches(exp, idx, dynamic, max_tokens, micro_seqs);
+      for (size_t mi = 0; mi < micros.size(); ++mi) {
+        const PackedResponses mb(exp, std::move(micros[mi]));
         const std::vector<int64_t>& micro = mb.rows();
         check_plan(*critic_->model, mb.batch());
         critic_->model->forward_values(mb.batch(), values_tok);
@@ -741,6 +749,7 @@ void PpoTrainer::update_critic(Experience& exp, metrics::Metrics& m) {
         ValueLossOutput out = compute_value_loss({bm, L}, vpreds, rows(exp.returns, micro, L), rows(exp.values, micro, L),
                                                  mask, clip, mode, norm);
         const std::vector<float> d_v = mb.scatter(out.d_vpreds);
+        critic_->model->state().prepare_backward(mi + 1 == micros.size());
         critic_->model->backward_values(d_v.data());
         vf_loss += out.vf_loss;
         vf_clipfrac += out.vf_clipfrac * std::accumulate(mask.begin(), mask.end(), 0.0) /
@@ -873,6 +882,16 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
   comm_->set_stage("gen");
   generate(local, first, exp, timer, /*validation=*/false);
   record_device_memory(m, "gen");
+  // verl's _balance_batch: the ranks swap rows so each holds a similar workload for the passes
+  // and updates that follow (one rank has nothing to balance).
+  double exchange_bytes = 0;
+  if (comm_->world_size() > 1 && cfg_.get<bool>("trainer.balance_batch")) {
+    auto s = timer.scope("balance");
+    comm_->set_stage("balance_batch");
+    BalanceResult br = balance_across_ranks(exp, batch.samples, *comm_);
+    for (const auto& [k, v] : br.metrics) m.set(k, v);
+    exchange_bytes += static_cast<double>(br.bytes_sent);
+  }
 
   const int64_t mini = cfg_.get<int64_t>("actor_rollout_ref.actor.ppo_mini_batch_size") * n_ / comm_->world_size();
   const bool on_policy = cfg_.get<int64_t>("actor_rollout_ref.actor.ppo_epochs") == 1 && mini >= exp.B;
@@ -905,8 +924,7 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
     // REINFORCE++'s whitening and the adaptive KL controller take batch-wide statistics. With
     // several ranks each gathers the per-token [B, L] rows it needs (rewards, log-probs, values,
     // masks: no hidden-size or vocabulary-size tensor) and keeps its own rows of the result.
-    GlobalRows g(*comm_, exp, first);
-    m.set("perf/exchange_bytes", 0.0);
+    GlobalRows g(*comm_, exp);
     const std::vector<float> scores = g.gather(exp.token_level_scores), mask = g.gather(exp.mask);
     std::vector<float> rewards = scores;
     if (use_kl_in_reward) {
@@ -931,10 +949,13 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
     std::vector<float> baselines;
     if (estimator_ == AdvantageEstimator::ReMax) {
       // ReMax's baseline: the reward of each prompt's greedy response (verl generates it with
-      // do_sample=False in the gen stage).
+      // do_sample=False in the gen stage). Each rank generates its own prompts' (one sample a
+      // prompt, in prompt order); a row may sit on another rank after balance_batch, so the
+      // per-prompt scores are gathered first.
       Experience greedy;
       generate(local, first, greedy, timer, /*validation=*/false, /*greedy=*/true);
-      for (int64_t b = 0; b < exp.B; ++b) baselines.push_back(greedy.scores[exp.group[b]]);
+      const std::vector<float> greedy_scores = g.gather_per_row(greedy.scores);
+      for (int64_t b = 0; b < exp.B; ++b) baselines.push_back(greedy_scores[exp.group[b]]);
       baselines = g.gather_per_row(baselines);
       in.reward_baselines = baselines;
     }
@@ -942,7 +963,8 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
     exp.token_level_rewards = g.mine(rewards);
     exp.advantages = g.mine(a.advantages);
     exp.returns = g.mine(a.returns);
-    m.set("perf/exchange_bytes", static_cast<double>(g.bytes_sent()));
+    exchange_bytes += static_cast<double>(g.bytes_sent());
+    m.set("perf/exchange_bytes", exchange_bytes);
   }
   if (critic_) {
     auto s = timer.scope("update_critic");
@@ -958,9 +980,21 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
   }
   step_scope.stop();
   ++global_step_;
+  if (comm_->distributed()) {
+    // This rank's gradient sync in the step's updates (optim/grad_sync.h): bytes it sent and the
+    // seconds backward did not hide.
+    optim::SyncStats sync = actor_.model->state().take_sync_stats();
+    if (critic_) {
+      const optim::SyncStats c = critic_->model->state().take_sync_stats();
+      sync.bytes += c.bytes;
+      sync.seconds += c.seconds;
+    }
+    m.set("perf/grad_sync_bytes", sync.bytes);
+    m.set("timing_s/grad_sync", sync.seconds);
+  }
 
   add_data_metrics(exp, m);
-  for (const char* stage : {"gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor", "step"}) {
+  for (const char* stage : {"gen", "reward", "balance", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor", "step"}) {
     const double s = timer.seconds(stage);
     if (s > 0 || std::string(stage) == "gen" || std::string(stage) == "step") m.set(std::string("timing_s/") + stage, s);
   }
@@ -1050,8 +1084,17 @@ void PpoTrainer::resume() {
     const model::Weights& cw = critic_->model->weights();
     critic_weights = model::Weights{cw.config, cw.layout, {}};
   }
+  // A sharded state loads only its slice of the moments, from whichever files the checkpoint has
+  // (whole, or shards of any world size).
+  auto slice = [](PolicyModel& p) -> std::optional<optim::ShardSpec> {
+    if (p.state().whole()) return std::nullopt;
+    return p.state().shard();
+  };
+  const std::optional<optim::ShardSpec> actor_shard = slice(*actor_.model);
+  const std::optional<optim::ShardSpec> critic_shard = critic_ ? slice(*critic_->model) : std::nullopt;
   nlohmann::json st = load_checkpoint(dir, actor_weights, actor_opt, critic_ ? &*critic_weights : nullptr,
-                                      critic_ ? &critic_opt : nullptr);
+                                      critic_ ? &critic_opt : nullptr, actor_shard ? &*actor_shard : nullptr,
+                                      critic_shard ? &*critic_shard : nullptr);
   actor_.model->restore(std::move(actor_weights.data), std::move(actor_opt));
   if (critic_) critic_->model->restore(std::move(critic_weights->data), std::move(critic_opt));
   global_step_ = st.at("global_step").get<int64_t>();
@@ -1066,20 +1109,41 @@ void PpoTrainer::resume() {
 }
 
 std::string PpoTrainer::save() {
-  // Every rank calls this: a sharded optimizer state is gathered (a collective); rank 0 writes.
+  // Every rank calls this. A ZeRO-sharded optimizer state is written by every rank, its own slice,
+  // in parallel; otherwise rank 0 holds everything and writes alone (checkpoint.h).
   comm_->set_stage("save");
-  const AdamWState& actor_opt = actor_.model->optimizer_state();
-  const AdamWState* critic_opt = critic_ ? &critic_->model->optimizer_state() : nullptr;
-  if (comm_->rank() != 0) return "";
+  const bool lead = comm_->rank() == 0;
+  struct Part {
+    AdamWState opt;
+    ModelState ms;
+  };
+  auto part = [&](PolicyModel& p) {
+    Part out;
+    optim::TrainState& st = p.state();
+    if (!st.whole()) {
+      out.opt = st.download_optimizer_shard();
+      out.ms.shard = st.shard();
+      out.ms.shard_numel = st.numel();
+    } else if (lead) {
+      out.opt = p.optimizer_state();  // host copies: on cuda downloaded here
+    }
+    if (lead) out.ms.weights = &p.weights();  // on cuda downloaded if stale
+    return out;
+  };
+  Part actor = part(*actor_.model);
+  actor.ms.opt = &actor.opt;
+  std::optional<Part> critic_part;
+  std::optional<ModelState> critic;
+  if (critic_) {
+    critic_part = part(*critic_->model);
+    critic_part->ms.opt = &critic_part->opt;
+    critic = critic_part->ms;
+  }
   nlohmann::json st = {{"dataloader", train_loader_->state()}};
   if (kl_ctrl_) st["kl_coef"] = kl_ctrl_->value();
   const int64_t keep = cfg_.get<std::optional<int64_t>>("trainer.max_actor_ckpt_to_keep").value_or(0);
-  std::optional<ModelState> critic;
-  if (critic_) critic = ModelState{&critic_->model->weights(), critic_opt};
-  // Host copies: on cuda the weights (if stale) and the AdamW moments are downloaded here.
-  const ModelState actor{&actor_.model->weights(), &actor_opt};
-  return save_checkpoint(cfg_.get<std::string>("trainer.default_local_dir"), global_step_, actor, critic, st,
-                         tokenizer_dir_, keep);
+  return save_checkpoint(cfg_.get<std::string>("trainer.default_local_dir"), global_step_, actor.ms, critic, st,
+                         tokenizer_dir_, keep, comm_.get());
 }
 
 void PpoTrainer::fit() {
@@ -1115,7 +1179,7 @@ void PpoTrainer::fit() {
     if (val_set_ && test_freq > 0 && (global_step_ % test_freq == 0 || last)) m.merge(validate());
     if (save_freq > 0 && (global_step_ % save_freq == 0 || last)) {
       Timer t;
-      const std::string dir = save();  // every rank (gathers a sharded state); rank 0 writes
+      const std::string dir = save();  // every rank (each writes its shard of a sharded state)
       if (lead) last_checkpoint_ = dir;
       m.set("timing_s/save", t.seconds());
     }

@@ -2,10 +2,11 @@
 # Data parallel on the CPU: the demo config under `mpirun -np 2` against one process with the same
 # global batch (16 prompts x 4 samples a step, no shuffling). Checks, per step, critic/score/mean,
 # response_length/mean, actor/pg_loss and actor/grad_norm within 1e-4 relative and the exported
-# model's log-probs within 1e-5; the same with ZeRO-1 and for PPO with a critic (with and without
-# ZeRO-1); a checkpoint saved at 2 ranks
+# model's log-probs within 1e-5; the same with ZeRO-1 and ZeRO-2 (gradients reduced in buckets
+# during backward), without balance_batch, and for PPO with a critic (with ZeRO 0, 1 and 2); a
+# checkpoint saved at 2 ranks
 # resumed at 1 and the reverse; kill -9 of one rank (the job ends, the dead rank is named, the last
-# checkpoint resumes); a rank count that disagrees with trainer.nnodes x n_gpus_per_node.
+# checkpoint resumes); a stuck rank (the other times out after nccl_timeout); a rank count that disagrees with trainer.nnodes x n_gpus_per_node.
 # Usage: data_parallel.sh VERL_BINARY REPO_ROOT WORK_DIR
 set -uo pipefail
 verl=$1 root=$2 work=$3
@@ -74,8 +75,10 @@ import json
 a, b = (json.loads(open('$work/' + r + '.lp').read())['logprobs'] for r in ('one', 'two'))
 assert len(a) == len(b) == 13 and max(abs(x - y) for x, y in zip(a, b)) <= 1e-5, (a, b)"
 
-# What crosses ranks besides the gradients: the advantage stage's per-token rows (perf/exchange_bytes,
-# rank 0's share), a few bytes per token of its samples, never a hidden- or vocabulary-size tensor.
+# What crosses ranks besides the gradients: balance_batch's rows (token ids, rollout log-probs, mask,
+# token scores) and the advantage stage's per-token rows (perf/exchange_bytes, rank 0's share), a
+# few bytes per token of its samples, never a hidden- or vocabulary-size tensor (the demo model's
+# hidden size is 64 and its vocabulary 1000: one such row a token would be >= 256 bytes).
 check "experience exchange is a few bytes a token" python3 -c "
 import json
 rows = [json.loads(l) for l in open('$work/two/metrics.jsonl')]
@@ -83,9 +86,37 @@ rows = [r for r in rows if 'perf/exchange_bytes' in r]
 assert len(rows) == 3, rows
 for r in rows:
     tokens = r['perf/total_num_tokens'] / 2  # rank 0's half of the global batch
-    assert 0 < r['perf/exchange_bytes'] <= 16 * tokens, (r['perf/exchange_bytes'], tokens)
+    assert 0 < r['perf/exchange_bytes'] <= 32 * tokens, (r['perf/exchange_bytes'], tokens)
 one = [json.loads(l) for l in open('$work/one/metrics.jsonl')]
 assert all(r.get('perf/exchange_bytes', 0) == 0 for r in one)  # one process moves nothing"
+# balance_batch: verl's global_seqlen/* before and after; the balanced spread is never wider.
+check "balance_batch evens the ranks' tokens" python3 -c "
+import json
+rows = [json.loads(l) for l in open('$work/two/metrics.jsonl')]
+rows = [r for r in rows if 'global_seqlen/balanced_max' in r]
+assert len(rows) == 3, rows
+for r in rows:
+    before = r['global_seqlen/max'] - r['global_seqlen/min']
+    after = r['global_seqlen/balanced_max'] - r['global_seqlen/balanced_min']
+    assert 0 <= after <= before and r['global_seqlen/balanced_max'] <= r['global_seqlen/max'], r"
+# Gradient sync: every step reports the bytes this rank sent (a dense ring all-reduce of the demo
+# model's fp32 gradients: 2 (W-1)/W x 4 bytes x parameters) and the seconds backward did not hide.
+check "grad sync bytes = a ring all-reduce of the gradients" python3 -c "
+import json, struct
+raw = open('$root/assets/demo/model/model.safetensors', 'rb').read()
+head = json.loads(raw[8:8 + struct.unpack('<Q', raw[:8])[0]])
+params = sum(eval('*'.join(map(str, v['shape'])) or '1') for k, v in head.items() if k != '__metadata__')
+rows = [json.loads(l) for l in open('$work/two/metrics.jsonl')]
+rows = [r for r in rows if 'perf/grad_sync_bytes' in r]
+assert len(rows) == 3, rows
+for r in rows:
+    assert abs(r['perf/grad_sync_bytes'] - 4.0 * params) <= 4 * 64, (r['perf/grad_sync_bytes'], params)
+    assert r['timing_s/grad_sync'] >= 0
+one = [json.loads(l) for l in open('$work/one/metrics.jsonl')]
+assert all('perf/grad_sync_bytes' not in r for r in one)"
+run 2 "$work/unbalanced" trainer.total_training_steps=2 trainer.test_freq=-1 trainer.save_freq=-1 trainer.balance_batch=false
+check "without balance_batch: 2 ranks = 1 process" compare "$work/one" "$work/unbalanced" 1,2 "${keys[@]}"
+check "without balance_batch: no global_seqlen" bash -c "! grep -q global_seqlen '$work/unbalanced/metrics.jsonl'"
 
 # ZeRO-1: each rank keeps half of the AdamW moments; the steps and the saved checkpoint are the
 # one-process run's, and the checkpoint (moments gathered) resumes at one rank.
@@ -94,15 +125,17 @@ run 2 "$work/zero1" trainer.total_training_steps=2 trainer.test_freq=-1 trainer.
 check "ZeRO-1 runs" test $? -eq 0
 check "ZeRO-1 metrics: 2 ranks = 1 process" compare "$work/one" "$work/zero1" 1,2 "${keys[@]}"
 check "ZeRO-1 shards the moments" grep -q "ZeRO-1 (actor_rollout_ref.actor.zero_stage): rank 1 of 2 keeps the AdamW moments of elements" "$work/zero1.log"
-# Saved after step 1 (moments gathered from both ranks), resumed at one rank: steps 2 and 3 need
+# Saved after step 1: each rank writes its own slice of the moments in parallel
+# (optim_world_size_2_rank_R.safetensors, no gather); the slices put together equal the one-process
+# run's whole moments, and the checkpoint resumes at one rank (resharded on load): steps 2 and 3 need
 # those moments (step 2's update) to equal the uninterrupted run's.
 run 2 "$work/zero1_ckpt" trainer.total_training_steps=1 trainer.test_freq=-1 trainer.save_freq=1 \
   actor_rollout_ref.actor.zero_stage=1
 run 1 "$work/one_step1" trainer.total_training_steps=1 trainer.test_freq=-1 trainer.save_freq=1
-check "ZeRO-1's gathered AdamW moments = one process's" python3 - "$work/one_step1" "$work/zero1_ckpt" <<'PY'
-import json, struct, sys
-def tensors(d):
-    raw = open(d + "/global_step_1/actor/optim.safetensors", "rb").read()
+check "ZeRO-1's per-rank moment shards = one process's moments" python3 - "$work/one_step1" "$work/zero1_ckpt" <<'PY'
+import json, os, struct, sys
+def read(path):
+    raw = open(path, "rb").read()
     n = struct.unpack("<Q", raw[:8])[0]
     head = json.loads(raw[8:8 + n])
     out = {}
@@ -111,17 +144,53 @@ def tensors(d):
             continue
         a, b = v["data_offsets"]
         out[k] = struct.unpack("<%df" % ((b - a) // 4), raw[8 + n + a:8 + n + b])
-    return out
-x, y = tensors(sys.argv[1]), tensors(sys.argv[2])
+    return out, head.get("__metadata__", {})
+x, _ = read(sys.argv[1] + "/global_step_1/actor/optim.safetensors")
+d = sys.argv[2] + "/global_step_1/actor"
+assert not os.path.exists(d + "/optim.safetensors"), "the sharded run gathered its moments"
+y, ends = {}, []
+for r in range(2):
+    t, meta = read(d + "/optim_world_size_2_rank_%d.safetensors" % r)
+    assert int(meta["begin"]) == (ends[-1] if ends else 0), meta
+    ends.append(int(meta["end"]))
+    for k in t:
+        y[k] = y.get(k, ()) + t[k]
 assert x.keys() == y.keys() and x, (x.keys(), y.keys())
-assert all(len(x[k]) == len(y[k]) for k in x)
+assert all(len(x[k]) == len(y[k]) == ends[-1] for k in x)
 for k in x:  # each element within 1e-4 of the tensor's largest (float summation order differs)
     scale = max(abs(p) for p in x[k])
     worst = max(abs(p - q) for p, q in zip(x[k], y[k]))
     assert scale > 0 and worst <= 1e-4 * scale, (k, worst, scale)
 PY
+cp -r "$work/zero1_ckpt" "$work/zero1_to_zero2"
+run 2 "$work/zero1_to_zero2" trainer.total_training_steps=3 trainer.save_freq=-1 trainer.test_freq=-1 \
+  actor_rollout_ref.actor.zero_stage=2
+check "ZeRO-1 shards resume at 2 ranks with ZeRO-2" compare "$work/one" "$work/zero1_to_zero2" 2,3 "${keys[@]}"
 run 1 "$work/zero1_ckpt" trainer.total_training_steps=3 trainer.save_freq=3 trainer.test_freq=-1
 check "a ZeRO-1 checkpoint resumes at 1 rank" compare "$work/one" "$work/zero1_ckpt" 2,3 "${keys[@]}"
+
+# ZeRO-2: each rank keeps only its shard of the gradients. With micro-batches of 4 samples (no
+# dynamic sizes: 8 a rank) every micro-batch's buckets are reduced to their owners, so a step sends
+# 8 times ZeRO-1's gradient bytes. Checked against one process with the same micro-batches; a
+# checkpoint saved after step 1 resumes at one rank.
+micro=(actor_rollout_ref.actor.use_dynamic_bsz=false actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4)
+run 1 "$work/one_micro" trainer.total_training_steps=2 trainer.test_freq=-1 trainer.save_freq=-1 "${micro[@]}"
+run 2 "$work/zero2" trainer.total_training_steps=2 trainer.test_freq=-1 trainer.save_freq=-1 "${micro[@]}" \
+  actor_rollout_ref.actor.zero_stage=2
+check "ZeRO-2 runs" test $? -eq 0
+check "ZeRO-2 metrics: 2 ranks = 1 process" compare "$work/one_micro" "$work/zero2" 1,2 "${keys[@]}"
+check "ZeRO-2 shards the gradients" grep -q "ZeRO-2 (actor_rollout_ref.actor.zero_stage): rank 1 of 2 keeps the AdamW moments and gradients of elements" "$work/zero2.log"
+check "ZeRO-2 reduces every micro-batch" python3 -c "
+import json
+z1 = [json.loads(l) for l in open('$work/zero1/metrics.jsonl')]
+z2 = [json.loads(l) for l in open('$work/zero2/metrics.jsonl')]
+b1 = [r['perf/grad_sync_bytes'] for r in z1 if 'perf/grad_sync_bytes' in r]
+b2 = [r['perf/grad_sync_bytes'] for r in z2 if 'perf/grad_sync_bytes' in r]
+assert len(b1) == len(b2) == 2 and all(abs(b - 8 * a) <= 1e-6 * b for a, b in zip(b1, b2)), (b1, b2)"
+run 2 "$work/zero2_ckpt" trainer.total_training_steps=1 trainer.test_freq=-1 trainer.save_freq=1 "${micro[@]}" \
+  actor_rollout_ref.actor.zero_stage=2
+run 1 "$work/zero2_ckpt" trainer.total_training_steps=2 trainer.test_freq=-1 trainer.save_freq=-1 "${micro[@]}"
+check "a ZeRO-2 checkpoint resumes at 1 rank" compare "$work/one_micro" "$work/zero2_ckpt" 2 "${keys[@]}"
 
 # PPO with a critic (GAE), 2 steps.
 ppo=(algorithm.adv_estimator=gae critic.model.path="$root/assets/demo/model" critic.ppo_mini_batch_size=16
@@ -131,6 +200,8 @@ run 2 "$work/ppo_two" "${ppo[@]}"
 check "PPO metrics: 2 ranks = 1 process" compare "$work/ppo_one" "$work/ppo_two" 1,2 "${keys[@]}" critic/vf_loss critic/grad_norm
 run 2 "$work/ppo_zero1" "${ppo[@]}" actor_rollout_ref.actor.zero_stage=1 critic.zero_stage=1
 check "PPO with ZeRO-1 on actor and critic = 1 process" compare "$work/ppo_one" "$work/ppo_zero1" 1,2 "${keys[@]}" critic/vf_loss critic/grad_norm
+run 2 "$work/ppo_zero2" "${ppo[@]}" actor_rollout_ref.actor.zero_stage=2 critic.zero_stage=2
+check "PPO with ZeRO-2 on actor and critic = 1 process" compare "$work/ppo_one" "$work/ppo_zero2" 1,2 "${keys[@]}" critic/vf_loss critic/grad_norm
 
 # Checkpoint at 2 ranks, resume at 1, and the reverse: step 3 as in the uninterrupted run.
 run 2 "$work/ckpt_21" trainer.total_training_steps=2 trainer.save_freq=2 trainer.test_freq=-1
@@ -154,6 +225,21 @@ check "the dead rank is named" grep -q "rank 1" "$work/kill.log"
 check "step 1's checkpoint is intact" test -f "$work/kill/global_step_1/actor/huggingface/model.safetensors"
 run 2 "$work/kill" trainer.total_training_steps=3 trainer.save_freq=3 trainer.test_freq=-1
 check "the killed run resumes to the end" compare "$work/one" "$work/kill" 2,3 "${keys[@]}"
+
+# A stuck rank (SIGSTOP in step 2: alive, never answering): the other rank's collective times out
+# after nccl_timeout (5 s here), it names its stage and the job ends; never a hang.
+start=$(date +%s)
+timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 sh -c \
+  'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then export VERL_FAULT_INJECT=train:2:stop; fi; exec "$0" "$@"' \
+  "$verl" train "$root/configs/demo.yaml" "${common[@]}" trainer.n_gpus_per_node=2 trainer.total_training_steps=3 \
+  trainer.save_freq=1 trainer.test_freq=-1 trainer.default_local_dir="$work/stuck" actor_rollout_ref.nccl_timeout=5 \
+  > "$work/stuck.log" 2>&1
+rc=$?
+elapsed=$(($(date +%s) - start))
+check "a stuck rank ends the job (rc $rc)" test "$rc" -ne 0 -a "$rc" -ne 124
+check "within nccl_timeout + 10 s ($elapsed s)" test "$elapsed" -le 15
+check "the waiting rank names the timeout and the stage" grep -q "rank 0 of 2: .* in stage 'update_actor' did not complete within 5 s (actor_rollout_ref.nccl_timeout)" "$work/stuck.log"
+check "step 1's checkpoint survives the stuck rank" test -f "$work/stuck/global_step_1/actor/huggingface/model.safetensors"
 
 # A launcher that disagrees with the config.
 mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 "$verl" train "$root/configs/demo.yaml" \

@@ -3,6 +3,7 @@
 // directory) is ignored; only the newest max_actor_ckpt_to_keep checkpoints remain; export works.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -106,6 +107,64 @@ TEST(Checkpoint, BadCheckpointsAreClearErrors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("global_step_8"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+}  // namespace verl::trainer
+
+namespace verl::trainer {
+namespace {
+
+// Optimizer shards (checkpoint.h): a slice written as one rank's shard loads back whole or as any
+// other slice (resharding on load), and a missing or inconsistent shard is an error naming the file.
+TEST(Checkpoint, OptimizerShardsReshardOnLoad) {
+  const fs::path tmp = fs::temp_directory_path() / "verl_test_ckpt_shards";
+  fs::remove_all(tmp);
+  model::Weights w = model::Weights::load(kRoot + "/assets/demo/model");
+  const int64_t n = w.layout.total;
+  AdamWState whole;
+  whole.step = 7;
+  for (int64_t i = 0; i < n; ++i) {
+    whole.exp_avg.push_back(0.001f * static_cast<float>(i % 1000));
+    whole.exp_avg_sq.push_back(1e-6f * static_cast<float>(i % 777));
+  }
+  // One rank's sharded state covering everything: written as optim_world_size_1_rank_0.
+  ModelState ms{&w, &whole, optim::ShardSpec{0, n}, n};
+  const std::string dir = save_checkpoint(tmp.string(), 3, ms, std::nullopt, {{"dataloader", {}}}, "", 0);
+  ASSERT_TRUE(fs::exists(fs::path(dir) / "actor" / "optim_world_size_1_rank_0.safetensors"));
+  ASSERT_FALSE(fs::exists(fs::path(dir) / "actor" / "optim.safetensors"));
+  model::Weights back{w.config, w.layout, {}};
+  AdamWState opt;
+  load_checkpoint(dir, back, opt, nullptr, nullptr);
+  EXPECT_EQ(opt.step, 7);
+  EXPECT_TRUE(opt.exp_avg == whole.exp_avg && opt.exp_avg_sq == whole.exp_avg_sq);
+  EXPECT_TRUE(back.data == w.data);
+  // Any slice, e.g. rank 1 of 3.
+  const int64_t chunk = (n + 2) / 3;
+  const optim::ShardSpec mine{chunk, 2 * chunk};
+  load_checkpoint(dir, back, opt, nullptr, nullptr, &mine);
+  ASSERT_EQ(static_cast<int64_t>(opt.exp_avg.size()), chunk);
+  EXPECT_TRUE(std::equal(opt.exp_avg.begin(), opt.exp_avg.end(), whole.exp_avg.begin() + chunk));
+  EXPECT_TRUE(std::equal(opt.exp_avg_sq.begin(), opt.exp_avg_sq.end(), whole.exp_avg_sq.begin() + chunk));
+  // A second shard set of another world size, then a missing shard.
+  const fs::path actor = fs::path(dir) / "actor";
+  fs::copy_file(actor / "optim_world_size_1_rank_0.safetensors", actor / "optim_world_size_2_rank_0.safetensors");
+  std::string err;
+  try {
+    load_checkpoint(dir, back, opt, nullptr, nullptr);
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  EXPECT_NE(err.find("optimizer shards of world sizes"), std::string::npos) << err;
+  fs::remove(actor / "optim_world_size_1_rank_0.safetensors");
+  err.clear();
+  try {
+    load_checkpoint(dir, back, opt, nullptr, nullptr);
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  EXPECT_NE(err.find("optim_world_size_2_rank_1.safetensors: shard 1 of 2 is missing"), std::string::npos) << err;
+  fs::remove_all(tmp);
 }
 
 }  // namespace

@@ -4,7 +4,9 @@
 // CPU, with metrics identical to trainer.device=cpu) and a bad value names the key.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -113,6 +115,81 @@ TEST(PolicyModel, CpuPolicyIsTheModelAndAdamWItWraps) {
   EXPECT_TRUE(p->optimizer_state().exp_avg == want_m);
   EXPECT_TRUE(p->optimizer_state().exp_avg_sq == want_v);
   EXPECT_FALSE(p->weights().data == w.data);  // it did move
+}
+
+// A sink that records the ranges a backward hands out (each with a buffer of its own, starting
+// from zero like ZeRO-2's) and adds them into one whole-layout buffer when they are ready.
+class RecordingSink final : public model::GradSink {
+ public:
+  explicit RecordingSink(int64_t n) : whole(static_cast<size_t>(n), 0.0f) {}
+  float* open(int64_t begin, int64_t end) override {
+    for (auto& r : open_)
+      if (r.begin == begin && r.end == end) return r.buf.data();
+    open_.push_back({begin, end, std::vector<float>(static_cast<size_t>(end - begin), 0.0f)});
+    return open_.back().buf.data();
+  }
+  void ready(int64_t begin, int64_t end) override {
+    for (size_t i = 0; i < open_.size(); ++i) {
+      if (open_[i].begin != begin || open_[i].end != end) continue;
+      for (int64_t k = begin; k < end; ++k) whole[k] += open_[i].buf[k - begin];
+      order.emplace_back(begin, end);
+      open_.erase(open_.begin() + static_cast<std::ptrdiff_t>(i));
+      return;
+    }
+    ADD_FAILURE() << "ready(" << begin << ", " << end << ") of a range never opened";
+  }
+  std::vector<float> whole;
+  std::vector<std::pair<int64_t, int64_t>> order;  // ranges in the order they became ready
+  size_t still_open() const { return open_.size(); }
+
+ private:
+  struct Range {
+    int64_t begin, end;
+    std::vector<float> buf;
+  };
+  std::deque<Range> open_;
+};
+
+// The backward's ranges (data parallelism's gradient buckets): with a sink the gradients equal the
+// whole-buffer backward's bit for bit, the ranges are disjoint, cover every parameter, close once
+// each, and come in backward order (the head and the last layer first, the embedding last), for
+// an untied LM head and for a tied one.
+TEST(PolicyModel, BackwardHandsOutEachParameterRangeOnceInBackwardOrder) {
+  for (bool tied : {false, true}) {
+    model::ModelConfig c = model::Weights::load(kRoot + "/assets/demo/model").config;
+    c.tie_word_embeddings = tied;
+    model::Weights w = model::Weights::from_config(c);
+    w.init_random(7);
+    const model::PackedBatch b = random_batch({9, 4, 13}, w.config.vocab_size, 3);
+    model::Transformer tf(w);
+    model::Activations acts;
+    tf.forward(b, acts);
+    const auto d_lp = random_vec(b.num_tokens(), 4, 1.0f), d_ent = random_vec(b.num_tokens(), 5, 0.1f);
+    std::vector<float> grads(static_cast<size_t>(w.layout.total), 0.0f);
+    tf.backward(b, acts, d_lp.data(), d_ent.data(), nullptr, grads.data());
+    RecordingSink sink(w.layout.total);
+    tf.forward(b, acts);
+    tf.backward(b, acts, d_lp.data(), d_ent.data(), nullptr, nullptr, {}, &sink);
+    EXPECT_EQ(sink.still_open(), 0u) << "tied=" << tied;
+    EXPECT_TRUE(sink.whole == grads) << "gradients through the sink differ, tied=" << tied;
+    // One range per layer, the final norm, the embedding, and an untied head.
+    const size_t want = static_cast<size_t>(w.config.num_hidden_layers) + 2 + (tied ? 0 : 1);
+    ASSERT_EQ(sink.order.size(), want) << "tied=" << tied;
+    std::vector<std::pair<int64_t, int64_t>> sorted = sink.order;
+    std::sort(sorted.begin(), sorted.end());
+    int64_t covered = 0;
+    for (size_t i = 0; i < sorted.size(); ++i) {
+      if (i > 0) EXPECT_LE(sorted[i - 1].second, sorted[i].first) << "ranges overlap";
+      covered += sorted[i].second - sorted[i].first;
+    }
+    int64_t params = 0;
+    for (const auto& p : w.layout.params) params += p.numel;
+    EXPECT_EQ(covered, params) << "tied=" << tied;
+    // Backward order: every range after the first starts below the one before it.
+    for (size_t i = 1; i < sink.order.size(); ++i)
+      EXPECT_LT(sink.order[i].first, sink.order[i - 1].first) << "range " << i << ", tied=" << tied;
+    EXPECT_EQ(sink.order.back().first, 0) << "the embedding comes last";
+  }
 }
 
 TEST(PolicyModel, ForwardOnlyPolicyScoresButDoesNotTrain) {

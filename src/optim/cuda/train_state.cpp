@@ -42,6 +42,8 @@ void CudaTrainState::zero_grad() {
 void CudaTrainState::all_reduce_grads(dist::Communicator& comm) {
   require_trainable("all_reduce_grads");
   VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));  // the backward's gradients are complete
+  const double share = static_cast<double>(comm.world_size() - 1) / comm.world_size();
+  sync_stats_.bytes += 2 * share * 4.0 * static_cast<double>(grads_.size());  // ring all-reduce
   comm.all_reduce(grads_.data(), grads_.size(), dist::DataType::F32, dist::ReduceOp::Sum,
                   dist::Place::device(ctx_.stream));
 }

@@ -1,0 +1,137 @@
+#include "optim/grad_sync.h"
+
+#include <algorithm>
+#include <exception>
+
+#include "core/error.h"
+#include "core/timer.h"
+
+namespace verl::optim {
+namespace {
+
+// Stage 2 keeps at most this many range buffers alive (open or in flight); opening one more waits
+// for the oldest reduction. Two would serialise backward and communication; three lets one reduce
+// while the next layer computes and a tied embedding stays open.
+constexpr int kMaxSlots = 3;
+
+}  // namespace
+
+GradSync::GradSync(dist::Communicator& comm, int stage, int64_t numel, int64_t chunk, float* grads,
+                   SyncStats& stats)
+    : comm_(comm), stage_(stage), numel_(numel), chunk_(chunk), grads_(grads), stats_(stats) {
+  VERL_CHECK(stage >= 0 && stage <= 2, "GradSync: ZeRO stage {} (0, 1 or 2)", stage);
+  VERL_CHECK(stage == 0 || chunk * comm.world_size() >= numel,
+             "GradSync: shards of {} x {} ranks do not cover {} elements", chunk, comm.world_size(),
+             numel);
+}
+
+GradSync::~GradSync() {
+  // Reductions still in flight own pointers into our buffers: let them land first (an error
+  // unwinding ends the job without waiting, see dist::MpiCommunicator).
+  if (std::uncaught_exceptions() == 0) finish();
+}
+
+float* GradSync::open(int64_t begin, int64_t end) {
+  VERL_CHECK(begin >= 0 && begin <= end && end <= numel_,
+             "GradSync: range [{}, {}) outside {} elements", begin, end, numel_);
+  if (stage_ < 2) return grads_ + begin;
+  for (Slot& s : slots_)
+    if (s.open && s.begin == begin && s.end == end) return s.buf.data();
+  Timer t;
+  while (busy_slots() >= kMaxSlots) complete_front();
+  stats_.seconds += t.seconds();
+  int free = -1;
+  for (int i = 0; i < static_cast<int>(slots_.size()); ++i)
+    if (!slots_[i].open && slots_[i].pending == 0) {
+      // Prefer a buffer large enough already (no reallocation once the layers have been seen).
+      if (free < 0 || slots_[i].buf.size() >= static_cast<size_t>(end - begin)) free = i;
+    }
+  if (free < 0) {
+    slots_.emplace_back();
+    free = static_cast<int>(slots_.size()) - 1;
+  }
+  Slot& s = slots_[free];
+  if (s.buf.size() < static_cast<size_t>(end - begin))
+    s.buf.resize(static_cast<size_t>(end - begin));
+  std::fill_n(s.buf.begin(), end - begin, 0.0f);
+  s.begin = begin;
+  s.end = end;
+  s.open = true;
+  return s.buf.data();
+}
+
+void GradSync::ready(int64_t begin, int64_t end) {
+  Timer t;
+  int slot = -1;
+  float* data = grads_ + begin;
+  if (stage_ == 2) {
+    for (int i = 0; i < static_cast<int>(slots_.size()); ++i)
+      if (slots_[i].open && slots_[i].begin == begin && slots_[i].end == end) slot = i;
+    VERL_CHECK(slot >= 0, "GradSync: range [{}, {}) is ready but was never opened", begin, end);
+    slots_[slot].open = false;
+    data = slots_[slot].buf.data();
+  }
+  if (armed_ && end > begin) start(data, begin, end, slot);
+  progress();
+  stats_.seconds += t.seconds();
+}
+
+void GradSync::start(float* data, int64_t begin, int64_t end, int slot) {
+  started_ = true;
+  const int world = comm_.world_size();
+  const double share = static_cast<double>(world - 1) / world;
+  if (stage_ == 0) {
+    ops_.push_back({comm_.start_all_reduce(data, static_cast<size_t>(end - begin),
+                                           dist::DataType::F32, dist::ReduceOp::Sum),
+                    slot, begin, end, -1});
+    stats_.bytes += 2 * share * 4.0 * static_cast<double>(end - begin);
+    return;
+  }
+  // One reduction per owner whose shard the range overlaps.
+  for (int64_t b = begin; b < end;) {
+    const int owner = static_cast<int>(b / chunk_);
+    const int64_t e = std::min(end, (owner + 1) * chunk_);
+    ops_.push_back({comm_.start_reduce(data + (b - begin), static_cast<size_t>(e - b),
+                                       dist::DataType::F32, dist::ReduceOp::Sum, owner),
+                    slot, b, e, owner});
+    if (slot >= 0) ++slots_[slot].pending;
+    stats_.bytes += share * 4.0 * static_cast<double>(e - b);
+    b = e;
+  }
+}
+
+void GradSync::progress() {
+  for (Op& op : ops_) op.pending->test();
+  // Completed in start order, so a shard's sums are added in the same order on every run.
+  while (!ops_.empty() && ops_.front().pending->test()) complete_front();
+}
+
+void GradSync::complete_front() {
+  Op op = std::move(ops_.front());
+  ops_.pop_front();
+  op.pending->wait();
+  if (op.slot < 0) return;
+  Slot& s = slots_[op.slot];
+  if (op.owner == comm_.rank()) {
+    // This rank's shard receives the range's sum over ranks, added to the earlier micro-batches'.
+    const float* src = s.buf.data() + (op.begin - s.begin);
+    float* dst = grads_ + (op.begin - static_cast<int64_t>(comm_.rank()) * chunk_);
+    for (int64_t i = 0; i < op.end - op.begin; ++i) dst[i] += src[i];
+  }
+  --s.pending;
+}
+
+int GradSync::busy_slots() const {
+  int n = 0;
+  for (const Slot& s : slots_) n += (s.open || s.pending > 0) ? 1 : 0;
+  return n;
+}
+
+bool GradSync::finish() {
+  while (!ops_.empty()) complete_front();  // its time is the optimizer step's (AdamW::step)
+  const bool started = started_;
+  started_ = false;
+  return started;
+}
+
+}  // namespace verl::optim
