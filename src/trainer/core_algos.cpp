@@ -329,11 +329,9 @@ AdvantageOutput compute_remax_outcome_advantage(Shape s, std::span<const float> 
   return out;
 }
 
-
-AdvantageOutput compute_rloo_vectorized_outcome_advantage(Shape s,
-                                                          std::span<const float> token_level_rewards,
-                                                          std::span<const float> response_mask,
-                                                          std::span<const int64_t> index) {
+AdvantageOutput compute_rloo_vectorized_outcome_advantage(
+    Shape s, std::span<const float> token_level_rewards, std::span<const float> response_mask,
+    std::span<const int64_t> index) {
   return rloo_impl(s, token_level_rewards, response_mask, index, /*singleton_keeps_score=*/false,
                    "rloo_vectorized");
 }
@@ -392,8 +390,7 @@ AdvantageOutput compute_gpg_outcome_advantage(Shape s, std::span<const float> to
 AdvantageOutput compute_grpo_passk_outcome_advantage(Shape s,
                                                      std::span<const float> token_level_rewards,
                                                      std::span<const float> response_mask,
-                                                     std::span<const int64_t> index,
-                                                     double epsilon,
+                                                     std::span<const int64_t> index, double epsilon,
                                                      bool norm_adv_by_std_in_grpo) {
   check_outcome_inputs(s, token_level_rewards, response_mask, index, "grpo_passk");
   std::vector<double> scores = outcome_scores(s, token_level_rewards);
@@ -913,7 +910,8 @@ PolicyLossOutput compute_policy_loss_gspo(Shape s, std::span<const float> old_lo
   const double lo = 1.0 - cfg.clip_ratio_low.value_or(cfg.clip_ratio);
   const double hi = 1.0 + cfg.clip_ratio_high.value_or(cfg.clip_ratio);
   // verl aggregates GSPO per sequence whatever actor.loss_agg_mode says.
-  std::vector<float> w = agg_loss_weights(s, response_mask, LossAggMode::SeqMeanTokenMean, cfg.norm);
+  std::vector<float> w =
+      agg_loss_weights(s, response_mask, LossAggMode::SeqMeanTokenMean, cfg.norm);
   PolicyLossOutput out;
   out.d_log_prob.assign(s.numel(), 0.0f);
   double clipped = 0, kl = 0;
@@ -961,7 +959,8 @@ PolicyLossOutput compute_policy_loss_sapo(Shape s, std::span<const float> old_lo
   VERL_CHECK(cfg.tau_pos > 0 && cfg.tau_neg > 0,
              "actor.tau_pos ({}) and actor.tau_neg ({}) must be > 0 for the sapo loss", cfg.tau_pos,
              cfg.tau_neg);
-  std::vector<float> w = agg_loss_weights(s, response_mask, LossAggMode::SeqMeanTokenMean, cfg.norm);
+  std::vector<float> w =
+      agg_loss_weights(s, response_mask, LossAggMode::SeqMeanTokenMean, cfg.norm);
   PolicyLossOutput out;
   out.d_log_prob.assign(s.numel(), 0.0f);
   double kl = 0;
@@ -1025,8 +1024,9 @@ namespace {
 std::vector<int64_t> top_k_by(std::vector<int64_t> candidates, const std::vector<double>& key,
                               int64_t k) {
   k = std::min<int64_t>(k, static_cast<int64_t>(candidates.size()));
-  std::partial_sort(candidates.begin(), candidates.begin() + k, candidates.end(),
-                    [&](int64_t a, int64_t b) { return key[a] > key[b] || (key[a] == key[b] && a < b); });
+  std::partial_sort(
+      candidates.begin(), candidates.begin() + k, candidates.end(),
+      [&](int64_t a, int64_t b) { return key[a] > key[b] || (key[a] == key[b] && a < b); });
   candidates.resize(k);
   return candidates;
 }

@@ -96,10 +96,9 @@ AdvantageOutput compute_remax_outcome_advantage(Shape s, std::span<const float> 
 
 // "rloo_vectorized" (verl compute_rloo_vectorized_outcome_advantage): the rloo formula, except
 // that a group of one gets 0 (verl's vectorized form multiplies by [n > 1]) instead of its score.
-AdvantageOutput compute_rloo_vectorized_outcome_advantage(Shape s,
-                                                          std::span<const float> token_level_rewards,
-                                                          std::span<const float> response_mask,
-                                                          std::span<const int64_t> index);
+AdvantageOutput compute_rloo_vectorized_outcome_advantage(
+    Shape s, std::span<const float> token_level_rewards, std::span<const float> response_mask,
+    std::span<const int64_t> index);
 
 // "opo" (verl compute_opo_outcome_advantage, https://arxiv.org/abs/2505.23585): A_i = score_i - b_g
 // with the length-weighted group baseline b_g = sum_j len_j score_j / sum_j len_j (len = tokens of
@@ -119,12 +118,9 @@ AdvantageOutput compute_gpg_outcome_advantage(Shape s, std::span<const float> to
 // the best response of each group gets a non-zero advantage, r_max - r_second_max, divided by
 // (unbiased std of the group + epsilon) when norm_adv_by_std_in_grpo. Ties for the best go to
 // the first response (torch.topk's order on CPU). Groups of one throw, as verl raises.
-AdvantageOutput compute_grpo_passk_outcome_advantage(Shape s,
-                                                     std::span<const float> token_level_rewards,
-                                                     std::span<const float> response_mask,
-                                                     std::span<const int64_t> index,
-                                                     double epsilon = 1e-6,
-                                                     bool norm_adv_by_std_in_grpo = true);
+AdvantageOutput compute_grpo_passk_outcome_advantage(
+    Shape s, std::span<const float> token_level_rewards, std::span<const float> response_mask,
+    std::span<const int64_t> index, double epsilon = 1e-6, bool norm_adv_by_std_in_grpo = true);
 
 enum class AdvantageEstimator {
   GAE,
@@ -156,7 +152,8 @@ struct AdvantageInputs {
   std::span<const float> reward_baselines;     // [B], remax
   double gamma = 1.0, lam = 1.0;               // algorithm.gamma / algorithm.lam
   // algorithm.norm_adv_by_std_in_grpo: grpo, grpo_vectorized, grpo_passk. (verl's generic
-  // dispatch does not pass it to grpo_vectorized, which then always divides by the std; we pass it.)
+  // dispatch does not pass it to grpo_vectorized, which then always divides by the std; we pass
+  // it.)
   bool norm_adv_by_std_in_grpo = true;
 };
 AdvantageOutput compute_advantage(AdvantageEstimator e, const AdvantageInputs& in);
@@ -279,17 +276,17 @@ std::string_view to_string(PolicyLossMode m);
 
 struct PolicyLossConfig {
   PolicyLossMode loss_mode = PolicyLossMode::Vanilla;  // actor.policy_loss.loss_mode
-  double clip_ratio = 0.2;                // actor.clip_ratio
-  std::optional<double> clip_ratio_low;   // actor.clip_ratio_low (default clip_ratio)
-  std::optional<double> clip_ratio_high;  // actor.clip_ratio_high (default clip_ratio)
-  double clip_ratio_c = 3.0;              // actor.clip_ratio_c, dual-clip bound (> 1)
-  double tau_pos = 1.0;                   // actor.tau_pos, sapo's gate temperature for A > 0
-  double tau_neg = 1.05;                  // actor.tau_neg, sapo's gate temperature for A <= 0
-  double clip_cov_ratio = 0.0002;         // actor.policy_loss.clip_cov_ratio
-  double clip_cov_lb = 1.0;               // actor.policy_loss.clip_cov_lb
-  double clip_cov_ub = 5.0;               // actor.policy_loss.clip_cov_ub
-  double kl_cov_ratio = 0.0002;           // actor.policy_loss.kl_cov_ratio
-  double ppo_kl_coef = 0.1;               // actor.policy_loss.ppo_kl_coef (kl_cov)
+  double clip_ratio = 0.2;                             // actor.clip_ratio
+  std::optional<double> clip_ratio_low;                // actor.clip_ratio_low (default clip_ratio)
+  std::optional<double> clip_ratio_high;               // actor.clip_ratio_high (default clip_ratio)
+  double clip_ratio_c = 3.0;                           // actor.clip_ratio_c, dual-clip bound (> 1)
+  double tau_pos = 1.0;            // actor.tau_pos, sapo's gate temperature for A > 0
+  double tau_neg = 1.05;           // actor.tau_neg, sapo's gate temperature for A <= 0
+  double clip_cov_ratio = 0.0002;  // actor.policy_loss.clip_cov_ratio
+  double clip_cov_lb = 1.0;        // actor.policy_loss.clip_cov_lb
+  double clip_cov_ub = 5.0;        // actor.policy_loss.clip_cov_ub
+  double kl_cov_ratio = 0.0002;    // actor.policy_loss.kl_cov_ratio
+  double ppo_kl_coef = 0.1;        // actor.policy_loss.ppo_kl_coef (kl_cov)
   LossAggMode loss_agg_mode = LossAggMode::TokenMean;
   AggNorm norm;
 };

@@ -145,8 +145,8 @@ TEST(Advantages, ReinforcePlusPlusCarriesReturnAcrossObservations) {
   // Whitened over {0.5, 1, 2, 2}: mean 1.375, unbiased var (0.765625 + 0.140625 + 0.390625 * 2)
   // / 3 = 0.5625; then times the mask.
   const double inv = 1 / std::sqrt(0.5625 + 1e-8);
-  expect_near_vec(out.advantages, {-0.875 * inv, 0, 0, -0.375 * inv, 0.625 * inv, 0, 0, 0.625 * inv},
-                  1e-5);
+  expect_near_vec(out.advantages,
+                  {-0.875 * inv, 0, 0, -0.375 * inv, 0.625 * inv, 0, 0, 0.625 * inv}, 1e-5);
 }
 
 TEST(Advantages, Opo) {
@@ -549,10 +549,9 @@ TEST(PolicyLossModes, ClipCov) {
   PolicyLossOutput out = t.run(c);
   EXPECT_NEAR(out.pg_loss, -0.3254750428, 1e-6);
   EXPECT_NEAR(out.pg_clipfrac, 4.0 / 9, 1e-6);
-  expect_near_vec(out.d_log_prob,
-                  {-0.1227967687, 0, -0.0823131356, 0, 0, 0.0478171098, 0, 0, 0, 0,
-                   -0.0259600261, 0},
-                  1e-6);
+  expect_near_vec(
+      out.d_log_prob,
+      {-0.1227967687, 0, -0.0823131356, 0, 0, 0.0478171098, 0, 0, 0, 0, -0.0259600261, 0}, 1e-6);
   // (b) ratio 0.2: n = 1 cut among the 2 candidates in (0.005, 0.2) (tokens 4 and 8): we cut the
   // larger covariance, token 8 (verl would pick one at random).
   c.clip_cov_ratio = 0.2;
@@ -562,8 +561,8 @@ TEST(PolicyLossModes, ClipCov) {
   EXPECT_NEAR(out.pg_loss, -0.1609224961, 1e-6);
   EXPECT_NEAR(out.pg_clipfrac, 1.0 / 9, 1e-6);
   expect_near_vec(out.d_log_prob,
-                  {-0.1227967687, 0, -0.0823131356, -0.1056921583, 0.0713347454, 0.0478171098, 0,
-                   0, 0, 0.1989099597, -0.0259600261, 0},
+                  {-0.1227967687, 0, -0.0823131356, -0.1056921583, 0.0713347454, 0.0478171098, 0, 0,
+                   0, 0.1989099597, -0.0259600261, 0},
                   1e-6);
   c.clip_cov_ratio = 0;
   EXPECT_THROW(t.run(c), Error);
@@ -594,8 +593,8 @@ TEST(PolicyLossModes, GeoMean) {
   EXPECT_NEAR(out.ppo_kl, -0.0444444444, 1e-6);
   // Token 1 (x = 0.35 > 0.28, A > 0) is clipped: no gradient.
   expect_near_vec(out.d_log_prob,
-                  {-0.0839606825, 0, -0.0839606825, -0.0839606825, 0.0876059238, 0.0876059238, 0,
-                   0, 0.0039590337, 0.0039590337, 0.0039590337, 0},
+                  {-0.0839606825, 0, -0.0839606825, -0.0839606825, 0.0876059238, 0.0876059238, 0, 0,
+                   0.0039590337, 0.0039590337, 0.0039590337, 0},
                   1e-6);
   // The normaliser is the (global) number of sequences, not loss_agg_mode's.
   PolicyLossConfig c = t.cfg(PolicyLossMode::GeoMean);
