@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "core/error.h"
@@ -64,6 +65,43 @@ std::vector<float> broadcast_masked(Shape s, const std::vector<double>& per_seq,
   for (int64_t b = 0; b < s.batch; ++b)
     for (int64_t t = 0; t < s.length; ++t)
       out[b * s.length + t] = static_cast<float>(per_seq[b] * mask[b * s.length + t]);
+  return out;
+}
+
+// The checks of an outcome estimator with groups.
+void check_outcome_inputs(Shape s, std::span<const float> token_level_rewards,
+                          std::span<const float> response_mask, std::span<const int64_t> index,
+                          const char* fn) {
+  check_shape(s, fn);
+  check_size(token_level_rewards, s.numel(), "token_level_rewards", fn);
+  check_size(response_mask, s.numel(), "response_mask", fn);
+  VERL_CHECK(static_cast<int64_t>(index.size()) == s.batch, "{}: index has {} entries, expected {}",
+             fn, index.size(), s.batch);
+}
+
+// verl's rloo and rloo_vectorized: score * n/(n-1) - mean * n/(n-1) for groups of n > 1; a group
+// of one keeps its score (rloo) or gets 0 (rloo_vectorized).
+AdvantageOutput rloo_impl(Shape s, std::span<const float> token_level_rewards,
+                          std::span<const float> response_mask, std::span<const int64_t> index,
+                          bool singleton_keeps_score, const char* fn) {
+  check_outcome_inputs(s, token_level_rewards, response_mask, index, fn);
+  std::vector<double> scores = outcome_scores(s, token_level_rewards);
+  std::vector<double> adv(s.batch, 0.0);
+  for (const auto& [uid, rows] : group_by_index(index)) {
+    if (rows.size() < 2) {
+      if (singleton_keeps_score) adv[rows[0]] = scores[rows[0]];
+      continue;
+    }
+    const double n = static_cast<double>(rows.size());
+    double mean = 0;
+    for (int64_t r : rows) mean += scores[r];
+    mean /= n;
+    // score * n/(n-1) - mean * n/(n-1) = score - mean of the other n-1 responses, times n/(n-1).
+    for (int64_t r : rows) adv[r] = scores[r] * n / (n - 1) - mean * n / (n - 1);
+  }
+  AdvantageOutput out;
+  out.advantages = broadcast_masked(s, adv, response_mask);
+  out.returns = out.advantages;
   return out;
 }
 
@@ -211,27 +249,8 @@ AdvantageOutput compute_grpo_outcome_advantage(Shape s, std::span<const float> t
 AdvantageOutput compute_rloo_outcome_advantage(Shape s, std::span<const float> token_level_rewards,
                                                std::span<const float> response_mask,
                                                std::span<const int64_t> index) {
-  const char* fn = "rloo";
-  check_shape(s, fn);
-  check_size(token_level_rewards, s.numel(), "token_level_rewards", fn);
-  check_size(response_mask, s.numel(), "response_mask", fn);
-  VERL_CHECK(static_cast<int64_t>(index.size()) == s.batch,
-             "rloo: index has {} entries, expected {}", index.size(), s.batch);
-  std::vector<double> scores = outcome_scores(s, token_level_rewards);
-  std::vector<double> adv = scores;  // a group of one keeps its score
-  for (const auto& [uid, rows] : group_by_index(index)) {
-    if (rows.size() < 2) continue;
-    const double n = static_cast<double>(rows.size());
-    double mean = 0;
-    for (int64_t r : rows) mean += scores[r];
-    mean /= n;
-    // score * n/(n-1) - mean * n/(n-1) = score - mean of the other n-1 responses, times n/(n-1).
-    for (int64_t r : rows) adv[r] = scores[r] * n / (n - 1) - mean * n / (n - 1);
-  }
-  AdvantageOutput out;
-  out.advantages = broadcast_masked(s, adv, response_mask);
-  out.returns = out.advantages;
-  return out;
+  return rloo_impl(s, token_level_rewards, response_mask, index, /*singleton_keeps_score=*/true,
+                   "rloo");
 }
 
 AdvantageOutput compute_reinforce_plus_plus_outcome_advantage(
@@ -247,9 +266,12 @@ AdvantageOutput compute_reinforce_plus_plus_outcome_advantage(
     double running = 0;
     for (int64_t t = s.length - 1; t >= 0; --t) {
       const int64_t i = b * s.length + t;
-      running = token_level_rewards[i] + gamma * running;
-      out.returns[i] = static_cast<float>(running);
-      running *= response_mask[i];  // reset after EOS
+      const double m = response_mask[i];
+      const double next = token_level_rewards[i] + gamma * running;
+      // verl PR #7278: a masked slot (a tool observation inside a multi-turn response) neither
+      // resets nor discounts the running return, so rewards reach the tokens before it.
+      out.returns[i] = static_cast<float>(next * m);
+      running = next * m + running * (1 - m);
     }
   }
   out.advantages = masked_whiten(out.returns, response_mask);
@@ -307,6 +329,101 @@ AdvantageOutput compute_remax_outcome_advantage(Shape s, std::span<const float> 
   return out;
 }
 
+AdvantageOutput compute_rloo_vectorized_outcome_advantage(
+    Shape s, std::span<const float> token_level_rewards, std::span<const float> response_mask,
+    std::span<const int64_t> index) {
+  return rloo_impl(s, token_level_rewards, response_mask, index, /*singleton_keeps_score=*/false,
+                   "rloo_vectorized");
+}
+
+AdvantageOutput compute_opo_outcome_advantage(Shape s, std::span<const float> token_level_rewards,
+                                              std::span<const float> response_mask,
+                                              std::span<const int64_t> index) {
+  check_outcome_inputs(s, token_level_rewards, response_mask, index, "opo");
+  std::vector<double> scores = outcome_scores(s, token_level_rewards);
+  std::vector<double> len(s.batch, 0.0);
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t t = 0; t < s.length; ++t) len[b] += response_mask[b * s.length + t];
+  std::vector<double> adv = scores;  // a group of one: baseline 0
+  for (const auto& [uid, rows] : group_by_index(index)) {
+    if (rows.size() < 2) continue;
+    // The baseline that minimises the variance of a length-weighted policy gradient.
+    double num = 0, den = 0;
+    for (int64_t r : rows) {
+      num += len[r] * scores[r];
+      den += len[r];
+    }
+    const double baseline = num / den;  // verl divides unguarded: 0/0 for all-empty groups
+    for (int64_t r : rows) adv[r] = scores[r] - baseline;
+  }
+  AdvantageOutput out;
+  out.advantages = broadcast_masked(s, adv, response_mask);
+  out.returns = out.advantages;
+  return out;
+}
+
+AdvantageOutput compute_gpg_outcome_advantage(Shape s, std::span<const float> token_level_rewards,
+                                              std::span<const float> response_mask,
+                                              std::span<const int64_t> index) {
+  check_outcome_inputs(s, token_level_rewards, response_mask, index, "gpg");
+  std::vector<double> scores = outcome_scores(s, token_level_rewards);
+  // alpha rescales by the share of responses with a non-zero reward (GPG's gradient correction).
+  double nonzero = 0;
+  for (double x : scores) nonzero += (x != 0);
+  const double alpha = static_cast<double>(s.batch) / std::max(1.0, nonzero);
+  const double f_norm = 1.0;
+  std::vector<double> adv(s.batch);
+  for (const auto& [uid, rows] : group_by_index(index)) {
+    double mean = 0;  // a group of one: mean 0
+    if (rows.size() > 1) {
+      for (int64_t r : rows) mean += scores[r];
+      mean /= static_cast<double>(rows.size());
+    }
+    for (int64_t r : rows) adv[r] = alpha * (scores[r] - mean) / f_norm;
+  }
+  AdvantageOutput out;
+  out.advantages = broadcast_masked(s, adv, response_mask);
+  out.returns = out.advantages;
+  return out;
+}
+
+AdvantageOutput compute_grpo_passk_outcome_advantage(Shape s,
+                                                     std::span<const float> token_level_rewards,
+                                                     std::span<const float> response_mask,
+                                                     std::span<const int64_t> index, double epsilon,
+                                                     bool norm_adv_by_std_in_grpo) {
+  check_outcome_inputs(s, token_level_rewards, response_mask, index, "grpo_passk");
+  std::vector<double> scores = outcome_scores(s, token_level_rewards);
+  std::vector<double> adv(s.batch, 0.0);
+  for (const auto& [uid, rows] : group_by_index(index)) {
+    VERL_CHECK(rows.size() >= 2,
+               "grpo_passk: Pass@k needs at least 2 responses per prompt; prompt uid {} has {} "
+               "(set actor_rollout_ref.rollout.n >= 2)",
+               uid, rows.size());
+    // The best and the second best; on a tie the earlier response is the best.
+    int64_t best = rows[0];
+    for (int64_t r : rows)
+      if (scores[r] > scores[best]) best = r;
+    double second = -std::numeric_limits<double>::infinity();
+    for (int64_t r : rows)
+      if (r != best) second = std::max(second, scores[r]);
+    double a = scores[best] - second;
+    if (norm_adv_by_std_in_grpo) {
+      const double n = static_cast<double>(rows.size());
+      double mean = 0, ss = 0;
+      for (int64_t r : rows) mean += scores[r];
+      mean /= n;
+      for (int64_t r : rows) ss += (scores[r] - mean) * (scores[r] - mean);
+      a /= std::sqrt(ss / (n - 1)) + epsilon;  // torch.std is unbiased
+    }
+    adv[best] = a;
+  }
+  AdvantageOutput out;
+  out.advantages = broadcast_masked(s, adv, response_mask);
+  out.returns = out.advantages;
+  return out;
+}
+
 namespace {
 struct EstimatorName {
   AdvantageEstimator e;
@@ -319,16 +436,20 @@ constexpr EstimatorName kEstimators[] = {
     {AdvantageEstimator::ReinforcePlusPlus, "reinforce_plus_plus"},
     {AdvantageEstimator::ReinforcePlusPlusBaseline, "reinforce_plus_plus_baseline"},
     {AdvantageEstimator::ReMax, "remax"},
+    {AdvantageEstimator::OPO, "opo"},
+    {AdvantageEstimator::GrpoPassK, "grpo_passk"},
+    {AdvantageEstimator::GPG, "gpg"},
+    {AdvantageEstimator::RlooVectorized, "rloo_vectorized"},
+    {AdvantageEstimator::GrpoVectorized, "grpo_vectorized"},
 };
 }  // namespace
 
 AdvantageEstimator parse_adv_estimator(std::string_view name) {
   for (const auto& e : kEstimators)
     if (e.name == name) return e.e;
-  VERL_FAIL(
-      "algorithm.adv_estimator: unknown estimator '{}'; known: gae, grpo, rloo, "
-      "reinforce_plus_plus, reinforce_plus_plus_baseline, remax",
-      name);
+  std::string known;
+  for (const auto& e : kEstimators) known += (known.empty() ? "" : ", ") + std::string(e.name);
+  VERL_FAIL("algorithm.adv_estimator: unknown estimator '{}'; known: {}", name, known);
 }
 
 std::string_view to_string(AdvantageEstimator e) {
@@ -357,6 +478,22 @@ AdvantageOutput compute_advantage(AdvantageEstimator e, const AdvantageInputs& i
     case AdvantageEstimator::ReMax:
       return compute_remax_outcome_advantage(in.shape, in.token_level_rewards, in.reward_baselines,
                                              in.response_mask);
+    case AdvantageEstimator::OPO:
+      return compute_opo_outcome_advantage(in.shape, in.token_level_rewards, in.response_mask,
+                                           in.index);
+    case AdvantageEstimator::GrpoPassK:
+      return compute_grpo_passk_outcome_advantage(in.shape, in.token_level_rewards,
+                                                  in.response_mask, in.index, 1e-6,
+                                                  in.norm_adv_by_std_in_grpo);
+    case AdvantageEstimator::GPG:
+      return compute_gpg_outcome_advantage(in.shape, in.token_level_rewards, in.response_mask,
+                                           in.index);
+    case AdvantageEstimator::RlooVectorized:
+      return compute_rloo_vectorized_outcome_advantage(in.shape, in.token_level_rewards,
+                                                       in.response_mask, in.index);
+    case AdvantageEstimator::GrpoVectorized:
+      return compute_grpo_outcome_advantage(in.shape, in.token_level_rewards, in.response_mask,
+                                            in.index, 1e-6, in.norm_adv_by_std_in_grpo);
   }
   VERL_FAIL("compute_advantage: unknown estimator {}", static_cast<int>(e));
 }
@@ -620,13 +757,11 @@ double agg_loss(Shape s, std::span<const float> loss_mat, std::span<const float>
 // ---------------------------------------------------------------------------------------------
 // Losses.
 
-PolicyLossOutput compute_policy_loss(Shape s, std::span<const float> old_log_prob,
-                                     std::span<const float> log_prob,
-                                     std::span<const float> advantages,
-                                     std::span<const float> response_mask,
-                                     const PolicyLossConfig& cfg,
-                                     std::span<const float> rollout_is_weights) {
-  const char* fn = "compute_policy_loss";
+namespace {
+void check_policy_inputs(Shape s, std::span<const float> old_log_prob,
+                         std::span<const float> log_prob, std::span<const float> advantages,
+                         std::span<const float> response_mask,
+                         std::span<const float> rollout_is_weights, const char* fn) {
   check_shape(s, fn);
   check_size(old_log_prob, s.numel(), "old_log_prob", fn);
   check_size(log_prob, s.numel(), "log_prob", fn);
@@ -634,6 +769,70 @@ PolicyLossOutput compute_policy_loss(Shape s, std::span<const float> old_log_pro
   check_size(response_mask, s.numel(), "response_mask", fn);
   if (!rollout_is_weights.empty())
     check_size(rollout_is_weights, s.numel(), "rollout_is_weights", fn);
+}
+
+double is_weight(std::span<const float> rollout_is_weights, int64_t i) {
+  return rollout_is_weights.empty() ? 1.0 : static_cast<double>(rollout_is_weights[i]);
+}
+
+// The metrics' normaliser: masked_mean divides by sum(mask) + 1e-8.
+double mask_count(std::span<const float> mask) {
+  double n = 0;
+  for (float m : mask) n += m;
+  return n + 1e-8;
+}
+
+struct LossModeName {
+  PolicyLossMode m;
+  std::string_view name;
+  PolicyLossFn fn;
+};
+constexpr LossModeName kLossModes[] = {
+    {PolicyLossMode::Vanilla, "vanilla", compute_policy_loss_vanilla},
+    {PolicyLossMode::Gpg, "gpg", compute_policy_loss_gpg},
+    {PolicyLossMode::Gspo, "gspo", compute_policy_loss_gspo},
+    {PolicyLossMode::Sapo, "sapo", compute_policy_loss_sapo},
+    {PolicyLossMode::Cispo, "cispo", compute_policy_loss_cispo},
+    {PolicyLossMode::ClipCov, "clip_cov", compute_policy_loss_clip_cov},
+    {PolicyLossMode::KlCov, "kl_cov", compute_policy_loss_kl_cov},
+    {PolicyLossMode::GeoMean, "geo_mean", compute_policy_loss_geo_mean},
+};
+}  // namespace
+
+PolicyLossMode parse_policy_loss_mode(std::string_view name) {
+  for (const auto& m : kLossModes)
+    if (m.name == name) return m.m;
+  std::string known;
+  for (const auto& m : kLossModes) known += (known.empty() ? "" : ", ") + std::string(m.name);
+  VERL_FAIL("actor.policy_loss.loss_mode: unknown loss '{}'; known: {}", name, known);
+}
+
+std::string_view to_string(PolicyLossMode m) {
+  for (const auto& x : kLossModes)
+    if (x.m == m) return x.name;
+  return "?";
+}
+
+PolicyLossOutput compute_policy_loss(Shape s, std::span<const float> old_log_prob,
+                                     std::span<const float> log_prob,
+                                     std::span<const float> advantages,
+                                     std::span<const float> response_mask,
+                                     const PolicyLossConfig& cfg,
+                                     std::span<const float> rollout_is_weights) {
+  for (const auto& x : kLossModes)
+    if (x.m == cfg.loss_mode)
+      return x.fn(s, old_log_prob, log_prob, advantages, response_mask, cfg, rollout_is_weights);
+  VERL_FAIL("compute_policy_loss: unknown loss mode {}", static_cast<int>(cfg.loss_mode));
+}
+
+PolicyLossOutput compute_policy_loss_vanilla(Shape s, std::span<const float> old_log_prob,
+                                             std::span<const float> log_prob,
+                                             std::span<const float> advantages,
+                                             std::span<const float> response_mask,
+                                             const PolicyLossConfig& cfg,
+                                             std::span<const float> rollout_is_weights) {
+  check_policy_inputs(s, old_log_prob, log_prob, advantages, response_mask, rollout_is_weights,
+                      "compute_policy_loss_vanilla");
   VERL_CHECK(cfg.clip_ratio_c > 1.0,
              "actor.clip_ratio_c (the dual-clip lower bound) must be > 1.0, got {}",
              cfg.clip_ratio_c);
@@ -677,6 +876,325 @@ PolicyLossOutput compute_policy_loss(Shape s, std::span<const float> old_log_pro
   out.pg_clipfrac = clipped / (n + 1e-8);
   out.ppo_kl = kl / (n + 1e-8);
   out.pg_clipfrac_lower = clipped_lower / (n + 1e-8);
+  return out;
+}
+
+PolicyLossOutput compute_policy_loss_gpg(Shape s, std::span<const float> old_log_prob,
+                                         std::span<const float> log_prob,
+                                         std::span<const float> advantages,
+                                         std::span<const float> response_mask,
+                                         const PolicyLossConfig& cfg,
+                                         std::span<const float> rollout_is_weights) {
+  check_policy_inputs(s, old_log_prob, log_prob, advantages, response_mask, rollout_is_weights,
+                      "compute_policy_loss_gpg");
+  std::vector<float> w = agg_loss_weights(s, response_mask, cfg.loss_agg_mode, cfg.norm);
+  PolicyLossOutput out;
+  out.d_log_prob.assign(s.numel(), 0.0f);
+  for (int64_t i = 0; i < s.numel(); ++i) {
+    if (w[i] == 0) continue;
+    const double d_l = -static_cast<double>(advantages[i]) * is_weight(rollout_is_weights, i);
+    out.pg_loss += w[i] * d_l * log_prob[i];  // l = -A logp is linear in logp
+    out.d_log_prob[i] = static_cast<float>(w[i] * d_l);
+  }
+  return out;
+}
+
+PolicyLossOutput compute_policy_loss_gspo(Shape s, std::span<const float> old_log_prob,
+                                          std::span<const float> log_prob,
+                                          std::span<const float> advantages,
+                                          std::span<const float> response_mask,
+                                          const PolicyLossConfig& cfg,
+                                          std::span<const float> rollout_is_weights) {
+  check_policy_inputs(s, old_log_prob, log_prob, advantages, response_mask, rollout_is_weights,
+                      "compute_policy_loss_gspo");
+  const double lo = 1.0 - cfg.clip_ratio_low.value_or(cfg.clip_ratio);
+  const double hi = 1.0 + cfg.clip_ratio_high.value_or(cfg.clip_ratio);
+  // verl aggregates GSPO per sequence whatever actor.loss_agg_mode says.
+  std::vector<float> w =
+      agg_loss_weights(s, response_mask, LossAggMode::SeqMeanTokenMean, cfg.norm);
+  PolicyLossOutput out;
+  out.d_log_prob.assign(s.numel(), 0.0f);
+  double clipped = 0, kl = 0;
+  for (int64_t b = 0; b < s.batch; ++b) {
+    double sum_x = 0, len = 0;
+    for (int64_t t = 0; t < s.length; ++t) {
+      const int64_t i = b * s.length + t;
+      if (response_mask[i] == 0) continue;
+      sum_x += (static_cast<double>(log_prob[i]) - old_log_prob[i]) * response_mask[i];
+      len += response_mask[i];
+    }
+    // log s_b, clamped at 10; the same value on every token of the sequence. Through
+    // logp - sg(logp) each token's gradient is its own ratio (where the clamp passes it).
+    const double log_s = sum_x / std::max(len, 1.0);
+    const double ratio = std::exp(std::min(log_s, 10.0));
+    const double d_ratio = log_s <= 10.0 ? ratio : 0.0;
+    for (int64_t t = 0; t < s.length; ++t) {
+      const int64_t i = b * s.length + t;
+      const double m = response_mask[i];
+      if (m == 0) continue;
+      const double a = advantages[i];
+      const double l1 = -a * ratio, d_l1 = -a * d_ratio;
+      const double l2 = -a * clamp(ratio, lo, hi), d_l2 = -a * d_ratio * clamp_grad(ratio, lo, hi);
+      const double iw = is_weight(rollout_is_weights, i);
+      out.pg_loss += w[i] * std::max(l1, l2) * iw;
+      out.d_log_prob[i] = static_cast<float>(w[i] * max_grad(l1, l2, d_l1, d_l2) * iw);
+      clipped += (l2 > l1) * m;
+      kl += -(static_cast<double>(log_prob[i]) - old_log_prob[i]) * m;
+    }
+  }
+  const double n = mask_count(response_mask);
+  out.pg_clipfrac = clipped / n;
+  out.ppo_kl = kl / n;
+  return out;
+}
+
+PolicyLossOutput compute_policy_loss_sapo(Shape s, std::span<const float> old_log_prob,
+                                          std::span<const float> log_prob,
+                                          std::span<const float> advantages,
+                                          std::span<const float> response_mask,
+                                          const PolicyLossConfig& cfg,
+                                          std::span<const float> rollout_is_weights) {
+  check_policy_inputs(s, old_log_prob, log_prob, advantages, response_mask, rollout_is_weights,
+                      "compute_policy_loss_sapo");
+  VERL_CHECK(cfg.tau_pos > 0 && cfg.tau_neg > 0,
+             "actor.tau_pos ({}) and actor.tau_neg ({}) must be > 0 for the sapo loss", cfg.tau_pos,
+             cfg.tau_neg);
+  std::vector<float> w =
+      agg_loss_weights(s, response_mask, LossAggMode::SeqMeanTokenMean, cfg.norm);
+  PolicyLossOutput out;
+  out.d_log_prob.assign(s.numel(), 0.0f);
+  double kl = 0;
+  for (int64_t i = 0; i < s.numel(); ++i) {
+    const double m = response_mask[i];
+    if (m == 0) continue;
+    const double a = advantages[i];
+    const double x = static_cast<double>(log_prob[i]) - old_log_prob[i];
+    const double neg_kl = clamp(x, -20.0, 20.0);
+    const double ratio = std::exp(neg_kl);
+    const double d_ratio = ratio * clamp_grad(x, -20.0, 20.0);
+    const double tau = a > 0 ? cfg.tau_pos : cfg.tau_neg;
+    // gate(r) = sigmoid(tau (r - 1)) * 4 / tau: slope 1 at r = 1, fading smoothly away from it.
+    const double sig = 1.0 / (1.0 + std::exp(-tau * (ratio - 1.0)));
+    const double gate = sig * 4.0 / tau, d_gate = 4.0 * sig * (1.0 - sig) * d_ratio;
+    const double iw = is_weight(rollout_is_weights, i);
+    out.pg_loss += w[i] * -gate * a * iw;
+    out.d_log_prob[i] = static_cast<float>(w[i] * -d_gate * a * iw);
+    kl += -neg_kl * m;
+  }
+  out.ppo_kl = kl / mask_count(response_mask);
+  return out;
+}
+
+PolicyLossOutput compute_policy_loss_cispo(Shape s, std::span<const float> old_log_prob,
+                                           std::span<const float> log_prob,
+                                           std::span<const float> advantages,
+                                           std::span<const float> response_mask,
+                                           const PolicyLossConfig& cfg,
+                                           std::span<const float> rollout_is_weights) {
+  check_policy_inputs(s, old_log_prob, log_prob, advantages, response_mask, rollout_is_weights,
+                      "compute_policy_loss_cispo");
+  const double lo = 1.0 - cfg.clip_ratio_low.value_or(cfg.clip_ratio);
+  const double hi = 1.0 + cfg.clip_ratio_high.value_or(cfg.clip_ratio);
+  std::vector<float> w = agg_loss_weights(s, response_mask, cfg.loss_agg_mode, cfg.norm);
+  PolicyLossOutput out;
+  out.d_log_prob.assign(s.numel(), 0.0f);
+  double clipped = 0, kl = 0;
+  for (int64_t i = 0; i < s.numel(); ++i) {
+    const double m = response_mask[i];
+    if (m == 0) continue;
+    const double a = advantages[i];
+    const double neg_kl = clamp(static_cast<double>(log_prob[i]) - old_log_prob[i], -20.0, 20.0);
+    const double ratio = std::exp(neg_kl);
+    const double weight = clamp(ratio, lo, hi);  // detached: no gradient through the ratio
+    const double d_l = -weight * a * is_weight(rollout_is_weights, i);
+    out.pg_loss += w[i] * d_l * log_prob[i];
+    out.d_log_prob[i] = static_cast<float>(w[i] * d_l);
+    clipped += (weight != ratio) * m;
+    kl += -neg_kl * m;
+  }
+  const double n = mask_count(response_mask);
+  out.pg_clipfrac = clipped / n;
+  out.ppo_kl = kl / n;
+  return out;
+}
+
+namespace {
+// The k flat indices of the largest keys among `candidates`, ties to the smaller index; a
+// deterministic stand-in for verl's torch.topk / random draw.
+std::vector<int64_t> top_k_by(std::vector<int64_t> candidates, const std::vector<double>& key,
+                              int64_t k) {
+  k = std::min<int64_t>(k, static_cast<int64_t>(candidates.size()));
+  std::partial_sort(
+      candidates.begin(), candidates.begin() + k, candidates.end(),
+      [&](int64_t a, int64_t b) { return key[a] > key[b] || (key[a] == key[b] && a < b); });
+  candidates.resize(k);
+  return candidates;
+}
+}  // namespace
+
+PolicyLossOutput compute_policy_loss_clip_cov(Shape s, std::span<const float> old_log_prob,
+                                              std::span<const float> log_prob,
+                                              std::span<const float> advantages,
+                                              std::span<const float> response_mask,
+                                              const PolicyLossConfig& cfg,
+                                              std::span<const float> rollout_is_weights) {
+  check_policy_inputs(s, old_log_prob, log_prob, advantages, response_mask, rollout_is_weights,
+                      "compute_policy_loss_clip_cov");
+  VERL_CHECK(cfg.clip_cov_ratio > 0, "actor.policy_loss.clip_cov_ratio must be > 0, got {}",
+             cfg.clip_cov_ratio);
+  const double lo = 1.0 - cfg.clip_ratio_low.value_or(cfg.clip_ratio);
+  const double hi = 1.0 + cfg.clip_ratio_high.value_or(cfg.clip_ratio);
+  const double mean_a = masked_mean(advantages, response_mask);
+  const double mean_lp = masked_mean(log_prob, response_mask);
+  // Per-token PPO clip terms, and the tokens eligible for a covariance cut: unclipped response
+  // tokens whose covariance lies strictly inside (lb, ub).
+  std::vector<double> cov(s.numel(), 0.0), loss(s.numel(), 0.0), d_loss(s.numel(), 0.0);
+  std::vector<int64_t> candidates;
+  double n_tokens = 0;
+  for (float m : response_mask) n_tokens += m;
+  for (int64_t i = 0; i < s.numel(); ++i) {
+    if (response_mask[i] == 0) continue;
+    const double a = advantages[i];
+    const double ratio = std::exp(static_cast<double>(log_prob[i]) - old_log_prob[i]);
+    const double l1 = -a * ratio, d_l1 = -a * ratio;
+    const double l2 = -a * clamp(ratio, lo, hi), d_l2 = -a * ratio * clamp_grad(ratio, lo, hi);
+    loss[i] = std::max(l1, l2);
+    d_loss[i] = max_grad(l1, l2, d_l1, d_l2);
+    cov[i] = (a - mean_a) * (static_cast<double>(log_prob[i]) - mean_lp);
+    const bool clipped = l2 > l1;
+    if (!clipped && cov[i] > cfg.clip_cov_lb && cov[i] < cfg.clip_cov_ub) candidates.push_back(i);
+  }
+  const int64_t clip_num =
+      std::max<int64_t>(static_cast<int64_t>(cfg.clip_cov_ratio * n_tokens), 1);
+  std::vector<char> cut(s.numel(), 0);
+  for (int64_t i : top_k_by(std::move(candidates), cov, clip_num)) cut[i] = 1;
+
+  std::vector<float> w = agg_loss_weights(s, response_mask, cfg.loss_agg_mode, cfg.norm);
+  PolicyLossOutput out;
+  out.d_log_prob.assign(s.numel(), 0.0f);
+  double n_cut = 0, kl = 0;
+  for (int64_t i = 0; i < s.numel(); ++i) {
+    const double m = response_mask[i];
+    if (m == 0) continue;
+    kl += -(static_cast<double>(log_prob[i]) - old_log_prob[i]) * m;
+    if (cut[i]) {
+      n_cut += m;
+      continue;
+    }
+    const double iw = is_weight(rollout_is_weights, i);
+    out.pg_loss += w[i] * loss[i] * iw;
+    out.d_log_prob[i] = static_cast<float>(w[i] * d_loss[i] * iw);
+  }
+  const double n = mask_count(response_mask);
+  out.pg_clipfrac = n_cut / n;
+  out.ppo_kl = kl / n;
+  return out;
+}
+
+PolicyLossOutput compute_policy_loss_kl_cov(Shape s, std::span<const float> old_log_prob,
+                                            std::span<const float> log_prob,
+                                            std::span<const float> advantages,
+                                            std::span<const float> response_mask,
+                                            const PolicyLossConfig& cfg,
+                                            std::span<const float> rollout_is_weights) {
+  check_policy_inputs(s, old_log_prob, log_prob, advantages, response_mask, rollout_is_weights,
+                      "compute_policy_loss_kl_cov");
+  VERL_CHECK(cfg.kl_cov_ratio > 0, "actor.policy_loss.kl_cov_ratio must be > 0, got {}",
+             cfg.kl_cov_ratio);
+  // Plain means over the response tokens (verl's all_valid_*.mean()).
+  std::vector<int64_t> valid;
+  double sum_a = 0, sum_lp = 0;
+  for (int64_t i = 0; i < s.numel(); ++i) {
+    if (response_mask[i] <= 0) continue;
+    valid.push_back(i);
+    sum_a += advantages[i];
+    sum_lp += log_prob[i];
+  }
+  std::vector<char> penalised(s.numel(), 0);
+  if (!valid.empty()) {
+    const double n = static_cast<double>(valid.size());
+    std::vector<double> cov(s.numel(), 0.0);
+    for (int64_t i : valid) cov[i] = (advantages[i] - sum_a / n) * (log_prob[i] - sum_lp / n);
+    const int64_t k = std::max<int64_t>(1, static_cast<int64_t>(n * cfg.kl_cov_ratio));
+    for (int64_t i : top_k_by(valid, cov, k)) penalised[i] = 1;
+  }
+  std::vector<float> w = agg_loss_weights(s, response_mask, cfg.loss_agg_mode, cfg.norm);
+  PolicyLossOutput out;
+  out.d_log_prob.assign(s.numel(), 0.0f);
+  double abs_kl = 0;
+  for (int64_t i = 0; i < s.numel(); ++i) {
+    const double m = response_mask[i];
+    if (m == 0) continue;
+    const double a = advantages[i];
+    const double x = static_cast<double>(log_prob[i]) - old_log_prob[i];
+    const double ratio = std::exp(x);
+    double l = -a * ratio, d_l = -a * ratio;
+    if (penalised[i]) {
+      l += cfg.ppo_kl_coef * std::abs(x);
+      d_l += cfg.ppo_kl_coef * (x > 0 ? 1.0 : (x < 0 ? -1.0 : 0.0));
+    }
+    const double iw = is_weight(rollout_is_weights, i);
+    out.pg_loss += w[i] * l * iw;
+    out.d_log_prob[i] = static_cast<float>(w[i] * d_l * iw);
+    abs_kl += std::abs(x) * m;
+  }
+  out.ppo_kl = abs_kl / mask_count(response_mask);
+  return out;
+}
+
+PolicyLossOutput compute_policy_loss_geo_mean(Shape s, std::span<const float> old_log_prob,
+                                              std::span<const float> log_prob,
+                                              std::span<const float> advantages,
+                                              std::span<const float> response_mask,
+                                              const PolicyLossConfig& cfg,
+                                              std::span<const float> rollout_is_weights) {
+  const char* fn = "compute_policy_loss_geo_mean";
+  check_policy_inputs(s, old_log_prob, log_prob, advantages, response_mask, rollout_is_weights, fn);
+  VERL_CHECK(cfg.norm.dp_size == 1 || cfg.norm.global_batch_size.has_value(),
+             "{}: the global_batch_size is required when dp_size ({}) > 1", fn, cfg.norm.dp_size);
+  const double lo = cfg.clip_ratio_low.value_or(cfg.clip_ratio);
+  const double hi = cfg.clip_ratio_high.value_or(cfg.clip_ratio);
+  const double n_seqs = cfg.norm.global_batch_size.value_or(static_cast<double>(s.batch));
+  const double scale = n_seqs > 0 ? static_cast<double>(cfg.norm.dp_size) / n_seqs : 0.0;
+  PolicyLossOutput out;
+  out.d_log_prob.assign(s.numel(), 0.0f);
+  std::vector<double> d_xm(s.length);  // d x'_t / d x_t of the current row
+  double clip_hi = 0, clip_lo = 0, kl = 0;
+  for (int64_t b = 0; b < s.batch; ++b) {
+    double len = 0, sum_xm = 0, sum_a = 0, sum_log_iw = 0;
+    for (int64_t t = 0; t < s.length; ++t) {
+      const int64_t i = b * s.length + t;
+      const double m = response_mask[i];
+      d_xm[t] = 0;
+      if (m == 0) continue;
+      const double a = advantages[i];
+      const double x = static_cast<double>(log_prob[i]) - old_log_prob[i];
+      const double sg = a > 0 ? 1.0 : (a < 0 ? -1.0 : 0.0);
+      // Token-level clip in log space, on the side the advantage pushes (PPO's pessimism).
+      const double xc = clamp(x, -lo, hi);
+      const double u = sg * x, v = sg * xc;
+      sum_xm += sg * std::min(u, v) * m;
+      d_xm[t] = sg * min_grad(u, v, sg, sg * clamp_grad(x, -lo, hi)) * m;
+      sum_a += a * m;
+      len += m;
+      if (!rollout_is_weights.empty()) sum_log_iw += std::log(rollout_is_weights[i] + 1e-10) * m;
+      clip_hi += (x != xc && a > 0) * m;
+      clip_lo += (x != xc && a < 0) * m;
+      kl += -x * m;
+    }
+    const double ratio = std::exp(sum_xm / (len + 1e-8));
+    const double adv = sum_a / (len + 1e-8);
+    const double seq_iw = rollout_is_weights.empty() ? 1.0 : std::exp(sum_log_iw / (len + 1e-8));
+    out.pg_loss += scale * -adv * ratio * seq_iw;
+    // d l_b / d logp_t = -A_b * ratio_b * d x'_t / (len_b + 1e-8).
+    const double d_row = scale * -adv * ratio * seq_iw / (len + 1e-8);
+    for (int64_t t = 0; t < s.length; ++t)
+      if (d_xm[t] != 0) out.d_log_prob[b * s.length + t] = static_cast<float>(d_row * d_xm[t]);
+  }
+  const double n = mask_count(response_mask);
+  out.pg_clipfrac = clip_hi / n;
+  out.pg_clipfrac_lower = clip_lo / n;
+  out.ppo_kl = kl / n;
   return out;
 }
 

@@ -74,7 +74,9 @@ AdvantageOutput compute_rloo_outcome_advantage(Shape s, std::span<const float> t
                                                std::span<const float> response_mask,
                                                std::span<const int64_t> index);
 
-// "reinforce_plus_plus": G_t = r_t + gamma * G_{t+1}, reset to 0 after each masked slot;
+// "reinforce_plus_plus" (verl compute_reinforce_plus_plus_outcome_advantage, after verl PR #7278):
+// on a response slot G_t = r_t + gamma * G_{t+1}; a masked slot (tool observation, padding) is
+// skipped: the running return passes through it unchanged and its own G is 0.
 // A = masked_whiten(G) * mask; returns = G.
 AdvantageOutput compute_reinforce_plus_plus_outcome_advantage(
     Shape s, std::span<const float> token_level_rewards, std::span<const float> response_mask,
@@ -92,17 +94,51 @@ AdvantageOutput compute_remax_outcome_advantage(Shape s, std::span<const float> 
                                                 std::span<const float> reward_baselines,
                                                 std::span<const float> response_mask);
 
+// "rloo_vectorized" (verl compute_rloo_vectorized_outcome_advantage): the rloo formula, except
+// that a group of one gets 0 (verl's vectorized form multiplies by [n > 1]) instead of its score.
+AdvantageOutput compute_rloo_vectorized_outcome_advantage(
+    Shape s, std::span<const float> token_level_rewards, std::span<const float> response_mask,
+    std::span<const int64_t> index);
+
+// "opo" (verl compute_opo_outcome_advantage, https://arxiv.org/abs/2505.23585): A_i = score_i - b_g
+// with the length-weighted group baseline b_g = sum_j len_j score_j / sum_j len_j (len = tokens of
+// the response); a group of one: b = 0. Broadcast times the mask. returns = A.
+AdvantageOutput compute_opo_outcome_advantage(Shape s, std::span<const float> token_level_rewards,
+                                              std::span<const float> response_mask,
+                                              std::span<const int64_t> index);
+
+// "gpg" (verl compute_gpg_outcome_advantage, https://arxiv.org/abs/2504.02546):
+// A_i = alpha * (score_i - mean_g) / f_norm with alpha = B / max(1, #{i : score_i != 0}) over the
+// whole batch and f_norm = 1; a group of one: mean 0. Broadcast times the mask. returns = A.
+AdvantageOutput compute_gpg_outcome_advantage(Shape s, std::span<const float> token_level_rewards,
+                                              std::span<const float> response_mask,
+                                              std::span<const int64_t> index);
+
+// "grpo_passk" (verl compute_grpo_passk_outcome_advantage, https://arxiv.org/abs/2503.19595): only
+// the best response of each group gets a non-zero advantage, r_max - r_second_max, divided by
+// (unbiased std of the group + epsilon) when norm_adv_by_std_in_grpo. Ties for the best go to
+// the first response (torch.topk's order on CPU). Groups of one throw, as verl raises.
+AdvantageOutput compute_grpo_passk_outcome_advantage(
+    Shape s, std::span<const float> token_level_rewards, std::span<const float> response_mask,
+    std::span<const int64_t> index, double epsilon = 1e-6, bool norm_adv_by_std_in_grpo = true);
+
 enum class AdvantageEstimator {
   GAE,
   GRPO,
   RLOO,
   ReinforcePlusPlus,
   ReinforcePlusPlusBaseline,
-  ReMax
+  ReMax,
+  OPO,
+  GrpoPassK,
+  GPG,
+  RlooVectorized,
+  GrpoVectorized,  // grpo's math (verl's group_mean_std form)
 };
 
-// "gae" | "grpo" | "rloo" | "reinforce_plus_plus" | "reinforce_plus_plus_baseline" | "remax";
-// anything else throws an Error listing these.
+// "gae" | "grpo" | "rloo" | "reinforce_plus_plus" | "reinforce_plus_plus_baseline" | "remax" |
+// "opo" | "grpo_passk" | "gpg" | "rloo_vectorized" | "grpo_vectorized" (verl's AdvantageEstimator
+// names); anything else throws an Error listing these.
 AdvantageEstimator parse_adv_estimator(std::string_view name);
 std::string_view to_string(AdvantageEstimator e);
 
@@ -112,10 +148,13 @@ struct AdvantageInputs {
   std::span<const float> token_level_rewards;  // [B, L]
   std::span<const float> response_mask;        // [B, L]
   std::span<const float> values;               // [B, L], gae
-  std::span<const int64_t> index;              // [B], grpo / rloo / rf++ baseline
+  std::span<const int64_t> index;              // [B], every group estimator
   std::span<const float> reward_baselines;     // [B], remax
   double gamma = 1.0, lam = 1.0;               // algorithm.gamma / algorithm.lam
-  bool norm_adv_by_std_in_grpo = true;         // algorithm.norm_adv_by_std_in_grpo
+  // algorithm.norm_adv_by_std_in_grpo: grpo, grpo_vectorized, grpo_passk. (verl's generic
+  // dispatch does not pass it to grpo_vectorized, which then always divides by the std; we pass
+  // it.)
+  bool norm_adv_by_std_in_grpo = true;
 };
 AdvantageOutput compute_advantage(AdvantageEstimator e, const AdvantageInputs& in);
 
@@ -223,31 +262,144 @@ struct LossAndGrad {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Policy loss (actor.policy_loss.loss_mode = "vanilla"): PPO clip with clip-higher and dual-clip.
+// Policy losses (actor.policy_loss.loss_mode), verl's POLICY_LOSS_REGISTRY. Notation per token:
+// x = logp - old, r = exp(x), A the advantage, w_t the agg_loss weights, lo/hi the clip ranges
+// (clip_ratio_low/high, default clip_ratio). Every mode returns the loss, d loss / d log_prob with
+// torch's autograd semantics (stop-gradients included) and the metrics verl reports (0 where a
+// mode reports none). rollout_is_weights, when given, multiply the per-token losses.
+
+enum class PolicyLossMode { Vanilla, Gpg, Gspo, Sapo, Cispo, ClipCov, KlCov, GeoMean };
+// "vanilla" | "gpg" | "gspo" | "sapo" | "cispo" | "clip_cov" | "kl_cov" | "geo_mean" (verl's
+// registered names); anything else throws an Error listing these.
+PolicyLossMode parse_policy_loss_mode(std::string_view name);
+std::string_view to_string(PolicyLossMode m);
 
 struct PolicyLossConfig {
-  double clip_ratio = 0.2;                // actor.clip_ratio
-  std::optional<double> clip_ratio_low;   // actor.clip_ratio_low (default clip_ratio)
-  std::optional<double> clip_ratio_high;  // actor.clip_ratio_high (default clip_ratio)
-  double clip_ratio_c = 3.0;              // actor.clip_ratio_c, dual-clip bound (> 1)
+  PolicyLossMode loss_mode = PolicyLossMode::Vanilla;  // actor.policy_loss.loss_mode
+  double clip_ratio = 0.2;                             // actor.clip_ratio
+  std::optional<double> clip_ratio_low;                // actor.clip_ratio_low (default clip_ratio)
+  std::optional<double> clip_ratio_high;               // actor.clip_ratio_high (default clip_ratio)
+  double clip_ratio_c = 3.0;                           // actor.clip_ratio_c, dual-clip bound (> 1)
+  double tau_pos = 1.0;            // actor.tau_pos, sapo's gate temperature for A > 0
+  double tau_neg = 1.05;           // actor.tau_neg, sapo's gate temperature for A <= 0
+  double clip_cov_ratio = 0.0002;  // actor.policy_loss.clip_cov_ratio
+  double clip_cov_lb = 1.0;        // actor.policy_loss.clip_cov_lb
+  double clip_cov_ub = 5.0;        // actor.policy_loss.clip_cov_ub
+  double kl_cov_ratio = 0.0002;    // actor.policy_loss.kl_cov_ratio
+  double ppo_kl_coef = 0.1;        // actor.policy_loss.ppo_kl_coef (kl_cov)
   LossAggMode loss_agg_mode = LossAggMode::TokenMean;
   AggNorm norm;
 };
 
-// ratio = exp(clamp(logp - old, -20, 20)); l1 = -A * ratio; l2 = -A * clamp(ratio, 1 - lo, 1 + hi);
-// c1 = max(l1, l2); where A < 0: min(c1, -A * clip_ratio_c), else c1; times rollout_is_weights
-// (optional); aggregated. Metrics are masked means: pg_clipfrac = [l2 > l1], ppo_kl = old - logp
-// (clamped), pg_clipfrac_lower = [c1 > -A * c] where A < 0.
 struct PolicyLossOutput {
   double pg_loss = 0, pg_clipfrac = 0, ppo_kl = 0, pg_clipfrac_lower = 0;
   std::vector<float> d_log_prob;  // [B, L], d pg_loss / d log_prob
 };
+
+// Dispatches on cfg.loss_mode to one of the functions below.
 PolicyLossOutput compute_policy_loss(Shape s, std::span<const float> old_log_prob,
                                      std::span<const float> log_prob,
                                      std::span<const float> advantages,
                                      std::span<const float> response_mask,
                                      const PolicyLossConfig& cfg,
                                      std::span<const float> rollout_is_weights = {});
+
+// The signature every mode shares (cfg.loss_mode is not read by these).
+using PolicyLossFn = PolicyLossOutput (*)(Shape, std::span<const float> old_log_prob,
+                                          std::span<const float> log_prob,
+                                          std::span<const float> advantages,
+                                          std::span<const float> response_mask,
+                                          const PolicyLossConfig& cfg,
+                                          std::span<const float> rollout_is_weights);
+
+// "vanilla" (verl compute_policy_loss_vanilla): PPO clip with clip-higher and dual-clip.
+// x clamped to [-20, 20]; l1 = -A r; l2 = -A clamp(r, 1 - lo, 1 + hi); c1 = max(l1, l2); where
+// A < 0: min(c1, -A * clip_ratio_c), else c1; aggregated with loss_agg_mode. Metrics are masked
+// means: pg_clipfrac = [l2 > l1], ppo_kl = -x (clamped), pg_clipfrac_lower = [c1 > -A c], A < 0.
+PolicyLossOutput compute_policy_loss_vanilla(Shape s, std::span<const float> old_log_prob,
+                                             std::span<const float> log_prob,
+                                             std::span<const float> advantages,
+                                             std::span<const float> response_mask,
+                                             const PolicyLossConfig& cfg,
+                                             std::span<const float> rollout_is_weights = {});
+
+// "gpg" (verl compute_policy_loss_gpg): l = -logp * A, aggregated with loss_agg_mode. No metrics.
+PolicyLossOutput compute_policy_loss_gpg(Shape s, std::span<const float> old_log_prob,
+                                         std::span<const float> log_prob,
+                                         std::span<const float> advantages,
+                                         std::span<const float> response_mask,
+                                         const PolicyLossConfig& cfg,
+                                         std::span<const float> rollout_is_weights = {});
+
+// "gspo" (verl compute_policy_loss_gspo, https://arxiv.org/abs/2507.18071): the sequence ratio
+// s_b = exp(sum_t x m / max(1, len_b)) enters every token as exp(sg(log s_b) + logp - sg(logp)),
+// log clamped at 10: its value is s_b, its gradient w.r.t. logp_t is s_b (the token's own only).
+// l = max(-A s, -A clamp(s, 1 - lo, 1 + hi)), always aggregated seq-mean-token-mean (as verl).
+// Metrics: pg_clipfrac = [l2 > l1], ppo_kl = -x (unclamped), pg_clipfrac_lower = 0.
+PolicyLossOutput compute_policy_loss_gspo(Shape s, std::span<const float> old_log_prob,
+                                          std::span<const float> log_prob,
+                                          std::span<const float> advantages,
+                                          std::span<const float> response_mask,
+                                          const PolicyLossConfig& cfg,
+                                          std::span<const float> rollout_is_weights = {});
+
+// "sapo" (verl compute_policy_loss_sapo, https://arxiv.org/abs/2511.20347): a soft gate instead of
+// the clip: l = -A * sigmoid(tau (r - 1)) * 4 / tau, tau = tau_pos where A > 0 else tau_neg, x
+// clamped to [-20, 20]; always aggregated seq-mean-token-mean. Metrics: ppo_kl = -x (clamped).
+PolicyLossOutput compute_policy_loss_sapo(Shape s, std::span<const float> old_log_prob,
+                                          std::span<const float> log_prob,
+                                          std::span<const float> advantages,
+                                          std::span<const float> response_mask,
+                                          const PolicyLossConfig& cfg,
+                                          std::span<const float> rollout_is_weights = {});
+
+// "cispo" (verl compute_policy_loss_cispo, https://arxiv.org/abs/2506.13585): the clipped ratio is
+// a constant weight: l = -sg(clamp(r, 1 - lo, 1 + hi)) * A * logp, so every token keeps a gradient
+// (-clamp(r) A). x clamped to [-20, 20]. Metrics: pg_clipfrac = [r outside the band], ppo_kl = -x.
+PolicyLossOutput compute_policy_loss_cispo(Shape s, std::span<const float> old_log_prob,
+                                           std::span<const float> log_prob,
+                                           std::span<const float> advantages,
+                                           std::span<const float> response_mask,
+                                           const PolicyLossConfig& cfg,
+                                           std::span<const float> rollout_is_weights = {});
+
+// "clip_cov" (verl compute_policy_loss_clip_cov, https://arxiv.org/abs/2505.22617): the PPO clip
+// max(l1, l2) (x unclamped, no dual clip), except that up to n = max(1, int(clip_cov_ratio *
+// N_tokens)) tokens get loss and gradient 0: those, not already clipped, whose covariance
+// (A - mean A)(logp - mean logp) (masked means) lies strictly inside (clip_cov_lb, clip_cov_ub).
+// verl draws the n among them at random; we take the n of largest covariance (ties: the earlier
+// token), so a step is reproducible. Metrics: pg_clipfrac = the share zeroed, ppo_kl = -x.
+PolicyLossOutput compute_policy_loss_clip_cov(Shape s, std::span<const float> old_log_prob,
+                                              std::span<const float> log_prob,
+                                              std::span<const float> advantages,
+                                              std::span<const float> response_mask,
+                                              const PolicyLossConfig& cfg,
+                                              std::span<const float> rollout_is_weights = {});
+
+// "kl_cov" (verl compute_policy_loss_kl_cov, same paper): l = -A r (x unclamped), plus
+// ppo_kl_coef * |x| on the n = max(1, int(kl_cov_ratio * N_tokens)) tokens of largest covariance
+// (A - mean A)(logp - mean logp) (plain means over the response tokens; ties: the earlier token).
+// Metrics: ppo_kl = masked mean of |x|.
+PolicyLossOutput compute_policy_loss_kl_cov(Shape s, std::span<const float> old_log_prob,
+                                            std::span<const float> log_prob,
+                                            std::span<const float> advantages,
+                                            std::span<const float> response_mask,
+                                            const PolicyLossConfig& cfg,
+                                            std::span<const float> rollout_is_weights = {});
+
+// "geo_mean" (verl compute_policy_loss_geo_mean, GMPO https://arxiv.org/abs/2507.20673): per token
+// x' = sgn(A) min(sgn(A) x, sgn(A) clamp(x, -lo, hi)) (x unclamped); per sequence
+// ratio_b = exp(sum_t x' m / (len_b + 1e-8)), A_b = sum_t A m / (len_b + 1e-8), l_b = -A_b ratio_b,
+// times the geometric mean of the rollout weights over the response. loss_agg_mode is not used:
+// pg_loss = sum_b l_b / N_seqs * dp, N_seqs = norm.global_batch_size or B (verl: torch.mean over
+// the rows). Metrics: pg_clipfrac = [x clamped, A > 0], pg_clipfrac_lower = [x clamped, A < 0],
+// ppo_kl = -x.
+PolicyLossOutput compute_policy_loss_geo_mean(Shape s, std::span<const float> old_log_prob,
+                                              std::span<const float> log_prob,
+                                              std::span<const float> advantages,
+                                              std::span<const float> response_mask,
+                                              const PolicyLossConfig& cfg,
+                                              std::span<const float> rollout_is_weights = {});
 
 // agg_loss(entropy); grad = d loss / d entropy_t (the weights).
 LossAndGrad compute_entropy_loss(Shape s, std::span<const float> entropy,

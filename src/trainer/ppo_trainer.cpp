@@ -303,6 +303,17 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
   actor_loss_.policy.clip_ratio_low = cfg_.get<std::optional<double>>("actor_rollout_ref.actor.clip_ratio_low");
   actor_loss_.policy.clip_ratio_high = cfg_.get<std::optional<double>>("actor_rollout_ref.actor.clip_ratio_high");
   actor_loss_.policy.clip_ratio_c = cfg_.get<double>("actor_rollout_ref.actor.clip_ratio_c");
+  {  // actor.policy_loss.* and SAPO's temperatures (verl's PolicyLossConfig / ActorConfig)
+    const std::string pl = "actor_rollout_ref.actor.policy_loss.";
+    actor_loss_.policy.loss_mode = parse_policy_loss_mode(cfg_.get<std::string>(pl + "loss_mode"));
+    actor_loss_.policy.clip_cov_ratio = cfg_.get<double>(pl + "clip_cov_ratio");
+    actor_loss_.policy.clip_cov_lb = cfg_.get<double>(pl + "clip_cov_lb");
+    actor_loss_.policy.clip_cov_ub = cfg_.get<double>(pl + "clip_cov_ub");
+    actor_loss_.policy.kl_cov_ratio = cfg_.get<double>(pl + "kl_cov_ratio");
+    actor_loss_.policy.ppo_kl_coef = cfg_.get<double>(pl + "ppo_kl_coef");
+    actor_loss_.policy.tau_pos = cfg_.get<double>("actor_rollout_ref.actor.tau_pos");
+    actor_loss_.policy.tau_neg = cfg_.get<double>("actor_rollout_ref.actor.tau_neg");
+  }
   actor_loss_.policy.loss_agg_mode = parse_loss_agg_mode(cfg_.get<std::string>("actor_rollout_ref.actor.loss_agg_mode"));
   actor_loss_.entropy_coeff = cfg_.get<double>("actor_rollout_ref.actor.entropy_coeff");
   actor_loss_.use_kl_loss = cfg_.get<bool>("actor_rollout_ref.actor.use_kl_loss");

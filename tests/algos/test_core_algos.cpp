@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -115,18 +116,110 @@ TEST(Advantages, Rloo) {
 
 TEST(Advantages, ReinforcePlusPlus) {
   // gamma 0.5. Row 0 (mask 1110): G = [0.25, 0.5, 1, 0]. Row 1 (mask 1100): the reward 2 sits in
-  // padding: G2 = 2, then reset (mask 0) so G1 = 0 + 0.5 * 0 = 0, G0 = 1. returns = G.
+  // padding, which is skipped (verl PR #7278): G is 0 there and the running return stays 0, so
+  // G1 = 0, G0 = 1. returns = G.
   Shape s{2, 4};
   Vec r = {0, 0, 1, 0, 1, 0, 2, 0};
   Vec m = {1, 1, 1, 0, 1, 1, 0, 0};
   AdvantageOutput out = compute_reinforce_plus_plus_outcome_advantage(s, r, m, 0.5);
-  expect_near_vec(out.returns, {0.25, 0.5, 1, 0, 1, 0, 2, 0}, 1e-7);
+  expect_near_vec(out.returns, {0.25, 0.5, 1, 0, 1, 0, 0, 0}, 1e-7);
   // Whitened over the 5 masked slots {0.25, 0.5, 1, 1, 0}: mean 0.55, unbiased var
   // (0.09 + 0.0025 + 0.2025 + 0.2025 + 0.3025) / 4 = 0.2, then times the mask.
   const double inv = 1 / std::sqrt(0.2 + 1e-8);
   expect_near_vec(out.advantages,
                   {-0.3 * inv, -0.05 * inv, 0.45 * inv, 0, 0.45 * inv, -0.55 * inv, 0, 0}, 1e-5);
   EXPECT_NEAR(out.advantages[0], -0.6708204, 1e-5);
+}
+
+TEST(Advantages, ReinforcePlusPlusCarriesReturnAcrossObservations) {
+  // A multi-turn response: token, two observation tokens (mask 0), token; gamma 0.5.
+  // t3: G = 1. t2, t1 (masked): G = 0 and the running return 1 passes through unchanged (no
+  // discount, no reset, their rewards ignored). t0: G = 0 + 0.5 * 1 = 0.5.
+  // (The old rule, reset after each masked slot, gave [0, 5, 0.5, 1].)
+  Shape s{2, 4};
+  Vec r = {0, 5, 0, 1, 1, 0, 0, 2};
+  Vec m = {1, 0, 0, 1, 1, 0, 0, 1};
+  AdvantageOutput out = compute_reinforce_plus_plus_outcome_advantage(s, r, m, 0.5);
+  // Row 1: t3 = 2, t0 = 1 + 0.5 * 2 = 2.
+  expect_near_vec(out.returns, {0.5, 0, 0, 1, 2, 0, 0, 2}, 1e-7);
+  // Whitened over {0.5, 1, 2, 2}: mean 1.375, unbiased var (0.765625 + 0.140625 + 0.390625 * 2)
+  // / 3 = 0.5625; then times the mask.
+  const double inv = 1 / std::sqrt(0.5625 + 1e-8);
+  expect_near_vec(out.advantages,
+                  {-0.875 * inv, 0, 0, -0.375 * inv, 0.625 * inv, 0, 0, 0.625 * inv}, 1e-5);
+}
+
+TEST(Advantages, Opo) {
+  // uid 1: rows 0, 1, 2 with lengths 3, 1, 2 and scores 1, 0, 1: the length-weighted baseline is
+  // (3 * 1 + 1 * 0 + 2 * 1) / 6 = 5/6 -> A = 1/6, -5/6, 1/6. uid 2: row 3 alone, baseline 0.
+  Shape s{4, 3};
+  Vec r = {0, 0, 1, 0, 0, 0, 0, 1, 0, 0.5f, 0, 0};
+  Vec m = {1, 1, 1, 1, 0, 0, 1, 1, 0, 1, 1, 1};
+  std::vector<int64_t> idx = {1, 1, 1, 2};
+  AdvantageOutput out = compute_opo_outcome_advantage(s, r, m, idx);
+  const double a = 1.0 / 6, b = -5.0 / 6;
+  expect_near_vec(out.advantages, {a, a, a, b, 0, 0, a, a, 0, 0.5, 0.5, 0.5}, 1e-6);
+  EXPECT_EQ(out.returns, out.advantages);
+}
+
+TEST(Advantages, Gpg) {
+  // Scores 1, 0, 1 (uid 1) and 0.5 (uid 2, alone: mean 0). alpha = B / #nonzero = 4 / 3.
+  // uid 1 mean 2/3: A = 4/3 * (1/3), 4/3 * (-2/3), 4/3 * (1/3); uid 2: 4/3 * 0.5.
+  Shape s{4, 2};
+  Vec r = {0, 1, 0, 0, 1, 0, 0.5f, 0};
+  Vec m = {1, 1, 1, 0, 1, 1, 1, 0};
+  std::vector<int64_t> idx = {1, 1, 1, 2};
+  AdvantageOutput out = compute_gpg_outcome_advantage(s, r, m, idx);
+  expect_near_vec(out.advantages, {4.0 / 9, 4.0 / 9, -8.0 / 9, 0, 4.0 / 9, 4.0 / 9, 2.0 / 3, 0},
+                  1e-6);
+  // No reward anywhere: alpha = B / max(1, 0) and every advantage is 0.
+  Vec zeros(8, 0.0f);
+  AdvantageOutput z = compute_gpg_outcome_advantage(s, zeros, m, idx);
+  expect_near_vec(z.advantages, std::vector<double>(8, 0.0), 1e-9);
+}
+
+TEST(Advantages, GrpoPassK) {
+  // uid 1: scores 0.5, 2, 1 -> only row 1 (the best) gets 2 - 1 = 1, divided by the unbiased std
+  // sqrt(((2/3)^2 + (5/6)^2 + (1/6)^2) / 2) = sqrt(7/12) = 0.7637626 (+ 1e-6).
+  // uid 2: scores 1, 1 tied -> the first is the best with 1 - 1 = 0.
+  Shape s{5, 2};
+  Vec r = {0.5f, 0, 2, 0, 0, 1, 1, 0, 0, 1};
+  Vec m = {1, 1, 1, 0, 1, 1, 1, 1, 1, 1};
+  std::vector<int64_t> idx = {1, 1, 1, 2, 2};
+  AdvantageOutput out = compute_grpo_passk_outcome_advantage(s, r, m, idx);
+  const double a = 1.0 / (std::sqrt(7.0 / 12) + 1e-6);
+  EXPECT_NEAR(a, 1.3093053, 1e-6);
+  expect_near_vec(out.advantages, {0, 0, a, 0, 0, 0, 0, 0, 0, 0}, 1e-6);
+  AdvantageOutput raw = compute_grpo_passk_outcome_advantage(s, r, m, idx, 1e-6, false);
+  expect_near_vec(raw.advantages, {0, 0, 1, 0, 0, 0, 0, 0, 0, 0}, 1e-6);
+  // Pass@k needs two samples per prompt (verl raises).
+  std::vector<int64_t> lonely = {1, 1, 1, 2, 3};
+  EXPECT_THROW(compute_grpo_passk_outcome_advantage(s, r, m, lonely), Error);
+}
+
+TEST(Advantages, VectorizedAliases) {
+  // rloo_vectorized: rloo's numbers, but the lone response of uid 2 gets 0 (verl multiplies by
+  // [n > 1]) where rloo keeps its score 0.25.
+  Shape s{4, 2};
+  Vec r = {0, 1, 0, 0, 1, 0, 0.25f, 0};
+  Vec m = {1, 1, 1, 1, 1, 0, 1, 1};
+  std::vector<int64_t> idx = {1, 1, 1, 2};
+  AdvantageOutput v = compute_rloo_vectorized_outcome_advantage(s, r, m, idx);
+  expect_near_vec(v.advantages, {0.5, 0.5, -1, -1, 0.5, 0, 0, 0}, 1e-6);
+  // grpo_vectorized is grpo's math, with and without the std.
+  AdvantageInputs in;
+  in.shape = s;
+  in.token_level_rewards = r;
+  in.response_mask = m;
+  in.index = idx;
+  for (bool by_std : {true, false}) {
+    in.norm_adv_by_std_in_grpo = by_std;
+    EXPECT_EQ(compute_advantage(parse_adv_estimator("grpo_vectorized"), in).advantages,
+              compute_advantage(AdvantageEstimator::GRPO, in).advantages);
+  }
+  EXPECT_EQ(compute_advantage(parse_adv_estimator("rloo_vectorized"), in).advantages, v.advantages);
+  for (const char* name : {"opo", "grpo_passk", "gpg", "rloo_vectorized", "grpo_vectorized"})
+    EXPECT_EQ(to_string(parse_adv_estimator(name)), name);
 }
 
 TEST(Advantages, ReinforcePlusPlusBaseline) {
@@ -360,6 +453,178 @@ TEST(PolicyLoss, HandComputedTokens) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Policy loss modes against torch: tests/algos/reference_policy_losses.py restates each of verl's
+// compute_policy_loss_<mode> in torch (float64) on this batch and prints the loss, the metrics
+// and autograd's d loss / d log_prob, pasted below. Padding slots hold NaN here (they must not
+// leak); the script has finite values there.
+
+struct TorchCase {
+  Shape s{3, 4};
+  Vec mask = {1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0};
+  Vec old_lp, lp, adv;
+  TorchCase() {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const double old[12] = {-1.0, -0.7, -2.0, -0.4, -1.2, -0.3, -1.0, -1.0, -0.8, -1.5, -0.6, -1.0};
+    const double x[12] = {0.1, 0.35, -0.3, -0.05, 0.25, -0.15, 0, 0, 0.05, 0.4, -0.25, 0};
+    const double a[12] = {1.0, 1.0, 1.0, 1.0, -0.5, -0.5, 0, 0, 0.8, -1.2, 0.3, 0};
+    for (int i = 0; i < 12; ++i) {
+      old_lp.push_back(static_cast<float>(old[i]));
+      lp.push_back(mask[i] != 0 ? static_cast<float>(old[i] + x[i]) : nan);
+      adv.push_back(mask[i] != 0 ? static_cast<float>(a[i]) : nan);
+    }
+  }
+  PolicyLossConfig cfg(PolicyLossMode mode) const {
+    PolicyLossConfig c;
+    c.loss_mode = mode;
+    c.clip_ratio_low = 0.2;
+    c.clip_ratio_high = 0.28;
+    return c;
+  }
+  PolicyLossOutput run(const PolicyLossConfig& c) const {
+    return compute_policy_loss(s, old_lp, lp, adv, mask, c);
+  }
+};
+
+TEST(PolicyLossModes, Gpg) {
+  TorchCase t;
+  PolicyLossOutput out = t.run(t.cfg(PolicyLossMode::Gpg));
+  // -sum(A logp) / 9 by hand: the torch value.
+  EXPECT_NEAR(out.pg_loss, 0.3150000000, 1e-6);
+  expect_near_vec(out.d_log_prob,
+                  {-1.0 / 9, -1.0 / 9, -1.0 / 9, -1.0 / 9, 0.5 / 9, 0.5 / 9, 0, 0, -0.8 / 9,
+                   1.2 / 9, -0.3 / 9, 0},
+                  1e-6);
+}
+
+TEST(PolicyLossModes, Gspo) {
+  TorchCase t;
+  // Aggregated seq-mean-token-mean whatever loss_agg_mode says (verl).
+  PolicyLossConfig c = t.cfg(PolicyLossMode::Gspo);
+  c.loss_agg_mode = LossAggMode::TokenMean;
+  PolicyLossOutput out = t.run(c);
+  EXPECT_NEAR(out.pg_loss, -0.1546827563, 1e-6);
+  EXPECT_NEAR(out.pg_clipfrac, 0.0, 1e-9);
+  EXPECT_NEAR(out.ppo_kl, -0.0444444444, 1e-6);
+  // Row 0: s = exp(0.1 / 4) = 1.0253151, A = 1: each token -s / 4 / 3 = -0.0854429.
+  expect_near_vec(out.d_log_prob,
+                  {-0.0854429265, -0.0854429265, -0.0854429265, -0.0854429265, 0.0876059243,
+                   0.0876059243, 0, 0, -0.0950168091, 0.1425252136, -0.0356313034, 0},
+                  1e-6);
+}
+
+TEST(PolicyLossModes, Sapo) {
+  TorchCase t;
+  PolicyLossOutput out = t.run(t.cfg(PolicyLossMode::Sapo));  // tau_pos 1, tau_neg 1.05
+  EXPECT_NEAR(out.pg_loss, -0.2784650034, 1e-6);
+  EXPECT_NEAR(out.ppo_kl, -0.0444444444, 1e-6);
+  expect_near_vec(out.d_log_prob,
+                  {-0.091843374, -0.113211956, -0.0607095869, -0.0792220004, 0.1046577756,
+                   0.0713434568, 0, 0, -0.0933849351, 0.1862162878, -0.0256450476, 0},
+                  1e-6);
+}
+
+TEST(PolicyLossModes, Cispo) {
+  TorchCase t;
+  PolicyLossOutput out = t.run(t.cfg(PolicyLossMode::Cispo));
+  EXPECT_NEAR(out.pg_loss, 0.2282456034, 1e-6);
+  EXPECT_NEAR(out.pg_clipfrac, 5.0 / 9, 1e-6);  // ratios outside [0.8, 1.28]
+  EXPECT_NEAR(out.ppo_kl, -0.0444444444, 1e-6);
+  // Clipped tokens keep a gradient: token 1 (r = 1.419 > 1.28) gets -1.28 * 1 / 9 = -0.1422222.
+  expect_near_vec(out.d_log_prob,
+                  {-0.1227967687, -0.1422222222, -0.0888888889, -0.1056921583, 0.0711111111,
+                   0.0478171098, 0, 0, -0.0934463197, 0.1706666667, -0.0266666667, 0},
+                  1e-6);
+}
+
+TEST(PolicyLossModes, ClipCov) {
+  TorchCase t;
+  // Covariances (A - mean A)(logp - mean logp), from the script: token 1 0.3728 (but PPO-clipped),
+  // 3 0.3050, 4 0.0411, 8 0.0717, 9 0.3044, others < 0.033.
+  // (a) clip_cov_ratio 0.5: n = int(4.5) = 4 cuts, and exactly 4 candidates in (0.02, 5): verl's
+  // random draw takes all of them too, so this is verl's result exactly.
+  PolicyLossConfig c = t.cfg(PolicyLossMode::ClipCov);
+  c.clip_cov_ratio = 0.5;
+  c.clip_cov_lb = 0.02;
+  c.clip_cov_ub = 5.0;
+  PolicyLossOutput out = t.run(c);
+  EXPECT_NEAR(out.pg_loss, -0.3254750428, 1e-6);
+  EXPECT_NEAR(out.pg_clipfrac, 4.0 / 9, 1e-6);
+  expect_near_vec(
+      out.d_log_prob,
+      {-0.1227967687, 0, -0.0823131356, 0, 0, 0.0478171098, 0, 0, 0, 0, -0.0259600261, 0}, 1e-6);
+  // (b) ratio 0.2: n = 1 cut among the 2 candidates in (0.005, 0.2) (tokens 4 and 8): we cut the
+  // larger covariance, token 8 (verl would pick one at random).
+  c.clip_cov_ratio = 0.2;
+  c.clip_cov_lb = 0.005;
+  c.clip_cov_ub = 0.2;
+  out = t.run(c);
+  EXPECT_NEAR(out.pg_loss, -0.1609224961, 1e-6);
+  EXPECT_NEAR(out.pg_clipfrac, 1.0 / 9, 1e-6);
+  expect_near_vec(out.d_log_prob,
+                  {-0.1227967687, 0, -0.0823131356, -0.1056921583, 0.0713347454, 0.0478171098, 0, 0,
+                   0, 0.1989099597, -0.0259600261, 0},
+                  1e-6);
+  c.clip_cov_ratio = 0;
+  EXPECT_THROW(t.run(c), Error);
+}
+
+TEST(PolicyLossModes, KlCov) {
+  TorchCase t;
+  // kl_cov_ratio 0.25: int(9 * 0.25) = 2 tokens of largest covariance (1 and 3) get
+  // + 0.1 * |x|; the rest is -A r (no clip).
+  PolicyLossConfig c = t.cfg(PolicyLossMode::KlCov);
+  c.kl_cov_ratio = 0.25;
+  c.ppo_kl_coef = 0.1;
+  PolicyLossOutput out = t.run(c);
+  EXPECT_NEAR(out.pg_loss, -0.2653763211, 1e-6);
+  EXPECT_NEAR(out.ppo_kl, 0.2111111109, 1e-6);  // masked mean of |x|
+  expect_near_vec(out.d_log_prob,
+                  {-0.1227967687, -0.146563061, -0.0823131356, -0.1168032694, 0.0713347454,
+                   0.0478171098, 0, 0, -0.0934463197, 0.1989099597, -0.0259600261, 0},
+                  1e-6);
+}
+
+TEST(PolicyLossModes, GeoMean) {
+  TorchCase t;
+  PolicyLossOutput out = t.run(t.cfg(PolicyLossMode::GeoMean));
+  EXPECT_NEAR(out.pg_loss, -0.1487537814, 1e-6);
+  EXPECT_NEAR(out.pg_clipfrac, 3.0 / 9, 1e-6);        // x outside [-0.2, 0.28] with A > 0
+  EXPECT_NEAR(out.pg_clipfrac_lower, 1.0 / 9, 1e-6);  // ... with A < 0
+  EXPECT_NEAR(out.ppo_kl, -0.0444444444, 1e-6);
+  // Token 1 (x = 0.35 > 0.28, A > 0) is clipped: no gradient.
+  expect_near_vec(out.d_log_prob,
+                  {-0.0839606825, 0, -0.0839606825, -0.0839606825, 0.0876059238, 0.0876059238, 0, 0,
+                   0.0039590337, 0.0039590337, 0.0039590337, 0},
+                  1e-6);
+  // The normaliser is the (global) number of sequences, not loss_agg_mode's.
+  PolicyLossConfig c = t.cfg(PolicyLossMode::GeoMean);
+  c.norm.dp_size = 2;
+  c.norm.global_batch_size = 6;
+  EXPECT_NEAR(t.run(c).pg_loss, -0.1487537814 * 3 / 6 * 2, 1e-6);
+}
+
+TEST(PolicyLossModes, DispatchByName) {
+  for (const char* name :
+       {"vanilla", "gpg", "gspo", "sapo", "cispo", "clip_cov", "kl_cov", "geo_mean"})
+    EXPECT_EQ(to_string(parse_policy_loss_mode(name)), name);
+  try {
+    parse_policy_loss_mode("clip-cov");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'clip-cov'"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("geo_mean"), std::string::npos);
+  }
+  // compute_actor_loss goes through the mode: its pg_loss is the mode's.
+  TorchCase t;
+  ActorLossConfig a;
+  a.policy = t.cfg(PolicyLossMode::Gspo);
+  ActorLossOutput out = compute_actor_loss(t.s, t.old_lp, t.lp, t.adv, t.mask, {}, {}, a);
+  EXPECT_NEAR(out.pg_loss, -0.1546827563, 1e-6);
+  EXPECT_NEAR(out.policy_loss, out.pg_loss, 1e-12);
+  EXPECT_NEAR(out.d_log_prob[0], -0.0854429265, 1e-6);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Finite-difference checks of every loss gradient.
 
 // A reproducible stream of picks so the inputs stay away from the losses' kinks.
@@ -469,6 +734,116 @@ TEST(Gradients, EntropyKlValueAndActorLoss) {
     check_grad(ent, m, a.d_entropy, total, name);
     EXPECT_NEAR(a.policy_loss, a.pg_loss - 0.01 * a.entropy_loss + 0.1 * a.kl_loss, 1e-9);
   }
+}
+
+// Inputs for the policy-loss modes: log-ratios away from the clip kinks (ln 0.8, ln 1.28 for the
+// ratio modes, -0.2 and 0.28 for geo_mean's log-space clamp) and advantages of both signs.
+struct ModeInputs {
+  Shape s{3, 5};
+  Vec m, old_lp, lp, adv;
+  ModeInputs() {
+    std::vector<int64_t> lens = {5, 3, 1};
+    m = response_mask_from_lengths(lens, 5);
+    Picker p;
+    for (int64_t i = 0; i < s.numel(); ++i) {
+      old_lp.push_back(static_cast<float>(p.pick({-2.0, -1.0, -0.3})));
+      lp.push_back(old_lp[i] + static_cast<float>(p.pick({-0.6, -0.1, 0.05, 0.15, 0.5, 1.6})));
+      adv.push_back(static_cast<float>(p.pick({-1.3, -0.4, 0.5, 1.1})));
+    }
+  }
+};
+
+TEST(Gradients, PolicyLossModes) {
+  ModeInputs in;
+  for (PolicyLossMode mode : {PolicyLossMode::Gpg, PolicyLossMode::Sapo, PolicyLossMode::ClipCov,
+                              PolicyLossMode::KlCov, PolicyLossMode::GeoMean}) {
+    for (LossAggMode agg : kModes) {
+      PolicyLossConfig cfg;
+      cfg.loss_mode = mode;
+      cfg.clip_ratio_high = 0.28;
+      cfg.loss_agg_mode = agg;
+      // Selections large enough to matter on 9 tokens; the covariance band is wide so that the
+      // 1e-3 steps never move a token across it.
+      cfg.clip_cov_ratio = 0.34;  // 3 of 9 tokens: the 3rd and 4th covariances are 0.04 apart
+      cfg.clip_cov_lb = -10;
+      cfg.clip_cov_ub = 10;
+      cfg.kl_cov_ratio = 0.34;
+      cfg.ppo_kl_coef = 0.5;
+      PolicyLossOutput out = compute_policy_loss(in.s, in.old_lp, in.lp, in.adv, in.m, cfg);
+      std::string what = std::string(to_string(mode)) + " " + std::string(to_string(agg));
+      check_grad(
+          in.lp, in.m, out.d_log_prob,
+          [&] { return compute_policy_loss(in.s, in.old_lp, in.lp, in.adv, in.m, cfg).pg_loss; },
+          what.c_str());
+      // Rollout importance weights scale the loss and its gradient (geo_mean: their geometric
+      // mean per sequence).
+      Vec isw(in.s.numel(), 0.5f);
+      PolicyLossOutput half = compute_policy_loss(in.s, in.old_lp, in.lp, in.adv, in.m, cfg, isw);
+      EXPECT_NEAR(half.pg_loss, 0.5 * out.pg_loss, 1e-6) << what;
+    }
+  }
+}
+
+TEST(Gradients, GspoStopGradient) {
+  // GSPO's value depends on a token only through the sequence mean of the log-ratios, while its
+  // gradient is the token's own term (the stop-gradient): so moving one token moves the loss by
+  // 1/len_b of the row's summed gradient. A row of one token has no difference at all.
+  ModeInputs in;
+  PolicyLossConfig cfg;
+  cfg.loss_mode = PolicyLossMode::Gspo;
+  cfg.clip_ratio = 0.05;  // clip some sequences
+  PolicyLossOutput out = compute_policy_loss(in.s, in.old_lp, in.lp, in.adv, in.m, cfg);
+  Vec row_sum_over_len(in.s.numel(), 0.0f);
+  for (int64_t b = 0; b < in.s.batch; ++b) {
+    double sum = 0, len = 0;
+    for (int64_t t = 0; t < in.s.length; ++t) {
+      sum += out.d_log_prob[b * in.s.length + t];
+      len += in.m[b * in.s.length + t];
+    }
+    for (int64_t t = 0; t < in.s.length; ++t)
+      if (in.m[b * in.s.length + t] != 0)
+        row_sum_over_len[b * in.s.length + t] = static_cast<float>(sum / len);
+  }
+  check_grad(
+      in.lp, in.m, row_sum_over_len,
+      [&] { return compute_policy_loss(in.s, in.old_lp, in.lp, in.adv, in.m, cfg).pg_loss; },
+      "gspo");
+  EXPECT_GT(out.pg_clipfrac, 0.0);
+}
+
+TEST(Gradients, CispoStopGradient) {
+  // CISPO: inside the clip band its gradient is PPO's (-A r w); outside it the weight is a
+  // constant, so the loss is -c A w logp there and finite differences see exactly -c A w.
+  ModeInputs in;
+  PolicyLossConfig cfg;
+  cfg.loss_mode = PolicyLossMode::Cispo;
+  cfg.clip_ratio_high = 0.28;
+  PolicyLossOutput out = compute_policy_loss(in.s, in.old_lp, in.lp, in.adv, in.m, cfg);
+  PolicyLossConfig ppo = cfg;
+  ppo.loss_mode = PolicyLossMode::Vanilla;
+  PolicyLossOutput ref = compute_policy_loss(in.s, in.old_lp, in.lp, in.adv, in.m, ppo);
+  int inside = 0, outside = 0;
+  for (int64_t i = 0; i < in.s.numel(); ++i) {
+    if (in.m[i] == 0) continue;
+    const float x0 = in.lp[i];
+    const double r = std::exp(static_cast<double>(x0) - in.old_lp[i]);
+    if (r > 0.8 && r < 1.28) {
+      ++inside;
+      EXPECT_NEAR(out.d_log_prob[i], ref.d_log_prob[i], 1e-7) << i;
+      continue;
+    }
+    ++outside;
+    const float xp = x0 + 1e-3f, xm = x0 - 1e-3f;
+    in.lp[i] = xp;
+    const double fp = compute_policy_loss(in.s, in.old_lp, in.lp, in.adv, in.m, cfg).pg_loss;
+    in.lp[i] = xm;
+    const double fm = compute_policy_loss(in.s, in.old_lp, in.lp, in.adv, in.m, cfg).pg_loss;
+    in.lp[i] = x0;
+    EXPECT_NEAR(out.d_log_prob[i], (fp - fm) / (static_cast<double>(xp) - xm), 1e-4) << i;
+    EXPECT_NE(out.d_log_prob[i], 0.0f) << i;  // clipped tokens keep their gradient
+  }
+  EXPECT_GT(inside, 0);
+  EXPECT_GT(outside, 0);
 }
 
 TEST(Gradients, StraightThroughKlLoss) {

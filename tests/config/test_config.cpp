@@ -282,8 +282,8 @@ TEST(ConfigErrors, ValuesOutsideTheAllowedSet) {
   m = error_of([] { load({"algorithm.kl_penalty=low_var_kll"}); });
   EXPECT_HAS(m, "did you mean 'low_var_kl'?");
   // A value verl has and we do not is named as such.
-  m = error_of([] { load({"algorithm.adv_estimator=opo"}); });
-  EXPECT_HAS(m, "opo is a verl option that verl.cpp does not support yet");
+  m = error_of([] { load({"algorithm.adv_estimator=gdpo"}); });
+  EXPECT_HAS(m, "gdpo is a verl option that verl.cpp does not support yet");
   // List elements are checked one by one.
   m = error_of([] { load({"trainer.logger=[console,stdout]"}); });
   EXPECT_HAS(m, "trainer.logger = stdout is not allowed");
