@@ -4,12 +4,16 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/error.h"
+
 namespace verl {
 
 void fault_point(const char* point, int64_t step) {
   static const char* spec = std::getenv("VERL_FAULT_INJECT");
   if (!spec) return;
-  if (std::string(spec) == std::string(point) + ":" + std::to_string(step)) std::raise(SIGKILL);
+  const std::string here = std::string(point) + ":" + std::to_string(step);
+  if (spec == here) std::raise(SIGKILL);
+  VERL_CHECK(spec != here + ":error", "injected fault at {} (VERL_FAULT_INJECT={})", here, spec);
 }
 
 }  // namespace verl

@@ -1,6 +1,7 @@
 // Fault injection for crash tests: with VERL_FAULT_INJECT=<point>:<step> in the environment, the
-// process kills itself with SIGKILL (as `kill -9` would) when it reaches that point at that step.
-// Used by tests/e2e to interrupt training and checkpoint saves at exact places.
+// process kills itself with SIGKILL (as `kill -9` would) when it reaches that point at that step;
+// with VERL_FAULT_INJECT=<point>:<step>:error it throws a verl::Error there instead, to test that an
+// error in that phase comes out as a message. Used by tests/e2e at exact places.
 #pragma once
 
 #include <cstdint>

@@ -431,6 +431,20 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
   std::exception_ptr worker_error;
   double reward_start = -1, reward_end = -1;
   std::thread worker;
+  // Stops and joins the worker on every way out of this function: an error in generation then
+  // propagates instead of a joinable std::thread calling std::terminate.
+  auto stop_worker = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+    }
+    cv.notify_all();
+    if (worker.joinable()) worker.join();
+  };
+  struct JoinOnExit {
+    decltype(stop_worker)& stop;
+    ~JoinOnExit() { stop(); }
+  } join_on_exit{stop_worker};
   if (parallel) {
     worker = std::thread([&] {
       for (;;) {
@@ -457,6 +471,7 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
   }
   rollout::GenerateHooks hooks;
   hooks.on_finish = [&](const rollout::Completion& c) {
+    fault_point("gen", global_step_ + 1);  // tests make generation fail while rewards are scored
     const int64_t b = c.request * n + c.sample;
     exp.group[b] = c.request;
     exp.sample[b] = &samples[c.request];
@@ -479,12 +494,7 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
   engine_holder.reset();
   runner.reset();
   if (parallel) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      done = true;
-    }
-    cv.notify_all();
-    worker.join();
+    stop_worker();
     if (worker_error) std::rethrow_exception(worker_error);
     if (reward_start >= 0) timer.record("reward", reward_start, reward_end);
   } else {

@@ -125,5 +125,24 @@ check "unknown --config-name names the flag" grep -q -- "--config-name nope with
   trainer.logger=[jsonl] trainer.default_local_dir="$work/hydra/run" > /dev/null 2>&1)
 check "--config-path DIR --config-name NAME.yaml trains" test -s "$work/hydra/run/metrics.jsonl"
 
+# ---- hostile inputs (issue 24): each is an error naming what is wrong, exit 1, never a crash ----
+quick="trainer.device=cpu data.train_batch_size=4 actor_rollout_ref.actor.ppo_mini_batch_size=4 actor_rollout_ref.rollout.n=2 data.max_response_length=8 trainer.val_before_train=false trainer.save_freq=-1 trainer.test_freq=-1 trainer.logger=[jsonl] trainer.total_training_steps=1 data.val_files=null"
+# Sampling keys out of range are rejected by name at load (top_p=0 used to abort in the sampler).
+# shellcheck disable=SC2086
+(cd "$root" && "$verl" train configs/demo.yaml $quick actor_rollout_ref.rollout.top_p=0 \
+  trainer.default_local_dir="$work/topp" > /dev/null 2> "$work/err_topp.txt")
+check "top_p=0 exits 1" test $? -eq 1
+check "top_p=0 names the key" grep -q "actor_rollout_ref.rollout.top_p = 0.0 is out of range; expected a value in (0, 1\]" "$work/err_topp.txt"
+# shellcheck disable=SC2086
+(cd "$root" && "$verl" train configs/demo.yaml $quick actor_rollout_ref.rollout.val_kwargs.top_p=1.5 \
+  trainer.default_local_dir="$work/topp2" > /dev/null 2> "$work/err_topp2.txt")
+check "val_kwargs.top_p=1.5 names the key" grep -q "actor_rollout_ref.rollout.val_kwargs.top_p = 1.5 is out of range" "$work/err_topp2.txt"
+# An error during generation while the reward worker runs comes out as its message (was exit 134).
+# shellcheck disable=SC2086
+(cd "$root" && VERL_FAULT_INJECT=gen:1:error "$verl" train configs/demo.yaml $quick trainer.actor_reward_parallel=true \
+  trainer.default_local_dir="$work/generr" > /dev/null 2> "$work/err_gen.txt")
+check "generation error exits 1" test $? -eq 1
+check "generation error says why" grep -q "injected fault at gen:1" "$work/err_gen.txt"
+
 echo "cli: $pass passed, $fail failed"
 test "$fail" -eq 0
