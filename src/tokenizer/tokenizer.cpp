@@ -283,8 +283,10 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
   bytes.reserve(ids.size() * 4);
   for (size_t i = 0; i < ids.size(); ++i) {
     const int32_t id = ids[i];
-    VERL_CHECK(id >= 0 && id < vocab_size_, "decode: ids[{}] = {} is out of range [0, {})", i, id,
-               vocab_size_);
+    VERL_CHECK(id >= 0, "decode: ids[{}] = {} is negative", i, id);
+    // An id past the tokenizer (a model's embedding is often padded: Qwen2.5 has 151936 rows for
+    // 151665 tokens) has no text; HF's decode skips it too.
+    if (id >= vocab_size_) continue;
     if (skip_special_tokens && special_[static_cast<size_t>(id)]) continue;
     bytes += id_bytes_[static_cast<size_t>(id)];
   }
@@ -347,6 +349,7 @@ IncrementalDecoder::IncrementalDecoder(const Tokenizer& tokenizer, bool skip_spe
 
 std::string IncrementalDecoder::push(int32_t id) {
   if (skip_special_ && tokenizer_->is_special(id)) return "";
+  if (id >= tokenizer_->vocab_size()) return "";  // no text, as in decode()
   pending_ += tokenizer_->token_bytes(id);
   // Emit everything except a trailing sequence that the next token may still complete.
   const size_t keep = incomplete_utf8_suffix(pending_);

@@ -883,6 +883,11 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
   comm_->set_stage("gen");
   generate(local, first, exp, timer, /*validation=*/false);
   record_device_memory(m, "gen");
+  // Sampled ids past the tokenizer (a padded embedding's extra rows) have no text; counted here.
+  int64_t out_of_vocab = 0;
+  for (const auto& r : exp.response)
+    for (int32_t id : r) out_of_vocab += id >= tok_->vocab_size() ? 1 : 0;
+  m.set("rollout/out_of_vocab_tokens", static_cast<double>(comm_->sum(out_of_vocab)));
 
   const int64_t mini = cfg_.get<int64_t>("actor_rollout_ref.actor.ppo_mini_batch_size") * n_ / comm_->world_size();
   const bool on_policy = cfg_.get<int64_t>("actor_rollout_ref.actor.ppo_epochs") == 1 && mini >= exp.B;

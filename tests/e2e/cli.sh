@@ -144,5 +144,24 @@ check "val_kwargs.top_p=1.5 names the key" grep -q "actor_rollout_ref.rollout.va
 check "generation error exits 1" test $? -eq 1
 check "generation error says why" grep -q "injected fault at gen:1" "$work/err_gen.txt"
 
+# A model whose embedding has more rows than the tokenizer has tokens (as Qwen2.5's): sampled ids
+# past the vocabulary decode to nothing and are counted; training goes on.
+python3 -c "
+import json; c = json.load(open('$demo/config.json')); c['vocab_size'] = 1024
+json.dump(c, open('$work/big_vocab.json', 'w'))
+c['vocab_size'] = 256; json.dump(c, open('$work/small_vocab.json', 'w'))"
+"$verl" init-model --config "$work/big_vocab.json" --tokenizer "$demo" --out "$work/big_vocab" > /dev/null 2>&1
+# shellcheck disable=SC2086
+(cd "$root" && "$verl" train configs/demo.yaml $quick actor_rollout_ref.model.path="$work/big_vocab" \
+  trainer.default_local_dir="$work/oov" > /dev/null 2> "$work/err_oov.txt")
+check "ids past the vocabulary do not abort training" test $? -eq 0
+check "ids past the vocabulary are counted" python3 -c "
+import json
+m = [json.loads(l) for l in open('$work/oov/metrics.jsonl')][-1]
+assert m['rollout/out_of_vocab_tokens'] > 0, m.get('rollout/out_of_vocab_tokens')"
+"$verl" init-model --config "$work/small_vocab.json" --tokenizer "$demo" --out "$work/small_vocab" > /dev/null 2> "$work/err_small.txt"
+check "init-model with a vocab smaller than the tokenizer's exits 1" test $? -eq 1
+check "init-model names both sizes" grep -q "vocab_size 256 is smaller than the tokenizer's 512 tokens" "$work/err_small.txt"
+
 echo "cli: $pass passed, $fail failed"
 test "$fail" -eq 0
