@@ -7,6 +7,7 @@
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "core/log.h"
 #include "model/hf_files.h"
 #include "model/weights.h"
@@ -24,11 +25,7 @@ struct Opts {
 };
 
 int run(const Opts& o) {
-  std::ifstream f(o.config);
-  VERL_CHECK(f.good(), "cannot open --config {}", o.config);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  model::Weights w = model::Weights::from_config(model::parse_model_config(ss.str(), o.config));
+  model::Weights w = model::Weights::from_config(model::parse_model_config(read_file(o.config, "--config"), o.config));
   if (!o.tokenizer.empty()) {
     // A token without an embedding row could never be encoded nor sampled; more rows than tokens
     // (a padded embedding) are fine.

@@ -12,6 +12,7 @@
 
 #include "config/config.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "core/log.h"
 #include "data/parquet.h"
 #include "tokenizer/tokenizer.h"
@@ -228,8 +229,8 @@ RLDataset RLDataset::load(const std::vector<std::string>& files, const tokenizer
       log::info("data: {} rows from {}", ds.size() - before, path);
       continue;
     }
-    std::ifstream in(path, std::ios::binary);
-    VERL_CHECK(in.good(), "{}: cannot open dataset file", path);
+    std::ifstream in;
+    open_for_reading(in, path, "dataset file", std::ios::binary);
     if (ends_with(path, ".json")) {
       // One JSON array of rows; "line" is then the 1-based element number.
       std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "tokenizer/added_vocab.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/byte_level.h"
@@ -22,12 +23,9 @@ namespace verl::tokenizer {
 namespace {
 
 nlohmann::json read_json(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  VERL_CHECK(f.good(), "cannot open {}", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
+  const std::string text = read_file(path, "tokenizer file");
   try {
-    return nlohmann::json::parse(ss.str());
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     VERL_FAIL("{}: malformed JSON: {}", path, e.what());
   }

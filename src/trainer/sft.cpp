@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "core/timer.h"
@@ -100,8 +101,8 @@ std::vector<SftExample> load_sft_examples(const std::string& path, const tokeniz
       for (const nlohmann::ordered_json& row : pf.read_row_group(g))
         add(nlohmann::json::parse(row.dump()), fmt::format("{}:{}", path, ++rowno));
   } else {
-    std::ifstream f(path);
-    VERL_CHECK(f.good(), "cannot open SFT data file {}", path);
+    std::ifstream f;
+    open_for_reading(f, path, "SFT data file");
     std::string line;
     int64_t lineno = 0;
     while (std::getline(f, line)) {

@@ -227,8 +227,11 @@ TEST(RLDataset, BadRowsNameFileAndLine) {
 TEST(RLDataset, FileProblems) {
   ScratchDir dir;
   EXPECT_NE(error_of([&] { RLDataset::load({"/nonexistent/x.jsonl"}, qwen3(), DatasetOptions{}); })
-                .find("/nonexistent/x.jsonl: cannot open"),
+                .find("cannot open dataset file /nonexistent/x.jsonl"),
             std::string::npos);
+  // A directory is not read as an empty file.
+  std::string msg0 = error_of([&] { RLDataset::load({dir.path()}, qwen3(), DatasetOptions{}); });
+  EXPECT_NE(msg0.find(dir.path() + ": it is a directory"), std::string::npos) << msg0;
   const std::string parquet = dir.write("train.parquet", "PAR1");
   const std::string msg = error_of([&] { RLDataset::load({parquet}, qwen3(), DatasetOptions{}); });
   // Parquet is read now (tests/data/test_parquet.cpp); a 4-byte file is named as too short.

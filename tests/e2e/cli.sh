@@ -163,5 +163,17 @@ assert m['rollout/out_of_vocab_tokens'] > 0, m.get('rollout/out_of_vocab_tokens'
 check "init-model with a vocab smaller than the tokenizer's exits 1" test $? -eq 1
 check "init-model names both sizes" grep -q "vocab_size 256 is smaller than the tokenizer's 512 tokens" "$work/err_small.txt"
 
+# A directory given as a file is an error naming it (was read as an empty file).
+mkdir -p "$work/adir"
+"$verl" config "$work/adir" > /dev/null 2> "$work/err_dir1.txt"
+check "config DIR exits 1" test $? -eq 1
+check "config DIR names it" grep -q "cannot open config file $work/adir: it is a directory" "$work/err_dir1.txt"
+"$verl" train "$work/adir" > /dev/null 2> "$work/err_dir2.txt"
+check "train DIR names it" grep -q "$work/adir: it is a directory" "$work/err_dir2.txt"
+"$verl" logprobs --model "$golden" --input "$work/adir" > /dev/null 2> "$work/err_dir3.txt"
+check "logprobs --input DIR names it" grep -q -- "cannot open --input $work/adir: it is a directory" "$work/err_dir3.txt"
+"$verl" tokenize --tokenizer "$demo" --input "$work/adir" > /dev/null 2> "$work/err_dir4.txt"
+check "tokenize --input DIR names it" grep -q -- "cannot open --input $work/adir: it is a directory" "$work/err_dir4.txt"
+
 echo "cli: $pass passed, $fail failed"
 test "$fail" -eq 0
