@@ -175,5 +175,12 @@ check "logprobs --input DIR names it" grep -q -- "cannot open --input $work/adir
 "$verl" tokenize --tokenizer "$demo" --input "$work/adir" > /dev/null 2> "$work/err_dir4.txt"
 check "tokenize --input DIR names it" grep -q -- "cannot open --input $work/adir: it is a directory" "$work/err_dir4.txt"
 
+# A full disk: metrics.jsonl cannot be written, and the run says so instead of exiting 0.
+mkdir -p "$work/full" && ln -sf /dev/full "$work/full/metrics.jsonl"
+# shellcheck disable=SC2086
+(cd "$root" && "$verl" train configs/demo.yaml $quick trainer.default_local_dir="$work/full" > /dev/null 2> "$work/err_full.txt")
+check "full disk exits 1" test $? -eq 1
+check "full disk names metrics.jsonl" grep -q "jsonl: write to '$work/full/metrics.jsonl' failed: No space left on device" "$work/err_full.txt"
+
 echo "cli: $pass passed, $fail failed"
 test "$fail" -eq 0
