@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/fault.h"
 #include "core/log.h"
+#include "core/run_lock.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "data/seqlen_balancing.h"
@@ -1098,6 +1099,9 @@ std::string PpoTrainer::save() {
 }
 
 void PpoTrainer::fit() {
+  // One run per directory; rank 0 (the one that logs and saves) holds the lock.
+  std::optional<RunLock> run_lock;
+  if (comm_->rank() == 0) run_lock.emplace(cfg_.get<std::string>("trainer.default_local_dir"));
   resume();
   metrics::LoggerOptions lo;
   lo.experiment_dir = cfg_.get<std::string>("trainer.default_local_dir");

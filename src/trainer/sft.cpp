@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/log.h"
+#include "core/run_lock.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "data/parquet.h"
@@ -272,7 +273,7 @@ std::string run_sft(const config::Config& cfg) {
             state.numel());
   metrics::LoggerOptions lo;
   lo.experiment_dir = out_root;
-  fs::create_directories(out_root);
+  const RunLock run_lock(out_root);  // one run per directory
   lo.total_steps = total;
   lo.logging_steps = cfg.get<int64_t>("trainer.logging_steps");
   metrics::MultiLogger logger(cfg.get<std::vector<std::string>>("trainer.logger"), lo);

@@ -1,4 +1,5 @@
-// Reading files: a directory given as a file is an error naming it.
+// Reading files (a directory given as a file is an error naming it) and the run lock (a second
+// run on a directory gets an error naming the holder's pid; the lock goes with its holder).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/run_lock.h"
 
 namespace verl {
 namespace {
@@ -42,6 +44,25 @@ TEST(ReadFile, ADirectoryIsAnErrorNamingIt) {
             std::string::npos);
   std::ofstream(d / "a.txt") << "hello\n";
   EXPECT_EQ(read_file((d / "a.txt").string(), "x"), "hello\n");
+  fs::remove_all(d);
+}
+
+TEST(RunLock, SecondHolderGetsAnErrorNamingThePid) {
+  const fs::path d = fresh_dir("lock");
+  {
+    RunLock first(d.string());
+    std::ifstream f(first.path());
+    std::string pid;
+    f >> pid;
+    EXPECT_EQ(pid, std::to_string(getpid()));
+    // flock conflicts between two open files even in one process, as between two runs.
+    const std::string msg = error_of([&] { RunLock second(d.string()); });
+    EXPECT_NE(msg.find(d.string() + " is in use by another run (pid " + std::to_string(getpid()) + ","),
+              std::string::npos)
+        << msg;
+  }
+  // Released with its holder: the next run takes it (the file stays behind, harmless).
+  EXPECT_EQ(error_of([&] { RunLock again(d.string()); }), "");
   fs::remove_all(d);
 }
 
