@@ -1053,6 +1053,7 @@ void PpoTrainer::resume() {
     dir = *p;
   } else {
     VERL_CHECK(mode == "disable", "trainer.resume_mode must be auto, disable or resume_path, got '{}'", mode);
+    check_fresh_run_dir(root);
   }
   if (dir.empty()) return;
   // The checkpoint's files do not depend on the device: load on the host, then hand the actor's
