@@ -20,6 +20,7 @@
 #include "core/fault.h"
 #include "core/log.h"
 #include "core/run_lock.h"
+#include "core/signals.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "data/seqlen_balancing.h"
@@ -1129,6 +1130,7 @@ void PpoTrainer::fit() {
   while (global_step_ < total_steps_) {
     std::optional<data::Batch> batch = train_loader_->next();
     if (!batch) break;
+    note_step(global_step_ + 1, /*in_progress=*/true);  // for the line a signal prints
     metrics::Metrics m = train_step(*batch);
     m.set("timing_s/data", train_loader_->last_wait_seconds());
     const bool last = global_step_ == total_steps_;
@@ -1140,6 +1142,7 @@ void PpoTrainer::fit() {
       m.set("timing_s/save", t.seconds());
     }
     log_metrics(m);
+    note_step(global_step_, /*in_progress=*/false);
   }
   if (logger_) logger_->flush();
 }

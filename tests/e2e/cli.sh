@@ -182,5 +182,22 @@ mkdir -p "$work/full" && ln -sf /dev/full "$work/full/metrics.jsonl"
 check "full disk exits 1" test $? -eq 1
 check "full disk names metrics.jsonl" grep -q "jsonl: write to '$work/full/metrics.jsonl' failed: No space left on device" "$work/err_full.txt"
 
+# SIGTERM while a reward command runs: the command is killed with the run, and the log says the
+# step was abandoned. The command writes its pid, then sleeps (exec: the pid is the sleep's).
+printf '#!/bin/sh\necho $$ > "%s/reward.pid"\nexec sleep 300\n' "$work" > "$work/slow_reward.sh"
+rm -f "$work/reward.pid"
+# shellcheck disable=SC2086
+(cd "$root" && exec "$verl" train configs/demo.yaml $quick custom_reward_function.command="sh $work/slow_reward.sh" \
+  custom_reward_function.timeout_s=300 trainer.default_local_dir="$work/sig" > /dev/null 2> "$work/err_sig.txt") &
+train_pid=$!
+for _ in $(seq 1 600); do [ -s "$work/reward.pid" ] && break; sleep 0.2; done
+kill -TERM "$train_pid"
+wait "$train_pid"
+check "SIGTERM ends the run with the signal's status" test $? -eq 143
+check "SIGTERM says the step was abandoned" grep -q "verl: SIGTERM: step 1 was in progress and is abandoned" "$work/err_sig.txt"
+reward_pid=$(cat "$work/reward.pid" 2> /dev/null || echo 0)
+for _ in $(seq 1 50); do kill -0 "$reward_pid" 2> /dev/null || break; sleep 0.1; done
+check "SIGTERM kills the reward command" bash -c "! kill -0 $reward_pid 2> /dev/null"
+
 echo "cli: $pass passed, $fail failed"
 test "$fail" -eq 0
