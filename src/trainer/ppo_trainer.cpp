@@ -267,11 +267,19 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
   temperature_ = static_cast<float>(cfg_.get<double>("actor_rollout_ref.rollout.temperature"));
   seed_ = static_cast<uint64_t>(cfg_.get<std::optional<int64_t>>("data.seed").value_or(1));
 
-  train_set_ = std::make_unique<data::RLDataset>(data::RLDataset::load(
-      cfg_.get<std::vector<std::string>>("data.train_files"), *tok_, data::DatasetOptions::from_config(cfg_)));
+  // Rows the built-in scorers would reject fail at load, naming file:line (a command scores its own).
+  const bool rule_rewards = !cfg_.get<std::optional<std::string>>("custom_reward_function.command");
+  auto dataset_options = [&](bool validation) {
+    data::DatasetOptions o = data::DatasetOptions::from_config(cfg_, validation);
+    if (rule_rewards) o.check_reward_inputs = [](const std::string& ds, const nlohmann::json& gt) {
+      reward::check_reward_inputs(ds, gt);
+    };
+    return o;
+  };
+  train_set_ = std::make_unique<data::RLDataset>(
+      data::RLDataset::load(cfg_.get<std::vector<std::string>>("data.train_files"), *tok_, dataset_options(false)));
   if (auto vf = cfg_.get<std::optional<std::vector<std::string>>>("data.val_files")) {
-    val_set_ = std::make_unique<data::RLDataset>(
-        data::RLDataset::load(*vf, *tok_, data::DatasetOptions::from_config(cfg_, /*validation=*/true)));
+    val_set_ = std::make_unique<data::RLDataset>(data::RLDataset::load(*vf, *tok_, dataset_options(true)));
   }
   train_loader_ = std::make_unique<data::DataLoader>(*train_set_, data::LoaderOptions::train_from_config(cfg_));
   total_steps_ = train_loader_->total_batches();

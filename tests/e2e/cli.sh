@@ -182,6 +182,26 @@ mkdir -p "$work/full" && ln -sf /dev/full "$work/full/metrics.jsonl"
 check "full disk exits 1" test $? -eq 1
 check "full disk names metrics.jsonl" grep -q "jsonl: write to '$work/full/metrics.jsonl' failed: No space left on device" "$work/err_full.txt"
 
+# Rows a built-in scorer cannot score fail when the dataset loads, naming file:line.
+good_row=$(head -1 "$root/assets/demo/train.jsonl")
+printf '%s\n%s\n' "$good_row" '{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": "q"}], "reward_model": {"style": "rule", "ground_truth": [1, 2]}}' > "$work/bad_gt.jsonl"
+printf '%s\n' '{"data_source": "nope", "prompt": [{"role": "user", "content": "q"}], "reward_model": {"style": "rule", "ground_truth": "1"}}' > "$work/bad_src.jsonl"
+: > "$work/empty.jsonl"
+# shellcheck disable=SC2086
+(cd "$root" && "$verl" train configs/demo.yaml $quick data.train_files="[$work/bad_gt.jsonl]" trainer.default_local_dir="$work/bad1" > /dev/null 2> "$work/err_gt.txt")
+check "bad ground_truth names file:line" grep -q "$work/bad_gt.jsonl:2: gsm8k: ground_truth must be a string" "$work/err_gt.txt"
+# shellcheck disable=SC2086
+(cd "$root" && "$verl" train configs/demo.yaml $quick data.train_files="[$work/bad_src.jsonl]" trainer.default_local_dir="$work/bad2" > /dev/null 2> "$work/err_src.txt")
+check "unknown data_source names file:line" grep -q "$work/bad_src.jsonl:1: no reward function for data_source 'nope'" "$work/err_src.txt"
+# shellcheck disable=SC2086
+(cd "$root" && "$verl" train configs/demo.yaml $quick data.val_files="[$work/empty.jsonl]" trainer.default_local_dir="$work/bad3" > /dev/null 2> "$work/err_empty.txt")
+check "empty validation file is named" grep -q "data: $work/empty.jsonl hold(s) no rows" "$work/err_empty.txt"
+check "empty validation file does not blame train_batch_size" bash -c "! grep -q train_batch_size '$work/err_empty.txt'"
+# More tokens than max_position_embeddings (256 for the golden model) are refused up front.
+python3 -c "import json; print(json.dumps({'tokens': [1] * 300}))" | "$verl" logprobs --model "$golden" > /dev/null 2> "$work/err_long.txt"
+check "logprobs too long exits 1" test $? -eq 1
+check "logprobs too long names the limit" grep -q "<stdin>:1: 300 tokens are more than the model's max_position_embeddings 256" "$work/err_long.txt"
+
 # SIGTERM while a reward command runs: the command is killed with the run, and the log says the
 # step was abandoned. The command writes its pid, then sleeps (exec: the pid is the sleep's).
 printf '#!/bin/sh\necho $$ > "%s/reward.pid"\nexec sleep 300\n' "$work" > "$work/slow_reward.sh"
