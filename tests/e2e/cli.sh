@@ -163,6 +163,26 @@ assert m['rollout/out_of_vocab_tokens'] > 0, m.get('rollout/out_of_vocab_tokens'
 check "init-model with a vocab smaller than the tokenizer's exits 1" test $? -eq 1
 check "init-model names both sizes" grep -q "vocab_size 256 is smaller than the tokenizer's 512 tokens" "$work/err_small.txt"
 
+# Chat templates that recurse or loop without end stop with an error naming the line.
+evil_tok() {  # evil_tok DIR TEMPLATE: the demo tokenizer with another chat template
+  mkdir -p "$1" && cp "$demo/tokenizer.json" "$1/" &&
+    python3 -c "
+import json, sys; c = json.load(open('$demo/tokenizer_config.json')); c['chat_template'] = sys.argv[1]
+json.dump(c, open('$1/tokenizer_config.json', 'w'))" "$2"
+}
+msg='{"messages": [{"role": "user", "content": "hi"}]}'
+evil_tok "$work/tok_rec" $'{% macro f(x) %}{{ f(x) }}{% endmacro %}\n{{ f(1) }}'
+echo "$msg" | "$verl" tokenize --tokenizer "$work/tok_rec" --chat > /dev/null 2> "$work/err_rec.txt"
+check "recursive macro exits 1 (was a segfault)" test $? -eq 1
+check "recursive macro names the line" grep -q "chat_template:1:.*macro 'f' nested more than 100 calls deep" "$work/err_rec.txt"
+evil_tok "$work/tok_range" $'\n{% for i in range(100000000) %}x{% endfor %}'
+echo "$msg" | "$verl" tokenize --tokenizer "$work/tok_range" --chat > /dev/null 2> "$work/err_range.txt"
+check "huge range exits 1" test $? -eq 1
+check "huge range names the line" grep -q "chat_template:2:.*range() of 100000000 items is over the limit of 100000" "$work/err_range.txt"
+"$verl" generate --model "$demo" --prompt "x" --n 100000000 > /dev/null 2> "$work/err_n.txt"
+check "generate --n 100000000 exits 1" test $? -eq 1
+check "generate --n names the flag and the limit" grep -q -- "--n must be in \[1, 1048576\]" "$work/err_n.txt"
+
 # A directory given as a file is an error naming it (was read as an empty file).
 mkdir -p "$work/adir"
 "$verl" config "$work/adir" > /dev/null 2> "$work/err_dir1.txt"
