@@ -39,8 +39,15 @@ struct Opts {
   std::string device = "auto";
 };
 
+// The engine holds every sample (its prompt, tokens and log-probs) until the run ends, so the
+// request is checked before anything is allocated.
+constexpr int64_t kMaxSamples = 1 << 20;
+
 int run(const Opts& o) {
   VERL_CHECK(o.prompt.empty() != o.input.empty(), "give exactly one of --prompt or --input");
+  VERL_CHECK(o.n >= 1 && o.n <= kMaxSamples, "--n must be in [1, {}] (samples a run holds at most), got {}",
+             kMaxSamples, o.n);
+  VERL_CHECK(o.max_tokens >= 1, "--max-tokens must be >= 1, got {}", o.max_tokens);
   model::Weights w = model::Weights::load(o.model);
   std::string tok_dir = o.tokenizer.empty() ? o.model : o.tokenizer;
   std::unique_ptr<tokenizer::Tokenizer> tok;
@@ -88,6 +95,9 @@ int run(const Opts& o) {
     while (in.next(line)) {
       nlohmann::json j = in.json(line);
       VERL_CHECK(j.is_object(), "{}: expected a JSON object", in.where());
+      VERL_CHECK(static_cast<int64_t>(reqs.size() + 1) * o.n <= kMaxSamples,
+                 "{}: {} prompts x --n {} is over the limit of {} samples in one run; split the input",
+                 in.where(), reqs.size() + 1, o.n, kMaxSamples);
       reqs.push_back({encode_prompt(j, in.where()), sp, o.n});
     }
   }

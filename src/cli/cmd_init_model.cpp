@@ -7,9 +7,11 @@
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "core/log.h"
 #include "model/hf_files.h"
 #include "model/weights.h"
+#include "tokenizer/tokenizer.h"
 
 namespace verl::cli {
 namespace {
@@ -23,11 +25,16 @@ struct Opts {
 };
 
 int run(const Opts& o) {
-  std::ifstream f(o.config);
-  VERL_CHECK(f.good(), "cannot open --config {}", o.config);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  model::Weights w = model::Weights::from_config(model::parse_model_config(ss.str(), o.config));
+  model::Weights w = model::Weights::from_config(model::parse_model_config(read_file(o.config, "--config"), o.config));
+  if (!o.tokenizer.empty()) {
+    // A token without an embedding row could never be encoded nor sampled; more rows than tokens
+    // (a padded embedding) are fine.
+    const int64_t tokens = tokenizer::Tokenizer::load(o.tokenizer).vocab_size();
+    VERL_CHECK(w.config.vocab_size >= tokens,
+               "--config {}: vocab_size {} is smaller than the tokenizer's {} tokens (--tokenizer {}); set "
+               "vocab_size to at least {}",
+               o.config, w.config.vocab_size, tokens, o.tokenizer, tokens);
+  }
   w.init_random(o.seed, o.std);
   w.save(o.out);
   if (!o.tokenizer.empty()) model::copy_tokenizer_files(o.tokenizer, o.out);

@@ -20,7 +20,8 @@ struct Opts {
   int64_t max_batch_tokens = 8192;
 };
 
-std::vector<int32_t> parse_tokens_line(const nlohmann::json& j, const std::string& where, int64_t vocab) {
+std::vector<int32_t> parse_tokens_line(const nlohmann::json& j, const std::string& where, int64_t vocab,
+                                       int64_t max_positions, const std::string& model) {
   VERL_CHECK(j.is_object() && j.contains("tokens") && j["tokens"].is_array(),
              "{}: expected an object with a \"tokens\" array of ids", where);
   std::vector<int32_t> ids;
@@ -33,6 +34,10 @@ std::vector<int32_t> parse_tokens_line(const nlohmann::json& j, const std::strin
     ids.push_back(static_cast<int32_t>(id));
   }
   VERL_CHECK(!ids.empty(), "{}: \"tokens\" is empty", where);
+  // Positions past the rotary table were never trained: the log-probs would be meaningless.
+  VERL_CHECK(max_positions <= 0 || static_cast<int64_t>(ids.size()) <= max_positions,
+             "{}: {} tokens are more than the model's max_position_embeddings {} ({}/config.json); shorten the "
+             "sequence", where, ids.size(), max_positions, model);
   return ids;
 }
 
@@ -70,7 +75,8 @@ int run(const Opts& o) {
   };
   std::string line;
   while (in.next(line)) {
-    std::vector<int32_t> ids = parse_tokens_line(in.json(line), in.where(), w.config.vocab_size);
+    std::vector<int32_t> ids = parse_tokens_line(in.json(line), in.where(), w.config.vocab_size,
+                                                 w.config.max_position_embeddings, o.model);
     if (pending_tokens + static_cast<int64_t>(ids.size()) > o.max_batch_tokens) flush();
     pending_tokens += static_cast<int64_t>(ids.size());
     pending.push_back(std::move(ids));

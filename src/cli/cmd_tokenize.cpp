@@ -9,6 +9,7 @@
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "tokenizer/tokenizer.h"
 
 namespace verl::cli {
@@ -61,8 +62,7 @@ int run(const TokenizeOptions& o) {
   std::ifstream file;
   const bool from_stdin = o.input.empty() || o.input == "-";
   if (!from_stdin) {
-    file.open(o.input, std::ios::binary);
-    VERL_CHECK(file.good(), "cannot open --input {}", o.input);
+    open_for_reading(file, o.input, "--input", std::ios::binary);
   }
   std::istream& in = from_stdin ? std::cin : file;
   const std::string source = from_stdin ? "<stdin>" : o.input;

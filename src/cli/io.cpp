@@ -5,14 +5,14 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/file.h"
 
 namespace verl::cli {
 
 InputLines::InputLines(const std::string& path, const std::string& option)
     : in_(&std::cin), source_(path == "-" ? "<stdin>" : path) {
   if (path != "-") {
-    file_.open(path);
-    VERL_CHECK(file_.good(), "cannot open {} {}", option, path);
+    open_for_reading(file_, path, option);
     in_ = &file_;
   }
 }

@@ -5,6 +5,7 @@
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "core/signals.h"
 
 namespace verl::cli {
 
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  verl::install_stop_handlers();  // a signal also ends the programs a run started (core/signals.h)
   try {
     for (auto& [sub, action] : actions) {
       if (sub->parsed()) return action();

@@ -12,6 +12,7 @@
 
 #include "config/detail.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "core/log.h"
 
 namespace verl::config {
@@ -332,13 +333,7 @@ Config load_config_string(const std::string& yaml, const std::string& name, cons
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides, const LoadOptions& opts) {
   std::string text;
-  if (!path.empty()) {
-    std::ifstream f(path);
-    VERL_CHECK(f.good(), "cannot open config file {}", path);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    text = ss.str();
-  }
+  if (!path.empty()) text = read_file(path, "config file");
   return load_config_string(text, path, overrides, opts);
 }
 

@@ -24,9 +24,14 @@ std::string code_list(const std::vector<std::string>& v) {
 
 std::string range_text(const KeySpec& k) {
   auto num = [](double d) { return detail::scalar_text(d == static_cast<int64_t>(d) ? Json(static_cast<int64_t>(d)) : Json(d)); };
-  if (k.min && k.max) return fmt::format("{} to {}", num(*k.min), num(*k.max));
-  if (k.min) return fmt::format(">= {}", num(*k.min));
-  return fmt::format("<= {}", num(*k.max));
+  if (k.min && k.max) {
+    if (k.min_exclusive || k.max_exclusive)
+      return fmt::format("{} {}, at most {}", k.min_exclusive ? "above" : "from", num(*k.min),
+                         k.max_exclusive ? "below " + num(*k.max) : num(*k.max));
+    return fmt::format("{} to {}", num(*k.min), num(*k.max));
+  }
+  if (k.min) return fmt::format("{} {}", k.min_exclusive ? ">" : ">=", num(*k.min));
+  return fmt::format("{} {}", k.max_exclusive ? "<" : "<=", num(*k.max));
 }
 
 std::string description(const Schema& s, const KeySpec& k) {

@@ -104,6 +104,7 @@ struct Annotations {
   std::optional<Support> support;
   std::vector<std::string> choices, verl_choices, ignored_choices, alias_of;
   std::optional<double> min, max;
+  bool min_exclusive = false, max_exclusive = false;
 };
 
 std::optional<Type> parse_type(const std::string& s) {
@@ -163,9 +164,22 @@ Annotations parse_annotations(const std::string& comment, const std::string& whe
       a.alias_of = split(value, ',');
     } else if (name == "range") {
       need();
-      size_t dd = value.find("..");
+      // lo..hi with inclusive bounds; a '(' before lo or a ')' after hi excludes that bound
+      // (`(0..1` is 0 < x <= 1).
+      std::string range = value;
+      if (!range.empty() && range.front() == '(') {
+        a.min_exclusive = true;
+        range.erase(0, 1);
+      }
+      if (!range.empty() && range.back() == ')') {
+        a.max_exclusive = true;
+        range.pop_back();
+      }
+      size_t dd = range.find("..");
       VERL_CHECK(dd != std::string::npos, "{}: @range: {} must be lo..hi (either side may be empty)", where, value);
-      std::string lo = value.substr(0, dd), hi = value.substr(dd + 2);
+      std::string lo = range.substr(0, dd), hi = range.substr(dd + 2);
+      VERL_CHECK((!a.min_exclusive || !lo.empty()) && (!a.max_exclusive || !hi.empty()),
+                 "{}: @range: {} excludes a bound it does not give", where, value);
       if (!lo.empty()) a.min = detail::parse_float(lo);
       if (!hi.empty()) a.max = detail::parse_float(hi);
       VERL_CHECK((lo.empty() || a.min) && (hi.empty() || a.max), "{}: @range: {} has a bound that is not a number",
@@ -266,6 +280,8 @@ class SchemaBuilder {
       spec.ignored_choices = a.ignored_choices;
       spec.min = a.min;
       spec.max = a.max;
+      spec.min_exclusive = a.min_exclusive;
+      spec.max_exclusive = a.max_exclusive;
       spec.nullable = a.nullable || v.IsNull();
       detail::Slot slot;
       slot.origin = fmt::format("{}:{}", name_, line);

@@ -42,7 +42,8 @@ struct KeySpec {
   std::vector<std::string> choices;          // allowed values (elements for lists); empty: any
   std::vector<std::string> verl_choices;     // values verl has and we reject by name
   std::vector<std::string> ignored_choices;  // list elements dropped with a warning
-  std::optional<double> min, max;            // inclusive numeric bounds
+  std::optional<double> min, max;            // numeric bounds, inclusive unless marked below
+  bool min_exclusive = false, max_exclusive = false;  // @range: (lo..hi) excludes lo / hi
   std::vector<std::string> alias_of;         // Alias: the leaves it sets
   std::vector<std::string> children;         // Section: direct child paths, in file order
   int line = 0;                              // 1-based line in the defaults file

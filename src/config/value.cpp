@@ -298,11 +298,15 @@ void check_value(const Json& v, const KeySpec& spec, const std::string& origin) 
   }
   if (v.is_number() && (spec.min || spec.max)) {
     double x = v.get<double>();
-    bool low = spec.min && x < *spec.min, high = spec.max && x > *spec.max;
+    bool low = spec.min && (spec.min_exclusive ? x <= *spec.min : x < *spec.min);
+    bool high = spec.max && (spec.max_exclusive ? x >= *spec.max : x > *spec.max);
     if (low || high) {
-      std::string want = spec.min && spec.max ? fmt::format("a value in [{}, {}]", *spec.min, *spec.max)
-                         : spec.min          ? fmt::format("a value >= {}", *spec.min)
-                                             : fmt::format("a value <= {}", *spec.max);
+      const char* open = spec.min_exclusive ? "(" : "[";
+      const char* close = spec.max_exclusive ? ")" : "]";
+      std::string want = spec.min && spec.max
+                             ? fmt::format("a value in {}{}, {}{}", open, *spec.min, *spec.max, close)
+                         : spec.min ? fmt::format("a value {} {}", spec.min_exclusive ? ">" : ">=", *spec.min)
+                                    : fmt::format("a value {} {}", spec.max_exclusive ? "<" : "<=", *spec.max);
       raise(fmt::format("{}: {} = {} is out of range; expected {}", origin, spec.path, scalar_text(v), want));
     }
   }

@@ -4,14 +4,17 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/error.h"
+
 namespace verl {
 
 void fault_point(const char* point, int64_t step) {
   static const char* spec = std::getenv("VERL_FAULT_INJECT");
   if (!spec) return;
-  const std::string at = std::string(point) + ":" + std::to_string(step);
-  if (spec == at) std::raise(SIGKILL);
-  if (spec == at + ":stop") std::raise(SIGSTOP);  // a stuck rank: alive, never answering
+  const std::string here = std::string(point) + ":" + std::to_string(step);
+  if (spec == here) std::raise(SIGKILL);
+  if (spec == here + ":stop") std::raise(SIGSTOP);  // a stuck rank: alive, never answering
+  VERL_CHECK(spec != here + ":error", "injected fault at {} (VERL_FAULT_INJECT={})", here, spec);
 }
 
 }  // namespace verl

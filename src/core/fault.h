@@ -1,7 +1,8 @@
 // Fault injection for crash tests: with VERL_FAULT_INJECT=<point>:<step> in the environment, the
 // process kills itself with SIGKILL (as `kill -9` would) when it reaches that point at that step;
-// with <point>:<step>:stop it stops itself (SIGSTOP: a stuck rank that neither answers nor exits).
-// Used by tests/e2e to interrupt training and checkpoint saves at exact places.
+// with <point>:<step>:stop it stops itself (SIGSTOP: a stuck rank that neither answers nor exits);
+// with <point>:<step>:error it throws a verl::Error there instead, to test that an error in that
+// phase comes out as a message. Used by tests/e2e at exact places.
 #pragma once
 
 #include <cstdint>

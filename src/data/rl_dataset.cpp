@@ -2,6 +2,8 @@
 // Row checks happen at load so a bad file fails before training starts, with file and line.
 #include "data/rl_dataset.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -12,6 +14,7 @@
 
 #include "config/config.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "core/log.h"
 #include "data/parquet.h"
 #include "tokenizer/tokenizer.h"
@@ -171,6 +174,13 @@ void RLDataset::add_row(const nlohmann::ordered_json& row, const std::string& fi
   VERL_CHECK((gt != rm->end() && !gt->is_null()) || model_style,
              "{}: reward_model.ground_truth is missing (needed by rule-based rewards)", at);
   if (gt != rm->end()) r.ground_truth = r.reward_model["ground_truth"];
+  if (opts_.check_reward_inputs) {  // an unknown data_source or a bad ground_truth fails here, not at reward time
+    try {
+      opts_.check_reward_inputs(r.data_source, r.ground_truth);
+    } catch (const std::exception& e) {
+      VERL_FAIL("{}: {}", at, e.what());
+    }
+  }
 
   if (auto ex = row.find("extra_info"); ex != row.end() && !ex->is_null()) {
     VERL_CHECK(ex->is_object(), "{}: 'extra_info' must be an object, got {}", at, type_of(*ex));
@@ -228,8 +238,8 @@ RLDataset RLDataset::load(const std::vector<std::string>& files, const tokenizer
       log::info("data: {} rows from {}", ds.size() - before, path);
       continue;
     }
-    std::ifstream in(path, std::ios::binary);
-    VERL_CHECK(in.good(), "{}: cannot open dataset file", path);
+    std::ifstream in;
+    open_for_reading(in, path, "dataset file", std::ios::binary);
     if (ends_with(path, ".json")) {
       // One JSON array of rows; "line" is then the 1-based element number.
       std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -261,7 +271,11 @@ RLDataset RLDataset::load(const std::vector<std::string>& files, const tokenizer
     }
     log::info("data: {} rows from {}", ds.size() - before, path);
   }
+  VERL_CHECK(ds.size() > 0, "data: {} hold(s) no rows; a dataset needs at least one", fmt::join(files, ", "));
   ds.finish();
+  VERL_CHECK(ds.size() > 0, "data: no rows of {} are left after data.filter_overlong_prompts (all {} prompts are "
+             "longer than data.max_prompt_length={})", fmt::join(files, ", "), ds.stats_.rows_filtered,
+             opts.max_prompt_length);
   return ds;
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -41,6 +42,9 @@ struct DatasetOptions {
   int64_t max_samples = -1;                    // data.train_max_samples / val_max_samples (-1: all)
   // Extra chat-template variables (data.apply_chat_template_kwargs), e.g. {"enable_thinking": false}.
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
+  // Called on every row as it loads with (data_source, ground_truth); an Error it throws is raised
+  // with the row's file:line. The trainer passes its reward scorer's check (data does not know them).
+  std::function<void(const std::string&, const nlohmann::json&)> check_reward_inputs;
 
   // The data.* keys of a config; `validation` picks val_max_samples instead of train_max_samples.
   static DatasetOptions from_config(const config::Config& cfg, bool validation = false);

@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -184,6 +186,8 @@ namespace {
 // Keeps the complete lines of an existing metrics.jsonl: a partial last line (the run was killed
 // mid-write) is dropped, and on resume so are the steps that will be run again.
 void repair_jsonl(const std::string& path, int64_t resume_step) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return;  // nothing to repair (or a device: not read)
   std::ifstream in(path, std::ios::binary);
   if (!in.good()) return;
   std::stringstream ss;
@@ -218,6 +222,7 @@ void repair_jsonl(const std::string& path, int64_t resume_step) {
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << kept;
+    out.flush();
     VERL_CHECK(out.good(), "jsonl: cannot rewrite '{}' (via '{}')", path, tmp);
   }
   fs::rename(tmp, path);
@@ -244,7 +249,11 @@ JsonlLogger::JsonlLogger(const std::string& path, int64_t resume_step) : path_(p
 }
 
 JsonlLogger::~JsonlLogger() {
-  close();
+  try {
+    close();
+  } catch (...) {
+    // Destructors must not throw; close() explicitly to see errors.
+  }
 }
 
 void JsonlLogger::log(int64_t step, const Metrics& metrics) {
@@ -260,20 +269,22 @@ void JsonlLogger::log(int64_t step, const Metrics& metrics) {
   }
   std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   line += '\n';
-  VERL_CHECK(std::fwrite(line.data(), 1, line.size(), file_) == line.size(),
-             "jsonl: write to '{}' failed", path_);
-  std::fflush(file_);  // a killed run keeps every finished step
+  // fwrite only buffers: a full disk shows in the flush, which happens every step so that a killed
+  // run keeps every finished step.
+  VERL_CHECK(std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0,
+             "jsonl: write to '{}' failed: {}", path_, std::strerror(errno));
 }
 
 void JsonlLogger::flush() {
-  if (file_ != nullptr) std::fflush(file_);
+  VERL_CHECK(file_ == nullptr || std::fflush(file_) == 0, "jsonl: write to '{}' failed: {}", path_,
+             std::strerror(errno));
 }
 
 void JsonlLogger::close() {
-  if (file_ != nullptr) {
-    std::fclose(file_);
-    file_ = nullptr;
-  }
+  if (file_ == nullptr) return;
+  std::FILE* f = file_;
+  file_ = nullptr;
+  VERL_CHECK(std::fclose(f) == 0, "jsonl: write to '{}' failed: {}", path_, std::strerror(errno));
 }
 
 // ---------------------------------------------------------------------------------------------

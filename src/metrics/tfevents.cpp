@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -243,7 +244,7 @@ std::string frame_record(std::string_view data) {
   return rec;
 }
 
-TfEventsWriter::TfEventsWriter(const std::string& dir) {
+TfEventsWriter::TfEventsWriter(const std::string& dir, const std::string& file_name) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -253,23 +254,34 @@ TfEventsWriter::TfEventsWriter(const std::string& dir) {
   // Two writers in one second on one host (a quick restart) must not clobber each other.
   path_ = base;
   for (int i = 1; fs::exists(path_); ++i) path_ = fmt::format("{}.{}", base, i);
+  if (!file_name.empty()) path_ = (fs::path(dir) / file_name).string();
   file_ = std::fopen(path_.c_str(), "wb");
   VERL_CHECK(file_ != nullptr, "tensorboard: cannot open event file '{}' for writing", path_);
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  write_record(encode_file_version_event(now));
-  flush();
+  try {
+    write_record(encode_file_version_event(now));
+    flush();
+  } catch (...) {
+    std::fclose(file_);  // the destructor does not run for a constructor that throws
+    file_ = nullptr;
+    throw;
+  }
 }
 
 TfEventsWriter::~TfEventsWriter() {
-  close();
+  try {
+    close();
+  } catch (...) {
+    // Destructors must not throw; close() explicitly to see errors.
+  }
 }
 
 void TfEventsWriter::write_record(std::string_view data) {
   VERL_CHECK(file_ != nullptr, "tensorboard: event file '{}' is closed", path_);
   const std::string rec = frame_record(data);
   VERL_CHECK(std::fwrite(rec.data(), 1, rec.size(), file_) == rec.size(),
-             "tensorboard: write to '{}' failed", path_);
+             "tensorboard: write to '{}' failed: {}", path_, std::strerror(errno));
 }
 
 void TfEventsWriter::add_scalar(int64_t step, std::string_view tag, float value, double wall_time) {
@@ -277,14 +289,15 @@ void TfEventsWriter::add_scalar(int64_t step, std::string_view tag, float value,
 }
 
 void TfEventsWriter::flush() {
-  if (file_ != nullptr) std::fflush(file_);
+  VERL_CHECK(file_ == nullptr || std::fflush(file_) == 0, "tensorboard: write to '{}' failed: {}", path_,
+             std::strerror(errno));
 }
 
 void TfEventsWriter::close() {
-  if (file_ != nullptr) {
-    std::fclose(file_);
-    file_ = nullptr;
-  }
+  if (file_ == nullptr) return;
+  std::FILE* f = file_;
+  file_ = nullptr;
+  VERL_CHECK(std::fclose(f) == 0, "tensorboard: write to '{}' failed: {}", path_, std::strerror(errno));
 }
 
 TfEvents read_tfevents(const std::string& path) {

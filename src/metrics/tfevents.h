@@ -31,11 +31,13 @@ std::string frame_record(std::string_view data);
 class TfEventsWriter {
  public:
   // Creates `dir` if needed and a new event file in it, starting with the file_version event.
-  explicit TfEventsWriter(const std::string& dir);
+  // `file_name` (tests) replaces the generated name and opens that file as it is.
+  explicit TfEventsWriter(const std::string& dir, const std::string& file_name = "");
   ~TfEventsWriter();
   TfEventsWriter(const TfEventsWriter&) = delete;
   TfEventsWriter& operator=(const TfEventsWriter&) = delete;
 
+  // Each is an Error naming the file when the write fails (a full disk): nothing is dropped silently.
   void add_scalar(int64_t step, std::string_view tag, float value, double wall_time);
   void flush();
   void close();

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file.h"
 
 namespace verl::model {
 
@@ -281,11 +282,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
 
 ModelConfig load_model_config(const std::string& model_dir) {
   const std::string path = model_dir + "/config.json";
-  std::ifstream in(path, std::ios::binary);
-  VERL_CHECK(in, "{}: cannot open model config", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_model_config(ss.str(), path);
+  return parse_model_config(read_file(path, "model config"), path);
 }
 
 std::string model_config_to_json(const ModelConfig& c) {

@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/signals.h"
 
 extern char** environ;
 
@@ -113,6 +114,7 @@ void CommandRewardFn::start() {
     VERL_FAIL("reward command '{}': cannot start /bin/sh: {}", cfg_.command, strerror(rc));
   }
   pid_ = pid;
+  register_child_group(pid_);  // its group id is its pid (setpgroup 0); killed if the run ends on a signal
   stdin_fd_ = sv[0];
   stdout_fd_ = out[0];
   set_nonblocking(stdin_fd_);
@@ -127,6 +129,7 @@ std::string CommandRewardFn::kill_and_reap() {
   int status = 0;
   while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }
+  unregister_child_group(pid_);
   pid_ = -1;
   close_fds();
   return describe_status(status);
@@ -138,6 +141,7 @@ std::string CommandRewardFn::reap(int wait_ms) {
     int status = 0;
     pid_t r = waitpid(pid_, &status, WNOHANG);
     if (r == pid_) {
+      unregister_child_group(pid_);
       pid_ = -1;
       close_fds();
       return describe_status(status);
@@ -158,6 +162,7 @@ CommandBatchResult CommandRewardFn::score(std::span<const RewardRow> rows) {
   if (pid_ > 0) {
     int status = 0;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      unregister_child_group(pid_);
       pid_ = -1;
       close_fds();
     }

@@ -43,4 +43,8 @@ ScoreResult default_compute_score(std::string_view data_source, std::string_view
       data_source, fmt::join(known_data_sources(), ", "));
 }
 
+void check_reward_inputs(std::string_view data_source, const nlohmann::json& ground_truth) {
+  default_compute_score(data_source, "", ground_truth, nlohmann::json::object());
+}
+
 }  // namespace verl::reward

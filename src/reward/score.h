@@ -32,6 +32,12 @@ ScoreResult default_compute_score(std::string_view data_source, std::string_view
                                   const nlohmann::json& ground_truth,
                                   const nlohmann::json& extra_info = nullptr);
 
+// An Error when default_compute_score could not score a row of `data_source` with this
+// ground_truth (an unknown data source, a ground_truth of the wrong shape): checked when a dataset
+// loads, so a bad row fails before training. Every scorer reads its ground_truth before the
+// response, so scoring an empty response checks exactly that.
+void check_reward_inputs(std::string_view data_source, const nlohmann::json& ground_truth);
+
 // The data sources default_compute_score knows, in the order above.
 const std::vector<std::string>& known_data_sources();
 

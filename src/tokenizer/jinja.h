@@ -15,6 +15,13 @@
 
 namespace verl::tokenizer::jinja {
 
+// Bounds on one render, so that a broken or hostile template fails with an error naming its line
+// instead of exhausting the stack or memory. Real chat templates stay far below them.
+inline constexpr int kMaxCallDepth = 100;                 // macro calls in progress at once
+inline constexpr int64_t kMaxLoopIterations = 1'000'000;  // for-loop iterations in one render
+inline constexpr int64_t kMaxRangeLength = 100'000;       // items one range() may produce
+inline constexpr size_t kMaxStringBytes = 64u << 20;      // the output or any string (bytes), or a list (items)
+
 struct Value;
 using ValueList = std::vector<Value>;
 

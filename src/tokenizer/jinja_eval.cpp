@@ -272,6 +272,16 @@ class Renderer {
     VERL_FAIL("{}:{}:{}: {}", name_, p.line, p.col, msg);
   }
 
+  // A hostile or broken template must not exhaust memory or the stack (limits in jinja.h).
+  void check_size(size_t bytes, const Pos& p, const char* what) const {
+    if (bytes > kMaxStringBytes)
+      fail(p, fmt::format("{} grew past {} bytes, the limit of a rendered string", what, kMaxStringBytes));
+  }
+  void count_iteration(const Pos& p) {
+    if (++iterations_ > kMaxLoopIterations)
+      fail(p, fmt::format("more than {} loop iterations in one render, the limit", kMaxLoopIterations));
+  }
+
   // ---- statements ----
 
   Flow exec_body(const Body& body, std::string& out) {
@@ -284,8 +294,14 @@ class Renderer {
 
   Flow exec(const Node& n, std::string& out) {
     switch (n.kind) {
-      case Node::Kind::kText: out += n.text; return Flow::kNormal;
-      case Node::Kind::kOutput: out += to_str(eval(*n.expr)); return Flow::kNormal;
+      case Node::Kind::kText:
+        out += n.text;
+        check_size(out.size(), n.pos, "the output");
+        return Flow::kNormal;
+      case Node::Kind::kOutput:
+        out += to_str(eval(*n.expr));
+        check_size(out.size(), n.pos, "the output");
+        return Flow::kNormal;
       case Node::Kind::kIf:
         for (size_t k = 0; k < n.conds.size(); ++k)
           if (eval(*n.conds[k]).truthy()) return exec_body(n.bodies[k], out);
@@ -353,6 +369,7 @@ class Renderer {
     if (n.filter) {  // `for x in xs if cond`: loop.length counts the kept items
       ValueList kept;
       for (const Value& it : items) {
+        count_iteration(n.pos);
         Scope probe;
         bind_targets(probe, n.targets, it, n.pos);
         scopes_.push_back(std::move(probe));
@@ -365,6 +382,7 @@ class Renderer {
     if (items.empty()) return exec_body(n.else_body, out);
     const auto len = static_cast<int64_t>(items.size());
     for (int64_t k = 0; k < len; ++k) {
+      count_iteration(n.pos);
       Scope scope;
       bind_targets(scope, n.targets, items[static_cast<size_t>(k)], n.pos);
       Value loop = Value::new_dict();
@@ -408,7 +426,14 @@ class Renderer {
   void define_macro(const Node& n) {
     const Node* node = &n;
     scopes_.back()[n.name] = Value::function([this, node](CallArgs& a) {
-      Scope scope;
+      if (depth_ >= kMaxCallDepth)
+        fail(node->pos, fmt::format("macro '{}' nested more than {} calls deep (runaway recursion?)", node->name,
+                                    kMaxCallDepth));
+      struct Depth {
+        int& d;
+        explicit Depth(int& x) : d(x) { ++d; }
+        ~Depth() { --d; }
+      } depth(depth_);
       if (a.args.size() > node->params.size())
         fail(node->pos, fmt::format("macro '{}' takes {} arguments, got {}", node->name, node->params.size(), a.args.size()));
       for (const auto& [k, v] : a.kwargs) {
@@ -468,6 +493,10 @@ class Renderer {
           VERL_FAIL("range() takes 1 to 3 arguments");
         }
         VERL_CHECK(step != 0, "range() step must not be zero");
+        const double count = step > 0 ? std::ceil((static_cast<double>(stop) - start) / step)
+                                      : std::ceil((static_cast<double>(start) - stop) / -static_cast<double>(step));
+        VERL_CHECK(count <= static_cast<double>(kMaxRangeLength), "range() of {} items is over the limit of {}",
+                   static_cast<int64_t>(count), kMaxRangeLength);
         ValueList out;
         for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) out.push_back(Value::integer(k));
         return Value::new_list(std::move(out));
@@ -625,7 +654,11 @@ class Renderer {
     }
     Value l = eval(*e.kids[0]);
     Value r = eval(*e.kids[1]);
-    if (op == "~") return Value::string(to_str(l) + to_str(r));
+    if (op == "~") {
+      std::string joined = to_str(l) + to_str(r);
+      check_size(joined.size(), e.pos, "a string");
+      return Value::string(std::move(joined));
+    }
     if (l.is_undefined() || r.is_undefined())
       fail(e.pos, fmt::format("'{}' is undefined (operand of '{}')",
                               describe(l.is_undefined() ? *e.kids[0] : *e.kids[1]), op));
@@ -637,7 +670,11 @@ class Renderer {
     if (op == "+") {
       if (both_int) return Value::integer(ival(l) + ival(r));
       if (l.is_number() && r.is_number()) return Value::number(l.as_double() + r.as_double());
-      if (l.is_string() && r.is_string()) return Value::string(l.s + r.s);
+      if (l.is_string() && r.is_string()) {
+        check_size(l.s.size() + r.s.size(), e.pos, "a string");
+        return Value::string(l.s + r.s);
+      }
+      if (l.is_list() && r.is_list()) check_size(l.list->size() + r.list->size(), e.pos, "a list");
       if (l.is_list() && r.is_list() && l.tuple == r.tuple) {
         ValueList items = *l.list;
         items.insert(items.end(), r.list->begin(), r.list->end());
@@ -659,6 +696,10 @@ class Renderer {
       const Value* cnt = seq == &l ? &r : &l;
       if (seq && (cnt->kind == Kind::kInt || cnt->kind == Kind::kBool)) {
         const int64_t n = std::max<int64_t>(0, ival(*cnt));
+        const size_t unit = seq->is_string() ? seq->s.size() : seq->list->size();
+        if (unit > 0 && static_cast<uint64_t>(n) > kMaxStringBytes / unit)
+          fail(e.pos, fmt::format("{} repeated {} times is over the limit of {} {}", seq->type_name(), n,
+                                  kMaxStringBytes, seq->is_string() ? "bytes" : "items"));
         if (seq->is_string()) {
           std::string out;
           for (int64_t k = 0; k < n; ++k) out += seq->s;
@@ -691,10 +732,11 @@ class Renderer {
     }
     if (op == "**") {
       if (!l.is_number() || !r.is_number()) type_error();
-      if (both_int && ival(r) >= 0) {
-        int64_t out = 1;
-        for (int64_t k = 0; k < ival(r); ++k) out *= ival(l);
-        return Value::integer(out);
+      if (both_int && ival(r) >= 0) {  // by squaring: a huge exponent is not a huge loop
+        uint64_t out = 1, base = static_cast<uint64_t>(ival(l));
+        for (int64_t k = ival(r); k > 0; k >>= 1, base *= base)
+          if (k & 1) out *= base;
+        return Value::integer(static_cast<int64_t>(out));
       }
       return Value::number(std::pow(l.as_double(), r.as_double()));
     }
@@ -1294,6 +1336,8 @@ class Renderer {
 
   std::string name_;
   std::vector<Scope> scopes_;
+  int depth_ = 0;           // macro calls in progress
+  int64_t iterations_ = 0;  // loop iterations so far in this render
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "tokenizer/added_vocab.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/byte_level.h"
@@ -22,12 +23,9 @@ namespace verl::tokenizer {
 namespace {
 
 nlohmann::json read_json(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  VERL_CHECK(f.good(), "cannot open {}", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
+  const std::string text = read_file(path, "tokenizer file");
   try {
-    return nlohmann::json::parse(ss.str());
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     VERL_FAIL("{}: malformed JSON: {}", path, e.what());
   }
@@ -283,8 +281,10 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
   bytes.reserve(ids.size() * 4);
   for (size_t i = 0; i < ids.size(); ++i) {
     const int32_t id = ids[i];
-    VERL_CHECK(id >= 0 && id < vocab_size_, "decode: ids[{}] = {} is out of range [0, {})", i, id,
-               vocab_size_);
+    VERL_CHECK(id >= 0, "decode: ids[{}] = {} is negative", i, id);
+    // An id past the tokenizer (a model's embedding is often padded: Qwen2.5 has 151936 rows for
+    // 151665 tokens) has no text; HF's decode skips it too.
+    if (id >= vocab_size_) continue;
     if (skip_special_tokens && special_[static_cast<size_t>(id)]) continue;
     bytes += id_bytes_[static_cast<size_t>(id)];
   }
@@ -347,6 +347,7 @@ IncrementalDecoder::IncrementalDecoder(const Tokenizer& tokenizer, bool skip_spe
 
 std::string IncrementalDecoder::push(int32_t id) {
   if (skip_special_ && tokenizer_->is_special(id)) return "";
+  if (id >= tokenizer_->vocab_size()) return "";  // no text, as in decode()
   pending_ += tokenizer_->token_bytes(id);
   // Emit everything except a trailing sequence that the next token may still complete.
   const size_t keep = incomplete_utf8_suffix(pending_);

@@ -41,7 +41,8 @@ class Tokenizer {
   std::vector<int32_t> encode(std::string_view text) const;
 
   // Text of `ids`. Invalid UTF-8 becomes U+FFFD. The config's clean_up_tokenization_spaces is
-  // applied, as transformers' decode() does; the second overload chooses it explicitly.
+  // applied, as transformers' decode() does; the second overload chooses it explicitly. Ids at or
+  // past vocab_size() (a padded embedding's extra rows) have no text and are skipped, as in HF.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const;
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens,
                      bool clean_up_tokenization_spaces) const;

@@ -1,8 +1,10 @@
 #include "trainer/checkpoint.h"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <sstream>
 
@@ -197,8 +199,11 @@ std::string save_checkpoint(const std::string& root, int64_t step, const ModelSt
   fs::rename(tmp, final_dir);
   write_text_atomic(fs::path(root) / "latest_checkpointed_iteration.txt", std::to_string(step));
   if (keep > 0) {
+    // The checkpoint just written always stays (the tracker names it), even when older runs left
+    // higher steps here; of the others, the newest keep - 1 stay.
     auto all = list_checkpoints(root);
-    for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) fs::remove_all(all[i].second);
+    std::erase_if(all, [&](const auto& c) { return c.first == step; });
+    for (size_t i = 0; i + static_cast<size_t>(keep) - 1 < all.size(); ++i) fs::remove_all(all[i].second);
   }
   return final_dir.string();
 }
@@ -207,13 +212,28 @@ std::string find_latest_checkpoint(const std::string& root) {
   const fs::path tracker = fs::path(root) / "latest_checkpointed_iteration.txt";
   if (!fs::exists(tracker)) return "";
   std::ifstream f(tracker);
-  int64_t step = -1;
-  f >> step;
-  VERL_CHECK(step >= 0, "{}: expected a step number", tracker.string());
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  const bool is_step = !text.empty() && text.size() <= 18 &&
+                       std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  VERL_CHECK(is_step, "{} should hold a step number but holds '{}'; fix or delete it (the checkpoints are the "
+             "global_step_N directories beside it)", tracker.string(), text.substr(0, 40));
+  const int64_t step = std::stoll(text);
   const fs::path dir = fs::path(root) / fmt::format("global_step_{}", step);
   VERL_CHECK(fs::exists(dir / "trainer_state.json"), "{} names step {} but {} is missing or incomplete",
              tracker.string(), step, dir.string());
   return dir.string();
+}
+
+void check_fresh_run_dir(const std::string& root) {
+  const auto all = list_checkpoints(root);
+  if (all.empty()) return;
+  std::string steps;
+  for (const auto& c : all) steps += (steps.empty() ? "" : ", ") + std::to_string(c.first);
+  VERL_FAIL("trainer.resume_mode=disable starts a fresh run, but {} already holds checkpoints (steps {}): the new "
+            "run's checkpoints would mix with them and the tracker would move between runs. Set "
+            "trainer.resume_mode=auto to continue from step {}, or give trainer.default_local_dir a new directory",
+            root, steps, all.back().first);
 }
 
 nlohmann::json load_checkpoint(const std::string& dir, model::Weights& actor, AdamWState& actor_opt,

@@ -42,7 +42,7 @@ struct ModelState {
 };
 
 // Writes global_step_<step> under `root` atomically, then updates the tracker, then removes the
-// oldest checkpoints beyond `keep` (keep <= 0: keep all). `tokenizer_dir`'s tokenizer files are
+// oldest checkpoints beyond `keep` (keep <= 0: keep all), never the one just written. `tokenizer_dir`'s tokenizer files are
 // copied into actor/huggingface so it loads on its own. Returns the checkpoint directory.
 // `comm`: the data-parallel ranks (null: this process alone); a collective then, returning the
 // directory on rank 0 and "" elsewhere.
@@ -51,8 +51,13 @@ std::string save_checkpoint(const std::string& root, int64_t step, const ModelSt
                             const std::string& tokenizer_dir, int64_t keep,
                             dist::Communicator* comm = nullptr);
 
-// The newest complete checkpoint under `root` (from the tracker file), or "" when there is none.
+// The newest complete checkpoint under `root` (from the tracker file), or "" when there is none. A
+// tracker that does not hold a step number is an Error naming it.
 std::string find_latest_checkpoint(const std::string& root);
+
+// A fresh run (trainer.resume_mode=disable) in `root`: an Error naming the directory and its steps
+// when it already holds checkpoints, so that one run never mixes with (or prunes) another's.
+void check_fresh_run_dir(const std::string& root);
 
 // Restores weights (their `data`, checked against their layout) and optimizer state (resized to
 // the layout, or to `*_shard`'s slice when given) from a checkpoint directory; returns

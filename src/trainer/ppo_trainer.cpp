@@ -19,6 +19,8 @@
 #include "core/error.h"
 #include "core/fault.h"
 #include "core/log.h"
+#include "core/run_lock.h"
+#include "core/signals.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "data/seqlen_balancing.h"
@@ -268,11 +270,19 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
   temperature_ = static_cast<float>(cfg_.get<double>("actor_rollout_ref.rollout.temperature"));
   seed_ = static_cast<uint64_t>(cfg_.get<std::optional<int64_t>>("data.seed").value_or(1));
 
-  train_set_ = std::make_unique<data::RLDataset>(data::RLDataset::load(
-      cfg_.get<std::vector<std::string>>("data.train_files"), *tok_, data::DatasetOptions::from_config(cfg_)));
+  // Rows the built-in scorers would reject fail at load, naming file:line (a command scores its own).
+  const bool rule_rewards = !cfg_.get<std::optional<std::string>>("custom_reward_function.command");
+  auto dataset_options = [&](bool validation) {
+    data::DatasetOptions o = data::DatasetOptions::from_config(cfg_, validation);
+    if (rule_rewards) o.check_reward_inputs = [](const std::string& ds, const nlohmann::json& gt) {
+      reward::check_reward_inputs(ds, gt);
+    };
+    return o;
+  };
+  train_set_ = std::make_unique<data::RLDataset>(
+      data::RLDataset::load(cfg_.get<std::vector<std::string>>("data.train_files"), *tok_, dataset_options(false)));
   if (auto vf = cfg_.get<std::optional<std::vector<std::string>>>("data.val_files")) {
-    val_set_ = std::make_unique<data::RLDataset>(
-        data::RLDataset::load(*vf, *tok_, data::DatasetOptions::from_config(cfg_, /*validation=*/true)));
+    val_set_ = std::make_unique<data::RLDataset>(data::RLDataset::load(*vf, *tok_, dataset_options(true)));
   }
   train_loader_ = std::make_unique<data::DataLoader>(*train_set_, data::LoaderOptions::train_from_config(cfg_));
   total_steps_ = train_loader_->total_batches();
@@ -445,6 +455,20 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
   std::exception_ptr worker_error;
   double reward_start = -1, reward_end = -1;
   std::thread worker;
+  // Stops and joins the worker on every way out of this function: an error in generation then
+  // propagates instead of a joinable std::thread calling std::terminate.
+  auto stop_worker = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+    }
+    cv.notify_all();
+    if (worker.joinable()) worker.join();
+  };
+  struct JoinOnExit {
+    decltype(stop_worker)& stop;
+    ~JoinOnExit() { stop(); }
+  } join_on_exit{stop_worker};
   if (parallel) {
     worker = std::thread([&] {
       for (;;) {
@@ -471,6 +495,7 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
   }
   rollout::GenerateHooks hooks;
   hooks.on_finish = [&](const rollout::Completion& c) {
+    fault_point("gen", global_step_ + 1);  // tests make generation fail while rewards are scored
     const int64_t b = c.request * n + c.sample;
     exp.group[b] = first_index + c.request;  // global: balance_batch may move the row
     exp.sample[b] = &samples[c.request];
@@ -493,12 +518,7 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
   engine_holder.reset();
   runner.reset();
   if (parallel) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      done = true;
-    }
-    cv.notify_all();
-    worker.join();
+    stop_worker();
     if (worker_error) std::rethrow_exception(worker_error);
     if (reward_start >= 0) timer.record("reward", reward_start, reward_end);
   } else {
@@ -893,6 +913,11 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
   comm_->set_stage("gen");
   generate(local, first, exp, timer, /*validation=*/false);
   record_device_memory(m, "gen");
+  // Sampled ids past the tokenizer (a padded embedding's extra rows) have no text; counted here.
+  int64_t out_of_vocab = 0;
+  for (const auto& r : exp.response)
+    for (int32_t id : r) out_of_vocab += id >= tok_->vocab_size() ? 1 : 0;
+  m.set("rollout/out_of_vocab_tokens", static_cast<double>(comm_->sum(out_of_vocab)));
   // verl's _balance_batch: the ranks swap rows so each holds a similar workload for the passes
   // and updates that follow (one rank has nothing to balance).
   double exchange_bytes = 0;
@@ -1082,6 +1107,7 @@ void PpoTrainer::resume() {
     dir = *p;
   } else {
     VERL_CHECK(mode == "disable", "trainer.resume_mode must be auto, disable or resume_path, got '{}'", mode);
+    check_fresh_run_dir(root);
   }
   if (dir.empty()) return;
   // The checkpoint's files do not depend on the device: load on the host, then hand the actor's
@@ -1158,6 +1184,9 @@ std::string PpoTrainer::save() {
 }
 
 void PpoTrainer::fit() {
+  // One run per directory; rank 0 (the one that logs and saves) holds the lock.
+  std::optional<RunLock> run_lock;
+  if (comm_->rank() == 0) run_lock.emplace(cfg_.get<std::string>("trainer.default_local_dir"));
   resume();
   metrics::LoggerOptions lo;
   lo.experiment_dir = cfg_.get<std::string>("trainer.default_local_dir");
@@ -1184,6 +1213,7 @@ void PpoTrainer::fit() {
   while (global_step_ < total_steps_) {
     std::optional<data::Batch> batch = train_loader_->next();
     if (!batch) break;
+    note_step(global_step_ + 1, /*in_progress=*/true);  // for the line a signal prints
     metrics::Metrics m = train_step(*batch);
     m.set("timing_s/data", train_loader_->last_wait_seconds());
     const bool last = global_step_ == total_steps_;
@@ -1195,6 +1225,7 @@ void PpoTrainer::fit() {
       m.set("timing_s/save", t.seconds());
     }
     log_metrics(m);
+    note_step(global_step_, /*in_progress=*/false);
   }
   if (logger_) logger_->flush();
 }

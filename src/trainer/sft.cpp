@@ -9,7 +9,9 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "core/log.h"
+#include "core/run_lock.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "data/parquet.h"
@@ -100,8 +102,8 @@ std::vector<SftExample> load_sft_examples(const std::string& path, const tokeniz
       for (const nlohmann::ordered_json& row : pf.read_row_group(g))
         add(nlohmann::json::parse(row.dump()), fmt::format("{}:{}", path, ++rowno));
   } else {
-    std::ifstream f(path);
-    VERL_CHECK(f.good(), "cannot open SFT data file {}", path);
+    std::ifstream f;
+    open_for_reading(f, path, "SFT data file");
     std::string line;
     int64_t lineno = 0;
     while (std::getline(f, line)) {
@@ -271,7 +273,7 @@ std::string run_sft(const config::Config& cfg) {
             state.numel());
   metrics::LoggerOptions lo;
   lo.experiment_dir = out_root;
-  fs::create_directories(out_root);
+  const RunLock run_lock(out_root);  // one run per directory
   lo.total_steps = total;
   lo.logging_steps = cfg.get<int64_t>("trainer.logging_steps");
   metrics::MultiLogger logger(cfg.get<std::vector<std::string>>("trainer.logger"), lo);

@@ -291,7 +291,14 @@ TEST(ConfigErrors, ValuesOutsideTheAllowedSet) {
   m = error_of([] { load({"reward_model.quantization_bits=3"}); });
   EXPECT_HAS(m, "allowed values: 4, 8, 16");
   m = error_of([] { load({"actor_rollout_ref.rollout.top_p=1.5"}); });
-  EXPECT_HAS(m, "actor_rollout_ref.rollout.top_p = 1.5 is out of range; expected a value in [0, 1]");
+  EXPECT_HAS(m, "actor_rollout_ref.rollout.top_p = 1.5 is out of range; expected a value in (0, 1]");
+  // An excluded bound: top_p = 0 would keep no token (the sampler rejects it mid-run).
+  m = error_of([] { load({"actor_rollout_ref.rollout.top_p=0"}); });
+  EXPECT_HAS(m, "actor_rollout_ref.rollout.top_p = 0.0 is out of range; expected a value in (0, 1]");
+  m = error_of([] { load({"actor_rollout_ref.rollout.val_kwargs.top_p=0"}); });
+  EXPECT_HAS(m, "actor_rollout_ref.rollout.val_kwargs.top_p = 0.0 is out of range");
+  m = error_of([] { load({"actor_rollout_ref.rollout.top_k=-5"}); });
+  EXPECT_HAS(m, "actor_rollout_ref.rollout.top_k = -5 is out of range; expected a value >= -1");
   m = error_of([] { load({"data.train_batch_size=0"}); });
   EXPECT_HAS(m, "expected a value >= 1");
   // Every value in range and in the set loads.

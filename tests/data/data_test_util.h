@@ -40,6 +40,7 @@ class ScratchDir {
     std::filesystem::create_directories(path_);
   }
   ~ScratchDir() { std::filesystem::remove_all(path_); }
+  std::string path() const { return path_.string(); }
   // Writes `text` to NAME and returns the full path.
   std::string write(const std::string& name, const std::string& text) const {
     const std::string p = (path_ / name).string();

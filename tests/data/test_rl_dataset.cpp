@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "data/rl_dataset.h"
 #include "data_test_util.h"
+#include "reward/score.h"
 
 namespace verl::data {
 namespace {
@@ -227,8 +228,14 @@ TEST(RLDataset, BadRowsNameFileAndLine) {
 TEST(RLDataset, FileProblems) {
   ScratchDir dir;
   EXPECT_NE(error_of([&] { RLDataset::load({"/nonexistent/x.jsonl"}, qwen3(), DatasetOptions{}); })
-                .find("/nonexistent/x.jsonl: cannot open"),
+                .find("cannot open dataset file /nonexistent/x.jsonl"),
             std::string::npos);
+  // A directory is not read as an empty file, and an empty file is named (not blamed on a batch size).
+  std::string msg0 = error_of([&] { RLDataset::load({dir.path()}, qwen3(), DatasetOptions{}); });
+  EXPECT_NE(msg0.find(dir.path() + ": it is a directory"), std::string::npos) << msg0;
+  const std::string empty = dir.write("empty.jsonl", "\n");
+  msg0 = error_of([&] { RLDataset::load({empty}, qwen3(), DatasetOptions{}); });
+  EXPECT_NE(msg0.find("data: " + empty + " hold(s) no rows"), std::string::npos) << msg0;
   const std::string parquet = dir.write("train.parquet", "PAR1");
   const std::string msg = error_of([&] { RLDataset::load({parquet}, qwen3(), DatasetOptions{}); });
   // Parquet is read now (tests/data/test_parquet.cpp); a 4-byte file is named as too short.
@@ -240,6 +247,22 @@ TEST(RLDataset, FileProblems) {
   const std::string obj = dir.write("x.json", make_row("q", "1").dump());
   EXPECT_NE(error_of([&] { RLDataset::load({obj}, qwen3(), DatasetOptions{}); }).find("must be an array"),
             std::string::npos);
+}
+
+// With the trainer's scorer check, a row no built-in scorer can score fails at load, naming file:line.
+TEST(RLDataset, RewardInputsAreCheckedAtLoad) {
+  ScratchDir dir;
+  DatasetOptions opts;
+  opts.check_reward_inputs = [](const std::string& ds, const nlohmann::json& gt) { reward::check_reward_inputs(ds, gt); };
+  const std::string good = make_row("q", "1").dump();
+  const std::string bad_gt = dir.write("gt.jsonl", good + "\n" + make_row("q", OJ::array({1, 2})).dump() + "\n");
+  std::string msg = error_of([&] { RLDataset::load({bad_gt}, qwen3(), opts); });
+  EXPECT_NE(msg.find(bad_gt + ":2: gsm8k: ground_truth must be a string"), std::string::npos) << msg;
+  const std::string bad_src = dir.write("src.jsonl", make_row("q", "1", "my/unknown").dump() + "\n");
+  msg = error_of([&] { RLDataset::load({bad_src}, qwen3(), opts); });
+  EXPECT_NE(msg.find(bad_src + ":1: no reward function for data_source 'my/unknown'"), std::string::npos) << msg;
+  // Without the check (a reward command scores its own rows) the same rows load.
+  EXPECT_EQ(RLDataset::load({bad_src}, qwen3(), DatasetOptions{}).size(), 1);
 }
 
 TEST(RLDataset, OptionsFromConfig) {

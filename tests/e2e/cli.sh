@@ -125,5 +125,119 @@ check "unknown --config-name names the flag" grep -q -- "--config-name nope with
   trainer.logger=[jsonl] trainer.default_local_dir="$work/hydra/run" > /dev/null 2>&1)
 check "--config-path DIR --config-name NAME.yaml trains" test -s "$work/hydra/run/metrics.jsonl"
 
+# ---- hostile inputs (issue 24): each is an error naming what is wrong, exit 1, never a crash ----
+quick="trainer.device=cpu data.train_batch_size=4 actor_rollout_ref.actor.ppo_mini_batch_size=4 actor_rollout_ref.rollout.n=2 data.max_response_length=8 trainer.val_before_train=false trainer.save_freq=-1 trainer.test_freq=-1 trainer.logger=[jsonl] trainer.total_training_steps=1 data.val_files=null"
+# Sampling keys out of range are rejected by name at load (top_p=0 used to abort in the sampler).
+# shellcheck disable=SC2086
+(cd "$root" && "$verl" train configs/demo.yaml $quick actor_rollout_ref.rollout.top_p=0 \
+  trainer.default_local_dir="$work/topp" > /dev/null 2> "$work/err_topp.txt")
+check "top_p=0 exits 1" test $? -eq 1
+check "top_p=0 names the key" grep -q "actor_rollout_ref.rollout.top_p = 0.0 is out of range; expected a value in (0, 1\]" "$work/err_topp.txt"
+# shellcheck disable=SC2086
+(cd "$root" && "$verl" train configs/demo.yaml $quick actor_rollout_ref.rollout.val_kwargs.top_p=1.5 \
+  trainer.default_local_dir="$work/topp2" > /dev/null 2> "$work/err_topp2.txt")
+check "val_kwargs.top_p=1.5 names the key" grep -q "actor_rollout_ref.rollout.val_kwargs.top_p = 1.5 is out of range" "$work/err_topp2.txt"
+# An error during generation while the reward worker runs comes out as its message (was exit 134).
+# shellcheck disable=SC2086
+(cd "$root" && VERL_FAULT_INJECT=gen:1:error "$verl" train configs/demo.yaml $quick trainer.actor_reward_parallel=true \
+  trainer.default_local_dir="$work/generr" > /dev/null 2> "$work/err_gen.txt")
+check "generation error exits 1" test $? -eq 1
+check "generation error says why" grep -q "injected fault at gen:1" "$work/err_gen.txt"
+
+# A model whose embedding has more rows than the tokenizer has tokens (as Qwen2.5's): sampled ids
+# past the vocabulary decode to nothing and are counted; training goes on.
+python3 -c "
+import json; c = json.load(open('$demo/config.json')); c['vocab_size'] = 1024
+json.dump(c, open('$work/big_vocab.json', 'w'))
+c['vocab_size'] = 256; json.dump(c, open('$work/small_vocab.json', 'w'))"
+"$verl" init-model --config "$work/big_vocab.json" --tokenizer "$demo" --out "$work/big_vocab" > /dev/null 2>&1
+# shellcheck disable=SC2086
+(cd "$root" && "$verl" train configs/demo.yaml $quick actor_rollout_ref.model.path="$work/big_vocab" \
+  trainer.default_local_dir="$work/oov" > /dev/null 2> "$work/err_oov.txt")
+check "ids past the vocabulary do not abort training" test $? -eq 0
+check "ids past the vocabulary are counted" python3 -c "
+import json
+m = [json.loads(l) for l in open('$work/oov/metrics.jsonl')][-1]
+assert m['rollout/out_of_vocab_tokens'] > 0, m.get('rollout/out_of_vocab_tokens')"
+"$verl" init-model --config "$work/small_vocab.json" --tokenizer "$demo" --out "$work/small_vocab" > /dev/null 2> "$work/err_small.txt"
+check "init-model with a vocab smaller than the tokenizer's exits 1" test $? -eq 1
+check "init-model names both sizes" grep -q "vocab_size 256 is smaller than the tokenizer's 512 tokens" "$work/err_small.txt"
+
+# Chat templates that recurse or loop without end stop with an error naming the line.
+evil_tok() {  # evil_tok DIR TEMPLATE: the demo tokenizer with another chat template
+  mkdir -p "$1" && cp "$demo/tokenizer.json" "$1/" &&
+    python3 -c "
+import json, sys; c = json.load(open('$demo/tokenizer_config.json')); c['chat_template'] = sys.argv[1]
+json.dump(c, open('$1/tokenizer_config.json', 'w'))" "$2"
+}
+msg='{"messages": [{"role": "user", "content": "hi"}]}'
+evil_tok "$work/tok_rec" $'{% macro f(x) %}{{ f(x) }}{% endmacro %}\n{{ f(1) }}'
+echo "$msg" | "$verl" tokenize --tokenizer "$work/tok_rec" --chat > /dev/null 2> "$work/err_rec.txt"
+check "recursive macro exits 1 (was a segfault)" test $? -eq 1
+check "recursive macro names the line" grep -q "chat_template:1:.*macro 'f' nested more than 100 calls deep" "$work/err_rec.txt"
+evil_tok "$work/tok_range" $'\n{% for i in range(100000000) %}x{% endfor %}'
+echo "$msg" | "$verl" tokenize --tokenizer "$work/tok_range" --chat > /dev/null 2> "$work/err_range.txt"
+check "huge range exits 1" test $? -eq 1
+check "huge range names the line" grep -q "chat_template:2:.*range() of 100000000 items is over the limit of 100000" "$work/err_range.txt"
+"$verl" generate --model "$demo" --prompt "x" --n 100000000 > /dev/null 2> "$work/err_n.txt"
+check "generate --n 100000000 exits 1" test $? -eq 1
+check "generate --n names the flag and the limit" grep -q -- "--n must be in \[1, 1048576\]" "$work/err_n.txt"
+
+# A directory given as a file is an error naming it (was read as an empty file).
+mkdir -p "$work/adir"
+"$verl" config "$work/adir" > /dev/null 2> "$work/err_dir1.txt"
+check "config DIR exits 1" test $? -eq 1
+check "config DIR names it" grep -q "cannot open config file $work/adir: it is a directory" "$work/err_dir1.txt"
+"$verl" train "$work/adir" > /dev/null 2> "$work/err_dir2.txt"
+check "train DIR names it" grep -q "$work/adir: it is a directory" "$work/err_dir2.txt"
+"$verl" logprobs --model "$golden" --input "$work/adir" > /dev/null 2> "$work/err_dir3.txt"
+check "logprobs --input DIR names it" grep -q -- "cannot open --input $work/adir: it is a directory" "$work/err_dir3.txt"
+"$verl" tokenize --tokenizer "$demo" --input "$work/adir" > /dev/null 2> "$work/err_dir4.txt"
+check "tokenize --input DIR names it" grep -q -- "cannot open --input $work/adir: it is a directory" "$work/err_dir4.txt"
+
+# A full disk: metrics.jsonl cannot be written, and the run says so instead of exiting 0.
+mkdir -p "$work/full" && ln -sf /dev/full "$work/full/metrics.jsonl"
+# shellcheck disable=SC2086
+(cd "$root" && "$verl" train configs/demo.yaml $quick trainer.default_local_dir="$work/full" > /dev/null 2> "$work/err_full.txt")
+check "full disk exits 1" test $? -eq 1
+check "full disk names metrics.jsonl" grep -q "jsonl: write to '$work/full/metrics.jsonl' failed: No space left on device" "$work/err_full.txt"
+
+# Rows a built-in scorer cannot score fail when the dataset loads, naming file:line.
+good_row=$(head -1 "$root/assets/demo/train.jsonl")
+printf '%s\n%s\n' "$good_row" '{"data_source": "openai/gsm8k", "prompt": [{"role": "user", "content": "q"}], "reward_model": {"style": "rule", "ground_truth": [1, 2]}}' > "$work/bad_gt.jsonl"
+printf '%s\n' '{"data_source": "nope", "prompt": [{"role": "user", "content": "q"}], "reward_model": {"style": "rule", "ground_truth": "1"}}' > "$work/bad_src.jsonl"
+: > "$work/empty.jsonl"
+# shellcheck disable=SC2086
+(cd "$root" && "$verl" train configs/demo.yaml $quick data.train_files="[$work/bad_gt.jsonl]" trainer.default_local_dir="$work/bad1" > /dev/null 2> "$work/err_gt.txt")
+check "bad ground_truth names file:line" grep -q "$work/bad_gt.jsonl:2: gsm8k: ground_truth must be a string" "$work/err_gt.txt"
+# shellcheck disable=SC2086
+(cd "$root" && "$verl" train configs/demo.yaml $quick data.train_files="[$work/bad_src.jsonl]" trainer.default_local_dir="$work/bad2" > /dev/null 2> "$work/err_src.txt")
+check "unknown data_source names file:line" grep -q "$work/bad_src.jsonl:1: no reward function for data_source 'nope'" "$work/err_src.txt"
+# shellcheck disable=SC2086
+(cd "$root" && "$verl" train configs/demo.yaml $quick data.val_files="[$work/empty.jsonl]" trainer.default_local_dir="$work/bad3" > /dev/null 2> "$work/err_empty.txt")
+check "empty validation file is named" grep -q "data: $work/empty.jsonl hold(s) no rows" "$work/err_empty.txt"
+check "empty validation file does not blame train_batch_size" bash -c "! grep -q train_batch_size '$work/err_empty.txt'"
+# More tokens than max_position_embeddings (256 for the golden model) are refused up front.
+python3 -c "import json; print(json.dumps({'tokens': [1] * 300}))" | "$verl" logprobs --model "$golden" > /dev/null 2> "$work/err_long.txt"
+check "logprobs too long exits 1" test $? -eq 1
+check "logprobs too long names the limit" grep -q "<stdin>:1: 300 tokens are more than the model's max_position_embeddings 256" "$work/err_long.txt"
+
+# SIGTERM while a reward command runs: the command is killed with the run, and the log says the
+# step was abandoned. The command writes its pid, then sleeps (exec: the pid is the sleep's).
+printf '#!/bin/sh\necho $$ > "%s/reward.pid"\nexec sleep 300\n' "$work" > "$work/slow_reward.sh"
+rm -f "$work/reward.pid"
+# shellcheck disable=SC2086
+(cd "$root" && exec "$verl" train configs/demo.yaml $quick custom_reward_function.command="sh $work/slow_reward.sh" \
+  custom_reward_function.timeout_s=300 trainer.default_local_dir="$work/sig" > /dev/null 2> "$work/err_sig.txt") &
+train_pid=$!
+for _ in $(seq 1 600); do [ -s "$work/reward.pid" ] && break; sleep 0.2; done
+kill -TERM "$train_pid"
+wait "$train_pid"
+check "SIGTERM ends the run with the signal's status" test $? -eq 143
+check "SIGTERM says the step was abandoned" grep -q "verl: SIGTERM: step 1 was in progress and is abandoned" "$work/err_sig.txt"
+reward_pid=$(cat "$work/reward.pid" 2> /dev/null || echo 0)
+for _ in $(seq 1 50); do kill -0 "$reward_pid" 2> /dev/null || break; sleep 0.1; done
+check "SIGTERM kills the reward command" bash -c "! kill -0 $reward_pid 2> /dev/null"
+
 echo "cli: $pass passed, $fail failed"
 test "$fail" -eq 0

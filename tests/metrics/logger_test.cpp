@@ -187,6 +187,26 @@ TEST(JsonlLogger, LinesParseAndAppendOnReopen) {
   fs::remove_all(dir);
 }
 
+// A full disk: fwrite only buffers, the failure shows in the flush, and the step's log() must say
+// so (naming the file) rather than leave metrics.jsonl empty and let the run succeed.
+TEST(JsonlLogger, FullDiskIsAnErrorNamingTheFile) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const fs::path dir = fresh_dir("jsonl_full");
+  const std::string path = (dir / "metrics.jsonl").string();
+  fs::create_symlink("/dev/full", path);
+  JsonlLogger j(path);
+  try {
+    j.log(1, step_metrics(1));
+    FAIL() << "log() on a full disk did not fail";
+  } catch (const verl::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("jsonl: write to '" + path + "' failed"), std::string::npos) << e.what();
+  }
+  MultiLogger multi;
+  multi.add("jsonl", std::make_unique<JsonlLogger>(path));
+  EXPECT_THROW(multi.log(1, step_metrics(1)), verl::Error);
+  fs::remove_all(dir);
+}
+
 TEST(JsonlLogger, ResumeDropsPartialLineAndStepsToBeRerun) {
   const fs::path dir = fresh_dir("jsonl_resume");
   const std::string path = (dir / "metrics.jsonl").string();

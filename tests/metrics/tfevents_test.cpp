@@ -158,6 +158,24 @@ TEST(TfEvents, CorruptedByteIsDetected) {
   fs::remove_all(dir);
 }
 
+// A full disk: the event file's first record (written and flushed when it is opened) fails with an
+// error naming the file, and so does every later flush.
+TEST(TfEvents, FullDiskIsAnErrorNamingTheFile) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const fs::path dir = fresh_dir("tb_full");
+  fs::create_symlink("/dev/full", dir / "events.out.tfevents.full");
+  try {
+    TfEventsWriter w(dir.string(), "events.out.tfevents.full");
+    FAIL() << "opening an event file on a full disk did not fail";
+  } catch (const verl::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tensorboard: write to '" + (dir / "events.out.tfevents.full").string() +
+                                         "' failed"),
+              std::string::npos)
+        << e.what();
+  }
+  fs::remove_all(dir);
+}
+
 TEST(TfEvents, TwoWritersInOneSecondGetTwoFiles) {
   const fs::path dir = fresh_dir("tb_two");
   TfEventsWriter a(dir.string());

@@ -108,6 +108,29 @@ TEST(Jinja, RuntimeErrorsNameWhatFailed) {
   EXPECT_NE(error_of("{{ 'a' + n }}", {{"n", 1}}).find("can only concatenate str (not \"int\") to str"), std::string::npos);
 }
 
+// A runaway template stops with an error naming its line instead of a stack overflow (was a
+// segfault) or unbounded memory (range(100000000) grew to 6.7 GB).
+TEST(Jinja, RenderIsBounded) {
+  auto has = [](const std::string& src, const std::string& want) {
+    const std::string msg = error_of(src);
+    EXPECT_NE(msg.find(want), std::string::npos) << src << "\n  -> " << msg;
+  };
+  has("{% macro f(x) %}{{ f(x) }}{% endmacro %}\n{{ f(1) }}", "tmpl:1:1: macro 'f' nested more than 100 calls deep");
+  has("\n{% for i in range(100000000) %}{% endfor %}", "tmpl:2:");
+  has("{% for i in range(100000000) %}{% endfor %}", "range() of 100000000 items is over the limit of 100000");
+  has("{% for i in range(1000) %}\n{% for j in range(1001) %}{% endfor %}{% endfor %}",
+      "tmpl:2:1: more than 1000000 loop iterations in one render");
+  has("{{ 'ab' * 100000000 }}", "str repeated 100000000 times is over the limit");
+  has("{% set ns = namespace(s='x' * 1000000) %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+      "a string grew past 67108864 bytes");
+  // Recursion that ends, ranges and loops of ordinary size still render.
+  EXPECT_EQ(jinja::Template("{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(5) }}",
+                            "ok").render(nlohmann::ordered_json::object()),
+            "54321");
+  EXPECT_EQ(jinja::Template("{{ range(3, 10, 3) | list }}|{{ 2 ** 10 }}", "ok").render(nlohmann::ordered_json::object()),
+            "[3, 6, 9]|1024");
+}
+
 TEST(ChatTemplate, TokenizerWithoutTemplateSaysSo) {
   const Tokenizer* tok = real_tokenizer("qwen3");
   ASSERT_NE(tok, nullptr);

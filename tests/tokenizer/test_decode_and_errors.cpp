@@ -177,7 +177,29 @@ TEST(Errors, InvalidUtf8InputNamesTheOffset) {
   const Tokenizer tok = Tokenizer::from_json(tiny_tokenizer(false), {}, "tiny");
   const std::string msg = error_of([&] { tok.encode("ab\xFF" "c"); });
   EXPECT_NE(msg.find("not valid UTF-8 (byte 0xFF at offset 2)"), std::string::npos) << msg;
-  EXPECT_NE(error_of([&] { tok.decode({5000}, false); }).find("ids[0] = 5000 is out of range"), std::string::npos);
+  EXPECT_NE(error_of([&] { tok.decode({-1}, false); }).find("ids[0] = -1 is negative"), std::string::npos);
+}
+
+// A model's embedding may have more rows than the tokenizer has tokens (Qwen2.5: 151936 for 151665),
+// so a sampled id can lie past the vocabulary: it has no text and is skipped, as HF's decode does.
+TEST(Decode, IdsPastTheVocabularyAreSkipped) {
+  const Tokenizer tok = Tokenizer::from_json(tiny_tokenizer(false), {}, "tiny");
+  std::vector<int32_t> ids = tok.encode("ab c");
+  ASSERT_GE(ids.size(), 2u);
+  const std::string want = tok.decode(ids, false);
+  const int32_t past = static_cast<int32_t>(tok.vocab_size());
+  std::vector<int32_t> with_extra = {past};
+  for (int32_t id : ids) {
+    with_extra.push_back(id);
+    with_extra.push_back(past + 7);
+  }
+  EXPECT_EQ(tok.decode(with_extra, false), want);
+  EXPECT_EQ(tok.decode(with_extra, true), tok.decode(ids, true));
+  IncrementalDecoder inc(tok);
+  std::string streamed;
+  for (int32_t id : with_extra) streamed += inc.push(id);
+  streamed += inc.finish();
+  EXPECT_EQ(streamed, tok.decode(ids, false, false));
 }
 
 }  // namespace

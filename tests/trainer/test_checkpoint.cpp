@@ -109,6 +109,66 @@ TEST(Checkpoint, BadCheckpointsAreClearErrors) {
   }
 }
 
+TEST(Checkpoint, TrackerHoldingGarbageSaysSo) {
+  const fs::path tmp = fs::temp_directory_path() / "verl_test_ckpt_garbage";
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  std::ofstream(tmp / "latest_checkpointed_iteration.txt") << "garbage\n";
+  try {
+    find_latest_checkpoint(tmp.string());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find((tmp / "latest_checkpointed_iteration.txt").string() + " should hold a step number but holds "
+                       "'garbage'"),
+              std::string::npos)
+        << msg;
+    EXPECT_EQ(msg.find("step 0"), std::string::npos) << msg;
+  }
+  fs::remove_all(tmp);
+}
+
+// A directory holding steps 4 and 6 (another run's) and a save of step 2 with keep = 2: the
+// checkpoint just written stays and the tracker names it; the oldest other one goes.
+TEST(Checkpoint, RetentionNeverDeletesTheCheckpointJustWritten) {
+  const fs::path tmp = fs::temp_directory_path() / "verl_test_ckpt_keep";
+  fs::remove_all(tmp);
+  for (int s : {4, 6}) {
+    fs::create_directories(tmp / ("global_step_" + std::to_string(s)));
+    std::ofstream(tmp / ("global_step_" + std::to_string(s)) / "trainer_state.json") << "{}";
+  }
+  const model::Weights w = model::Weights::load(kRoot + "/assets/demo/model");
+  AdamWState opt;
+  opt.exp_avg.assign(static_cast<size_t>(w.layout.total), 0.0f);
+  opt.exp_avg_sq.assign(static_cast<size_t>(w.layout.total), 0.0f);
+  const std::string dir = save_checkpoint(tmp.string(), 2, ModelState{&w, &opt, std::nullopt, 0}, std::nullopt,
+                                          nlohmann::json::object(), "", /*keep=*/2);
+  EXPECT_EQ(dir, (tmp / "global_step_2").string());
+  EXPECT_TRUE(fs::exists(tmp / "global_step_2" / "trainer_state.json"));
+  EXPECT_EQ(find_latest_checkpoint(tmp.string()), dir);
+  EXPECT_FALSE(fs::exists(tmp / "global_step_4"));
+  EXPECT_TRUE(fs::exists(tmp / "global_step_6"));
+  fs::remove_all(tmp);
+}
+
+// trainer.resume_mode=disable in a directory that holds checkpoints is an explicit error.
+TEST(Checkpoint, FreshRunInADirectoryWithCheckpointsIsAnError) {
+  const fs::path tmp = fs::temp_directory_path() / "verl_test_ckpt_fresh";
+  fs::remove_all(tmp);
+  for (int s : {4, 6}) fs::create_directories(tmp / ("global_step_" + std::to_string(s)));
+  PpoTrainer t(cfg_for(tmp.string(), 2, {"trainer.resume_mode=disable"}));
+  try {
+    t.fit();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(tmp.string() + " already holds checkpoints (steps 4, 6)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("trainer.resume_mode=auto"), std::string::npos) << msg;
+  }
+  EXPECT_FALSE(fs::exists(tmp / "global_step_2"));
+  fs::remove_all(tmp);
+}
+
 }  // namespace
 }  // namespace verl::trainer
 

@@ -1,0 +1,70 @@
+// Reading files (a directory given as a file is an error naming it) and the run lock (a second
+// run on a directory gets an error naming the holder's pid; the lock goes with its holder).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/file.h"
+#include "core/run_lock.h"
+
+namespace verl {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("verl_core_" + std::to_string(getpid()) + "_" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ReadFile, ADirectoryIsAnErrorNamingIt) {
+  const fs::path d = fresh_dir("read_dir");
+  const std::string msg = error_of([&] { read_file(d.string(), "config file"); });
+  EXPECT_NE(msg.find("cannot open config file " + d.string() + ": it is a directory"), std::string::npos) << msg;
+  std::ifstream f;
+  EXPECT_NE(error_of([&] { open_for_reading(f, d.string(), "--input"); }).find("--input " + d.string()),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { read_file((d / "missing.yaml").string(), "config file"); })
+                .find("cannot open config file " + (d / "missing.yaml").string() + ": No such file"),
+            std::string::npos);
+  std::ofstream(d / "a.txt") << "hello\n";
+  EXPECT_EQ(read_file((d / "a.txt").string(), "x"), "hello\n");
+  fs::remove_all(d);
+}
+
+TEST(RunLock, SecondHolderGetsAnErrorNamingThePid) {
+  const fs::path d = fresh_dir("lock");
+  {
+    RunLock first(d.string());
+    std::ifstream f(first.path());
+    std::string pid;
+    f >> pid;
+    EXPECT_EQ(pid, std::to_string(getpid()));
+    // flock conflicts between two open files even in one process, as between two runs.
+    const std::string msg = error_of([&] { RunLock second(d.string()); });
+    EXPECT_NE(msg.find(d.string() + " is in use by another run (pid " + std::to_string(getpid()) + ","),
+              std::string::npos)
+        << msg;
+  }
+  // Released with its holder: the next run takes it (the file stays behind, harmless).
+  EXPECT_EQ(error_of([&] { RunLock again(d.string()); }), "");
+  fs::remove_all(d);
+}
+
+}  // namespace
+}  // namespace verl
