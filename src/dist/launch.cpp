@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "dist/mpi_communicator.h"
+#include "dist/tcp_communicator.h"
 
 namespace verl::dist {
 namespace {
@@ -51,11 +52,15 @@ LaunchInfo detect_launch() {
 
 std::unique_ptr<Communicator> make_communicator(const LaunchInfo& info, double timeout_s) {
   if (info.world_size == 1) return std::make_unique<SingleProcess>();
-  VERL_CHECK(info.launcher != "torchrun",
-             "launched with torchrun-style variables (RANK={}, WORLD_SIZE={}) but without MPI: "
-             "start the ranks with `mpirun -np {} verl train ...` (or srun); the TCP bootstrap "
-             "for torchrun launches is not built yet",
-             info.rank, info.world_size, info.world_size);
+  if (info.launcher == "torchrun") {
+    const char* addr = std::getenv("MASTER_ADDR");
+    const int port = env_int("MASTER_PORT");
+    VERL_CHECK(addr != nullptr && *addr != '\0' && port > 0,
+               "launched with torchrun-style variables (RANK={}, WORLD_SIZE={}) but MASTER_ADDR / "
+               "MASTER_PORT are not set: rank 0's address and a free port, the same on every rank",
+               info.rank, info.world_size);
+    return std::make_unique<TcpCommunicator>(info.rank, info.world_size, addr, port, timeout_s);
+  }
   auto comm = std::make_unique<MpiCommunicator>(timeout_s);
   VERL_CHECK(comm->rank() == info.rank && comm->world_size() == info.world_size,
              "{} says rank {} of {}, MPI says rank {} of {}", info.launcher, info.rank,

@@ -2,7 +2,8 @@
 # Data parallel on the CPU: the demo config under `mpirun -np 2` against one process with the same
 # global batch (16 prompts x 4 samples a step, no shuffling). Checks, per step, critic/score/mean,
 # response_length/mean, actor/pg_loss and actor/grad_norm within 1e-4 relative and the exported
-# model's log-probs within 1e-5; the same with ZeRO-1 and ZeRO-2 (gradients reduced in buckets
+# model's log-probs within 1e-5; the same launched with torchrun-style variables (TCP, no MPI), with
+# ZeRO-1 and ZeRO-2 (gradients reduced in buckets
 # during backward), without balance_batch, and for PPO with a critic (with ZeRO 0, 1 and 2); a
 # checkpoint saved at 2 ranks
 # resumed at 1 and the reverse; kill -9 of one rank (the job ends, the dead rank is named, the last
@@ -74,6 +75,23 @@ check "exported models' log-probs within 1e-5" python3 -c "
 import json
 a, b = (json.loads(open('$work/' + r + '.lp').read())['logprobs'] for r in ('one', 'two'))
 assert len(a) == len(b) == 13 and max(abs(x - y) for x, y in zip(a, b)) <= 1e-5, (a, b)"
+
+# torchrun-style variables without MPI (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT):
+# the TCP communicator, here with ZeRO-1; the same steps as one process.
+port=$((20000 + $$ % 20000))
+pids=()
+for r in 0 1; do
+  RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 timeout 300 "$verl" train \
+    "$root/configs/demo.yaml" "${common[@]}" trainer.n_gpus_per_node=2 trainer.default_local_dir="$work/tcp" \
+    trainer.total_training_steps=3 trainer.test_freq=3 trainer.save_freq=-1 actor_rollout_ref.actor.zero_stage=1 \
+    > "$work/tcp.$r.log" 2>&1 &
+  pids+=($!)
+done
+rc=0
+for p in "${pids[@]}"; do wait "$p" || rc=1; done
+check "torchrun-style launch runs over TCP" test "$rc" -eq 0
+check "torchrun-style launch: 2 ranks = 1 process" compare "$work/one" "$work/tcp" 1,2,3 "${keys[@]}"
+check "torchrun-style validation = 1 process" compare "$work/one" "$work/tcp" 3 "val-core/arith/reward/mean@1"
 
 # What crosses ranks besides the gradients: balance_batch's rows (token ids, rollout log-probs, mask,
 # token scores) and the advantage stage's per-token rows (perf/exchange_bytes, rank 0's share), a
