@@ -115,7 +115,8 @@ TEST(ConfigSchema, EveryKeyDocumentedAndTyped) {
   EXPECT_TRUE(s->at("trainer.actor_reward_parallel").ours);
   EXPECT_FALSE(s->at("trainer.total_epochs").ours);
   EXPECT_EQ(s->at("actor_rollout_ref.rollout.multi_turn.enable").support, Support::Unsupported);  // inherited
-  EXPECT_EQ(s->at("actor_rollout_ref.actor.profiler.enable").support, Support::Unsupported);      // own mark wins
+  EXPECT_EQ(s->at("actor_rollout_ref.rollout.mode").support, Support::Ignored);                  // own mark wins
+  EXPECT_EQ(s->at("actor_rollout_ref.actor.profiler.enable").support, Support::Ignored);  // profiling: warned
   EXPECT_EQ(s->at("actor_rollout_ref.actor.profiler.ranks").support, Support::Ignored);
 }
 
