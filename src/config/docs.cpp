@@ -56,7 +56,7 @@ std::string description(const Schema& s, const KeySpec& k) {
 
 void section(std::string& out, const Schema& s, const KeySpec& sec) {
   const bool top = sec.path.find('.') == std::string::npos;
-  if (!sec.is_section()) {  // a top-level Hydra group choice such as model_engine
+  if (!sec.is_section()) {  // a top-level value such as model_engine
     out += fmt::format("\n## `{}`\n\n| key | type | default | description |\n|---|---|---|---|\n", sec.path);
     out += fmt::format("| `{}` | {} | `{}` | {} |\n", cell(sec.path), type_name(sec.type), cell(sec.default_text),
                        cell(description(s, sec)));

@@ -267,7 +267,7 @@ class SchemaBuilder {
         walk(v, path, spec.support, spec.ours, a.reason.empty() ? inherited_reason : a.reason);
         continue;
       }
-      VERL_CHECK(!prefix.empty() || a.group, "{}: top-level keys must be sections (or a Hydra @group choice)", at);
+      // Top-level values exist in verl too (model_engine, the older SFT's ulysses_sequence_parallel_size).
       if (prefix.empty()) s_.top_.push_back(path);
       else s_.keys_[s_.index_.at(prefix)].children.push_back(path);
 
