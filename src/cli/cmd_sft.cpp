@@ -22,7 +22,7 @@ struct Opts {
 
 int run(const Opts& o) {
   auto [positional, overrides] = split_config_args(o.args);
-  const std::string path = resolve_config_file(positional, o.hydra, {"sft_trainer"});
+  const std::string path = resolve_config_file(positional, o.hydra, {"sft_trainer", "sft_trainer_engine"});
   config::LoadOptions lo;
   lo.defaults_path = (fs::path(config::default_config_path()).parent_path() / "sft_trainer.yaml").string();
   config::Config cfg = config::load_config(path, overrides, lo);

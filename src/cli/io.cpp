@@ -61,7 +61,7 @@ void add_hydra_flags(CLI::App& app, HydraConfigFlags& flags) {
                  "Hydra's config directory (verl launch scripts); with --config-name");
   app.add_option("--config-name", flags.name,
                  "Hydra's config name: DIR/NAME.yaml, or verl's own defaults name (ppo_trainer, "
-                 "sft_trainer) for our defaults");
+                 "sft_trainer, sft_trainer_engine) for our defaults; verl's other names are refused with a reason");
 }
 
 std::string resolve_config_file(const std::string& positional, const HydraConfigFlags& flags,
@@ -80,6 +80,26 @@ std::string resolve_config_file(const std::string& positional, const HydraConfig
   }
   for (const std::string& b : builtin_names) {
     if (name == b) return "";  // verl's defaults file: ours mirror it
+  }
+  // verl's other shipped config names, each refused with what to use instead.
+  static const std::vector<std::pair<std::string, std::string>> others = {
+      {"ppo_megatron_trainer", "Megatron-LM is not supported; verl.cpp trains with its own data-parallel engine: use --config-name ppo_trainer (verl train)"},
+      {"_generated_ppo_megatron_trainer", "Megatron-LM is not supported: use --config-name ppo_trainer (verl train)"},
+      {"ppo_torchtitan_trainer", "the torchtitan engine is not supported: use --config-name ppo_trainer (verl train)"},
+      {"_generated_ppo_torchtitan_trainer", "the torchtitan engine is not supported: use --config-name ppo_trainer (verl train)"},
+      {"ppo_veomni_trainer", "the VeOmni engine is not supported: use --config-name ppo_trainer (verl train)"},
+      {"_generated_ppo_veomni_trainer", "the VeOmni engine is not supported: use --config-name ppo_trainer (verl train)"},
+      {"dapo_trainer", "DAPO's recipe (dynamic sampling, the dapo reward manager) is not implemented; run GRPO with --config-name ppo_trainer (verl train)"},
+      {"dapo_megatron_trainer", "DAPO's recipe and Megatron-LM are not supported: use --config-name ppo_trainer (verl train)"},
+      {"ppo_trainer", "it is the RL trainer's config: run `verl train`"},
+      {"_generated_ppo_trainer", "it is the RL trainer's config: run `verl train`"},
+      {"sft_trainer", "it is the SFT trainer's config: run `verl sft`"},
+      {"sft_trainer_engine", "it is the SFT trainer's config: run `verl sft`"},
+      {"evaluation", "offline evaluation is `verl reward` over generated JSONL"},
+      {"generation", "offline generation is `verl generate`"},
+  };
+  for (const auto& [other, why] : others) {
+    if (name == other) VERL_FAIL("--config-name {}: verl's {} config is not supported here: {}", flags.name, other, why);
   }
   VERL_FAIL("--config-name {}{}: no such config file, and it is not one of verl's defaults ({}); "
             "give the directory holding {}.yaml with --config-path, or the file as CONFIG",

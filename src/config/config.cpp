@@ -169,7 +169,16 @@ class Loader {
     const KeySpec* spec = schema_->find(path);
     if (!spec) {
       if (set_inside_map(path, v, origin)) return;
+      if (const KeySpec* open = open_ancestor(path)) {
+        log::warn("{}: {} has no effect in verl.cpp ({}); ignored", origin, path,
+                  open->reason.empty() ? open->doc : open->reason);
+        return;
+      }
       problems_.push_back(fmt::format("{}: unknown key '{}'.{}", origin, path, schema_->suggestion_text(path)));
+      return;
+    }
+    if (spec->is_section() && spec->group && !v.IsMap()) {
+      select_group(*spec, v, origin);
       return;
     }
     if (spec->is_section()) {
@@ -199,6 +208,34 @@ class Loader {
       return;
     }
     set_leaf(*spec, v, origin, path);
+  }
+
+  // The nearest section above `path` that accepts unlisted keys (@open), or null.
+  const KeySpec* open_ancestor(const std::string& path) const {
+    for (std::string p = path; p.rfind('.') != std::string::npos;) {
+      p = p.substr(0, p.rfind('.'));
+      const KeySpec* k = schema_->find(p);
+      if (k && k->is_section() && k->open) return k;
+      if (k) return nullptr;
+    }
+    return nullptr;
+  }
+
+  // `engine=fsdp`: Hydra's choice of a config group's file for a section (@group). Ours has one
+  // file per group, so a supported choice changes nothing; verl's other files are rejected by name.
+  void select_group(const KeySpec& spec, const YAML::Node& v, const std::string& origin) {
+    const std::string choice = v.IsScalar() ? v.Scalar() : detail::show(detail::generic(v));
+    auto in = [&](const std::vector<std::string>& set) { return std::find(set.begin(), set.end(), choice) != set.end(); };
+    if (in(spec.choices)) return;
+    if (in(spec.verl_choices)) {
+      problems_.push_back(fmt::format("{}: {}={} selects verl's {} config group, which verl.cpp does not support; "
+                                      "supported: {}{}",
+                                      origin, spec.path, choice, choice, fmt::join(spec.choices, ", "),
+                                      spec.reason.empty() ? "" : " (" + spec.reason + ")"));
+      return;
+    }
+    problems_.push_back(fmt::format("{}: {}={}: '{}' is a section; write {}.KEY=VALUE, or choose its config group: {}",
+                                    origin, spec.path, choice, spec.path, spec.path, fmt::join(spec.choices, ", ")));
   }
 
   // "model.override_config.rope_theta": a new sub-key inside a map-typed key.
@@ -311,12 +348,13 @@ class Loader {
       if (!k.is_leaf() || !slot.explicit_set || k.support == Support::Supported) continue;
       if (slot.pending || slot.value == k.default_value) continue;
       if (k.support == Support::Unsupported) {
-        problems_.push_back(fmt::format("{}: {} is a verl key that verl.cpp does not support yet; remove it or "
+        problems_.push_back(fmt::format("{}: {} is a verl key that verl.cpp does not support yet ({}); remove it or "
                                         "leave it at its default ({}), got {}",
-                                        slot.origin, k.path, detail::show(k.default_value), detail::show(slot.value)));
+                                        slot.origin, k.path, k.reason.empty() ? k.doc : k.reason,
+                                        detail::show(k.default_value), detail::show(slot.value)));
       } else {
         log::warn("{}: {} = {} has no effect in verl.cpp ({}); ignored", slot.origin, k.path, detail::show(slot.value),
-                  k.doc);
+                  k.reason.empty() ? k.doc : k.reason);
       }
     }
   }

@@ -22,6 +22,8 @@ std::string code_list(const std::vector<std::string>& v) {
   return out;
 }
 
+std::string last_component(const std::string& path) { return path.substr(path.rfind('.') + 1); }
+
 std::string range_text(const KeySpec& k) {
   auto num = [](double d) { return detail::scalar_text(d == static_cast<int64_t>(d) ? Json(static_cast<int64_t>(d)) : Json(d)); };
   if (k.min && k.max) {
@@ -51,15 +53,28 @@ std::string description(const Schema& s, const KeySpec& k) {
   bool inherited = parent && parent->support == k.support;
   if (!inherited && k.support == Support::Unsupported) d += " **Not supported yet.**";
   if (!inherited && k.support == Support::Ignored) d += " *No effect in verl.cpp.*";
+  if (!k.reason.empty() && !(parent && parent->reason == k.reason)) d += " " + k.reason;
+  if (k.group) d += " A Hydra config-group choice (`" + last_component(k.path) + "=...`).";
   if (k.ours && !(parent && parent->ours)) d += " *verl.cpp only.*";
   return d;
 }
 
 void section(std::string& out, const Schema& s, const KeySpec& sec) {
   const bool top = sec.path.find('.') == std::string::npos;
+  if (!sec.is_section()) {  // a top-level value such as model_engine
+    out += fmt::format("\n## `{}`\n\n| key | type | default | description |\n|---|---|---|---|\n", sec.path);
+    out += fmt::format("| `{}` | {} | `{}` | {} |\n", cell(sec.path), type_name(sec.type), cell(sec.default_text),
+                       cell(description(s, sec)));
+    return;
+  }
   out += fmt::format("\n{} `{}`\n\n{}", top ? "##" : "###", sec.path, sec.doc);
   if (sec.support == Support::Unsupported) out += " **Not supported yet:** every key below must stay at its default.";
   if (sec.support == Support::Ignored) out += " *No effect in verl.cpp:* values are accepted and ignored with a warning.";
+  if (sec.open) out += " Keys not listed here are accepted too (with a warning).";
+  if (!sec.reason.empty()) out += " " + sec.reason;
+  if (sec.group) out += fmt::format(" `{}=NAME` picks verl's config file for it: {} accepted{}.", sec.path,
+                                    code_list(sec.choices),
+                                    sec.verl_choices.empty() ? "" : ", " + code_list(sec.verl_choices) + " rejected");
   if (sec.ours) out += " *verl.cpp only.*";
   out += "\n";
   bool header = false;

@@ -100,7 +100,8 @@ std::string line_comment(const std::string& line) {
 struct Annotations {
   std::string doc;
   std::optional<Type> type;
-  bool nullable = false, ours = false;
+  bool nullable = false, ours = false, group = false, open = false;
+  std::string reason;
   std::optional<Support> support;
   std::vector<std::string> choices, verl_choices, ignored_choices, alias_of;
   std::optional<double> min, max;
@@ -137,7 +138,16 @@ Annotations parse_annotations(const std::string& comment, const std::string& whe
       }
     }
     auto need = [&] { VERL_CHECK(!value.empty(), "{}: @{} needs a value (@{}: ...)", where, name, name); };
-    if (name == "type") {
+    if (name == "reason") {
+      // The rest of the comment up to the next @annotation.
+      while (i + 1 < tokens.size() && tokens[i + 1][0] != '@') value += (value.empty() ? "" : " ") + tokens[++i];
+      need();
+      a.reason = value;
+    } else if (name == "group") {
+      a.group = true;
+    } else if (name == "open") {
+      a.open = true;
+    } else if (name == "type") {
       need();
       a.type = parse_type(value);
       VERL_CHECK(a.type, "{}: @type: {} is not one of bool, int, float, string, list[string], list[number], map",
@@ -186,7 +196,7 @@ Annotations parse_annotations(const std::string& comment, const std::string& whe
                  where, value);
     } else {
       VERL_FAIL("{}: unknown annotation @{}; known: type, nullable, choices, verl_choices, ignored_choices, range, "
-                "unsupported, ignored, alias, ours",
+                "unsupported, ignored, alias, ours, reason, group, open",
                 where, name);
     }
   }
@@ -210,7 +220,7 @@ class SchemaBuilder {
       VERL_FAIL("{}:{}: not valid YAML: {}", name_, e.mark.line + 1, e.msg);
     }
     VERL_CHECK(root.IsMap(), "{}: the defaults file must be a mapping of sections", name_);
-    walk(root, "", Support::Supported, false);
+    walk(root, "", Support::Supported, false, "");
     infer_interpolated_types();
     resolve_defaults();
     check_aliases();
@@ -233,7 +243,9 @@ class SchemaBuilder {
     return i;
   }
 
-  void walk(const YAML::Node& map, const std::string& prefix, Support inherited, bool inherited_ours) {
+  // `inherited_reason`: a section's @reason applies to the keys below it that give none.
+  void walk(const YAML::Node& map, const std::string& prefix, Support inherited, bool inherited_ours,
+            const std::string& inherited_reason) {
     for (const auto& kv : map) {
       const std::string key = kv.first.Scalar();
       const std::string path = prefix.empty() ? key : prefix + "." + key;
@@ -249,21 +261,29 @@ class SchemaBuilder {
       spec.doc = a.doc;
       spec.support = a.support.value_or(inherited);
       spec.ours = a.ours || inherited_ours;
+      spec.group = a.group;
+      spec.reason = a.reason.empty() ? inherited_reason : a.reason;
       const YAML::Node& v = kv.second;
 
       if (v.IsMap() && v.size() > 0 && !a.type) {
-        VERL_CHECK(a.choices.empty() && a.alias_of.empty() && !a.min && !a.max,
-                   "{}: a section takes only @unsupported, @ignored and @ours", at);
+        VERL_CHECK((a.group || (a.choices.empty() && a.verl_choices.empty())) && a.alias_of.empty() && !a.min && !a.max,
+                   "{}: a section takes only @unsupported, @ignored, @ours, @open, @reason and (with @group) "
+                   "@choices/@verl_choices",
+                   at);
+        VERL_CHECK(!a.open || spec.support == Support::Ignored, "{}: an @open section must be @ignored", at);
         spec.kind = KeySpec::Kind::Section;
-        size_t idx = add(spec, {});
+        spec.open = a.open;
+        spec.choices = a.choices;
+        spec.verl_choices = a.verl_choices;
         if (prefix.empty()) s_.top_.push_back(path);
         else s_.keys_[s_.index_.at(prefix)].children.push_back(path);
-        walk(v, path, spec.support, spec.ours);
-        (void)idx;
+        add(spec, {});
+        walk(v, path, spec.support, spec.ours, a.reason.empty() ? inherited_reason : a.reason);
         continue;
       }
-      VERL_CHECK(!prefix.empty(), "{}: top-level keys must be sections", at);
-      s_.keys_[s_.index_.at(prefix)].children.push_back(path);
+      // Top-level values exist in verl too (model_engine, the older SFT's ulysses_sequence_parallel_size).
+      if (prefix.empty()) s_.top_.push_back(path);
+      else s_.keys_[s_.index_.at(prefix)].children.push_back(path);
 
       if (!a.alias_of.empty()) {
         VERL_CHECK(v.IsNull(), "{}: an alias has no value of its own; write null", at);

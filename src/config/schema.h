@@ -36,6 +36,13 @@ struct KeySpec {
   bool nullable = false;
   Support support = Support::Supported;
   bool ours = false;        // a verl.cpp key that verl does not have
+  // A key naming one of verl's Hydra config groups (`model_engine=dp`, SFT's `engine=fsdp`): a
+  // leaf (top-level allowed) or a section that also takes a choice as a plain value.
+  bool group = false;
+  // A section that accepts keys it does not list (verl's Ray and launcher settings, whose keys are
+  // open-ended): an unknown key below it is ignored with a warning.
+  bool open = false;
+  std::string reason;       // why a key is not supported or has no effect, and what to use instead
   std::string doc;          // the one-line description
   std::string default_text;  // the default as written in the file (may hold ${...})
   Json default_value;       // the default with interpolations resolved (defaults alone)

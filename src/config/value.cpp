@@ -279,8 +279,8 @@ void check_value(const Json& v, const KeySpec& spec, const std::string& origin) 
       return std::find(set.begin(), set.end(), t) != set.end();
     };
     if (has(spec.verl_choices)) {
-      raise(fmt::format("{}: {} = {} is a verl option that verl.cpp does not support yet; supported: {}",
-                        origin, spec.path, t, fmt::join(spec.choices, ", ")));
+      raise(fmt::format("{}: {} = {} is a verl option that verl.cpp does not support yet; supported: {}{}", origin,
+                        spec.path, t, fmt::join(spec.choices, ", "), spec.reason.empty() ? "" : " (" + spec.reason + ")"));
     }
     if (!spec.choices.empty() && !has(spec.choices)) {
       std::string hint;

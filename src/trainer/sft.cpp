@@ -219,6 +219,11 @@ std::string run_sft(const config::Config& cfg) {
       val.insert(val.end(), std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
     }
   }
+  // verl's train_max_samples / val_max_samples: the first rows of the files (-1: all).
+  if (int64_t m = cfg.get<int64_t>("data.train_max_samples"); m >= 0 && static_cast<int64_t>(train.size()) > m)
+    train.resize(static_cast<size_t>(m));
+  if (int64_t m = cfg.get<int64_t>("data.val_max_samples"); m >= 0 && static_cast<int64_t>(val.size()) > m)
+    val.resize(static_cast<size_t>(m));
   const int64_t batch_size = cfg.get<int64_t>("data.train_batch_size");
   VERL_CHECK(static_cast<int64_t>(train.size()) >= batch_size,
              "data.train_batch_size {} is larger than the training set ({} rows)", batch_size, train.size());
@@ -240,8 +245,10 @@ std::string run_sft(const config::Config& cfg) {
   optim::LrSchedule sched;
   sched.type = cfg.get<std::string>("optim.lr_scheduler");
   sched.total_steps = total;
-  sched.warmup_steps = optim::LrSchedule::resolve_warmup(0, cfg.get<double>("optim.warmup_steps_ratio"), total);
+  sched.warmup_steps = optim::LrSchedule::resolve_warmup(cfg.get<int64_t>("optim.lr_warmup_steps"),
+                                                         cfg.get<double>("optim.warmup_steps_ratio"), total);
   sched.min_lr_ratio = cfg.get<double>("optim.min_lr_ratio");
+  sched.num_cycles = cfg.get<double>("optim.num_cycles");
   // The flat training state (master weights = the model's weights, gradients, moments) and the one
   // optimizer over it; one process.
   const optim::AdamW opt(ocfg, sched);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -115,7 +116,8 @@ TEST(ConfigSchema, EveryKeyDocumentedAndTyped) {
   EXPECT_TRUE(s->at("trainer.actor_reward_parallel").ours);
   EXPECT_FALSE(s->at("trainer.total_epochs").ours);
   EXPECT_EQ(s->at("actor_rollout_ref.rollout.multi_turn.enable").support, Support::Unsupported);  // inherited
-  EXPECT_EQ(s->at("actor_rollout_ref.actor.profiler.enable").support, Support::Unsupported);      // own mark wins
+  EXPECT_EQ(s->at("actor_rollout_ref.rollout.mode").support, Support::Ignored);                  // own mark wins
+  EXPECT_EQ(s->at("actor_rollout_ref.actor.profiler.enable").support, Support::Ignored);  // profiling: warned
   EXPECT_EQ(s->at("actor_rollout_ref.actor.profiler.ranks").support, Support::Ignored);
 }
 
@@ -495,6 +497,49 @@ TEST(ConfigDocs, InSyncWithDefaults) {
     if (!k.is_section()) {
       EXPECT_HAS(want, "`" + k.path + "`");
     }
+}
+
+
+// verl's 2026-08 layout beside the January one: new names set the old keys, mechanics keys are
+// accepted, features we lack are refused naming the key and the reason.
+TEST(ConfigLoad, NewerVerlLayout) {
+  Config c = load({"reward.reward_model.enable=true", "reward.reward_model.model_path=/m/rm",
+                   "critic.fsdp.param_offload=true", "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2",
+                   "+actor_rollout_ref.actor.policy_loss.tau_pos=1.5", "model_engine=dp",
+                   "+ray_kwargs.ray_init.num_gpus=8", "ray_kwargs.ray_init.runtime_env.env_vars.X=1",
+                   "+ray_kwargs.some_future_key=3"});
+  EXPECT_TRUE(c.get<bool>("reward_model.enable"));
+  EXPECT_EQ(c.get<std::string>("reward_model.model.path"), "/m/rm");
+  EXPECT_TRUE(c.get<bool>("critic.model.fsdp_config.param_offload"));
+  EXPECT_EQ(c.get<int64_t>("actor_rollout_ref.actor.ulysses_sequence_parallel_size"), 2);
+  EXPECT_EQ(c.get<int64_t>("actor_rollout_ref.ref.ulysses_sequence_parallel_size"), 2);  // follows the actor
+  EXPECT_DOUBLE_EQ(c.get<double>("actor_rollout_ref.actor.tau_pos"), 1.5);
+  std::string m = error_of([] { load({"reward.reward_manager.name=dapo", "algorithm.filter_groups.enable=true"}); });
+  EXPECT_HAS(m, "reward_model.reward_manager = dapo is a verl option that verl.cpp does not support yet");
+  EXPECT_HAS(m, "DAPO's overlong penalty and dynamic sampling are not");
+  EXPECT_HAS(m, "algorithm.filter_groups.enable is a verl key that verl.cpp does not support yet (DAPO's dynamic");
+  m = error_of([] { load({"model_engine=megatron"}); });
+  EXPECT_HAS(m, "model_engine = megatron is a verl option");
+  EXPECT_HAS(m, "use model_engine=dp");
+  // An open section takes unknown keys; a closed one still refuses them.
+  m = error_of([] { load({"actor_rollout_ref.rollout.checkpoint_engine.nonsense=1"}); });
+  EXPECT_HAS(m, "unknown key 'actor_rollout_ref.rollout.checkpoint_engine.nonsense'");
+}
+
+TEST(ConfigLoad, NewerVerlSftLayout) {
+  LoadOptions lo;
+  lo.defaults_path = (std::filesystem::path(default_config_path()).parent_path() / "sft_trainer.yaml").string();
+  Config c = load_config("", {"model.path=/m/qwen", "data.messages_key=conv", "engine=fsdp",
+                              "engine.ulysses_sequence_parallel_size=2", "optim.lr_scheduler_type=constant",
+                              "trainer.logger=[console,wandb]"},
+                         lo);
+  EXPECT_EQ(c.get<std::string>("model.partial_pretrain"), "/m/qwen");
+  EXPECT_EQ(c.get<std::string>("data.multiturn.messages_key"), "conv");
+  EXPECT_EQ(c.get<std::string>("optim.lr_scheduler"), "constant");
+  EXPECT_EQ(c.get<std::vector<std::string>>("trainer.logger"), std::vector<std::string>{"console"});
+  std::string m = error_of([&] { load_config("", {"engine=megatron", "data.prompt_dict_keys=[q]"}, lo); });
+  EXPECT_HAS(m, "engine=megatron selects verl's megatron config group");
+  EXPECT_HAS(m, "data.prompt_dict_keys is a verl key that verl.cpp does not support yet (nested");
 }
 
 }  // namespace

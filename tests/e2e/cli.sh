@@ -239,5 +239,67 @@ reward_pid=$(cat "$work/reward.pid" 2> /dev/null || echo 0)
 for _ in $(seq 1 50); do kill -0 "$reward_pid" 2> /dev/null || break; sleep 0.1; done
 check "SIGTERM kills the reward command" bash -c "! kill -0 $reward_pid 2> /dev/null"
 
+# verl's launch scripts (tests/fixtures/verl_scripts, README there): each override list, with only
+# its paths substituted, loads through `verl config` (the loader `verl train` and `verl sft` use).
+# At least 90% are accepted; each other one fails with every `# expect-error:` line of its header.
+scripts=$root/tests/fixtures/verl_scripts
+script_args() {  # script_args FIXTURE DATA: the fixture's overrides with the paths filled in
+  grep -v '^#' "$1" | sed "s|@DATA@|$2|; s|@MODEL@|$demo|; s|@SAVE_DIR@|$work/verl_scripts/$(basename "$1" .txt)|"
+}
+total=0 accepted=0
+for f in "$scripts"/*.txt; do
+  name=$(basename "$f" .txt)
+  total=$((total + 1))
+  defaults=()
+  grep -q '^# entry: .*sft' "$f" && defaults=(--defaults "$root/configs/sft_trainer.yaml")
+  mapfile -t args < <(script_args "$f" "$root/assets/demo/train.jsonl")
+  "$verl" config "${defaults[@]}" "${args[@]}" > /dev/null 2> "$work/script_err.txt"
+  rc=$?
+  if ! grep -q '^# expect-error: ' "$f"; then
+    check "verl script $name is accepted" test $rc -eq 0
+    [ $rc -eq 0 ] && accepted=$((accepted + 1))
+  else
+    check "verl script $name is rejected" test $rc -ne 0
+    while IFS= read -r want; do
+      check "verl script $name names the key and reason: $want" grep -qF -- "$want" "$work/script_err.txt"
+    done < <(sed -n 's/^# expect-error: //p' "$f")
+  fi
+done
+echo "verl scripts: $accepted of $total accepted"
+check "at least 90% of verl's scripts are accepted ($accepted of $total)" test $((accepted * 10)) -ge $((total * 9))
+# Five of them train 2 steps on the demo model, sizes shrunk by overrides appended after the script's.
+shrink=(data.train_files="[$root/assets/demo/train.jsonl]" data.val_files="[$root/assets/demo/val.jsonl]"
+  data.train_batch_size=4 data.max_prompt_length=32 data.max_response_length=24
+  actor_rollout_ref.actor.ppo_mini_batch_size=4 actor_rollout_ref.rollout.n=2 trainer.total_training_steps=2
+  trainer.device=cpu trainer.n_gpus_per_node=1 trainer.nnodes=1 trainer.val_before_train=false
+  trainer.test_freq=-1 trainer.save_freq=-1 trainer.logger=[jsonl])
+for name in grpo_trainer__run_qwen3_8b_fsdp ppo_trainer__run_qwen3_8b_fsdp rloo_trainer__run_qwen3_8b_fsdp \
+  reinforce_plus_plus_trainer__run_qwen3_8b_fsdp gpg_trainer__run_qwen3_8b_fsdp; do
+  mapfile -t args < <(script_args "$scripts/$name.txt" "$root/assets/demo/train.jsonl")
+  out=$work/verl_scripts/$name
+  (cd "$root" && "$verl" train "${args[@]}" "${shrink[@]}" trainer.default_local_dir="$out" > "$work/$name.log" 2>&1)
+  check "verl script $name trains 2 steps" python3 -c "
+import json
+rows = [json.loads(l) for l in open('$out/metrics.jsonl')]
+assert [r['step'] for r in rows] == [1, 2], rows
+assert all(0.0 <= r['critic/score/mean'] <= 1.0 for r in rows), rows
+print('$name: critic/score/mean', [r['critic/score/mean'] for r in rows])"
+done
+# And the multi-turn SFT script trains 2 steps with `verl sft`.
+name=sft__multiturn__run_qwen2_5_0_5b_fsdp
+mapfile -t args < <(script_args "$scripts/$name.txt" "$root/assets/demo/sft.jsonl")
+(cd "$root" && "$verl" sft "${args[@]}" data.train_batch_size=4 data.micro_batch_size_per_gpu=4 \
+  data.train_max_samples=16 data.val_max_samples=8 trainer.total_training_steps=2 trainer.logger=[jsonl] \
+  > "$work/$name.log" 2>&1)
+check "verl script $name trains 2 steps" python3 -c "
+import json
+rows = [json.loads(l) for l in open('$work/verl_scripts/$name/metrics.jsonl')]
+assert [r['step'] for r in rows] == [1, 2] and all(r['train/loss'] > 0 for r in rows), rows"
+# verl's other config names are refused with what to use instead.
+"$verl" train --config-name ppo_megatron_trainer > /dev/null 2> "$work/err_megatron.txt"
+check "--config-name ppo_megatron_trainer is refused by name" grep -q "Megatron-LM is not supported" "$work/err_megatron.txt"
+"$verl" train "$root/configs/demo.yaml" model_engine=megatron > /dev/null 2> "$work/err_engine.txt"
+check "model_engine=megatron is refused by name" grep -q "model_engine = megatron is a verl option" "$work/err_engine.txt"
+
 echo "cli: $pass passed, $fail failed"
 test "$fail" -eq 0
