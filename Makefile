@@ -34,7 +34,9 @@ test: build npm-fixtures
 
 # The bundled default: GRPO on the demo arithmetic task with the bundled tiny model, on CPU.
 DEMO_DIR ?= checkpoints/demo
-demo: build
+# Builds only the program the demo runs (`make test` builds the test suites and benchmarks).
+demo: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS) --target verl
 	rm -rf $(DEMO_DIR)
 	$(BUILD)/bin/verl train configs/demo.yaml trainer.default_local_dir=$(DEMO_DIR)
 	@echo
