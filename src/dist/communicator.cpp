@@ -178,9 +178,10 @@ class Completed final : public PendingCollective {
 }  // namespace
 
 std::unique_ptr<PendingCollective> Communicator::start_all_reduce(void* data, size_t count,
-                                                                  DataType type, ReduceOp op) {
+                                                                  DataType type, ReduceOp op,
+                                                                  Place place) {
   VERL_CHECK(data != nullptr || count == 0, "start_all_reduce: null buffer of {} elements", count);
-  return start_all_reduce_impl(data, count, type, op);
+  return start_all_reduce_impl(data, count, type, op, place);
 }
 
 std::unique_ptr<PendingCollective> Communicator::start_reduce(void* data, size_t count,
@@ -194,8 +195,8 @@ std::unique_ptr<PendingCollective> Communicator::start_reduce(void* data, size_t
 
 std::unique_ptr<PendingCollective> Communicator::start_all_reduce_impl(void* data, size_t count,
                                                                        DataType type,
-                                                                       ReduceOp op) {
-  all_reduce_impl(data, count, type, op, Place::host());
+                                                                       ReduceOp op, Place place) {
+  all_reduce_impl(data, count, type, op, place);
   return std::make_unique<Completed>();
 }
 

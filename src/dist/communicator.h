@@ -116,12 +116,13 @@ class Communicator {
                    std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
                    DataType type, Place place = {});
 
-  // Non-blocking host collectives for the gradient buckets that backward finishes while it goes
-  // on. Every rank starts the same collectives in the same order. start_all_reduce: as
-  // all_reduce. start_reduce: root's `data` becomes op over all ranks of `data` (in place); on the
+  // Non-blocking collectives for the gradient buckets that backward finishes while it goes on.
+  // Every rank starts the same collectives in the same order. start_all_reduce: as all_reduce;
+  // on the device it runs after the work enqueued so far on place.stream (the backward that wrote
+  // the bucket) and beside what is enqueued there later. start_reduce (host): root's `data` becomes op over all ranks of `data` (in place); on the
   // other ranks `data` is left as it was or overwritten (the caller must not read it).
   std::unique_ptr<PendingCollective> start_all_reduce(void* data, size_t count, DataType type,
-                                                      ReduceOp op);
+                                                      ReduceOp op, Place place = {});
   std::unique_ptr<PendingCollective> start_reduce(void* data, size_t count, DataType type,
                                                   ReduceOp op, int root);
 
@@ -215,7 +216,8 @@ class Communicator {
   // By default the blocking all-reduce, complete on return (start_reduce too: every rank gets the
   // sum, which the contract allows). MPI overrides both with its non-blocking calls.
   virtual std::unique_ptr<PendingCollective> start_all_reduce_impl(void* data, size_t count,
-                                                                   DataType type, ReduceOp op);
+                                                                   DataType type, ReduceOp op,
+                                                                   Place place);
   virtual std::unique_ptr<PendingCollective> start_reduce_impl(void* data, size_t count,
                                                                DataType type, ReduceOp op,
                                                                int root);

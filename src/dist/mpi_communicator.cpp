@@ -146,7 +146,8 @@ class MpiCommunicator::Pending final : public PendingCollective {
 
 std::unique_ptr<PendingCollective> MpiCommunicator::start_all_reduce_impl(void* data, size_t count,
                                                                           DataType type,
-                                                                          ReduceOp op) {
+                                                                          ReduceOp op, Place place) {
+  host_only(place, "all_reduce");
   auto p = std::make_unique<Pending>(*this, "gradient all_reduce");
   check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, count_of(count, "all_reduce"), mpi_type(type),
                            mpi_op(op, type, "all_reduce"), MPI_COMM_WORLD, p->request()),

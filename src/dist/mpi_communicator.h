@@ -38,7 +38,7 @@ class MpiCommunicator final : public Communicator {
                         std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
                         DataType type, Place place) override;
   std::unique_ptr<PendingCollective> start_all_reduce_impl(void* data, size_t count, DataType type,
-                                                           ReduceOp op) override;
+                                                           ReduceOp op, Place place) override;
   std::unique_ptr<PendingCollective> start_reduce_impl(void* data, size_t count, DataType type,
                                                        ReduceOp op, int root) override;
 

@@ -81,6 +81,12 @@ class TrainState {
   virtual model::GradSink* grad_sink() { return nullptr; }
   // Before each backward: whether it is the last micro-batch before the optimizer step.
   virtual void prepare_backward(bool last_micro_batch) { (void)last_micro_batch; }
+  // A model that writes the whole gradient buffer itself (the GPU model) reports here each range
+  // [begin, end) its backward has finished enqueuing (model::cuda::GradReadyHook).
+  virtual void grads_ready(int64_t begin, int64_t end) {
+    (void)begin;
+    (void)end;
+  }
   // The step's gradient reduction: what backward started is waited for; otherwise all-reduce
   // (whole state) or reduce-scatter (sharded).
   virtual void reduce_grads(dist::Communicator& comm) { all_reduce_grads(comm); }

@@ -37,6 +37,10 @@ class CudaPolicy final : public PolicyModel {
         session_.ctx(), host_.config, host_.layout, state_->weights_bf16(),
         opts.trainable ? state_->grads() : nullptr, co);
     host_steps_ = state_->steps();
+    if (opts.trainable) {  // data parallelism reduces each finished range while backward goes on
+      optim::cuda::CudaTrainState* st = state_.get();
+      tf_->set_grad_ready_hook([st](const model::cuda::GradRange& r) { st->grads_ready(r.begin, r.end); });
+    }
     if (!opts.trainable) {
       // The reference policy is never generated from nor saved: no host copy unless asked for.
       host_.data = {};

@@ -216,6 +216,8 @@ void setup_data_parallel(const config::Config& cfg, const char* key, PolicyModel
   if (comm.world_size() == 1) {
     if (stage > 0)
       log::warn("{}={}: one rank has nothing to shard; the whole optimizer state stays here", key, stage);
+    // A one-rank NCCL communicator still reduces (through NCCL): its buckets go as with more.
+    if (comm.distributed()) model.state().enable_data_parallel(comm, 0);
     return;
   }
   optim::TrainState& st = model.state();

@@ -57,9 +57,11 @@ class NcclCommunicator final : public Communicator {
     host_->broadcast(reinterpret_cast<uint8_t*>(&id), sizeof(id), DataType::U8, 0);
     check_nccl(ncclCommInitRank(&comm_, host_->world_size(), id, host_->rank()), "init");
     check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "event");
+    check_cuda(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "stream");
   }
   ~NcclCommunicator() override {
     if (done_ != nullptr) cudaEventDestroy(done_);
+    if (side_ != nullptr) cudaStreamDestroy(side_);
     if (comm_ != nullptr) {
       if (std::uncaught_exceptions() > 0) {
         ncclCommAbort(comm_);  // peers may still wait in a collective
@@ -84,6 +86,18 @@ class NcclCommunicator final : public Communicator {
     run(place, "all_reduce", [&](cudaStream_t s) {
       return ncclAllReduce(data, data, count, nccl_type(type), nccl_op(op), comm_, s);
     });
+  }
+  // A gradient bucket's all-reduce on the communicator's own stream, after what `place.stream`
+  // has enqueued so far (the backward that wrote it) and beside what it enqueues next.
+  std::unique_ptr<PendingCollective> start_all_reduce_impl(void* data, size_t count, DataType type,
+                                                           ReduceOp op, Place place) override {
+    if (!place.on_device()) return host_->start_all_reduce(data, count, type, op, place);
+    auto p = std::make_unique<Pending>(*this, "gradient all_reduce");
+    check_cuda(cudaEventRecord(p->ready, static_cast<cudaStream_t>(place.stream)), "event record");
+    check_cuda(cudaStreamWaitEvent(side_, p->ready, 0), "stream wait");
+    check_nccl(ncclAllReduce(data, data, count, nccl_type(type), nccl_op(op), comm_, side_), "all_reduce");
+    check_cuda(cudaEventRecord(p->done, side_), "event record");
+    return p;
   }
   void reduce_scatter_impl(const void* send, void* recv, size_t recv_count, DataType type,
                            ReduceOp op, Place place) override {
@@ -150,6 +164,55 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  // A started device collective: complete when `done` (recorded after it) is reached.
+  struct Pending final : PendingCollective {
+    Pending(NcclCommunicator& c, const char* w) : comm(c), what(w) {
+      check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "event");
+      check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "event");
+    }
+    ~Pending() override {
+      if (!finished && std::uncaught_exceptions() == 0) wait();
+      cudaEventDestroy(ready);
+      cudaEventDestroy(done);
+    }
+    bool test() override {
+      if (!finished) finished = comm.reached(done, what);
+      return finished;
+    }
+    void wait() override {
+      if (!finished) comm.wait_for(done, what);
+      finished = true;
+    }
+    NcclCommunicator& comm;
+    const char* what;
+    cudaEvent_t ready = nullptr, done = nullptr;
+    bool finished = false;
+  };
+
+  // Whether `ev` has been reached, raising NCCL's and CUDA's asynchronous errors.
+  bool reached(cudaEvent_t ev, const char* what) {
+    const cudaError_t q = cudaEventQuery(ev);
+    if (q == cudaSuccess) return true;
+    VERL_CHECK(q == cudaErrorNotReady, "NCCL {} in stage '{}': CUDA error {}", what, stage(),
+               cudaGetErrorString(q));
+    ncclResult_t async = ncclSuccess;
+    check_nccl(ncclCommGetAsyncError(comm_, &async), what);
+    VERL_CHECK(async == ncclSuccess || async == ncclInProgress,
+               "NCCL {} in stage '{}' failed on rank {}: {}", what, stage(), rank(),
+               ncclGetErrorString(async));
+    return false;
+  }
+
+  // Waits for `ev` with the deadline; past it the communicator is aborted and the job ends.
+  void wait_for(cudaEvent_t ev, const char* what) {
+    if (poll_until(timeout_s_, [&] { return reached(ev, what); })) return;
+    report_timeout(rank(), world_size(), (std::string("NCCL ") + what).c_str(), stage(), timeout_s_);
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
+    abort_job_on_error("NCCL timeout");
+    std::_Exit(3);
+  }
+
   // Enqueues `launch` on the Place's stream and waits for it with the deadline, watching NCCL's
   // asynchronous errors; past the deadline the communicator is aborted and the job ends.
   template <typename Launch>
@@ -157,18 +220,7 @@ class NcclCommunicator final : public Communicator {
     cudaStream_t s = static_cast<cudaStream_t>(place.stream);
     check_nccl(launch(s), what);
     check_cuda(cudaEventRecord(done_, s), what);
-    const bool done = poll_until(timeout_s_, [&] {
-      const cudaError_t q = cudaEventQuery(done_);
-      if (q == cudaSuccess) return true;
-      VERL_CHECK(q == cudaErrorNotReady, "NCCL {} in stage '{}': CUDA error {}", what, stage(),
-                 cudaGetErrorString(q));
-      ncclResult_t async = ncclSuccess;
-      check_nccl(ncclCommGetAsyncError(comm_, &async), what);
-      VERL_CHECK(async == ncclSuccess || async == ncclInProgress,
-                 "NCCL {} in stage '{}' failed on rank {}: {}", what, stage(), rank(),
-                 ncclGetErrorString(async));
-      return false;
-    });
+    const bool done = poll_until(timeout_s_, [&] { return reached(done_, what); });
     if (done) return;
     report_timeout(rank(), world_size(), (std::string("NCCL ") + what).c_str(), stage(), timeout_s_);
     ncclCommAbort(comm_);
@@ -181,6 +233,7 @@ class NcclCommunicator final : public Communicator {
   double timeout_s_;
   ncclComm_t comm_ = nullptr;
   cudaEvent_t done_ = nullptr;
+  cudaStream_t side_ = nullptr;  // where gradient buckets are reduced beside the backward
 };
 
 }  // namespace

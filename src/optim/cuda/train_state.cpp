@@ -48,6 +48,31 @@ void CudaTrainState::all_reduce_grads(dist::Communicator& comm) {
                   dist::Place::device(ctx_.stream));
 }
 
+void CudaTrainState::enable_data_parallel(dist::Communicator& comm, int zero_stage) {
+  require_trainable("enable_data_parallel");
+  TrainState::enable_data_parallel(comm, zero_stage);  // refuses stages 1 and 2 by name
+  dp_ = &comm;
+}
+
+void CudaTrainState::grads_ready(int64_t begin, int64_t end) {
+  if (!armed_ || end <= begin) return;
+  const double share = static_cast<double>(dp_->world_size() - 1) / dp_->world_size();
+  sync_stats_.bytes += 2 * share * 4.0 * static_cast<double>(end - begin);  // ring all-reduce
+  started_ = true;
+  pending_.push_back(dp_->start_all_reduce(grads_.data() + begin, static_cast<size_t>(end - begin),
+                                           dist::DataType::F32, dist::ReduceOp::Sum,
+                                           dist::Place::device(ctx_.stream)));
+  while (!pending_.empty() && pending_.front()->test()) pending_.pop_front();
+}
+
+void CudaTrainState::reduce_grads(dist::Communicator& comm) {
+  armed_ = false;
+  if (!started_) return all_reduce_grads(comm);  // nothing started during backward
+  started_ = false;
+  for (auto& p : pending_) p->wait();  // the update below reads every bucket's sum
+  pending_.clear();
+}
+
 double CudaTrainState::grad_sum_squares() {
   require_trainable("grad_sum_squares");
   ops::cuda::sum_squares(ctx_, norm_.data(), grads_.data() + shard_.begin, shard_.size());

@@ -5,6 +5,8 @@
 // pass. A forward-only state (the reference policy) keeps the bf16 copy alone.
 #pragma once
 
+#include <deque>
+#include <memory>
 #include <vector>
 
 #include "ops/cuda/device.h"
@@ -26,6 +28,12 @@ class CudaTrainState final : public TrainState {
   float* exp_avg_sq() override { return v_.data(); }
   void zero_grad() override;
   void all_reduce_grads(dist::Communicator& comm) override;
+  // Stage 0 only: each range the GPU backward finishes (grads_ready) is all-reduced on the
+  // communicator's stream beside the rest of the backward, on the last micro-batch of a step.
+  void enable_data_parallel(dist::Communicator& comm, int zero_stage) override;
+  void prepare_backward(bool last_micro_batch) override { armed_ = dp_ != nullptr && last_micro_batch; }
+  void grads_ready(int64_t begin, int64_t end) override;
+  void reduce_grads(dist::Communicator& comm) override;
   double grad_sum_squares() override;  // synchronises: the norm decides the clip scale
   void adamw_update(const AdamWConfig& cfg, float lr, float grad_scale) override;
   std::vector<float> download_weights() const override;
@@ -44,6 +52,9 @@ class CudaTrainState final : public TrainState {
   ops::cuda::DeviceBuffer<float> master_, grads_, m_, v_;
   ops::cuda::DeviceBuffer<ops::cuda::bf16> wbf_;
   ops::cuda::DeviceBuffer<double> norm_;
+  dist::Communicator* dp_ = nullptr;  // set by enable_data_parallel
+  bool armed_ = false, started_ = false;
+  std::deque<std::unique_ptr<dist::PendingCollective>> pending_;  // this step's started buckets
 };
 
 }  // namespace verl::optim::cuda
