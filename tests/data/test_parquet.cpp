@@ -316,3 +316,21 @@ void Broken::fuzz() {
 
 }  // namespace
 }  // namespace verl::data
+
+namespace verl::data {
+namespace {
+
+// A column of the wrong type (tools/parquet/make_fixtures.mjs: `prompt` written as INT64 by
+// hyparquet-writer): the file reads, and the dataset refuses the row naming file, row and field.
+TEST(Parquet, AColumnOfTheWrongTypeNamesFileRowAndField) {
+  const std::string p = std::string(VERL_SOURCE_DIR) + "/tests/fixtures/parquet/bad/prompt_int64_hyparquet.parquet";
+  const std::vector<OJ> rows = read_parquet(p);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_TRUE(rows[0]["prompt"].is_number_integer());
+  const std::string e = error_of([&] { RLDataset::load({p}, demo_tokenizer(), DatasetOptions{}); });
+  EXPECT_NE(e.find(p + ":1:"), std::string::npos) << e;
+  EXPECT_NE(e.find("prompt"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace verl::data

@@ -168,3 +168,21 @@ for (const stem of Object.keys(arrowSchemas)) {
     console.log(`${file}: ${buf.byteLength} bytes`)
   }
 }
+
+// A verl row file whose `prompt` column has the wrong type (INT64 instead of a list of messages):
+// the dataset must refuse it naming the file, the row and the field.
+{
+  const schema = [
+    { name: 'schema', num_children: 2 },
+    str('data_source'),
+    { name: 'prompt', type: 'INT64', repetition_type: 'OPTIONAL' },
+  ]
+  const columnData = [
+    { name: 'data_source', data: ['arith', 'arith'] },
+    { name: 'prompt', data: [7n, 8n] },
+  ]
+  const buf = parquetWriteBuffer({ columnData, schema, statistics: false })
+  const file = join(out, 'bad', 'prompt_int64_hyparquet.parquet')
+  writeFileSync(file, new Uint8Array(buf))
+  console.log(`${file}: ${buf.byteLength} bytes`)
+}
