@@ -7,6 +7,7 @@
 #include "reward/arith.h"
 #include "reward/countdown.h"
 #include "reward/gsm8k.h"
+#include "reward/math_dapo.h"
 #include "reward/math_dataset.h"
 
 namespace verl::reward {
@@ -14,7 +15,8 @@ namespace verl::reward {
 const std::vector<std::string>& known_data_sources() {
   static const std::vector<std::string> kSources = {
       "openai/gsm8k",           "lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval",
-      "HuggingFaceH4/MATH-500", "countdown",      "arith"};
+      "HuggingFaceH4/MATH-500", "math_dapo",      "math", "math_dapo_reasoning", "aime*",
+      "countdown",              "arith"};
   return kSources;
 }
 
@@ -34,6 +36,10 @@ ScoreResult default_compute_score(std::string_view data_source, std::string_view
   if (data_source == "lighteval/MATH" || data_source == "DigitalLearningGmbH/MATH-lighteval" ||
       data_source == "HuggingFaceH4/MATH-500")
     return math_compute_score(solution_str, ground_truth_text(ground_truth, "math"));
+  // verl routes "aime" and every name starting with it (aime2024, aime25...) to math_dapo.
+  if (data_source == "math_dapo" || data_source == "math" || data_source == "math_dapo_reasoning" ||
+      data_source.starts_with("aime"))
+    return math_dapo_compute_score(solution_str, ground_truth_text(ground_truth, "math_dapo"));
   if (data_source == "countdown") return countdown_compute_score(solution_str, ground_truth);
   if (data_source == "arith")
     return arith_compute_score(solution_str, ground_truth_text(ground_truth, "arith"));

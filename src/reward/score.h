@@ -17,6 +17,9 @@ struct ScoreResult {
   double score = 0.0;
   bool acc = false;
   std::string pred;
+  // verl's scorer returns a dict (math_dapo): its "acc" is reported as is; for the scorers that
+  // return a float, verl's dapo reward manager reports the score itself as acc.
+  bool is_dict = false;
 };
 
 // Scores `solution_str` (the decoded response) against `ground_truth` (the dataset row's
@@ -25,6 +28,7 @@ struct ScoreResult {
 //   "openai/gsm8k"                                                   -> gsm8k (strict)
 //   "lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval",
 //   "HuggingFaceH4/MATH-500"                                         -> math
+//   "math_dapo", "math", "math_dapo_reasoning", "aime*"              -> math_dapo
 //   "countdown"                                                      -> countdown
 //   "arith"                                                          -> arith (our demo task)
 // An unknown data_source throws an Error naming it and listing the known ones.

@@ -27,6 +27,10 @@ struct Experience {
   std::vector<float> mask;                        // [B, L] response mask
   std::vector<float> rollout_log_prob;            // [B, L]
   std::vector<float> scores;                      // [B] sequence reward
+  // The reward manager's extra info per row (verl's reward_extra_info): the scorer's acc and its
+  // score before any penalty, and the dapo manager's overlong penalty (0 without one).
+  std::vector<float> acc, raw_score, overlong_reward;  // [B]
+  std::vector<float> rollout_is_weights;  // [B, L] rollout correction's weights (empty: none)
   std::vector<float> token_level_scores, token_level_rewards;   // [B, L]
   std::vector<float> old_log_prob, ref_log_prob, values;        // [B, L] (empty when unused)
   std::vector<float> advantages, returns;                       // [B, L]

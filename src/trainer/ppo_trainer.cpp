@@ -9,6 +9,7 @@
 #include <deque>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <optional>
@@ -228,6 +229,29 @@ void setup_data_parallel(const config::Config& cfg, const char* key, PolicyModel
             st.numel());
 }
 
+// algorithm.rollout_correction in bypass mode for one micro-batch (verl's
+// compute_policy_loss_bypass_mode): the rejection mask and weights come from the current policy's
+// log-probs against the rollout's (= old); ppo_clip then takes PPO's ratio as the correction and
+// no weights, reinforce takes -A log pi times the truncated weights (our gpg loss with weights).
+// The micro-batch's rollout_corr/* metrics are summed into `metrics` (value, count).
+void bypass_correction(const RolloutCorrectionConfig& rc, Shape s, const std::vector<float>& logp,
+                       const std::vector<float>& rollout, std::vector<float>& mask, std::vector<float>& is_weights,
+                       ActorLossConfig& lc, std::map<std::string, std::pair<double, int64_t>>& metrics) {
+  if (std::all_of(mask.begin(), mask.end(), [](float v) { return v == 0.0f; })) return;
+  RolloutCorrectionOutput out = compute_rollout_correction(s, logp, rollout, mask, rc);
+  for (const auto& [k, v] : out.metrics) {
+    metrics[k].first += v;
+    metrics[k].second += 1;
+  }
+  mask = std::move(out.response_mask);
+  if (rc.loss_type == "reinforce") {
+    lc.policy.loss_mode = PolicyLossMode::Gpg;
+    is_weights = std::move(out.rollout_is_weights);
+  } else {
+    is_weights.clear();
+  }
+}
+
 }  // namespace
 
 PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
@@ -371,6 +395,43 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
   VERL_CHECK(!cfg_.get<bool>("reward_model.enable"),
              "reward_model.enable=true: model-based rewards are not wired into the trainer yet; use rule "
              "scorers (data_source) or custom_reward_function.command");
+  {  // reward_model.reward_manager, algorithm.filter_groups, algorithm.rollout_correction
+    dapo_manager_ = cfg_.get<std::string>("reward_model.reward_manager") == "dapo";
+    const std::string ob = "reward_model.overlong_buffer.";
+    overlong_.enable = cfg_.get<bool>(ob + "enable");
+    overlong_.log = cfg_.get<bool>(ob + "log");
+    overlong_.len = cfg_.get<int64_t>(ob + "len");
+    overlong_.penalty_factor = cfg_.get<double>(ob + "penalty_factor");
+    if (overlong_.enable) {
+      // verl's DAPORewardManager asserts the same (and divides by len).
+      VERL_CHECK(dapo_manager_, "{}enable=true needs reward_model.reward_manager=dapo", ob);
+      const int64_t max_resp = cfg_.get<int64_t>("data.max_response_length");
+      VERL_CHECK(overlong_.len >= 1 && overlong_.len <= max_resp,
+                 "{}len={} must be within 1..data.max_response_length ({})", ob, overlong_.len, max_resp);
+    }
+    if (cfg_.get<bool>("algorithm.filter_groups.enable")) {
+      const auto metric = cfg_.get<std::optional<std::string>>("algorithm.filter_groups.metric");
+      VERL_CHECK(metric.has_value(), "algorithm.filter_groups.enable=true needs algorithm.filter_groups.metric "
+                 "(acc, score, seq_reward or seq_final_reward)");
+      VERL_CHECK(comm_->world_size() == 1,
+                 "algorithm.filter_groups.enable=true runs on one rank for now ({} were started): the kept groups "
+                 "would have to be redistributed over the ranks", comm_->world_size());
+      VERL_CHECK(estimator_ != AdvantageEstimator::ReMax,
+                 "algorithm.filter_groups.enable=true with algorithm.adv_estimator=remax is not supported (ReMax's "
+                 "greedy baselines are generated per prompt batch)");
+      VERL_CHECK(!(*metric == "seq_final_reward" && use_kl_in_reward),
+                 "algorithm.filter_groups.metric=seq_final_reward with algorithm.use_kl_in_reward=true is not "
+                 "supported (the KL penalty is applied after filtering here); use seq_reward");
+    }
+    const std::string rc = "algorithm.rollout_correction.";
+    rollout_corr_ = parse_rollout_correction(
+        cfg_.get<std::optional<std::string>>(rc + "rollout_is"), cfg_.get<double>(rc + "rollout_is_threshold"),
+        cfg_.get<bool>(rc + "rollout_is_batch_normalize"), cfg_.get<std::optional<std::string>>(rc + "rollout_rs"),
+        cfg_.get<std::optional<std::string>>(rc + "rollout_rs_threshold"), cfg_.get<bool>(rc + "bypass_mode"),
+        cfg_.get<std::string>(rc + "loss_type"));
+    VERL_CHECK(rollout_corr_.bypass_mode || rollout_corr_.loss_type == "ppo_clip",
+               "{}loss_type={} applies to bypass mode only; set {}bypass_mode=true", rc, rollout_corr_.loss_type, rc);
+  }
   if (auto cmd = cfg_.get<std::optional<std::string>>("custom_reward_function.command")) {
     reward::CommandRewardConfig rc;
     rc.command = *cmd;
@@ -445,6 +506,9 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
   exp.response.resize(B);
   exp.finish_reason.resize(B);
   exp.scores.assign(B, 0.0f);
+  exp.acc.assign(B, 0.0f);
+  exp.raw_score.assign(B, 0.0f);
+  exp.overlong_reward.assign(B, 0.0f);
   std::vector<std::vector<float>> lps(B);
 
   // Rewards are scored by a worker while generation goes on (trainer.actor_reward_parallel);
@@ -545,11 +609,12 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
   exp.token_level_rewards = exp.token_level_scores;
 }
 
-float PpoTrainer::rule_score(const Experience& exp, int64_t b) const {
+float PpoTrainer::rule_score(Experience& exp, int64_t b) const {
   const data::Sample& s = *exp.sample[b];
+  // The response alone is scored (verl's reward managers pass solution_str = the response).
   const std::string text = tok_->decode(exp.response[b], /*skip_special_tokens=*/true);
-  return static_cast<float>(
-      reward::default_compute_score(s.data_source, text, s.ground_truth_json, s.extra_info).score);
+  const reward::ScoreResult r = reward::default_compute_score(s.data_source, text, s.ground_truth_json, s.extra_info);
+  return manager_reward(exp, b, r.score, r.is_dict ? (r.acc ? 1.0 : 0.0) : r.score);
 }
 
 void PpoTrainer::score_all(Experience& exp) {
@@ -564,7 +629,8 @@ void PpoTrainer::score_all(Experience& exp) {
   }
   reward::CommandBatchResult r = command_reward_->score(rows);
   for (const auto& e : r.errors) log::warn("custom reward, row {} of step {}: {}", e.index, global_step_, e.message);
-  for (int64_t b = 0; b < exp.B; ++b) exp.scores[b] = static_cast<float>(r.scores[b]);
+  // A command's score is a float: verl's dapo manager reports it as acc too.
+  for (int64_t b = 0; b < exp.B; ++b) exp.scores[b] = manager_reward(exp, b, r.scores[b], r.scores[b]);
 }
 
 // ---- forward passes over the experience -------------------------------------------------------------
@@ -658,6 +724,7 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
   std::iota(order.begin(), order.end(), 0);
   // On policy, the update's own forward is old_log_prob: compare the rollout's with it there.
   ProbsDiff probs_diff;
+  std::map<std::string, std::pair<double, int64_t>> bypass_metrics;  // rollout_corr/* per micro-batch
   for (int64_t ep = 0; ep < epochs; ++ep) {
     if (shuffle) {
       Rng rng(seed_ ^ 0xac7, static_cast<uint64_t>(global_step_ * 1000 + ep));
@@ -690,7 +757,10 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
         if (on_policy) probs_diff.add(rows(exp.rollout_log_prob, micro, L), logp, rows(exp.mask, micro, L));
         std::vector<float> adv = rows(exp.advantages, micro, L), mask = rows(exp.mask, micro, L);
         std::vector<float> ref = rows(exp.ref_log_prob, micro, L);
-        ActorLossOutput out = compute_actor_loss({bm, L}, old, logp, adv, mask, entropy, ref, lc);
+        std::vector<float> is_weights = rows(exp.rollout_is_weights, micro, L);
+        ActorLossConfig mlc = lc;
+        if (rollout_corr_.bypass_mode) bypass_correction(rollout_corr_, {bm, L}, logp, old, mask, is_weights, mlc, bypass_metrics);
+        ActorLossOutput out = compute_actor_loss({bm, L}, old, logp, adv, mask, entropy, ref, mlc, is_weights);
         const std::vector<float> d_lp = mb.scatter(out.d_log_prob), d_ent = mb.scatter(out.d_entropy);
         // Without an entropy bonus d_entropy is all zeros: pass null, which both models skip.
         actor.state().prepare_backward(mi + 1 == micros.size());
@@ -722,6 +792,9 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
   clip_lower = comm_->sum(clip_lower);
   probs_diff.reduce(*comm_);
   probs_diff.report(m);
+  // Bypass mode's rollout_corr/* metrics: the mean over micro-batches (verl's reduce_metrics), then
+  // over ranks (every rank has the same keys).
+  for (const auto& [k, v] : bypass_metrics) m.set(k, comm_->mean(v.first / static_cast<double>(v.second)));
   m.set("actor/pg_loss", pg_loss / u);
   m.set("actor/pg_clipfrac", pg_clipfrac / u);
   m.set("actor/ppo_kl", ppo_kl / u);
@@ -915,6 +988,9 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
   comm_->set_stage("gen");
   generate(local, first, exp, timer, /*validation=*/false);
   record_device_memory(m, "gen");
+  const bool filtering = cfg_.get<bool>("algorithm.filter_groups.enable");
+  if (filtering && !filter_groups(batch, exp, timer, m)) return m;  // out of data: fit() stops
+  const std::vector<data::Sample>& step_samples = filtering ? kept_samples_ : batch.samples;
   // Sampled ids past the tokenizer (a padded embedding's extra rows) have no text; counted here.
   int64_t out_of_vocab = 0;
   for (const auto& r : exp.response)
@@ -926,7 +1002,7 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
   if (comm_->world_size() > 1 && cfg_.get<bool>("trainer.balance_batch")) {
     auto s = timer.scope("balance");
     comm_->set_stage("balance_batch");
-    BalanceResult br = balance_across_ranks(exp, batch.samples, *comm_);
+    BalanceResult br = balance_across_ranks(exp, step_samples, *comm_);
     for (const auto& [k, v] : br.metrics) m.set(k, v);
     exchange_bytes += static_cast<double>(br.bytes_sent);
   }
@@ -934,7 +1010,10 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
   const int64_t mini = cfg_.get<int64_t>("actor_rollout_ref.actor.ppo_mini_batch_size") * n_ / comm_->world_size();
   const bool on_policy = cfg_.get<int64_t>("actor_rollout_ref.actor.ppo_epochs") == 1 && mini >= exp.B;
   const bool use_kl_in_reward = kl_ctrl_.has_value();
-  if (!on_policy || use_kl_in_reward) {
+  if (rollout_corr_.bypass_mode) {
+    // verl's apply_bypass_mode: the rollout's log-probs are the old policy's (no recomputation).
+    exp.old_log_prob = exp.rollout_log_prob;
+  } else if (!on_policy || use_kl_in_reward || rollout_corr_.corrects()) {
     auto s = timer.scope("old_log_prob");
     comm_->set_stage("old_log_prob");
     compute_log_probs(*actor_.model, exp, exp.old_log_prob, nullptr);
@@ -943,6 +1022,7 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
     diff.add(exp.rollout_log_prob, exp.old_log_prob, exp.mask);
     diff.reduce(*comm_);
     diff.report(m);
+    apply_rollout_correction(exp, m);
   }
   if (ref_) {
     auto s = timer.scope("ref");
@@ -1032,6 +1112,7 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
   }
 
   add_data_metrics(exp, m);
+  add_reward_extra_metrics(exp, m);
   for (const char* stage : {"gen", "reward", "balance", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor", "step"}) {
     const double s = timer.seconds(stage);
     if (s > 0 || std::string(stage) == "gen" || std::string(stage) == "step") m.set(std::string("timing_s/") + stage, s);
@@ -1217,6 +1298,7 @@ void PpoTrainer::fit() {
     if (!batch) break;
     note_step(global_step_ + 1, /*in_progress=*/true);  // for the line a signal prints
     metrics::Metrics m = train_step(*batch);
+    if (out_of_data_) break;  // filter_groups could not fill a step (verl's loop ends there too)
     m.set("timing_s/data", train_loader_->last_wait_seconds());
     const bool last = global_step_ == total_steps_;
     if (val_set_ && test_freq > 0 && (global_step_ % test_freq == 0 || last)) m.merge(validate());
@@ -1230,6 +1312,130 @@ void PpoTrainer::fit() {
     note_step(global_step_, /*in_progress=*/false);
   }
   if (logger_) logger_->flush();
+}
+
+// ---- DAPO: the reward manager, dynamic sampling, rollout correction -------------------------------
+
+float PpoTrainer::manager_reward(Experience& exp, int64_t b, double score, double acc) const {
+  exp.raw_score[b] = static_cast<float>(score);
+  exp.acc[b] = static_cast<float>(acc);
+  if (!dapo_manager_ || !overlong_.enable) return static_cast<float>(score);
+  // verl's DAPORewardManager: the penalty grows linearly over the last `len` tokens before
+  // max_resp_len, reaching -penalty_factor there; shorter responses get 0.
+  const double expected = static_cast<double>(cfg_.get<int64_t>("data.max_response_length") - overlong_.len);
+  const double exceed = static_cast<double>(exp.response[b].size()) - expected;
+  const double penalty = std::min(-exceed / static_cast<double>(overlong_.len) * overlong_.penalty_factor, 0.0);
+  exp.overlong_reward[b] = static_cast<float>(penalty);
+  return static_cast<float>(score + penalty);
+}
+
+void PpoTrainer::add_reward_extra_metrics(const Experience& exp, metrics::Metrics& m) const {
+  if (!dapo_manager_) return;
+  std::vector<double> acc(exp.acc.begin(), exp.acc.end());
+  m.add_stats("reward_extra/acc", acc);
+  if (overlong_.enable && overlong_.log) {
+    std::vector<double> pen(exp.overlong_reward.begin(), exp.overlong_reward.end()), over;
+    for (double p : pen) over.push_back(p < 0 ? 1.0 : 0.0);
+    m.add_stats("reward_extra/overlong_reward", pen);
+    m.add_stats("reward_extra/overlong", over);
+  }
+}
+
+bool PpoTrainer::filter_groups(const data::Batch& batch, Experience& exp, metrics::StageTimer& timer,
+                               metrics::Metrics& m) {
+  const std::string metric = *cfg_.get<std::optional<std::string>>("algorithm.filter_groups.metric");
+  const int64_t max_gen = cfg_.get<int64_t>("algorithm.filter_groups.max_num_gen_batches");
+  const int64_t want = cfg_.get<int64_t>("data.train_batch_size");
+  // The generation batches of this step and, per batch, the first row of each kept group
+  // (a group is a prompt's n consecutive rows). Samples of later batches live in `extra`.
+  std::deque<Experience> gens;
+  std::deque<std::vector<data::Sample>> extra;
+  std::vector<std::pair<const Experience*, int64_t>> kept;
+  int64_t num_gen = 0, first_index = 0;
+  gens.push_back(std::move(exp));
+  for (;;) {
+    const Experience& g = gens.back();
+    ++num_gen;
+    // recipe/dapo/dapo_ray_trainer.py: a group stays when its metric's std is > 0 or it has one
+    // sample. Equal values (max == min) stand for std == 0.
+    for (int64_t b0 = 0; b0 < g.B; b0 += n_) {
+      double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+      for (int64_t b = b0; b < b0 + n_; ++b) {
+        const double v = metric == "acc" ? g.acc[b] : metric == "score" ? g.raw_score[b] : g.scores[b];
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+      }
+      if (hi > lo || n_ == 1) kept.emplace_back(&g, b0);
+    }
+    if (static_cast<int64_t>(kept.size()) >= want) break;
+    VERL_CHECK(max_gen <= 0 || num_gen < max_gen,
+               "algorithm.filter_groups: {} generation batches kept {} of the {} prompts of data.train_batch_size "
+               "(algorithm.filter_groups.max_num_gen_batches={}); the data may be too hard or too easy for "
+               "metric={}; raise max_num_gen_batches (0: no limit)",
+               num_gen, kept.size(), want, max_gen, metric);
+    std::optional<data::Batch> next = next_batch();
+    if (!next) {
+      log::warn("algorithm.filter_groups: the training data ran out with {} of {} prompts kept; training stops",
+                kept.size(), want);
+      out_of_data_ = true;
+      return false;
+    }
+    extra.push_back(std::move(next->samples));
+    // Distinct sampling seeds (and prompt indices) for each generation batch of the step.
+    first_index += static_cast<int64_t>(batch.samples.size());
+    Experience more;
+    generate(extra.back(), first_index, more, timer, /*validation=*/false);
+    gens.push_back(std::move(more));
+  }
+  kept.resize(static_cast<size_t>(want));  // verl aligns the batch to train_batch_size x n rows
+  m.set("train/num_gen_batches", static_cast<double>(num_gen));
+
+  // The step's experience: the kept groups in order, prompt indices 0 .. want - 1.
+  kept_samples_.clear();
+  kept_samples_.reserve(kept.size());
+  for (const auto& [g, b0] : kept) kept_samples_.push_back(*g->sample[b0]);
+  Experience out;
+  out.B = want * n_;
+  out.L = 1;
+  for (const auto& [g, b0] : kept)
+    for (int64_t b = b0; b < b0 + n_; ++b) out.L = std::max<int64_t>(out.L, static_cast<int64_t>(g->response[b].size()));
+  const int64_t L = out.L;
+  out.mask.assign(out.B * L, 0.0f);
+  out.rollout_log_prob.assign(out.B * L, 0.0f);
+  out.token_level_scores.assign(out.B * L, 0.0f);
+  for (size_t k = 0; k < kept.size(); ++k) {
+    const auto& [g, b0] = kept[k];
+    for (int64_t b = b0; b < b0 + n_; ++b) {
+      const int64_t row = static_cast<int64_t>(out.group.size());
+      out.group.push_back(static_cast<int64_t>(k));
+      out.sample.push_back(&kept_samples_[k]);
+      out.response.push_back(g->response[b]);
+      out.finish_reason.push_back(g->finish_reason[b]);
+      out.scores.push_back(g->scores[b]);
+      out.acc.push_back(g->acc[b]);
+      out.raw_score.push_back(g->raw_score[b]);
+      out.overlong_reward.push_back(g->overlong_reward[b]);
+      const int64_t len = static_cast<int64_t>(g->response[b].size());
+      std::copy_n(g->mask.begin() + b * g->L, len, out.mask.begin() + row * L);
+      std::copy_n(g->rollout_log_prob.begin() + b * g->L, len, out.rollout_log_prob.begin() + row * L);
+      std::copy_n(g->token_level_scores.begin() + b * g->L, len, out.token_level_scores.begin() + row * L);
+    }
+  }
+  out.token_level_rewards = out.token_level_scores;
+  exp = std::move(out);
+  return true;
+}
+
+void PpoTrainer::apply_rollout_correction(Experience& exp, metrics::Metrics& m) {
+  // verl computes it on the driver over the whole batch: gather the three [B, L] matrices.
+  GlobalRows g(*comm_, exp);
+  const std::vector<float> old = g.gather(exp.old_log_prob), rollout = g.gather(exp.rollout_log_prob),
+                           mask = g.gather(exp.mask);
+  if (std::all_of(mask.begin(), mask.end(), [](float v) { return v == 0.0f; })) return;  // no token
+  RolloutCorrectionOutput out = compute_rollout_correction(g.shape(), old, rollout, mask, rollout_corr_);
+  for (const auto& [k, v] : out.metrics) m.set(k, v);
+  if (!rollout_corr_.rollout_rs.empty()) exp.mask = g.mine(out.response_mask);
+  if (rollout_corr_.rollout_is) exp.rollout_is_weights = g.mine(out.rollout_is_weights);
 }
 
 }  // namespace verl::trainer

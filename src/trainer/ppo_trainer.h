@@ -23,6 +23,7 @@
 #include "trainer/core_algos.h"
 #include "trainer/experience.h"
 #include "trainer/policy_model.h"
+#include "trainer/rollout_corr.h"
 
 namespace verl::tokenizer {
 class Tokenizer;
@@ -82,8 +83,22 @@ class PpoTrainer {
                 metrics::StageTimer& timer,
                 bool validation, bool greedy = false);
   void score_all(Experience& exp);
-  // The rule scorer's reward (by data_source) of row b's decoded response.
-  float rule_score(const Experience& exp, int64_t b) const;
+  // The rule scorer's reward (by data_source) of row b's decoded response, through the reward
+  // manager (manager_reward).
+  float rule_score(Experience& exp, int64_t b) const;
+  // reward_model.reward_manager on a scorer's result: records row b's acc and score, and returns
+  // the reward (dapo: plus the overlong-buffer penalty).
+  float manager_reward(Experience& exp, int64_t b, double score, double acc) const;
+  // algorithm.filter_groups (DAPO's dynamic sampling): drops the groups of `exp` whose metric has
+  // no spread, generates further batches from the loader until data.train_batch_size prompts are
+  // kept, and leaves exactly those in `exp` (its samples in kept_samples_). False when the
+  // training data ran out first.
+  bool filter_groups(const data::Batch& batch, Experience& exp, metrics::StageTimer& timer, metrics::Metrics& m);
+  // algorithm.rollout_correction in decoupled mode, on the global batch: IS weights into
+  // exp.rollout_is_weights, rejections out of exp.mask, rollout_corr/* metrics.
+  void apply_rollout_correction(Experience& exp, metrics::Metrics& m);
+  // reward_extra/* metrics of the dapo reward manager.
+  void add_reward_extra_metrics(const Experience& exp, metrics::Metrics& m) const;
   // Log-probs (and entropies) of every response token under `policy` at the rollout temperature.
   void compute_log_probs(PolicyModel& policy, const Experience& exp, std::vector<float>& logp,
                          std::vector<float>* entropy);
@@ -130,6 +145,16 @@ class PpoTrainer {
   int64_t global_step_ = 0, total_steps_ = 0;
   size_t gen_device_bytes_ = 0;  // device memory in use at the end of the last generation
   int64_t n_ = 1;
+  // reward_model.reward_manager=dapo and its reward_model.overlong_buffer.*.
+  bool dapo_manager_ = false;
+  struct OverlongBuffer {
+    bool enable = false, log = false;
+    int64_t len = 0;
+    double penalty_factor = 0;
+  } overlong_;
+  RolloutCorrectionConfig rollout_corr_;
+  std::vector<data::Sample> kept_samples_;  // a filtered step's prompts (exp.sample points here)
+  bool out_of_data_ = false;                // filter_groups ran out of training data: fit() stops
   float temperature_ = 1.0f;
   uint64_t seed_ = 1;
 };
