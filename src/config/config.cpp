@@ -23,6 +23,7 @@ Config::Config(std::shared_ptr<const Schema> schema) : schema_(std::move(schema)
   const auto& keys = schema_->keys();
   values_.resize(keys.size());
   origins_.assign(keys.size(), "defaults");
+  read_ = std::shared_ptr<std::atomic<bool>[]>(new std::atomic<bool>[keys.size()]());
   for (size_t i = 0; i < keys.size(); ++i)
     if (keys[i].is_leaf()) values_[i] = keys[i].default_value;
 }
@@ -36,21 +37,53 @@ size_t Config::leaf_index(const std::string& key) const {
 
 bool Config::has(const std::string& key) const { return schema_->find(key) != nullptr; }
 
-Json Config::value(const std::string& key) const {
+Json Config::raw_value(const std::string& key) const {
   const KeySpec& k = schema_->at(key);
   if (k.is_section()) {
     Json o = Json::object();
     for (const auto& c : k.children) {
       const KeySpec& ck = schema_->at(c);
       if (ck.is_alias()) continue;
-      o[c.substr(c.rfind('.') + 1)] = value(c);
+      o[c.substr(c.rfind('.') + 1)] = raw_value(c);
     }
     return o;
   }
   return values_[leaf_index(key)];
 }
 
+void Config::mark_read(const std::string& key) const {
+  const KeySpec& k = schema_->at(key);
+  if (k.is_section()) {
+    for (const auto& c : k.children)
+      if (!schema_->at(c).is_alias()) mark_read(c);
+    return;
+  }
+  read_[leaf_index(key)].store(true, std::memory_order_relaxed);
+}
+
+Json Config::value(const std::string& key) const {
+  Json v = raw_value(key);
+  mark_read(key);
+  return v;
+}
+
 bool Config::is_null(const std::string& key) const { return value(key).is_null(); }
+
+bool Config::was_read(const std::string& key) const {
+  return read_[leaf_index(key)].load(std::memory_order_relaxed);
+}
+
+std::vector<std::string> Config::read_keys() const {
+  std::vector<std::string> out;
+  const auto& keys = schema_->keys();
+  for (size_t i = 0; i < keys.size(); ++i)
+    if (keys[i].is_leaf() && read_[i].load(std::memory_order_relaxed)) out.push_back(keys[i].path);
+  return out;
+}
+
+void Config::clear_reads() const {
+  for (size_t i = 0; i < schema_->keys().size(); ++i) read_[i].store(false, std::memory_order_relaxed);
+}
 
 std::string Config::origin(const std::string& key) const { return origins_[leaf_index(key)]; }
 
@@ -426,7 +459,7 @@ void emit(YAML::Emitter& out, const Json& v) {
 
 Json Config::to_json() const {
   Json root = Json::object();
-  for (const auto& top : schema_->top_level()) root[top] = value(top);
+  for (const auto& top : schema_->top_level()) root[top] = raw_value(top);
   return root;
 }
 
@@ -438,7 +471,7 @@ std::string Config::to_yaml() const {
   out << YAML::BeginMap;
   for (const auto& top : schema_->top_level()) {
     out << YAML::Key << top << YAML::Value;
-    emit(out, value(top));
+    emit(out, raw_value(top));
   }
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";

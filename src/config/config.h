@@ -7,6 +7,7 @@
 //   auto mb = cfg.get<std::optional<int64_t>>("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu");
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,14 +47,25 @@ class Config {
   Json to_json() const;         // nested object in file order
   const Schema& schema() const { return *schema_; }
 
+  // Which leaves the program has read (get<>, value, is_null; an alias counts for its target, a
+  // section for every leaf below it). Copies of a Config share one record, so a test can build a
+  // trainer from a config and then list the supported keys that nothing read
+  // (tests/trainer/test_config_reads.cpp). Printing (to_yaml, to_json) reads nothing.
+  bool was_read(const std::string& key) const;
+  std::vector<std::string> read_keys() const;  // leaf paths, file order
+  void clear_reads() const;
+
  private:
   friend class Loader;
   size_t leaf_index(const std::string& key) const;  // follows aliases; throws if not a leaf
+  Json raw_value(const std::string& key) const;      // value() without recording a read
+  void mark_read(const std::string& key) const;
   [[noreturn]] void type_mismatch(const std::string& key, const char* wanted, const Json& v) const;
 
   std::shared_ptr<const Schema> schema_;
   std::vector<Json> values_;  // by schema key index (leaves only)
   std::vector<std::string> origins_;
+  std::shared_ptr<std::atomic<bool>[]> read_;  // by schema key index; shared by copies
 };
 
 // Loads `path` (empty: defaults only; "-" is not special) and applies `overrides` in order.

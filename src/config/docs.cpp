@@ -126,11 +126,14 @@ std::string docs_markdown(const Schema& s) {
          "- Unknown keys are errors that suggest the nearest valid key; wrong types, values outside the\n"
          "  allowed set and out-of-range numbers are errors that name the key and what was expected.\n\n";
   out += "Status of a key:\n\n"
-         "- no mark: supported.\n"
+         "- no mark: supported: the trainer reads it and honours it. This is tested: the config records\n"
+         "  the keys the program reads, and tests/trainer/test_config_reads.cpp runs the trainers and fails\n"
+         "  naming every unmarked key that no run read (a few keys read only with several ranks are\n"
+         "  listed there with the reason).\n"
          "- **Not supported yet**: a verl key that verl.cpp does not implement; any value other than the\n"
          "  default is an error naming the key.\n"
-         "- *No effect in verl.cpp*: a verl key that does not apply here (Ray, torch.compile, FSDP wrapping);\n"
-         "  a non-default value is accepted with a warning.\n"
+         "- *No effect in verl.cpp*: a verl key that does not apply here (Ray, torch.compile, FSDP wrapping,\n"
+         "  inference-engine settings); a non-default value is accepted with a warning that says why.\n"
          "- *verl.cpp only*: a key verl does not have (the performance knobs of the seed article).\n"
          "- alias: another name for a key; setting it sets the key(s) it names.\n\n";
   out += fmt::format("{} keys: {} supported, {} without effect, {} not supported yet; {} of them verl.cpp only; "

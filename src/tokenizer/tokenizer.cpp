@@ -206,6 +206,10 @@ Tokenizer Tokenizer::from_json(const nlohmann::json& tj, const nlohmann::json& c
   return t;
 }
 
+void Tokenizer::set_chat_template(const std::string& source, const std::string& where) {
+  chat_template_ = std::make_unique<ChatTemplate>(source, where);
+}
+
 int32_t Tokenizer::token_to_id(std::string_view token) const {
   const int32_t a = added_->id_of(token);
   return a >= 0 ? a : model_->token_to_id(token);

@@ -57,6 +57,9 @@ class Tokenizer {
   std::string apply_chat_template(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                                   const nlohmann::ordered_json& extra) const;
   bool has_chat_template() const { return chat_template_ != nullptr; }
+  // Replaces the chat template (verl's model.custom_chat_template: a Jinja source used instead of
+  // the tokenizer's own). A template that does not parse is an error naming `where`.
+  void set_chat_template(const std::string& source, const std::string& where);
 
   int32_t eos_token_id() const { return eos_id_; }
   int32_t bos_token_id() const { return bos_id_; }  // -1 when the model has none (Qwen)

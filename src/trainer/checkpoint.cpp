@@ -168,7 +168,8 @@ std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& root)
 
 std::string save_checkpoint(const std::string& root, int64_t step, const ModelState& actor,
                             const std::optional<ModelState>& critic, const nlohmann::json& trainer_state,
-                            const std::string& tokenizer_dir, int64_t keep, dist::Communicator* comm) {
+                            const std::string& tokenizer_dir, int64_t keep, dist::Communicator* comm,
+                            int64_t keep_critic) {
   dist::SingleProcess alone;
   dist::Communicator& c = comm ? *comm : alone;
   const bool lead = c.rank() == 0;
@@ -204,6 +205,11 @@ std::string save_checkpoint(const std::string& root, int64_t step, const ModelSt
     auto all = list_checkpoints(root);
     std::erase_if(all, [&](const auto& c) { return c.first == step; });
     for (size_t i = 0; i + static_cast<size_t>(keep) - 1 < all.size(); ++i) fs::remove_all(all[i].second);
+  }
+  if (keep_critic > 0) {
+    auto all = list_checkpoints(root);
+    std::erase_if(all, [&](const auto& c) { return c.first == step; });
+    for (size_t i = 0; i + static_cast<size_t>(keep_critic) - 1 < all.size(); ++i) fs::remove_all(all[i].second / "critic");
   }
   return final_dir.string();
 }

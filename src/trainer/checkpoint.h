@@ -45,11 +45,13 @@ struct ModelState {
 // oldest checkpoints beyond `keep` (keep <= 0: keep all), never the one just written. `tokenizer_dir`'s tokenizer files are
 // copied into actor/huggingface so it loads on its own. Returns the checkpoint directory.
 // `comm`: the data-parallel ranks (null: this process alone); a collective then, returning the
-// directory on rank 0 and "" elsewhere.
+// directory on rank 0 and "" elsewhere. `keep_critic` > 0 (verl's max_critic_ckpt_to_keep) also
+// removes the critic/ of the checkpoints beyond the newest keep_critic; a directory whose actor
+// `keep` removes goes whole, its critic too.
 std::string save_checkpoint(const std::string& root, int64_t step, const ModelState& actor,
                             const std::optional<ModelState>& critic, const nlohmann::json& trainer_state,
                             const std::string& tokenizer_dir, int64_t keep,
-                            dist::Communicator* comm = nullptr);
+                            dist::Communicator* comm = nullptr, int64_t keep_critic = 0);
 
 // The newest complete checkpoint under `root` (from the tracker file), or "" when there is none. A
 // tracker that does not hold a step number is an Error naming it.

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -74,25 +75,65 @@ optim::LrSchedule lr_schedule(const config::Config& cfg, const std::string& pref
   return s;
 }
 
+// Sequences per update micro-batch without use_dynamic_bsz: `<prefix>ppo_micro_batch_size_per_gpu`,
+// else verl's deprecated global ppo_micro_batch_size divided among the ranks, else the mini-batch.
+int64_t update_micro_seqs(const config::Config& cfg, const std::string& prefix, int world, int64_t mini) {
+  const auto per_gpu = cfg.get<std::optional<int64_t>>(prefix + "ppo_micro_batch_size_per_gpu");
+  const auto global = cfg.get<std::optional<int64_t>>(prefix + "ppo_micro_batch_size");
+  if (per_gpu) return *per_gpu;
+  return global ? std::max<int64_t>(1, *global / world) : mini;
+}
+
+// How a forward-only pass (old_log_prob, ref, values) cuts the step's sequences, verl's keys:
+// under `<prefix>log_prob_use_dynamic_bsz` (the critic: use_dynamic_bsz) token budgets of
+// log_prob_max_token_len_per_gpu (forward_max_token_len_per_gpu); otherwise
+// log_prob_micro_batch_size_per_gpu (forward_micro_batch_size_per_gpu) sequences, or the deprecated
+// global size divided among the ranks. Neither size set: the token budget still cuts the batch.
+struct ForwardBatching {
+  bool dynamic = true;
+  int64_t max_tokens = 0, max_seqs = 0;
+};
+ForwardBatching forward_batching(const config::Config& cfg, const std::string& prefix, int world) {
+  const bool critic = prefix == "critic.";
+  const std::string dyn = critic ? "use_dynamic_bsz" : "log_prob_use_dynamic_bsz";
+  const std::string tokens = critic ? "forward_max_token_len_per_gpu" : "log_prob_max_token_len_per_gpu";
+  const std::string micro = critic ? "forward_micro_batch_size" : "log_prob_micro_batch_size";
+  ForwardBatching f;
+  f.max_tokens = cfg.get<int64_t>(prefix + tokens);
+  if (cfg.get<bool>(prefix + dyn)) return f;
+  auto per_gpu = cfg.get<std::optional<int64_t>>(prefix + micro + "_per_gpu");
+  if (auto global = cfg.get<std::optional<int64_t>>(prefix + micro); global && !per_gpu)
+    per_gpu = std::max<int64_t>(1, *global / world);
+  if (!per_gpu) return f;
+  f.dynamic = false;
+  f.max_seqs = *per_gpu;
+  return f;
+}
+
 // The largest micro-batch the trainer packs for a policy, from the config alone, so that the CUDA
-// model plans its memory once: log-prob passes (old_log_prob, ref) cut the step's
-// data.gen_batch_size x rollout.n sequences into ppo_max_token_len_per_gpu token budgets; the
-// update (update = true) cuts each mini-batch the same way under use_dynamic_bsz, else into
-// ppo_micro_batch_size_per_gpu sequences of at most max_prompt_length + max_response_length tokens.
+// model plans its memory once: its forward-only pass (`fwd`: rollout. for the actor's
+// old_log_prob, ref. for the reference policy, critic. for the values; forward_batching) over the
+// step's data.gen_batch_size x rollout.n sequences and, for a trained model (update = true), the
+// update, which cuts each mini-batch by ppo_max_token_len_per_gpu under use_dynamic_bsz, else into
+// ppo_micro_batch_size_per_gpu sequences; a sequence holds at most max_prompt_length +
+// rollout.response_length tokens.
 struct MicroBatchPlan {
   int64_t max_tokens = 0, max_seqs = 0;
 };
 MicroBatchPlan plan_micro_batches(const config::Config& cfg, int64_t n, int world, bool update,
-                                  const std::string& a = "actor_rollout_ref.actor.") {
-  const int64_t seq_len = cfg.get<int64_t>("data.max_prompt_length") + cfg.get<int64_t>("data.max_response_length");
+                                  const std::string& a, const std::string& fwd) {
+  const int64_t seq_len = cfg.get<int64_t>("data.max_prompt_length") +
+                          cfg.get<int64_t>("actor_rollout_ref.rollout.response_length");
   const int64_t step_seqs = cfg.get<int64_t>("data.gen_batch_size") * n / world;  // this rank's share
-  const int64_t budget = cfg.get<int64_t>(a + "ppo_max_token_len_per_gpu");
+  const ForwardBatching fb = forward_batching(cfg, fwd, world);
   MicroBatchPlan p;
-  p.max_tokens = std::min(budget, step_seqs * seq_len);
+  p.max_tokens = std::min(fb.max_tokens, step_seqs * seq_len);
+  if (!fb.dynamic) p.max_tokens = std::max(p.max_tokens, std::min(fb.max_seqs, step_seqs) * seq_len);
+  if (update) p.max_tokens = std::max(p.max_tokens, std::min(cfg.get<int64_t>(a + "ppo_max_token_len_per_gpu"),
+                                                             step_seqs * seq_len));
   if (update && !cfg.get<bool>(a + "use_dynamic_bsz")) {
     const int64_t mini = std::min(cfg.get<int64_t>(a + "ppo_mini_batch_size") * n / world, step_seqs);
-    const auto micro_cfg = cfg.get<std::optional<int64_t>>(a + "ppo_micro_batch_size_per_gpu");
-    const int64_t micro = std::min(micro_cfg.value_or(mini), mini);
+    const int64_t micro = std::min(update_micro_seqs(cfg, a, world, mini), mini);
     p.max_tokens = std::max(p.max_tokens, micro * seq_len);
   }
   p.max_seqs = std::min(step_seqs, p.max_tokens);  // a sequence has at least one token
@@ -252,6 +293,56 @@ void bypass_correction(const RolloutCorrectionConfig& rc, Shape s, const std::ve
   }
 }
 
+// One generated sample as verl's _dump_generations writes it: the prompt and the response as text
+// (special tokens skipped), the row's ground truth and the sample's score.
+struct GenerationRow {
+  std::string input, output;
+  nlohmann::json gts;
+  double score = 0;
+};
+
+std::vector<GenerationRow> generation_rows(const tokenizer::Tokenizer& tok, const Experience& exp) {
+  std::vector<GenerationRow> out(static_cast<size_t>(exp.B));
+  for (int64_t b = 0; b < exp.B; ++b) {
+    out[b] = {tok.decode(exp.sample[b]->prompt_ids, true), tok.decode(exp.response[b], true),
+              exp.sample[b]->ground_truth_json, exp.scores[b]};
+  }
+  return out;
+}
+
+// verl's _dump_generations (trainer.rollout_data_dir, trainer.validation_data_dir): DIR/<step>.jsonl
+// with one {"input", "output", "gts", "score", "step"} line per sample. With several ranks each
+// writes its own samples, to DIR/<step>_rank<r>.jsonl.
+void dump_generations(const std::string& dir, const std::string& key, int64_t step,
+                      const std::vector<GenerationRow>& rows, const dist::Communicator& comm) {
+  std::filesystem::create_directories(dir);
+  const std::string name = comm.world_size() == 1 ? fmt::format("{}.jsonl", step)
+                                                  : fmt::format("{}_rank{}.jsonl", step, comm.rank());
+  const std::string path = (std::filesystem::path(dir) / name).string();
+  std::ofstream f(path, std::ios::trunc);
+  VERL_CHECK(f.good(), "{}={}: cannot write {}", key, dir, path);
+  for (const GenerationRow& r : rows) {
+    nlohmann::ordered_json j = {{"input", r.input}, {"output", r.output}, {"gts", r.gts}, {"score", r.score},
+                                {"step", step}};
+    f << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << '\n';
+  }
+  f.close();
+  VERL_CHECK(!f.fail(), "{}={}: writing {} failed (disk full?)", key, dir, path);
+}
+
+// verl's _maybe_log_val_generations (trainer.log_val_generations): `n` validation samples, sorted by
+// input and shuffled with a fixed seed so that every validation shows the same prompts.
+void log_val_generations(std::vector<GenerationRow> rows, int64_t n, int64_t step) {
+  if (n <= 0 || rows.empty()) return;
+  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.input < b.input; });
+  Rng rng(42);
+  for (size_t i = rows.size() - 1; i > 0; --i) std::swap(rows[i], rows[rng.below(i + 1)]);
+  rows.resize(std::min<size_t>(rows.size(), static_cast<size_t>(n)));
+  for (size_t i = 0; i < rows.size(); ++i)
+    log::info("validation sample {} of step {} (score {}):\n[input] {}\n[output] {}", i + 1, step, rows[i].score,
+              rows[i].input, rows[i].output);
+}
+
 }  // namespace
 
 PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
@@ -283,6 +374,14 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
       VERL_CHECK(v % world == 0, "{}={} must be a multiple of the {} data-parallel ranks (each takes an equal share)",
                  key, v, world);
     }
+  } else {
+    // One process: a launch of nnodes x n_gpus_per_node ranks that the user asked for did not happen.
+    const int64_t nnodes = cfg_.get<int64_t>("trainer.nnodes"), per_node = cfg_.get<int64_t>("trainer.n_gpus_per_node");
+    const bool set = cfg_.origin("trainer.nnodes") != "defaults" || cfg_.origin("trainer.n_gpus_per_node") != "defaults";
+    if (set && nnodes * per_node > 1)
+      log::warn("trainer.nnodes={} x trainer.n_gpus_per_node={} asks for {} ranks, but no launcher started any: this "
+                "run uses one process (start {} with mpirun or torchrun, docs/distributed.md)",
+                nnodes, per_node, nnodes * per_node, nnodes * per_node);
   }
   const std::string model_path = cfg_.get<std::string>("actor_rollout_ref.model.path");
   model::Weights actor_weights = model::Weights::load(model_path);
@@ -291,6 +390,8 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
              actor_weights.config.architecture);
   tokenizer_dir_ = cfg_.get<std::optional<std::string>>("data.tokenizer").value_or(model_path);
   tok_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::load(tokenizer_dir_));
+  if (auto tpl = cfg_.get<std::optional<std::string>>("actor_rollout_ref.model.custom_chat_template"))
+    tok_->set_chat_template(*tpl, "actor_rollout_ref.model.custom_chat_template");
   eos_ids_ = model::generation_eos_ids(model_path, actor_weights.config, tok_->eos_token_id());
   n_ = cfg_.get<int64_t>("actor_rollout_ref.rollout.n");
   temperature_ = static_cast<float>(cfg_.get<double>("actor_rollout_ref.rollout.temperature"));
@@ -325,7 +426,7 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
     PolicyOptions co;
     co.optim = optim_config(cfg_, "critic", cfg_.get<double>("critic.grad_clip"));
     co.recompute = cfg_.get<bool>("critic.model.enable_gradient_checkpointing");
-    const MicroBatchPlan plan = plan_micro_batches(cfg_, n_, comm_->world_size(), /*update=*/true, "critic.");
+    const MicroBatchPlan plan = plan_micro_batches(cfg_, n_, comm_->world_size(), /*update=*/true, "critic.", "critic.");
     co.max_tokens = plan.max_tokens;
     co.max_seqs = plan.max_seqs;
     critic_.emplace();
@@ -364,7 +465,8 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
   if (actor_loss_.use_kl_loss || use_kl_in_reward) {
     PolicyOptions ro = po;
     ro.trainable = false;
-    const MicroBatchPlan plan = plan_micro_batches(cfg_, n_, comm_->world_size(), /*update=*/false);
+    const MicroBatchPlan plan =
+        plan_micro_batches(cfg_, n_, comm_->world_size(), /*update=*/false, "", "actor_rollout_ref.ref.");
     ro.max_tokens = plan.max_tokens;
     ro.max_seqs = plan.max_seqs;
     ref_ = make_policy(device_, actor_weights, ro);
@@ -372,7 +474,8 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
   {
     po.numerics = numerics_;
     po.optim = optim_config(cfg_, "actor_rollout_ref.actor", cfg_.get<double>("actor_rollout_ref.actor.grad_clip"));
-    const MicroBatchPlan plan = plan_micro_batches(cfg_, n_, comm_->world_size(), /*update=*/true);
+    const MicroBatchPlan plan = plan_micro_batches(cfg_, n_, comm_->world_size(), /*update=*/true,
+                                                   "actor_rollout_ref.actor.", "actor_rollout_ref.rollout.");
     po.max_tokens = plan.max_tokens;
     po.max_seqs = plan.max_seqs;
     actor_.base_lr = po.optim.lr;
@@ -409,7 +512,13 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
       VERL_CHECK(overlong_.len >= 1 && overlong_.len <= max_resp,
                  "{}len={} must be within 1..data.max_response_length ({})", ob, overlong_.len, max_resp);
     }
-    if (cfg_.get<bool>("algorithm.filter_groups.enable")) {
+    if (!cfg_.get<bool>("algorithm.filter_groups.enable")) {
+      // Settings of a switched-off filter change nothing: say so rather than ignore them.
+      if (cfg_.get<std::optional<std::string>>("algorithm.filter_groups.metric") ||
+          cfg_.get<int64_t>("algorithm.filter_groups.max_num_gen_batches") > 0)
+        log::warn("algorithm.filter_groups.metric / max_num_gen_batches are set but algorithm.filter_groups.enable "
+                  "is false: every group is kept");
+    } else {
       const auto metric = cfg_.get<std::optional<std::string>>("algorithm.filter_groups.metric");
       VERL_CHECK(metric.has_value(), "algorithm.filter_groups.enable=true needs algorithm.filter_groups.metric "
                  "(acc, score, seq_reward or seq_final_reward)");
@@ -459,12 +568,24 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
   sp.temperature = do_sample ? static_cast<float>(cfg_.get<double>(rk + "temperature")) : 0.0f;
   sp.top_k = static_cast<int32_t>(cfg_.get<int64_t>(rk + "top_k"));
   sp.top_p = static_cast<float>(cfg_.get<double>(rk + "top_p"));
-  sp.max_tokens = static_cast<int32_t>(cfg_.get<int64_t>("data.max_response_length"));
+  // verl's rollout.response_length (by default data.max_response_length) bounds every response,
+  // validation's too; rollout.max_model_len (null: prompt_length + response_length) bounds prompt
+  // plus response, as vLLM's does.
+  const std::string rol = "actor_rollout_ref.rollout.";
+  sp.max_tokens = static_cast<int32_t>(cfg_.get<int64_t>(rol + "response_length"));
+  const int64_t prompt_limit = cfg_.get<int64_t>(rol + "prompt_length");
+  const int64_t model_len =
+      cfg_.get<std::optional<int64_t>>(rol + "max_model_len").value_or(prompt_limit + sp.max_tokens);
   sp.ignore_eos = cfg_.get<bool>("actor_rollout_ref.rollout.ignore_eos");
   sp.stop_token_ids = eos_ids_;
   std::vector<rollout::Request> reqs;
   int64_t longest = 0;
   for (size_t i = 0; i < samples.size(); ++i) {
+    const int64_t plen = static_cast<int64_t>(samples[i].prompt_ids.size());
+    VERL_CHECK(plen <= prompt_limit && plen < model_len,
+               "a prompt of {} tokens is longer than actor_rollout_ref.rollout.prompt_length={} allows (or does not "
+               "fit rollout.max_model_len={}); raise them or lower data.max_prompt_length", plen, prompt_limit,
+               model_len);
     rollout::Request r;
     r.prompt = samples[i].prompt_ids;
     r.params = sp;
@@ -478,7 +599,7 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
   // goes out of scope, before training starts (phased memory).
   rollout::EngineConfig ec;
   ec.scheduler.block_size = 16;
-  ec.scheduler.max_model_len = static_cast<int32_t>(longest + sp.max_tokens);
+  ec.scheduler.max_model_len = static_cast<int32_t>(std::min<int64_t>(longest + sp.max_tokens, model_len));
   ec.scheduler.max_num_seqs = static_cast<int32_t>(cfg_.get<int64_t>("actor_rollout_ref.rollout.max_num_seqs"));
   ec.scheduler.max_num_batched_tokens =
       static_cast<int32_t>(cfg_.get<int64_t>("actor_rollout_ref.rollout.max_num_batched_tokens"));
@@ -646,7 +767,8 @@ std::vector<std::vector<int64_t>> PpoTrainer::micro_batches(const Experience& ex
     for (int64_t b : idx) {
       lens.push_back(static_cast<int64_t>(exp.sample[b]->prompt_ids.size() + exp.response[b].size()));
       VERL_CHECK(lens.back() <= max_tokens,
-                 "a sequence of {} tokens exceeds the micro-batch token budget {} (ppo_max_token_len_per_gpu)",
+                 "a sequence of {} tokens exceeds the micro-batch token budget {} (ppo_max_token_len_per_gpu, "
+                 "or for a forward-only pass log_prob_max_token_len_per_gpu / forward_max_token_len_per_gpu)",
                  lens.back(), max_tokens);
     }
     data::MicroBatchOptions mo;
@@ -672,8 +794,10 @@ void PpoTrainer::compute_log_probs(PolicyModel& policy, const Experience& exp, s
   std::vector<int64_t> all(exp.B);
   std::iota(all.begin(), all.end(), 0);
   std::vector<float> lp, ent;  // [T] of one micro-batch
-  const int64_t budget = cfg_.get<int64_t>("actor_rollout_ref.actor.ppo_max_token_len_per_gpu");
-  for (auto& idx : micro_batches(exp, all, true, budget, 0)) {
+  // The reference policy's pass is cut by ref.log_prob_*, the actor's (old_log_prob) by rollout.log_prob_*.
+  const ForwardBatching fb = forward_batching(
+      cfg_, &policy == ref_.get() ? "actor_rollout_ref.ref." : "actor_rollout_ref.rollout.", comm_->world_size());
+  for (auto& idx : micro_batches(exp, all, fb.dynamic, fb.max_tokens, fb.max_seqs)) {
     const PackedResponses mb(exp, std::move(idx));
     check_plan(policy, mb.batch());
     policy.forward(mb.batch(), temperature_, lp, entropy ? &ent : nullptr, /*for_backward=*/false);
@@ -689,8 +813,8 @@ void PpoTrainer::compute_values(const Experience& exp, std::vector<float>& value
   std::vector<int64_t> all(exp.B);
   std::iota(all.begin(), all.end(), 0);
   std::vector<float> v;
-  const int64_t budget = cfg_.get<int64_t>("critic.ppo_max_token_len_per_gpu");
-  for (auto& idx : micro_batches(exp, all, true, budget, 0)) {
+  const ForwardBatching fb = forward_batching(cfg_, "critic.", comm_->world_size());
+  for (auto& idx : micro_batches(exp, all, fb.dynamic, fb.max_tokens, fb.max_seqs)) {
     const PackedResponses mb(exp, std::move(idx));
     check_plan(*critic_->model, mb.batch());
     critic_->model->forward_values(mb.batch(), v);
@@ -708,7 +832,7 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
   const int64_t epochs = cfg_.get<int64_t>(a + "ppo_epochs");
   const bool dynamic = cfg_.get<bool>(a + "use_dynamic_bsz");
   const int64_t max_tokens = cfg_.get<int64_t>(a + "ppo_max_token_len_per_gpu");
-  const int64_t micro_seqs = cfg_.get<std::optional<int64_t>>(a + "ppo_micro_batch_size_per_gpu").value_or(mini);
+  const int64_t micro_seqs = update_micro_seqs(cfg_, a, comm_->world_size(), mini);
   const bool shuffle = cfg_.get<bool>(a + "shuffle");
   const int64_t num_mini = (exp.B + mini - 1) / mini;
   // Fully on-policy (one epoch over one mini-batch): the old policy is the current one, so the
@@ -824,7 +948,7 @@ void PpoTrainer::update_critic(Experience& exp, metrics::Metrics& m) {
   const int64_t epochs = cfg_.get<int64_t>("critic.ppo_epochs");
   const bool dynamic = cfg_.get<bool>("critic.use_dynamic_bsz");
   const int64_t max_tokens = cfg_.get<int64_t>("critic.ppo_max_token_len_per_gpu");
-  const int64_t micro_seqs = cfg_.get<std::optional<int64_t>>("critic.ppo_micro_batch_size_per_gpu").value_or(mini);
+  const int64_t micro_seqs = update_micro_seqs(cfg_, "critic.", comm_->world_size(), mini);
   const double clip = cfg_.get<double>("critic.cliprange_value");
   const LossAggMode mode = parse_loss_agg_mode(cfg_.get<std::string>("critic.loss_agg_mode"));
   const float lr = static_cast<float>(critic_->base_lr * critic_->schedule.multiplier(global_step_));
@@ -963,7 +1087,8 @@ void PpoTrainer::add_data_metrics(const Experience& exp, metrics::Metrics& m) co
       m.set("critic/vf_explained_var", 1.0 - var_diff / (var_ret + 1e-5));
     }
   }
-  add_global_length_stats(m, "response_length", resp_len, cfg_.get<int64_t>("data.max_response_length"));
+  add_global_length_stats(m, "response_length", resp_len,
+                          cfg_.get<int64_t>("actor_rollout_ref.rollout.response_length"));
   add_global_length_stats(m, "prompt_length", prompt_len, cfg_.get<int64_t>("data.max_prompt_length"));
 }
 
@@ -991,6 +1116,8 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
   const bool filtering = cfg_.get<bool>("algorithm.filter_groups.enable");
   if (filtering && !filter_groups(batch, exp, timer, m)) return m;  // out of data: fit() stops
   const std::vector<data::Sample>& step_samples = filtering ? kept_samples_ : batch.samples;
+  if (auto dir = cfg_.get<std::optional<std::string>>("trainer.rollout_data_dir"))
+    dump_generations(*dir, "trainer.rollout_data_dir", global_step_ + 1, generation_rows(*tok_, exp), *comm_);
   // Sampled ids past the tokenizer (a padded embedding's extra rows) have no text; counted here.
   int64_t out_of_vocab = 0;
   for (const auto& r : exp.response)
@@ -1141,6 +1268,9 @@ metrics::Metrics PpoTrainer::validate() {
   data::DataLoader loader(*val_set_, data::LoaderOptions::val_from_config(cfg_, val_set_->size()));
   std::map<std::string, std::pair<double, int64_t>> per_source;
   const int64_t n = cfg_.get<int64_t>("actor_rollout_ref.rollout.val_kwargs.n");
+  const auto dump_dir = cfg_.get<std::optional<std::string>>("trainer.validation_data_dir");
+  const int64_t to_log = cfg_.get<int64_t>("trainer.log_val_generations");
+  std::vector<GenerationRow> generations;  // this rank's, for the dump and the log
   comm_->set_stage("testing");
   while (auto batch = loader.next()) {
     metrics::StageTimer timer;
@@ -1152,6 +1282,10 @@ metrics::Metrics PpoTrainer::validate() {
     const int64_t begin = n * comm_->rank() / world, end = n * (comm_->rank() + 1) / world;
     const std::vector<data::Sample> local(batch->samples.begin() + begin, batch->samples.begin() + end);
     generate(local, begin, exp, timer, /*validation=*/true);
+    if (dump_dir || to_log > 0) {
+      std::vector<GenerationRow> g = generation_rows(*tok_, exp);
+      generations.insert(generations.end(), std::make_move_iterator(g.begin()), std::make_move_iterator(g.end()));
+    }
     for (int64_t b = 0; b < exp.B; ++b) {
       auto& acc = per_source[exp.sample[b]->data_source];
       acc.first += exp.scores[b];
@@ -1174,6 +1308,8 @@ metrics::Metrics PpoTrainer::validate() {
   for (const auto& [src, acc] : per_source) {
     m.set(fmt::format("val-core/{}/reward/mean@{}", src, n), acc.first / std::max<int64_t>(1, acc.second));
   }
+  if (dump_dir) dump_generations(*dump_dir, "trainer.validation_data_dir", global_step_, generations, *comm_);
+  if (comm_->rank() == 0) log_val_generations(std::move(generations), to_log, global_step_);
   m.set("timing_s/testing", t.seconds());
   return m;
 }
@@ -1262,8 +1398,9 @@ std::string PpoTrainer::save() {
   nlohmann::json st = {{"dataloader", train_loader_->state()}};
   if (kl_ctrl_) st["kl_coef"] = kl_ctrl_->value();
   const int64_t keep = cfg_.get<std::optional<int64_t>>("trainer.max_actor_ckpt_to_keep").value_or(0);
+  const int64_t keep_critic = cfg_.get<std::optional<int64_t>>("trainer.max_critic_ckpt_to_keep").value_or(0);
   return save_checkpoint(cfg_.get<std::string>("trainer.default_local_dir"), global_step_, actor.ms, critic, st,
-                         tokenizer_dir_, keep, comm_.get());
+                         tokenizer_dir_, keep, comm_.get(), critic ? keep_critic : 0);
 }
 
 void PpoTrainer::fit() {

@@ -197,6 +197,8 @@ std::string run_sft(const config::Config& cfg) {
   VERL_CHECK(w.config.head == model::HeadKind::CausalLM, "{}: SFT needs a causal LM, got {}", model_dir,
              w.config.architecture);
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(model_dir);
+  if (auto tpl = cfg.get<std::optional<std::string>>("model.custom_chat_template"))
+    tok.set_chat_template(*tpl, "model.custom_chat_template");
   optim::CpuTrainState state(std::move(w), /*trainable=*/true);
   model::Transformer tf(state.weights());  // reads the master weights the optimizer updates
 
