@@ -89,7 +89,7 @@ std::string resolve_config_file(const std::string& positional, const HydraConfig
       {"_generated_ppo_torchtitan_trainer", "the torchtitan engine is not supported: use --config-name ppo_trainer (verl train)"},
       {"ppo_veomni_trainer", "the VeOmni engine is not supported: use --config-name ppo_trainer (verl train)"},
       {"_generated_ppo_veomni_trainer", "the VeOmni engine is not supported: use --config-name ppo_trainer (verl train)"},
-      {"dapo_trainer", "DAPO's recipe (dynamic sampling, the dapo reward manager) is not implemented; run GRPO with --config-name ppo_trainer (verl train)"},
+      {"dapo_trainer", "verl.cpp has no separate DAPO defaults: DAPO is ppo_trainer with reward_model.reward_manager=dapo, reward_model.overlong_buffer.* and algorithm.filter_groups.* (configs/examples/dapo_demo.yaml); use --config-name ppo_trainer (verl train) with those keys"},
       {"dapo_megatron_trainer", "DAPO's recipe and Megatron-LM are not supported: use --config-name ppo_trainer (verl train)"},
       {"ppo_trainer", "it is the RL trainer's config: run `verl train`"},
       {"_generated_ppo_trainer", "it is the RL trainer's config: run `verl train`"},

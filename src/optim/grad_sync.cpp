@@ -78,13 +78,11 @@ void GradSync::ready(int64_t begin, int64_t end) {
 
 void GradSync::start(float* data, int64_t begin, int64_t end, int slot) {
   started_ = true;
-  const int world = comm_.world_size();
-  const double share = static_cast<double>(world - 1) / world;
   if (stage_ == 0) {
     ops_.push_back({comm_.start_all_reduce(data, static_cast<size_t>(end - begin),
                                            dist::DataType::F32, dist::ReduceOp::Sum),
                     slot, begin, end, -1});
-    stats_.bytes += 2 * share * 4.0 * static_cast<double>(end - begin);
+    stats_.add_all_reduce(comm_.world_size(), end - begin);
     return;
   }
   // One reduction per owner whose shard the range overlaps.
@@ -95,7 +93,7 @@ void GradSync::start(float* data, int64_t begin, int64_t end, int slot) {
                                        dist::DataType::F32, dist::ReduceOp::Sum, owner),
                     slot, b, e, owner});
     if (slot >= 0) ++slots_[slot].pending;
-    stats_.bytes += share * 4.0 * static_cast<double>(e - b);
+    stats_.add_reduce_to_owners(comm_.world_size(), e - b);
     b = e;
   }
 }

@@ -29,6 +29,13 @@ namespace verl::optim {
 // hide).
 struct SyncStats {
   double bytes = 0, seconds = 0;
+  // What one rank sends when `n` fp32 elements are all-reduced, or reduced to their owners (a
+  // reduce-scatter), over `world` ranks.
+  void add_all_reduce(int world, int64_t n) { bytes += 2 * share(world) * 4.0 * static_cast<double>(n); }
+  void add_reduce_to_owners(int world, int64_t n) { bytes += share(world) * 4.0 * static_cast<double>(n); }
+
+ private:
+  static double share(int world) { return static_cast<double>(world - 1) / world; }
 };
 
 class GradSync final : public model::GradSink {

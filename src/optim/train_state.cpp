@@ -70,12 +70,11 @@ void CpuTrainState::enable_data_parallel(dist::Communicator& comm, int zero_stag
 void CpuTrainState::reduce_grads(dist::Communicator& comm) {
   // The buckets backward started (stage 2: every micro-batch's) complete here.
   if (sync_ && (sync_->finish() || zero_stage_ == 2)) return;
-  const double share = static_cast<double>(comm.world_size() - 1) / comm.world_size();
   if (shard_comm_ == nullptr) {
-    sync_stats_.bytes += 2 * share * 4.0 * static_cast<double>(grads_.size());
+    sync_stats_.add_all_reduce(comm.world_size(), static_cast<int64_t>(grads_.size()));
     return all_reduce_grads(comm);
   }
-  sync_stats_.bytes += share * 4.0 * static_cast<double>(grads_.size());
+  sync_stats_.add_reduce_to_owners(comm.world_size(), static_cast<int64_t>(grads_.size()));
   // This rank's block of the padded buffer receives the sum over ranks (in place).
   comm.reduce_scatter(grads_.data(), grads_.data() + comm.rank() * chunk_, static_cast<size_t>(chunk_),
                       dist::DataType::F32, dist::ReduceOp::Sum);

@@ -7,6 +7,8 @@
 #include <array>
 #include <utility>
 
+#include "reward/math_dataset.h"  // replace_all
+
 namespace verl::reward {
 namespace {
 
@@ -15,18 +17,6 @@ size_t cp_len(std::string_view s, size_t i) {
   const auto c = static_cast<unsigned char>(s[i]);
   const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
   return std::min(n, s.size() - i);
-}
-
-std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
-  std::string out;
-  size_t start = 0, pos;
-  while ((pos = s.find(from, start)) != std::string_view::npos) {
-    out.append(s.substr(start, pos - start));
-    out.append(to);
-    start = pos + from.size();
-  }
-  out.append(s.substr(start));
-  return out;
 }
 
 // Python's str.isspace() for ASCII (plus the separators \x1c-\x1f that it also counts).
@@ -64,31 +54,9 @@ std::string keep_first_dollar_pair(std::string_view s) {
   return out;
 }
 
-// re.sub(r"(<open>)(.*?)(\})", r"\2", s): "<open>x}" -> "x", the nearest '}' on the same line.
-std::string unwrap_lazy(std::string_view s, std::string_view open) {
-  std::string out;
-  size_t i = 0;
-  for (;;) {
-    const size_t p = s.find(open, i);
-    if (p == std::string_view::npos) break;
-    const size_t body = p + open.size();
-    const size_t close = s.find('}', body);
-    if (close != std::string_view::npos && close < line_end(s, body)) {
-      out.append(s.substr(i, p - i));
-      out.append(s.substr(body, close - body));
-      i = close + 1;
-    } else {
-      out.append(s.substr(i, p + 1 - i));
-      i = p + 1;
-    }
-  }
-  out.append(s.substr(i));
-  return out;
-}
-
-// re.sub(r"(\\boxed\{)(.*)(\})", r"\2", s): greedy, up to the last '}' of the line.
-std::string unwrap_boxed_greedy(std::string_view s) {
-  const std::string_view open = "\\boxed{";
+// re.sub(r"(<open>)(.*?)(\})", r"\2", s) (lazy: the nearest '}' on the same line) and, greedy,
+// re.sub(r"(\\boxed\{)(.*)(\})", r"\2", s) (the last '}' of the line): "<open>x}" -> "x".
+std::string unwrap(std::string_view s, std::string_view open, bool greedy) {
   std::string out;
   size_t i = 0;
   for (;;) {
@@ -96,8 +64,8 @@ std::string unwrap_boxed_greedy(std::string_view s) {
     if (p == std::string_view::npos) break;
     const size_t body = p + open.size();
     const size_t e = line_end(s, body);
-    const size_t close = s.substr(0, e).rfind('}');
-    if (close != std::string_view::npos && close >= body) {
+    const size_t close = greedy ? s.substr(0, e).rfind('}') : s.find('}', body);
+    if (close != std::string_view::npos && close >= body && close < e) {
       out.append(s.substr(i, p - i));
       out.append(s.substr(body, close - body));
       i = close + 1;
@@ -176,10 +144,10 @@ std::string dapo_normalize_final_answer(std::string_view final_answer) {
   for (const auto& [before, after] : kSubstitutions) s = replace_all(s, before, after);
   for (std::string_view expr : kRemovedExpressions) s = replace_all(s, expr, "");
   s = keep_first_dollar_pair(s);
-  s = unwrap_lazy(s, "\\text{");
-  s = unwrap_lazy(s, "\\textbf{");
-  s = unwrap_lazy(s, "\\overline{");
-  s = unwrap_boxed_greedy(s);
+  s = unwrap(s, "\\text{", /*greedy=*/false);
+  s = unwrap(s, "\\textbf{", /*greedy=*/false);
+  s = unwrap(s, "\\overline{", /*greedy=*/false);
+  s = unwrap(s, "\\boxed{", /*greedy=*/true);
   s = brace_args(s, "frac", 2);
   s = brace_args(s, "sqrt", 1);
   s = replace_all(s, "$", "");

@@ -20,19 +20,6 @@ std::vector<std::string> split(std::string_view s, std::string_view sep) {
   return parts;
 }
 
-// Python's str.replace(from, to): all non-overlapping occurrences, left to right.
-std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
-  std::string out;
-  size_t start = 0, pos;
-  while ((pos = s.find(from, start)) != std::string_view::npos) {
-    out.append(s.substr(start, pos - start));
-    out.append(to);
-    start = pos + from.size();
-  }
-  out.append(s.substr(start));
-  return out;
-}
-
 bool starts_with(std::string_view s, std::string_view p) {
   return s.substr(0, p.size()) == p;
 }
@@ -116,6 +103,18 @@ std::string fix_a_slash_b(const std::string& s) {
 }
 
 }  // namespace
+
+std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
+  std::string out;
+  size_t start = 0, pos;
+  while ((pos = s.find(from, start)) != std::string_view::npos) {
+    out.append(s.substr(start, pos - start));
+    out.append(to);
+    start = pos + from.size();
+  }
+  out.append(s.substr(start));
+  return out;
+}
 
 std::optional<std::string> last_boxed_only_string(std::string_view s) {
   size_t idx = s.rfind("\\boxed");

@@ -11,6 +11,10 @@
 
 namespace verl::reward {
 
+// Python's str.replace(from, to) (from non-empty): every non-overlapping occurrence, left to
+// right. The MATH and DAPO normalisations are written in terms of it.
+std::string replace_all(std::string_view s, std::string_view from, std::string_view to);
+
 // The last "\boxed{...}" (balanced braces) of `s`, or "\boxed <text>" up to the next '$' when the
 // text contains "\boxed " anywhere, or else the last "\fbox{...}"; nullopt when none is closed.
 std::optional<std::string> last_boxed_only_string(std::string_view s);

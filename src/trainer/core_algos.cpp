@@ -13,6 +13,25 @@
 namespace verl::trainer {
 namespace {
 
+// The config names of an enum (tables of {m, name, ...} entries): the entry named `name`, else an
+// Error naming `key` and listing every name; and the name of value `m` ("?" if absent).
+template <class Entry, size_t N>
+const Entry& entry_named(const Entry (&table)[N], std::string_view name, std::string_view key,
+                         std::string_view kind) {
+  for (const Entry& x : table)
+    if (x.name == name) return x;
+  std::string known;
+  for (const Entry& x : table) known += (known.empty() ? "" : ", ") + std::string(x.name);
+  VERL_FAIL("{}: unknown {} '{}'; known: {}", key, kind, name, known);
+}
+
+template <class Entry, size_t N, class Value>
+std::string_view name_of(const Entry (&table)[N], Value m) {
+  for (const Entry& x : table)
+    if (x.m == m) return x.name;
+  return "?";
+}
+
 void check_size(std::span<const float> x, int64_t n, const char* what, const char* fn) {
   VERL_CHECK(static_cast<int64_t>(x.size()) == n, "{}: {} has {} elements, expected {}", fn, what,
              x.size(), n);
@@ -426,7 +445,7 @@ AdvantageOutput compute_grpo_passk_outcome_advantage(Shape s,
 
 namespace {
 struct EstimatorName {
-  AdvantageEstimator e;
+  AdvantageEstimator m;
   std::string_view name;
 };
 constexpr EstimatorName kEstimators[] = {
@@ -445,18 +464,10 @@ constexpr EstimatorName kEstimators[] = {
 }  // namespace
 
 AdvantageEstimator parse_adv_estimator(std::string_view name) {
-  for (const auto& e : kEstimators)
-    if (e.name == name) return e.e;
-  std::string known;
-  for (const auto& e : kEstimators) known += (known.empty() ? "" : ", ") + std::string(e.name);
-  VERL_FAIL("algorithm.adv_estimator: unknown estimator '{}'; known: {}", name, known);
+  return entry_named(kEstimators, name, "algorithm.adv_estimator", "estimator").m;
 }
 
-std::string_view to_string(AdvantageEstimator e) {
-  for (const auto& x : kEstimators)
-    if (x.e == e) return x.name;
-  return "?";
-}
+std::string_view to_string(AdvantageEstimator e) { return name_of(kEstimators, e); }
 
 AdvantageOutput compute_advantage(AdvantageEstimator e, const AdvantageInputs& in) {
   switch (e) {
@@ -675,19 +686,10 @@ constexpr ModeName kModes[] = {
 }  // namespace
 
 LossAggMode parse_loss_agg_mode(std::string_view name) {
-  for (const auto& m : kModes)
-    if (m.name == name) return m.m;
-  VERL_FAIL(
-      "loss_agg_mode: unknown mode '{}'; known: token-mean, seq-mean-token-sum, "
-      "seq-mean-token-mean, seq-mean-token-sum-norm",
-      name);
+  return entry_named(kModes, name, "loss_agg_mode", "mode").m;
 }
 
-std::string_view to_string(LossAggMode m) {
-  for (const auto& x : kModes)
-    if (x.m == m) return x.name;
-  return "?";
-}
+std::string_view to_string(LossAggMode m) { return name_of(kModes, m); }
 
 std::vector<float> agg_loss_weights(Shape s, std::span<const float> loss_mask, LossAggMode mode,
                                     const AggNorm& norm) {
@@ -800,18 +802,10 @@ constexpr LossModeName kLossModes[] = {
 }  // namespace
 
 PolicyLossMode parse_policy_loss_mode(std::string_view name) {
-  for (const auto& m : kLossModes)
-    if (m.name == name) return m.m;
-  std::string known;
-  for (const auto& m : kLossModes) known += (known.empty() ? "" : ", ") + std::string(m.name);
-  VERL_FAIL("actor.policy_loss.loss_mode: unknown loss '{}'; known: {}", name, known);
+  return entry_named(kLossModes, name, "actor.policy_loss.loss_mode", "loss").m;
 }
 
-std::string_view to_string(PolicyLossMode m) {
-  for (const auto& x : kLossModes)
-    if (x.m == m) return x.name;
-  return "?";
-}
+std::string_view to_string(PolicyLossMode m) { return name_of(kLossModes, m); }
 
 PolicyLossOutput compute_policy_loss(Shape s, std::span<const float> old_log_prob,
                                      std::span<const float> log_prob,

@@ -42,8 +42,7 @@ void CudaTrainState::zero_grad() {
 void CudaTrainState::all_reduce_grads(dist::Communicator& comm) {
   require_trainable("all_reduce_grads");
   VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));  // the backward's gradients are complete
-  const double share = static_cast<double>(comm.world_size() - 1) / comm.world_size();
-  sync_stats_.bytes += 2 * share * 4.0 * static_cast<double>(grads_.size());  // ring all-reduce
+  sync_stats_.add_all_reduce(comm.world_size(), static_cast<int64_t>(grads_.size()));
   comm.all_reduce(grads_.data(), grads_.size(), dist::DataType::F32, dist::ReduceOp::Sum,
                   dist::Place::device(ctx_.stream));
 }
@@ -56,8 +55,7 @@ void CudaTrainState::enable_data_parallel(dist::Communicator& comm, int zero_sta
 
 void CudaTrainState::grads_ready(int64_t begin, int64_t end) {
   if (!armed_ || end <= begin) return;
-  const double share = static_cast<double>(dp_->world_size() - 1) / dp_->world_size();
-  sync_stats_.bytes += 2 * share * 4.0 * static_cast<double>(end - begin);  // ring all-reduce
+  sync_stats_.add_all_reduce(dp_->world_size(), end - begin);
   started_ = true;
   pending_.push_back(dp_->start_all_reduce(grads_.data() + begin, static_cast<size_t>(end - begin),
                                            dist::DataType::F32, dist::ReduceOp::Sum,
