@@ -17,4 +17,9 @@ void fault_point(const char* point, int64_t step) {
   VERL_CHECK(spec != here + ":error", "injected fault at {} (VERL_FAULT_INJECT={})", here, spec);
 }
 
+bool fault_requested(const char* point, int64_t step, const char* mode) {
+  static const char* spec = std::getenv("VERL_FAULT_INJECT");
+  return spec != nullptr && spec == std::string(point) + ":" + std::to_string(step) + ":" + mode;
+}
+
 }  // namespace verl

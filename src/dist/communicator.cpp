@@ -193,6 +193,23 @@ std::unique_ptr<PendingCollective> Communicator::start_reduce(void* data, size_t
   return start_reduce_impl(data, count, type, op, root);
 }
 
+std::unique_ptr<PendingCollective> Communicator::start_all_gather(const void* send, void* recv,
+                                                                  size_t send_count,
+                                                                  DataType type, Place place) {
+  VERL_CHECK((send != nullptr && recv != nullptr) || send_count == 0,
+             "start_all_gather: null buffer of {} elements", send_count);
+  return start_all_gather_impl(send, recv, send_count, type, place);
+}
+
+std::unique_ptr<PendingCollective> Communicator::start_all_gather_impl(const void* send,
+                                                                       void* recv,
+                                                                       size_t send_count,
+                                                                       DataType type,
+                                                                       Place place) {
+  all_gather_impl(send, recv, send_count, type, place);
+  return std::make_unique<Completed>();
+}
+
 std::unique_ptr<PendingCollective> Communicator::start_all_reduce_impl(void* data, size_t count,
                                                                        DataType type,
                                                                        ReduceOp op, Place place) {

@@ -125,6 +125,11 @@ class Communicator {
                                                       ReduceOp op, Place place = {});
   std::unique_ptr<PendingCollective> start_reduce(void* data, size_t count, DataType type,
                                                   ReduceOp op, int root);
+  // As all_gather (in place when send == recv + rank * send_count); on the device as
+  // start_all_reduce: after what place.stream has enqueued so far.
+  std::unique_ptr<PendingCollective> start_all_gather(const void* send, void* recv,
+                                                      size_t send_count, DataType type,
+                                                      Place place = {});
 
   // Typed wrappers over the calls above. A span may point at device memory when `place` says so.
   // all_reduce has plain overloads rather than a template, so callers passing a std::vector still
@@ -221,6 +226,9 @@ class Communicator {
   virtual std::unique_ptr<PendingCollective> start_reduce_impl(void* data, size_t count,
                                                                DataType type, ReduceOp op,
                                                                int root);
+  virtual std::unique_ptr<PendingCollective> start_all_gather_impl(const void* send, void* recv,
+                                                                   size_t send_count,
+                                                                   DataType type, Place place);
 
  private:
   std::string stage_ = "setup";

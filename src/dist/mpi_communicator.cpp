@@ -166,6 +166,22 @@ std::unique_ptr<PendingCollective> MpiCommunicator::start_reduce_impl(void* data
   return p;
 }
 
+std::unique_ptr<PendingCollective> MpiCommunicator::start_all_gather_impl(const void* send,
+                                                                          void* recv,
+                                                                          size_t send_count,
+                                                                          DataType type,
+                                                                          Place place) {
+  host_only(place, "all_gather");
+  const size_t bytes = send_count * data_type_size(type);
+  const bool in_place = send == static_cast<const char*>(recv) + static_cast<size_t>(rank_) * bytes;
+  auto p = std::make_unique<Pending>(*this, "gradient all_gather");
+  const int n = count_of(send_count, "all_gather");
+  check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, mpi_type(type), recv, n,
+                           mpi_type(type), MPI_COMM_WORLD, p->request()),
+            "all_gather");
+  return p;
+}
+
 void MpiCommunicator::barrier() {
   MPI_Request req;
   check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &req), "barrier");

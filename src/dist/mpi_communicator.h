@@ -41,6 +41,9 @@ class MpiCommunicator final : public Communicator {
                                                            ReduceOp op, Place place) override;
   std::unique_ptr<PendingCollective> start_reduce_impl(void* data, size_t count, DataType type,
                                                        ReduceOp op, int root) override;
+  std::unique_ptr<PendingCollective> start_all_gather_impl(const void* send, void* recv,
+                                                           size_t send_count, DataType type,
+                                                           Place place) override;
 
  private:
   class Pending;

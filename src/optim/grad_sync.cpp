@@ -25,6 +25,13 @@ GradSync::GradSync(dist::Communicator& comm, int stage, int64_t numel, int64_t c
              numel);
 }
 
+void GradSync::use_lightweight(const LightweightConfig& cfg, float* carry) {
+  VERL_CHECK(stage_ < 2, "LightweightSync needs each rank's whole gradient (ZeRO stage {}: 0 or 1)",
+             stage_);
+  lw_ = cfg;
+  carry_ = carry;
+}
+
 GradSync::~GradSync() {
   // Reductions still in flight own pointers into our buffers: let them land first (an error
   // unwinding ends the job without waiting, see dist::MpiCommunicator).
@@ -78,6 +85,7 @@ void GradSync::ready(int64_t begin, int64_t end) {
 
 void GradSync::start(float* data, int64_t begin, int64_t end, int slot) {
   started_ = true;
+  if (lw_) return start_sparse(begin, end);
   if (stage_ == 0) {
     ops_.push_back({comm_.start_all_reduce(data, static_cast<size_t>(end - begin),
                                            dist::DataType::F32, dist::ReduceOp::Sum),
@@ -98,6 +106,28 @@ void GradSync::start(float* data, int64_t begin, int64_t end, int slot) {
   }
 }
 
+void GradSync::start_sparse(int64_t begin, int64_t end) {
+  const int world = comm_.world_size(), rank = comm_.rank();
+  Op op;
+  op.begin = begin;
+  op.end = end;
+  op.layout = sparse_layout(end - begin, lw_->top_k, lw_->values);
+  std::vector<uint8_t>& buf = messages_[begin];
+  buf.resize(op.layout.bytes * static_cast<size_t>(world));
+  uint8_t* mine = buf.data() + op.layout.bytes * static_cast<size_t>(rank);
+  sparse_compress(grads_ + begin, carry_ ? carry_ + begin : nullptr, lw_->error_feedback, op.layout,
+                  mine);
+  op.gathered = &buf;
+  op.pending = comm_.start_all_gather(mine, buf.data(), op.layout.bytes, dist::DataType::U8);
+  stats_.add_all_gather(world, op.layout.bytes, end - begin);
+  ops_.push_back(std::move(op));
+}
+
+void GradSync::sync_whole() {  // timed by the caller (AdamW::step)
+  start_sparse(0, numel_);
+  while (!ops_.empty()) complete_front();
+}
+
 void GradSync::progress() {
   for (Op& op : ops_) op.pending->test();
   // Completed in start order, so a shard's sums are added in the same order on every run.
@@ -108,6 +138,14 @@ void GradSync::complete_front() {
   Op op = std::move(ops_.front());
   ops_.pop_front();
   op.pending->wait();
+  if (op.gathered != nullptr) {
+    // Every rank's decoded message, added in rank order: the same sum on every rank.
+    float* out = grads_ + op.begin;
+    std::fill(out, out + (op.end - op.begin), 0.0f);
+    for (int r = 0; r < comm_.world_size(); ++r)
+      sparse_accumulate(op.gathered->data() + op.layout.bytes * static_cast<size_t>(r), op.layout, out);
+    return;
+  }
   if (op.slot < 0) return;
   Slot& s = slots_[op.slot];
   if (op.owner == comm_.rank()) {

@@ -1,6 +1,7 @@
 #include "optim/train_state.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "core/error.h"
@@ -67,9 +68,46 @@ void CpuTrainState::enable_data_parallel(dist::Communicator& comm, int zero_stag
   sync_ = std::make_unique<GradSync>(comm, zero_stage, numel(), chunk_, grads_.data(), sync_stats_);
 }
 
+void CpuTrainState::use_lightweight_sync(const LightweightConfig& cfg) {
+  require_trainable("use_lightweight_sync");
+  VERL_CHECK(sync_ != nullptr, "use_lightweight_sync: enable_data_parallel first");
+  check_lightweight_config(cfg);
+  lw_ = cfg;
+  const bool carry = cfg.error_feedback || cfg.interval > 1;
+  carry_.assign(carry ? static_cast<size_t>(numel()) : 0, 0.0f);
+  sync_->use_lightweight(cfg, carry ? carry_.data() : nullptr);
+}
+
+void CpuTrainState::defer_grads() {
+  VERL_CHECK(!carry_.empty(), "defer_grads: no LightweightSync carry");
+  for (int64_t i = 0; i < numel(); ++i) carry_[i] += grads_[i];
+}
+
+void CpuTrainState::upload_carry(const std::vector<float>& carry, int64_t calls) {
+  VERL_CHECK(carry.empty() || carry_.empty() || static_cast<int64_t>(carry.size()) == numel(),
+             "restore: a LightweightSync carry of {} floats for a model of {} parameters", carry.size(), numel());
+  if (!carry_.empty()) {
+    if (carry.empty()) std::fill(carry_.begin(), carry_.end(), 0.0f);
+    else carry_ = carry;
+  }
+  sync_calls_ = calls;
+}
+
+uint64_t CpuTrainState::weights_digest() {
+  // FNV-1a over the weights' bits.
+  uint64_t h = 1469598103934665603ull;
+  for (float x : w_.data) {
+    uint32_t bits;
+    std::memcpy(&bits, &x, 4);
+    h = (h ^ bits) * 1099511628211ull;
+  }
+  return h;
+}
+
 void CpuTrainState::reduce_grads(dist::Communicator& comm) {
   // The buckets backward started (stage 2: every micro-batch's) complete here.
   if (sync_ && (sync_->finish() || zero_stage_ == 2)) return;
+  if (sync_ && sync_->lightweight()) return sync_->sync_whole();
   if (shard_comm_ == nullptr) {
     sync_stats_.add_all_reduce(comm.world_size(), static_cast<int64_t>(grads_.size()));
     return all_reduce_grads(comm);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "model/grad_sink.h"
 #include "optim/adamw.h"
 #include "optim/grad_sync.h"
+#include "optim/sparse_sync.h"
 
 namespace verl::dist {
 class Communicator;
@@ -93,6 +95,39 @@ class TrainState {
   // Gradient-sync cost since the last call (bytes sent, seconds spent), then reset.
   SyncStats take_sync_stats() { return std::exchange(sync_stats_, SyncStats{}); }
   SyncStats& sync_stats() { return sync_stats_; }
+  // LightweightSync (optim/sparse_sync.h) in place of the dense reduction, after
+  // enable_data_parallel (stage 0 or 1): each bucket's top-k entries of gradient plus carry, int8 /
+  // bf16 / fp32, all-gathered. The carry (this rank's undelivered gradient: the error feedback and
+  // the gradients of the interval's steps without a sync) is one more flat fp32 buffer.
+  virtual void use_lightweight_sync(const LightweightConfig& cfg) {
+    (void)cfg;
+    VERL_FAIL("gradient_sync_method=lightweight: the {} training state has no data parallelism",
+              to_string(device()));
+  }
+  const std::optional<LightweightConfig>& lightweight() const { return lw_; }
+  // sync_interval_steps k: only every k-th optimizer step syncs and updates; the others add their
+  // gradients to the carry (gradient accumulation over k steps, so every rank's weights stay the
+  // same).
+  bool sync_due() const { return !lw_ || (sync_calls_ + 1) % lw_->interval == 0; }
+  int64_t sync_calls() const { return sync_calls_; }
+  // Whether the optimizer step just taken only moved its gradients into the carry.
+  bool step_deferred() const { return deferred_; }
+  void count_sync_call(bool deferred) {
+    ++sync_calls_;
+    deferred_ = deferred;
+  }
+  // carry += gradients (a step without a sync).
+  virtual void defer_grads() { VERL_FAIL("defer_grads: no LightweightSync carry"); }
+  // The carry in layout order (empty without one) for checkpoints, and its restore with the count
+  // of optimizer steps taken (the interval's phase).
+  virtual std::vector<float> download_carry() const { return {}; }
+  virtual void upload_carry(const std::vector<float>& carry, int64_t calls) {
+    (void)carry;
+    sync_calls_ = calls;
+  }
+  // A digest of the master weights: equal on ranks that hold equal weights.
+  virtual uint64_t weights_digest() = 0;
+
   // After the update: the sharded state's all-gather of the master weights (else nothing).
   virtual void gather_weights(dist::Communicator& comm) { (void)comm; }
   // Sum of squares of the gradients over this rank's shard (a global norm sums it over ranks).
@@ -124,6 +159,9 @@ class TrainState {
   int64_t steps_ = 0;
   int zero_stage_ = 0;
   SyncStats sync_stats_;
+  std::optional<LightweightConfig> lw_;
+  int64_t sync_calls_ = 0;
+  bool deferred_ = false;
 };
 
 // The CPU state: the master weights are a model::Weights the CPU model reads (weights()).
@@ -143,8 +181,13 @@ class CpuTrainState final : public TrainState {
   void enable_data_parallel(dist::Communicator& comm, int zero_stage) override;
   model::GradSink* grad_sink() override { return sync_.get(); }
   void prepare_backward(bool last_micro_batch) override {
-    if (sync_) sync_->arm(last_micro_batch);
+    if (sync_) sync_->arm(last_micro_batch && sync_due());
   }
+  void use_lightweight_sync(const LightweightConfig& cfg) override;
+  void defer_grads() override;
+  std::vector<float> download_carry() const override { return carry_; }
+  void upload_carry(const std::vector<float>& carry, int64_t calls) override;
+  uint64_t weights_digest() override;
   void reduce_grads(dist::Communicator& comm) override;
   void gather_weights(dist::Communicator& comm) override;
   double grad_sum_squares() override;
@@ -168,6 +211,7 @@ class CpuTrainState final : public TrainState {
   dist::Communicator* shard_comm_ = nullptr;  // set by shard_optimizer_state
   int64_t chunk_ = 0;                          // elements per rank when sharded
   std::unique_ptr<GradSync> sync_;             // set by enable_data_parallel
+  std::vector<float> carry_;                   // LightweightSync: numel floats, or empty
   // The shard's gradients: grads_ from the shard's first element, or (ZeRO-2) grads_ itself.
   float* shard_grads() { return zero_stage_ == 2 ? grads_.data() : grads_.data() + shard_.begin; }
 };

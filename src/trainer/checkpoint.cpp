@@ -71,6 +71,17 @@ void save_shard(const fs::path& dir, const ModelState& s, int64_t numel, int64_t
                             {"numel", std::to_string(numel)}});
 }
 
+std::string carry_file_name(int64_t world, int64_t rank) {
+  return fmt::format("sync_carry_world_size_{}_rank_{}.safetensors", world, rank);
+}
+
+void save_carry(const fs::path& dir, const ModelState& s, int64_t world, int64_t rank) {
+  fs::create_directories(dir);
+  model::write_safetensors((dir / carry_file_name(world, rank)).string(),
+                           {{"carry", DType::F32, {static_cast<int64_t>(s.carry->size())}, s.carry->data()}},
+                           {{"format", "verl.cpp-sync-carry"}, {"sync_calls", std::to_string(s.sync_calls)}});
+}
+
 int64_t metadata_int(const model::SafetensorsFile& f, const char* key) {
   auto it = f.metadata().find(key);
   VERL_CHECK(it != f.metadata().end(), "{}: no '{}' in the metadata", f.path(), key);
@@ -180,10 +191,12 @@ std::string save_checkpoint(const std::string& root, int64_t step, const ModelSt
     fs::create_directories(tmp);
   }
   // The shards go into the directory rank 0 made; every rank writes its own at once.
-  const bool sharded = actor.shard || (critic && critic->shard);
+  const bool sharded = actor.shard || (critic && critic->shard) || actor.carry || (critic && critic->carry);
   if (sharded) c.barrier();
   if (actor.shard) save_shard(tmp / "actor", actor, actor.shard_numel, c.world_size(), c.rank());
   if (critic && critic->shard) save_shard(tmp / "critic", *critic, critic->shard_numel, c.world_size(), c.rank());
+  if (actor.carry) save_carry(tmp / "actor", actor, c.world_size(), c.rank());
+  if (critic && critic->carry) save_carry(tmp / "critic", *critic, c.world_size(), c.rank());
   if (lead) {
     save_model(tmp / "actor", actor, tokenizer_dir);
     if (critic) save_model(tmp / "critic", *critic, "");
@@ -240,6 +253,46 @@ void check_fresh_run_dir(const std::string& root) {
             "run's checkpoints would mix with them and the tracker would move between runs. Set "
             "trainer.resume_mode=auto to continue from step {}, or give trainer.default_local_dir a new directory",
             root, steps, all.back().first);
+}
+
+std::optional<SyncCarry> load_sync_carry(const std::string& model_dir, int64_t numel, int world, int rank) {
+  const fs::path dir(model_dir);
+  static const std::regex re("sync_carry_world_size_([0-9]+)_rank_([0-9]+)\\.safetensors");
+  int64_t saved = -1;
+  if (fs::exists(dir))
+    for (const auto& e : fs::directory_iterator(dir)) {
+      std::smatch mt;
+      const std::string name = e.path().filename().string();
+      if (!std::regex_match(name, mt, re)) continue;
+      const int64_t w = std::stoll(mt[1]);
+      VERL_CHECK(saved < 0 || saved == w, "{}: LightweightSync carries of world sizes {} and {}; keep one set",
+                 dir.string(), saved, w);
+      saved = w;
+    }
+  if (saved < 0) return std::nullopt;
+  auto read = [&](int64_t r, SyncCarry& out, bool add) {
+    const fs::path path = dir / carry_file_name(saved, r);
+    VERL_CHECK(fs::exists(path), "{}: carry {} of {} is missing; the checkpoint is incomplete", path.string(), r,
+               saved);
+    auto st = model::SafetensorsFile::open(path.string());
+    const model::TensorInfo* t = st->find("carry");
+    VERL_CHECK(t && t->dtype == DType::F32 && t->numel() == numel,
+               "{}: tensor carry missing or of the wrong size (want {} f32 for the model's parameters)", path.string(),
+               numel);
+    const auto* src = reinterpret_cast<const float*>(st->data(*t));
+    if (!add) out.carry.assign(src, src + numel);
+    else
+      for (int64_t i = 0; i < numel; ++i) out.carry[i] += src[i];
+    out.sync_calls = metadata_int(*st, "sync_calls");
+  };
+  SyncCarry out;
+  if (saved == world) {
+    read(rank, out, false);
+    return out;
+  }
+  for (int64_t r = 0; r < saved; ++r) read(r, out, r > 0);
+  for (float& x : out.carry) x /= static_cast<float>(saved);
+  return out;
 }
 
 nlohmann::json load_checkpoint(const std::string& dir, model::Weights& actor, AdamWState& actor_opt,

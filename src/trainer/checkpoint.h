@@ -39,7 +39,23 @@ struct ModelState {
   const AdamWState* opt = nullptr;
   std::optional<optim::ShardSpec> shard;  // set on every rank of a sharded state, or on none
   int64_t shard_numel = 0;                // with `shard`: the whole layout's elements
+  // LightweightSync: this rank's carry (layout order; set on every rank or on none) and the
+  // optimizer steps taken (the sync interval's phase). Every rank writes its own file,
+  // <model>/sync_carry_world_size_<W>_rank_<r>.safetensors.
+  const std::vector<float>* carry = nullptr;
+  int64_t sync_calls = 0;
 };
+
+// A rank's LightweightSync carry as a checkpoint's model directory (actor/ or critic/) holds it.
+struct SyncCarry {
+  std::vector<float> carry;
+  int64_t sync_calls = 0;
+};
+// Rank `rank` of `world`'s carry from `model_dir`: its own file when the checkpoint was written by
+// as many ranks; else the mean of every rank's carry (the update divides the ranks' sum by the
+// world size, so each new rank holding the old mean leaves the gradient still owed unchanged).
+// nullopt when the checkpoint has no carry files.
+std::optional<SyncCarry> load_sync_carry(const std::string& model_dir, int64_t numel, int world, int rank);
 
 // Writes global_step_<step> under `root` atomically, then updates the tracker, then removes the
 // oldest checkpoints beyond `keep` (keep <= 0: keep all), never the one just written. `tokenizer_dir`'s tokenizer files are

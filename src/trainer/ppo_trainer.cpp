@@ -249,6 +249,20 @@ class GlobalRows {
   size_t bytes_ = 0;
 };
 
+// trainer.gradient_sync_method and trainer.lightweight_sync_config: LightweightSync's settings, or
+// none for the dense all-reduce.
+std::optional<optim::LightweightConfig> lightweight_sync_config(const config::Config& cfg) {
+  const std::string method = cfg.get<std::string>("trainer.gradient_sync_method");
+  const std::string k = "trainer.lightweight_sync_config.";
+  optim::LightweightConfig lw;
+  lw.top_k = cfg.get<double>(k + "top_k");
+  lw.values = optim::sync_values_named(cfg.get<std::string>(k + "compression_dtype"), "trainer.lightweight_sync_config.compression_dtype");
+  lw.interval = cfg.get<int64_t>(k + "sync_interval_steps");
+  lw.error_feedback = cfg.get<bool>(k + "error_feedback");
+  if (method != "lightweight") return std::nullopt;
+  return lw;
+}
+
 // Data parallelism for a trained model (optim/train_state.h): gradients reduced in buckets during
 // backward, with ZeRO stage `key` (1: this rank keeps its shard of the AdamW moments; 2: also only
 // its shard of the gradients). One rank has nothing to shard: a warning says the key changes
@@ -258,12 +272,29 @@ void setup_data_parallel(const config::Config& cfg, const char* key, PolicyModel
   if (comm.world_size() == 1) {
     if (stage > 0)
       log::warn("{}={}: one rank has nothing to shard; the whole optimizer state stays here", key, stage);
-    // A one-rank NCCL communicator still reduces (through NCCL): its buckets go as with more.
-    if (comm.distributed()) model.state().enable_data_parallel(comm, 0);
+    const std::optional<optim::LightweightConfig> lw = lightweight_sync_config(cfg);
+    // A one-rank NCCL communicator still reduces (through NCCL): its buckets go as with more, and
+    // LightweightSync compresses them (what one GPU can show of it).
+    if (comm.distributed()) {
+      model.state().enable_data_parallel(comm, 0);
+      if (lw) model.state().use_lightweight_sync(*lw);
+    } else if (lw) {
+      log::warn("trainer.gradient_sync_method=lightweight: one rank sends no gradients; the update uses the whole "
+                "gradient, as with allreduce");
+    }
     return;
   }
   optim::TrainState& st = model.state();
   st.enable_data_parallel(comm, static_cast<int>(stage));
+  if (const std::optional<optim::LightweightConfig> lw = lightweight_sync_config(cfg)) {
+    VERL_CHECK(stage < 2, "trainer.gradient_sync_method=lightweight with {}=2: LightweightSync compresses each rank's "
+               "whole gradient (its top-k and carry), which ZeRO-2 does not keep; use {}=1 (sharded moments) or 0",
+               key, key);
+    st.use_lightweight_sync(*lw);
+    const std::string_view model_key(key);
+    log::info("LightweightSync for {}: top_k {}, {} values, a sync every {} optimizer step(s), error feedback {}",
+              model_key.substr(0, model_key.rfind('.')), lw->top_k, optim::to_string(lw->values), lw->interval, lw->error_feedback ? "on" : "off");
+  }
   if (stage == 0) return;
   log::info("ZeRO-{} ({}): rank {} of {} keeps the AdamW moments{} of elements [{}, {}) of {}", stage, key,
             comm.rank(), comm.world_size(), stage == 2 ? " and gradients" : "", st.shard().begin, st.shard().end,
@@ -843,7 +874,7 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
   PolicyModel& actor = *actor_.model;
   std::vector<float> lp_tok, ent_tok;  // [T] of one micro-batch
   double pg_loss = 0, pg_clipfrac = 0, ppo_kl = 0, clip_lower = 0, ent = 0, kl_loss = 0, gnorm_sum = 0;
-  int64_t updates = 0;
+  int64_t updates = 0, applied = 0;  // mini-batches; updates applied (not kept for a later sync)
   std::vector<int64_t> order(exp.B);
   std::iota(order.begin(), order.end(), 0);
   // On policy, the update's own forward is old_log_prob: compare the rollout's with it there.
@@ -899,8 +930,13 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
         clip_lower += out.pg_clipfrac_lower * share;
       }
       fault_point("train", global_step_ + 1);  // tests kill the process in the middle of a step
-      gnorm_sum += actor.optimizer_step(lr, *comm_);  // all-reduces the gradients over comm_ first
+      const double gnorm = actor.optimizer_step(lr, *comm_);  // all-reduces the gradients over comm_ first
+      // LightweightSync's interval: a step that only kept its gradients for the next sync has no norm.
       ++updates;
+      if (!actor.state().step_deferred()) {
+        gnorm_sum += gnorm;
+        ++applied;
+      }
     }
   }
   actor.release_activations();
@@ -928,7 +964,7 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
     m.set("actor/kl_loss", kl_loss / u);
     m.set("actor/kl_coef", actor_loss_.kl_loss_coef);
   }
-  m.set("actor/grad_norm", gnorm_sum / u);
+  if (applied > 0) m.set("actor/grad_norm", gnorm_sum / static_cast<double>(applied));
   m.set("actor/lr", lr);
 }
 
@@ -955,7 +991,7 @@ void PpoTrainer::update_critic(Experience& exp, metrics::Metrics& m) {
   const int64_t num_mini = (exp.B + mini - 1) / mini;
   std::vector<float> values_tok;
   double vf_loss = 0, vf_clipfrac = 0, gnorm_sum = 0;
-  int64_t updates = 0;
+  int64_t updates = 0, applied = 0;
   for (int64_t ep = 0; ep < epochs; ++ep) {
     for (int64_t mb = 0; mb < num_mini; ++mb) {
       std::vector<int64_t> idx;
@@ -985,8 +1021,12 @@ void PpoTrainer::update_critic(Experience& exp, metrics::Metrics& m) {
         vf_clipfrac += out.vf_clipfrac * std::accumulate(mask.begin(), mask.end(), 0.0) /
                        std::max(1.0, *norm.batch_num_tokens);
       }
-      gnorm_sum += critic_->model->optimizer_step(lr, *comm_);
+      const double gnorm = critic_->model->optimizer_step(lr, *comm_);
       ++updates;
+      if (!critic_->model->state().step_deferred()) {
+        gnorm_sum += gnorm;
+        ++applied;
+      }
     }
   }
   const double u = static_cast<double>(std::max<int64_t>(1, updates));
@@ -994,7 +1034,7 @@ void PpoTrainer::update_critic(Experience& exp, metrics::Metrics& m) {
   vf_clipfrac = comm_->sum(vf_clipfrac);
   m.set("critic/vf_loss", vf_loss / u);
   m.set("critic/vf_clipfrac", vf_clipfrac / u);
-  m.set("critic/grad_norm", gnorm_sum / u);
+  if (applied > 0) m.set("critic/grad_norm", gnorm_sum / static_cast<double>(applied));
   m.set("critic/lr", lr);
 }
 
@@ -1230,11 +1270,10 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
     // seconds backward did not hide.
     optim::SyncStats sync = actor_.model->state().take_sync_stats();
     if (critic_) {
-      const optim::SyncStats c = critic_->model->state().take_sync_stats();
-      sync.bytes += c.bytes;
-      sync.seconds += c.seconds;
+      sync.add(critic_->model->state().take_sync_stats());
     }
     m.set("perf/grad_sync_bytes", sync.bytes);
+    m.set("perf/grad_sync_bytes_dense", sync.dense_bytes);
     m.set("timing_s/grad_sync", sync.seconds);
   }
 
@@ -1353,6 +1392,23 @@ void PpoTrainer::resume() {
                                       critic_shard ? &*critic_shard : nullptr);
   actor_.model->restore(std::move(actor_weights.data), std::move(actor_opt));
   if (critic_) critic_->model->restore(std::move(critic_weights->data), std::move(critic_opt));
+  // LightweightSync: each rank's carry (the gradient it still owes) and the interval's phase.
+  auto restore_carry = [&](PolicyModel& p, const char* part) {
+    optim::TrainState& st = p.state();
+    if (!st.lightweight() || (!st.lightweight()->error_feedback && st.lightweight()->interval == 1)) return;
+    const std::string from = (std::filesystem::path(dir) / part).string();
+    std::optional<SyncCarry> c = load_sync_carry(from, st.numel(), comm_->world_size(), comm_->rank());
+    if (!c) {
+      if (comm_->rank() == 0)
+        log::warn("{}: no LightweightSync carry (saved without gradient_sync_method=lightweight): starting from an "
+                  "empty one", from);
+      st.upload_carry({}, 0);
+      return;
+    }
+    st.upload_carry(c->carry, c->sync_calls);
+  };
+  restore_carry(*actor_.model, "actor");
+  if (critic_) restore_carry(*critic_->model, "critic");
   global_step_ = st.at("global_step").get<int64_t>();
   train_loader_->load_state(st.at("dataloader"));
   if (kl_ctrl_ && st.contains("kl_coef")) {
@@ -1371,11 +1427,14 @@ std::string PpoTrainer::save() {
   const bool lead = comm_->rank() == 0;
   struct Part {
     AdamWState opt;
+    std::vector<float> carry;
     ModelState ms;
   };
   auto part = [&](PolicyModel& p) {
     Part out;
     optim::TrainState& st = p.state();
+    out.carry = st.download_carry();  // LightweightSync: every rank's own (checkpoint.h)
+    out.ms.sync_calls = st.sync_calls();
     if (!st.whole()) {
       out.opt = st.download_optimizer_shard();
       out.ms.shard = st.shard();
@@ -1388,11 +1447,13 @@ std::string PpoTrainer::save() {
   };
   Part actor = part(*actor_.model);
   actor.ms.opt = &actor.opt;
+  if (!actor.carry.empty()) actor.ms.carry = &actor.carry;
   std::optional<Part> critic_part;
   std::optional<ModelState> critic;
   if (critic_) {
     critic_part = part(*critic_->model);
     critic_part->ms.opt = &critic_part->opt;
+    if (!critic_part->carry.empty()) critic_part->ms.carry = &critic_part->carry;
     critic = critic_part->ms;
   }
   nlohmann::json st = {{"dataloader", train_loader_->state()}};

@@ -78,8 +78,9 @@ TEST(ConfigDefaults, MatchVerl) {
   EXPECT_EQ(c.get<std::vector<std::string>>("data.train_files"),
             (std::vector<std::string>{"~/data/rlhf/gsm8k/train.parquet"}));
   // The seed's knobs are there.
-  EXPECT_EQ(c.get<std::string>("trainer.gradient_sync.method"), "allreduce");
-  EXPECT_DOUBLE_EQ(c.get<double>("trainer.gradient_sync.top_k"), 0.1);
+  EXPECT_EQ(c.get<std::string>("trainer.gradient_sync_method"), "allreduce");
+  EXPECT_DOUBLE_EQ(c.get<double>("trainer.lightweight_sync_config.top_k"), 0.1);
+  EXPECT_EQ(c.get<std::string>("trainer.lightweight_sync_config.compression_dtype"), "int8");
   EXPECT_EQ(c.get<int64_t>("reward_model.quantization_bits"), 16);
   EXPECT_FALSE(c.get<bool>("data.dynamic_batch.enable"));
   EXPECT_TRUE(c.get<bool>("actor_rollout_ref.hybrid_engine"));
@@ -304,11 +305,16 @@ TEST(ConfigErrors, ValuesOutsideTheAllowedSet) {
   m = error_of([] { load({"data.train_batch_size=0"}); });
   EXPECT_HAS(m, "expected a value >= 1");
   // Every value in range and in the set loads.
-  Config c = load({"algorithm.kl_penalty=k3", "actor_rollout_ref.rollout.top_p=0.9", "trainer.gradient_sync.method=allreduce"});
+  Config c = load({"algorithm.kl_penalty=k3", "actor_rollout_ref.rollout.top_p=0.9", "trainer.gradient_sync_method=nccl"});
   EXPECT_DOUBLE_EQ(c.get<double>("actor_rollout_ref.rollout.top_p"), 0.9);
   // Seed options not built yet are rejected by name rather than ignored.
-  m = error_of([] { load({"trainer.gradient_sync.method=lightweight"}); });
-  EXPECT_HAS(m, "lightweight is a verl option that verl.cpp does not support yet");
+  m = error_of([] { load({"trainer.gradient_sync_method=sparse"}); });
+  EXPECT_HAS(m, "trainer.gradient_sync_method");
+  EXPECT_HAS(m, "allreduce, nccl, lightweight");
+  m = error_of([] { load({"trainer.lightweight_sync_config.top_k=0"}); });
+  EXPECT_HAS(m, "trainer.lightweight_sync_config.top_k = 0.0 is out of range");
+  m = error_of([] { load({"trainer.lightweight_sync_config.compression_dtype=int4"}); });
+  EXPECT_HAS(m, "int8, bf16, fp32");
   m = error_of([] { load({"reward_model.quantization_bits=4"}); });
   EXPECT_HAS(m, "reward_model.quantization_bits");
 }
@@ -346,13 +352,12 @@ TEST(ConfigErrors, OverrideSyntax) {
 }
 
 TEST(ConfigAliases, SeedNamesSetVerlKeys) {
-  Config c = load({"trainer.save_steps=500", "trainer.save_total_limit=3", "trainer.gradient_sync_method=allreduce",
+  Config c = load({"trainer.save_steps=500", "trainer.save_total_limit=3",
                    "actor_rollout_ref.actor.optim.warmup_style=cosine", "critic.optim.clip_grad=0.5"});
   EXPECT_EQ(c.get<int64_t>("trainer.save_freq"), 500);
   EXPECT_EQ(c.get<int64_t>("trainer.save_steps"), 500);  // reading an alias reads its target
   EXPECT_EQ(c.get<std::optional<int64_t>>("trainer.max_actor_ckpt_to_keep"), 3);
   EXPECT_EQ(c.get<std::optional<int64_t>>("trainer.max_critic_ckpt_to_keep"), 3);
-  EXPECT_EQ(c.get<std::string>("trainer.gradient_sync.method"), "allreduce");
   EXPECT_EQ(c.get<std::string>("actor_rollout_ref.actor.optim.lr_scheduler_type"), "cosine");
   EXPECT_DOUBLE_EQ(c.get<double>("critic.grad_clip"), 0.5);
   EXPECT_NE(c.origin("trainer.save_freq").find("(as trainer.save_steps)"), std::string::npos);
@@ -453,7 +458,7 @@ TEST(ConfigAccess, GetErrorsNameTheKey) {
   EXPECT_HAS(error_of([&] { c.get<int64_t>("actor_rollout_ref.rollout.temperature"); }), "cannot be read as int");
   EXPECT_HAS(error_of([&] { c.get<int64_t>("data.val_batch_size"); }), "'data.val_batch_size' is null");
   EXPECT_HAS(error_of([&] { c.get<bool>("trainer"); }), "is a section");
-  EXPECT_TRUE(c.has("trainer.gradient_sync"));
+  EXPECT_TRUE(c.has("trainer.lightweight_sync_config"));
   EXPECT_TRUE(c.has("trainer.save_steps"));
   EXPECT_FALSE(c.has("trainer.nope"));
   EXPECT_EQ(c.get<Json>("algorithm.kl_ctrl")["type"], "fixed");

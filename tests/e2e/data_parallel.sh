@@ -12,12 +12,8 @@
 set -uo pipefail
 verl=$1 root=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
-pass=0 fail=0
-check() {
-  local what=$1
-  shift
-  if "$@"; then pass=$((pass + 1)); else echo "FAIL: $what"; fail=$((fail + 1)); fi
-}
+# shellcheck source=tests/e2e/lib.sh
+. "$root/tests/e2e/lib.sh"
 common=(actor_rollout_ref.model.path="$root/assets/demo/model" data.train_files="[$root/assets/demo/train.jsonl]"
   data.val_files="[$root/assets/demo/val.jsonl]" data.shuffle=false data.train_batch_size=16
   actor_rollout_ref.rollout.n=4 actor_rollout_ref.actor.ppo_mini_batch_size=16 trainer.logger=[jsonl]
@@ -34,28 +30,6 @@ run() {
       "$root/configs/demo.yaml" "${common[@]}" trainer.n_gpus_per_node="$ranks" trainer.default_local_dir="$dir" \
       "$@" > "$dir.log" 2>&1
   fi
-}
-# compare A B STEPS KEYS...: each step's metrics in A and B agree within 1e-4 relative (1e-7
-# absolute for values near zero, e.g. PPO's pg_loss over whitened advantages).
-compare() {
-  python3 - "$@" <<'PY'
-import json, sys
-a, b, steps, keys = sys.argv[1], sys.argv[2], [int(s) for s in sys.argv[3].split(",")], sys.argv[4:]
-def rows(path):
-    out = {}
-    for line in open(path):
-        r = json.loads(line)
-        out[r["step"]] = {**out.get(r["step"], {}), **r}
-    return out
-ra, rb = rows(a + "/metrics.jsonl"), rows(b + "/metrics.jsonl")
-bad = 0
-for s in steps:
-    for k in keys:
-        x, y = ra[s][k], rb[s][k]
-        if abs(x - y) > 1e-7 + 1e-4 * max(abs(x), abs(y)):
-            print(f"step {s} {k}: {x} vs {y}"); bad += 1
-sys.exit(1 if bad else 0)
-PY
 }
 keys=(critic/score/mean response_length/mean actor/pg_loss actor/grad_norm actor/entropy perf/total_num_tokens)
 

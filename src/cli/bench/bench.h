@@ -1,5 +1,6 @@
 // The `verl bench` subcommands, one file each in this folder: train.cpp (`bench train`, which also
-// declares the `bench` command), rollout.cpp (`bench rollout`), grpo_step.cpp (`bench grpo-step`).
+// declares the `bench` command), rollout.cpp (`bench rollout`), grpo_step.cpp (`bench grpo-step`),
+// grad_sync.cpp (`bench grad-sync`).
 // Benchmark bookkeeping lives here too, never in the runners they time.
 #pragma once
 
@@ -11,5 +12,7 @@ namespace verl::cli {
 Action add_bench_grpo_step(CLI::App& bench);
 // Declares `rollout` under `bench` and returns its action (rollout.cpp).
 Action add_bench_rollout(CLI::App& bench);
+// Declares `grad-sync` under `bench` and returns its action (grad_sync.cpp).
+Action add_bench_grad_sync(CLI::App& bench);
 
 }  // namespace verl::cli

@@ -36,7 +36,7 @@ struct GrpoOpts {
 };
 
 constexpr const char* kStages[] = {"gen",   "reward",        "old_log_prob", "ref",  "values",
-                                   "adv",   "update_critic", "update_actor", "step"};
+                                   "adv",   "update_critic", "update_actor", "grad_sync", "step"};
 
 int run_grpo_step(const GrpoOpts& o) {
   VERL_CHECK(o.steps >= 1, "--steps must be >= 1, got {}", o.steps);
@@ -53,7 +53,7 @@ int run_grpo_step(const GrpoOpts& o) {
   std::map<std::string, double> sum;
   std::map<std::string, double> peak_memory_gib;
   double step_min = std::numeric_limits<double>::infinity(), first_step = 0, tokens = 0;
-  double probs_diff_max = 0;
+  double probs_diff_max = 0, sync_bytes = 0, sync_bytes_dense = 0;
   metrics::Metrics last;
   for (int i = 0; i < o.warmup + o.steps; ++i) {
     std::optional<data::Batch> batch = trainer.next_batch();
@@ -75,6 +75,8 @@ int run_grpo_step(const GrpoOpts& o) {
     for (const char* stage : kStages) sum[stage] += last.get_or(std::string("timing_s/") + stage, 0.0);
     step_min = std::min(step_min, step);
     tokens += last.get("perf/total_num_tokens");
+    sync_bytes += last.get_or("perf/grad_sync_bytes", 0.0);
+    sync_bytes_dense += last.get_or("perf/grad_sync_bytes_dense", 0.0);
     probs_diff_max = std::max(probs_diff_max, last.get_or("training/rollout_probs_diff_max", 0.0));
   }
   const double steps = static_cast<double>(o.steps);
@@ -105,6 +107,8 @@ int run_grpo_step(const GrpoOpts& o) {
       {"first_step_s", first_step},
       {"tokens_per_step", tokens / steps},
       {"tokens_per_s", tokens / sum["step"]},
+      {"grad_sync_bytes", sync_bytes / steps},  // per step, this rank
+      {"grad_sync_bytes_dense", sync_bytes_dense / steps},
       {"device_memory_gib", peak_memory_gib},
       {"rollout_probs_diff_max", probs_diff_max},
       {"last_step_metrics", metrics}};

@@ -312,10 +312,12 @@ Command reg("bench",
               train->add_option("--lr", o->lr, "AdamW learning rate (default 1e-5)");
               Action grpo_step = add_bench_grpo_step(app);
               Action rollout = add_bench_rollout(app);
-              return [o, train, grpo_step, rollout] {
+              Action grad_sync = add_bench_grad_sync(app);
+              return [o, train, grpo_step, rollout, grad_sync] {
                 if (train->parsed()) return run_train(*o);
-                const int rc = grpo_step();
-                return rc != 0 ? rc : rollout();
+                int rc = grpo_step();
+                if (rc == 0) rc = rollout();
+                return rc != 0 ? rc : grad_sync();
               };
             });
 

@@ -99,6 +99,17 @@ class NcclCommunicator final : public Communicator {
     check_cuda(cudaEventRecord(p->done, side_), "event record");
     return p;
   }
+  std::unique_ptr<PendingCollective> start_all_gather_impl(const void* send, void* recv,
+                                                           size_t send_count, DataType type,
+                                                           Place place) override {
+    if (!place.on_device()) return host_->start_all_gather(send, recv, send_count, type, place);
+    auto p = std::make_unique<Pending>(*this, "gradient all_gather");
+    check_cuda(cudaEventRecord(p->ready, static_cast<cudaStream_t>(place.stream)), "event record");
+    check_cuda(cudaStreamWaitEvent(side_, p->ready, 0), "stream wait");
+    check_nccl(ncclAllGather(send, recv, send_count, nccl_type(type), comm_, side_), "all_gather");
+    check_cuda(cudaEventRecord(p->done, side_), "event record");
+    return p;
+  }
   void reduce_scatter_impl(const void* send, void* recv, size_t recv_count, DataType type,
                            ReduceOp op, Place place) override {
     if (!place.on_device()) return host_->reduce_scatter(send, recv, recv_count, type, op, place);

@@ -5,6 +5,8 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "ops/cuda/glue.h"
+#include "optim/cuda/carry.h"
+#include "optim/cuda/sparse_sync.h"
 #include "dist/communicator.h"
 
 namespace verl::optim::cuda {
@@ -53,8 +55,84 @@ void CudaTrainState::enable_data_parallel(dist::Communicator& comm, int zero_sta
   dp_ = &comm;
 }
 
+void CudaTrainState::use_lightweight_sync(const LightweightConfig& cfg) {
+  require_trainable("use_lightweight_sync");
+  VERL_CHECK(dp_ != nullptr, "use_lightweight_sync: enable_data_parallel first");
+  check_lightweight_config(cfg);
+  lw_ = cfg;
+  if (cfg.error_feedback || cfg.interval > 1) {
+    carry_ = DeviceBuffer<float>(static_cast<size_t>(numel()));
+    carry_.zero(ctx_.stream);
+  }
+  scratch_ = DeviceBuffer<uint8_t>(sparse_scratch_bytes(numel()));
+}
+
+void CudaTrainState::start_sparse(int64_t begin, int64_t end) {
+  const int world = dp_->world_size();
+  SparseBucket b{begin, end, sparse_layout(end - begin, lw_->top_k, lw_->values)};
+  DeviceBuffer<uint8_t>& buf = messages_[begin];
+  const size_t bytes = b.layout.bytes;
+  if (buf.size() != bytes * static_cast<size_t>(world)) buf = DeviceBuffer<uint8_t>(bytes * static_cast<size_t>(world));
+  uint8_t* mine = buf.data() + bytes * static_cast<size_t>(dp_->rank());
+  sparse_compress(ctx_, grads_.data() + begin, carry_.size() > 0 ? carry_.data() + begin : nullptr,
+                  lw_->error_feedback, b.layout, mine, scratch_.data());
+  pending_.push_back(dp_->start_all_gather(mine, buf.data(), bytes, dist::DataType::U8,
+                                           dist::Place::device(ctx_.stream)));
+  sync_stats_.add_all_gather(world, bytes, end - begin);
+  sparse_.push_back(b);
+}
+
+void CudaTrainState::finish_sparse() {
+  for (auto& p : pending_) p->wait();
+  pending_.clear();
+  // Every rank's decoded message added in rank order into the bucket: the same sum everywhere.
+  for (const SparseBucket& b : sparse_) {
+    float* out = grads_.data() + b.begin;
+    VERL_CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<size_t>(b.end - b.begin) * sizeof(float), ctx_.stream));
+    const uint8_t* all = messages_.at(b.begin).data();
+    for (int r = 0; r < dp_->world_size(); ++r)
+      sparse_accumulate(ctx_, all + b.layout.bytes * static_cast<size_t>(r), b.layout, out);
+  }
+  sparse_.clear();
+}
+
+void CudaTrainState::defer_grads() {
+  VERL_CHECK(carry_.size() > 0, "defer_grads: no LightweightSync carry");
+  add_into(ctx_, carry_.data(), grads_.data(), numel());
+}
+
+std::vector<float> CudaTrainState::download_carry() const {
+  return carry_.size() > 0 ? carry_.download() : std::vector<float>{};
+}
+
+void CudaTrainState::upload_carry(const std::vector<float>& carry, int64_t calls) {
+  VERL_CHECK(carry.empty() || carry_.size() == 0 || static_cast<int64_t>(carry.size()) == numel(),
+             "restore: a LightweightSync carry of {} floats for a model of {} parameters", carry.size(), numel());
+  if (carry_.size() > 0) {
+    if (carry.empty()) carry_.zero(ctx_.stream);
+    else carry_.upload(carry);
+  }
+  sync_calls_ = calls;
+}
+
+uint64_t CudaTrainState::weights_digest() {
+  ops::cuda::sum_squares(ctx_, norm_.data(), master_.data(), numel());
+  double sq = 0;
+  VERL_CUDA_CHECK(cudaMemcpyAsync(&sq, norm_.data(), sizeof(double), cudaMemcpyDeviceToHost, ctx_.stream));
+  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  uint64_t bits;
+  std::memcpy(&bits, &sq, sizeof(bits));
+  return bits;
+}
+
 void CudaTrainState::grads_ready(int64_t begin, int64_t end) {
   if (!armed_ || end <= begin) return;
+  if (lw_) {
+    started_ = true;
+    start_sparse(begin, end);
+    while (!pending_.empty() && pending_.front()->test()) pending_.pop_front();
+    return;
+  }
   sync_stats_.add_all_reduce(dp_->world_size(), end - begin);
   started_ = true;
   pending_.push_back(dp_->start_all_reduce(grads_.data() + begin, static_cast<size_t>(end - begin),
@@ -65,6 +143,11 @@ void CudaTrainState::grads_ready(int64_t begin, int64_t end) {
 
 void CudaTrainState::reduce_grads(dist::Communicator& comm) {
   armed_ = false;
+  if (lw_) {
+    if (!started_) start_sparse(0, numel());  // the whole buffer as one bucket
+    started_ = false;
+    return finish_sparse();
+  }
   if (!started_) return all_reduce_grads(comm);  // nothing started during backward
   started_ = false;
   for (auto& p : pending_) p->wait();  // the update below reads every bucket's sum

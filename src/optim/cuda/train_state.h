@@ -6,11 +6,13 @@
 #pragma once
 
 #include <deque>
+#include <map>
 #include <memory>
 #include <vector>
 
 #include "ops/cuda/device.h"
 #include "ops/cuda/ops_cuda.h"
+#include "optim/sparse_sync.h"
 #include "optim/train_state.h"
 
 namespace verl::optim::cuda {
@@ -31,7 +33,16 @@ class CudaTrainState final : public TrainState {
   // Stage 0 only: each range the GPU backward finishes (grads_ready) is all-reduced on the
   // communicator's stream beside the rest of the backward, on the last micro-batch of a step.
   void enable_data_parallel(dist::Communicator& comm, int zero_stage) override;
-  void prepare_backward(bool last_micro_batch) override { armed_ = dp_ != nullptr && last_micro_batch; }
+  void prepare_backward(bool last_micro_batch) override {
+    armed_ = dp_ != nullptr && last_micro_batch && sync_due();
+  }
+  // LightweightSync: each finished range is compressed on the compute stream (sparse_sync.h) and
+  // its message all-gathered on the communicator's stream; the step decodes the W messages.
+  void use_lightweight_sync(const LightweightConfig& cfg) override;
+  void defer_grads() override;
+  std::vector<float> download_carry() const override;
+  void upload_carry(const std::vector<float>& carry, int64_t calls) override;
+  uint64_t weights_digest() override;  // the bits of the master weights' sum of squares
   void grads_ready(int64_t begin, int64_t end) override;
   void reduce_grads(dist::Communicator& comm) override;
   double grad_sum_squares() override;  // synchronises: the norm decides the clip scale
@@ -55,6 +66,18 @@ class CudaTrainState final : public TrainState {
   dist::Communicator* dp_ = nullptr;  // set by enable_data_parallel
   bool armed_ = false, started_ = false;
   std::deque<std::unique_ptr<dist::PendingCollective>> pending_;  // this step's started buckets
+  // LightweightSync: the carry (numel floats, or none), the compression scratch, each bucket's
+  // gathered messages (by its first element; kept across steps) and this step's buckets.
+  ops::cuda::DeviceBuffer<float> carry_;
+  ops::cuda::DeviceBuffer<uint8_t> scratch_;
+  std::map<int64_t, ops::cuda::DeviceBuffer<uint8_t>> messages_;
+  struct SparseBucket {
+    int64_t begin = 0, end = 0;
+    SparseLayout layout;
+  };
+  std::vector<SparseBucket> sparse_;
+  void start_sparse(int64_t begin, int64_t end);
+  void finish_sparse();
 };
 
 }  // namespace verl::optim::cuda
