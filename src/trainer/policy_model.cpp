@@ -53,6 +53,13 @@ class CpuPolicy final : public PolicyModel {
   void forward_values(const model::PackedBatch& batch, std::vector<float>& values) override {
     tf_.forward(batch, acts_, fo_);
     batch_ = batch;
+    if (tf_.weights().config.head == model::HeadKind::SequenceClassification) {
+      // A reward model: its score stands at each sequence's last token, the rest is zero.
+      values.assign(static_cast<size_t>(batch.num_tokens()), 0.0f);
+      for (int64_t s = 0; s < batch.num_seqs(); ++s)
+        values[static_cast<size_t>(batch.cu_seqlens[s + 1] - 1)] = acts_.scores[static_cast<size_t>(s)];
+      return;
+    }
     values.assign(acts_.values.begin(), acts_.values.begin() + batch.num_tokens());
   }
 
@@ -108,12 +115,16 @@ std::unique_ptr<PolicyModel> make_cuda_policy(model::Weights, const PolicyOption
 
 std::unique_ptr<PolicyModel> make_policy(Device device, model::Weights weights,
                                          const PolicyOptions& opts) {
-  VERL_CHECK(weights.config.head == model::HeadKind::CausalLM ||
-                 (weights.config.head == model::HeadKind::TokenClassification &&
-                  weights.config.num_labels == 1),
-             "a trained model must be a causal LM (actor, reference) or a one-label token "
-             "classifier (critic), got {} with {} labels",
-             weights.config.architecture, weights.config.num_labels);
+  const model::HeadKind head = weights.config.head;
+  VERL_CHECK(head == model::HeadKind::CausalLM ||
+                 (head == model::HeadKind::TokenClassification && weights.config.num_labels == 1) ||
+                 (head == model::HeadKind::SequenceClassification && weights.config.num_labels == 1 &&
+                  !opts.trainable),
+             "a trainer model must be a causal LM (actor, reference), a one-label token "
+             "classifier (critic) or, forward only, a one-label sequence classifier (reward "
+             "model); got {} with {} labels{}",
+             weights.config.architecture, weights.config.num_labels,
+             head == model::HeadKind::SequenceClassification && opts.trainable ? " to train" : "");
   if (device == Device::Cuda) return detail::make_cuda_policy(std::move(weights), opts);
   return std::make_unique<CpuPolicy>(std::move(weights), opts);
 }

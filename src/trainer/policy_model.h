@@ -74,7 +74,9 @@ class PolicyModel {
   virtual void backward(const float* d_logprob, const float* d_entropy) = 0;
   void zero_grad();
   // Token-classification models (the critic): values [T] (num_labels 1) of the batch, keeping the
-  // activations; backward_values accumulates the gradient of sum_t d_values[t] values[t].
+  // activations; backward_values accumulates the gradient of sum_t d_values[t] values[t]. A
+  // sequence classifier (a reward model, forward only) gives its score at each sequence's last
+  // token (on the GPU every token has the head's value; read the last ones).
   virtual void forward_values(const model::PackedBatch& batch, std::vector<float>& values) = 0;
   virtual void backward_values(const float* d_values) = 0;
   // The one optimizer over state(): sums the gradients over `comm`'s ranks, clips them to
@@ -126,8 +128,8 @@ class PolicyModel {
   AdamWState opt_host_;  // the last optimizer_state() download (checkpoints)
 };
 
-// The model for `device`: a causal LM (actor, reference policy) or a one-label token classifier
-// (critic).
+// The model for `device`: a causal LM (actor, reference policy), a one-label token classifier
+// (critic) or, forward only, a one-label sequence classifier (reward model).
 std::unique_ptr<PolicyModel> make_policy(Device device, model::Weights weights,
                                          const PolicyOptions& opts);
 

@@ -526,9 +526,45 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
                                          cfg_.get<double>("algorithm.kl_ctrl.target_kl"),
                                          cfg_.get<double>("algorithm.kl_ctrl.horizon"));
   }
-  VERL_CHECK(!cfg_.get<bool>("reward_model.enable"),
-             "reward_model.enable=true: model-based rewards are not wired into the trainer yet; use rule "
-             "scorers (data_source) or custom_reward_function.command");
+  if (cfg_.get<bool>("reward_model.enable")) {
+    const std::string rm_path = cfg_.get<std::string>("reward_model.model.path");
+    VERL_CHECK(cfg_.get<int64_t>("reward_model.quantization_bits") == 16,
+               "reward_model.quantization_bits={}: weight-only int8/int4 quantisation is not built yet; "
+               "use 16", cfg_.get<int64_t>("reward_model.quantization_bits"));
+    model::Weights rm_weights = model::Weights::load(rm_path);
+    require_reward_model(rm_weights.config, rm_path);
+    const int64_t seq_len =
+        cfg_.get<int64_t>("data.max_prompt_length") + cfg_.get<int64_t>("data.max_response_length");
+    rm_max_length_ = cfg_.get<std::optional<int64_t>>("reward_model.max_length").value_or(0);
+    const std::optional<std::string> input_tok =
+        cfg_.get<std::optional<std::string>>("reward_model.model.input_tokenizer");
+    if (input_tok && std::filesystem::exists(rm_path + "/tokenizer.json"))
+      rm_tok_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::load(rm_path));
+    // A re-rendered input can outgrow the actor's tokens (another template): the budget allows
+    // for reward_model.max_length, or twice the actor's longest sequence.
+    const int64_t longest = rm_max_length_ > 0 ? rm_max_length_ : (rm_tok_ ? 2 * seq_len : seq_len);
+    int64_t max_tokens = cfg_.get<int64_t>("reward_model.forward_max_token_len_per_gpu"), max_seqs = 0;
+    const std::optional<int64_t> mbs = cfg_.get<std::optional<int64_t>>("reward_model.micro_batch_size_per_gpu");
+    if (cfg_.get<bool>("reward_model.use_dynamic_bsz")) {
+      VERL_CHECK(max_tokens >= longest,
+                 "reward_model.forward_max_token_len_per_gpu={} is below the longest reward-model input "
+                 "({} tokens: {}); raise it",
+                 max_tokens, longest,
+                 rm_max_length_ > 0 ? "reward_model.max_length"
+                                    : "data.max_prompt_length + data.max_response_length");
+      max_seqs = std::max<int64_t>(1, max_tokens / 8);
+    } else {
+      max_seqs = mbs.value_or(16);
+      max_tokens = max_seqs * longest;
+    }
+    reward_model_ = std::make_unique<RewardModel>(device_, std::move(rm_weights), rm_path, max_tokens, max_seqs);
+    log::info("reward model: {} ({}, {} parameters) on {}, {} tokens / {} sequences a forward{}", rm_path,
+              reward_model_->config().architecture, reward_model_->parameter_count(), to_string(device_),
+              max_tokens, max_seqs, rm_tok_ ? ", inputs re-rendered with its chat template" : "");
+    if (command_reward_ || cfg_.get<std::string>("reward_model.reward_manager") == "dapo")
+      log::warn("reward_model.enable=true: the reward model's scores are the reward (as verl's reward managers "
+                "return rm_scores); {} is not used", command_reward_ ? "custom_reward_function" : "the dapo overlong buffer");
+  }
   {  // reward_model.reward_manager, algorithm.filter_groups, algorithm.rollout_correction
     dapo_manager_ = cfg_.get<std::string>("reward_model.reward_manager") == "dapo";
     const std::string ob = "reward_model.overlong_buffer.";
@@ -665,7 +701,7 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
 
   // Rewards are scored by a worker while generation goes on (trainer.actor_reward_parallel);
   // a user command scores the whole batch afterwards.
-  const bool parallel = cfg_.get<bool>("trainer.actor_reward_parallel") && !command_reward_;
+  const bool parallel = cfg_.get<bool>("trainer.actor_reward_parallel") && !command_reward_ && !reward_model_;
   std::mutex mu;
   std::condition_variable cv;
   std::deque<int64_t> queue;
@@ -741,7 +777,11 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
     if (reward_start >= 0) timer.record("reward", reward_start, reward_end);
   } else {
     auto rs = timer.scope("reward");
-    score_all(exp);
+    if (reward_model_) {
+      score_with_reward_model(exp);
+    } else {
+      score_all(exp);
+    }
   }
   // Per-token matrices.
   int64_t L = 1;
@@ -783,6 +823,36 @@ void PpoTrainer::score_all(Experience& exp) {
   for (const auto& e : r.errors) log::warn("custom reward, row {} of step {}: {}", e.index, global_step_, e.message);
   // A command's score is a float: verl's dapo manager reports it as acc too.
   for (int64_t b = 0; b < exp.B; ++b) exp.scores[b] = manager_reward(exp, b, r.scores[b], r.scores[b]);
+}
+
+void PpoTrainer::score_with_reward_model(Experience& exp) {
+  std::vector<std::vector<int32_t>> inputs(static_cast<size_t>(exp.B));
+  for (int64_t b = 0; b < exp.B; ++b) {
+    const data::Sample& s = *exp.sample[b];
+    std::vector<int32_t>& in = inputs[static_cast<size_t>(b)];
+    if (rm_tok_) {
+      // verl's switch of chat template: the row's messages plus the decoded response as the
+      // assistant's turn, rendered and tokenized by the reward model's tokenizer.
+      nlohmann::ordered_json chat = s.messages;
+      chat.push_back({{"role", "assistant"}, {"content", tok_->decode(exp.response[b], true)}});
+      try {
+        in = rm_tok_->encode(rm_tok_->apply_chat_template(chat, /*add_generation_prompt=*/false));
+      } catch (const Error& e) {
+        VERL_FAIL("reward model: rendering {}:{} with {}'s chat template: {}", s.file, s.line,
+                  cfg_.get<std::string>("reward_model.model.path"), e.what());
+      }
+    } else {
+      in = s.prompt_ids;
+      in.insert(in.end(), exp.response[b].begin(), exp.response[b].end());
+    }
+    if (rm_max_length_ > 0 && static_cast<int64_t>(in.size()) > rm_max_length_) in.resize(rm_max_length_);
+  }
+  const std::vector<float> scores = reward_model_->score(inputs);
+  for (int64_t b = 0; b < exp.B; ++b) {
+    exp.scores[b] = scores[static_cast<size_t>(b)];
+    exp.raw_score[b] = scores[static_cast<size_t>(b)];
+    exp.acc[b] = scores[static_cast<size_t>(b)];
+  }
 }
 
 // ---- forward passes over the experience -------------------------------------------------------------

@@ -23,6 +23,7 @@
 #include "trainer/core_algos.h"
 #include "trainer/experience.h"
 #include "trainer/policy_model.h"
+#include "trainer/reward_model.h"
 #include "trainer/rollout_corr.h"
 
 namespace verl::tokenizer {
@@ -83,6 +84,9 @@ class PpoTrainer {
                 metrics::StageTimer& timer,
                 bool validation, bool greedy = false);
   void score_all(Experience& exp);
+  // reward_model.enable: every response scored by the reward model (verl's rm_scores, which its
+  // reward managers return as the reward in place of the rule scores).
+  void score_with_reward_model(Experience& exp);
   // The rule scorer's reward (by data_source) of row b's decoded response, through the reward
   // manager (manager_reward).
   float rule_score(Experience& exp, int64_t b) const;
@@ -135,6 +139,11 @@ class PpoTrainer {
   std::unique_ptr<data::RLDataset> train_set_, val_set_;
   std::unique_ptr<data::DataLoader> train_loader_;
   std::unique_ptr<reward::CommandRewardFn> command_reward_;
+  std::unique_ptr<RewardModel> reward_model_;
+  // The reward model's own tokenizer when reward_model.model.input_tokenizer is set and the
+  // model directory has one: prompt and response are re-rendered with its chat template.
+  std::unique_ptr<tokenizer::Tokenizer> rm_tok_;
+  int64_t rm_max_length_ = 0;  // reward_model.max_length (0: none): longer inputs keep their start
   std::unique_ptr<metrics::MultiLogger> logger_;
   std::unique_ptr<metrics::GpuMonitor> gpu_monitor_;  // NVML sampling when a GPU is present
   std::optional<KlController> kl_ctrl_;

@@ -17,6 +17,10 @@
 
 #include "config/config.h"
 #include "config/detail.h"
+#include "core/file.h"
+#include "core/rng.h"
+#include "model/config.h"
+#include "model/hf_files.h"
 #include "model/weights.h"
 #include "trainer/ppo_trainer.h"
 #include "trainer/sft.h"
@@ -98,6 +102,19 @@ config::Config demo_config(const std::string& out, std::vector<std::string> extr
   return config::load_config(kRoot + "/configs/demo.yaml", o);
 }
 
+// A reward model of the demo's shape (Qwen2ForSequenceClassification, random weights) in `dir`.
+std::string make_demo_reward_model(const fs::path& dir) {
+  nlohmann::json c = nlohmann::json::parse(read_file(kRoot + "/assets/demo/model/config.json", "demo config"));
+  c["architectures"] = {"Qwen2ForSequenceClassification"};
+  c["num_labels"] = 1;
+  model::Weights w = model::Weights::from_config(model::parse_model_config(c.dump(), "demo reward model"));
+  Rng rng(5);
+  for (float& x : w.data) x = 0.05f * rng.normal();
+  w.save(dir.string());
+  model::copy_tokenizer_files(kRoot + "/assets/demo/model", dir.string());
+  return dir.string();
+}
+
 TEST(ConfigReads, EverySupportedPpoKeyIsRead) {
   const fs::path tmp = fs::temp_directory_path() / "verl_rc_reads_ppo";
   fs::remove_all(tmp);
@@ -176,7 +193,19 @@ TEST(ConfigReads, EverySupportedPpoKeyIsRead) {
     t.fit();
     EXPECT_EQ(t.global_step(), 2);
   }
-  const std::vector<std::string> unread = unread_supported(ppo.schema(), {&grpo, &ppo, &resumed}, kPpoAllowed);
+  // A reward model scores the responses (micro-batches by sequence count, a length cap).
+  config::Config rm = demo_config((tmp / "rm").string(),
+                                  {"reward_model.enable=true",
+                                   "reward_model.model.path=" + make_demo_reward_model(tmp / "rm_model"),
+                                   "reward_model.use_dynamic_bsz=false", "reward_model.micro_batch_size_per_gpu=3",
+                                   "reward_model.max_length=64", "trainer.val_before_train=false",
+                                   "data.val_files=null"});
+  {
+    PpoTrainer t(rm);
+    t.fit();
+  }
+  const std::vector<std::string> unread =
+      unread_supported(ppo.schema(), {&grpo, &ppo, &resumed, &rm}, kPpoAllowed);
   EXPECT_TRUE(unread.empty()) << unread.size()
                               << " supported keys of the PPO config were never read (mark them @ignored or "
                                  "@unsupported with a reason in configs/ppo_trainer.yaml, or read them):"

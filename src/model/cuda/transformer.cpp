@@ -51,10 +51,9 @@ CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::ModelConfi
       w_(weights),
       g_(grads) {
   const int64_t max_tokens = max_tokens_, max_seqs = max_seqs_;
-  VERL_CUDA_REQUIRE(cfg_.head == model::HeadKind::CausalLM ||
-                        cfg_.head == model::HeadKind::TokenClassification,
-                    "CudaTransformer: causal LMs and token-classification models (critics) are "
-                    "supported; sequence classification (reward models) runs on the CPU");
+  VERL_CUDA_REQUIRE(cfg_.head != model::HeadKind::SequenceClassification || !opts_.trainable,
+                    "CudaTransformer: a sequence-classification model (reward model) is forward "
+                    "only here; training one runs on the CPU");
   VERL_CUDA_REQUIRE(max_tokens > 0 && max_seqs > 0,
                     "CudaTransformer: max_tokens and max_seqs must be positive");
   VERL_CUDA_REQUIRE(w_ != nullptr, "CudaTransformer: no weights");
@@ -235,7 +234,9 @@ void CudaTransformer::forward(const model::PackedBatch& b, float temperature, bo
                   static_cast<float>(cfg_.rms_norm_eps));
   if (dumping) dump("final_norm", -1, h_final_, T, C);
   backward_ready_ = for_backward;
-  if (cfg_.head == model::HeadKind::TokenClassification) {
+  if (cfg_.head != model::HeadKind::CausalLM) {
+    // Token classification: every token's values. Sequence classification (a reward model) is
+    // the same head read at each sequence's last token (values_at_last_tokens).
     mark("value_head_fwd");
     value_head_forward(ctx_, values_, h_final_, W(layout_.score), W(layout_.score_bias), T, C,
                        cfg_.num_labels);

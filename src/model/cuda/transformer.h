@@ -90,7 +90,8 @@ class CudaTransformer {
   void backward_host(const float* d_logprob, const float* d_entropy);
   // Token-classification models (critics): forward fills values() [T, num_labels] fp32 (the
   // value head, value_head.h); this accumulates the gradient of sum d_values * values (device or
-  // host [T, num_labels]).
+  // host [T, num_labels]). Sequence-classification models (reward models, forward only) fill
+  // the same values; a sequence's score is the value at its last token.
   void backward_values(const float* d_values);
   void backward_values_host(const float* d_values);
   const float* values() const { return values_; }

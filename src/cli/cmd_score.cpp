@@ -1,0 +1,119 @@
+// `verl score`: scores of a reward model (HF ...ForSequenceClassification, one label) for JSON
+// lines. Input lines {"tokens": [ids...]} or {"messages": [{"role", "content"}, ...]} (rendered with
+// the model's chat template, no generation prompt, then tokenized as HF's apply_chat_template with
+// tokenize=True does); output lines {"score": x}, in input order.
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/command.h"
+#include "cli/io.h"
+#include "core/device.h"
+#include "core/error.h"
+#include "model/weights.h"
+#include "tokenizer/tokenizer.h"
+#include "trainer/reward_model.h"
+
+namespace verl::cli {
+namespace {
+
+struct Opts {
+  std::string model, tokenizer, input = "-", output = "-", device = "auto", quantize = "none";
+  int64_t max_batch_tokens = 8192, max_batch_seqs = 256;
+};
+
+std::vector<int32_t> parse_line(const nlohmann::json& j, const std::string& where,
+                                const std::optional<tokenizer::Tokenizer>& tok, const std::string& tok_dir) {
+  VERL_CHECK(j.is_object() && (j.contains("tokens") || j.contains("messages")),
+             "{}: expected {{\"tokens\": [ids...]}} or {{\"messages\": [...]}}", where);
+  if (j.contains("tokens")) {
+    const nlohmann::json& t = j["tokens"];
+    VERL_CHECK(t.is_array() && !t.empty(), "{}: \"tokens\" must be a non-empty array of ids", where);
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < t.size(); ++i) {
+      VERL_CHECK(t[i].is_number_integer(), "{}: tokens[{}] is not an integer", where, i);
+      const auto id = t[i].get<int64_t>();
+      VERL_CHECK(id >= 0 && id <= INT32_MAX, "{}: tokens[{}] = {} is not a token id", where, i, id);
+      ids.push_back(static_cast<int32_t>(id));
+    }
+    return ids;
+  }
+  VERL_CHECK(j["messages"].is_array() && !j["messages"].empty(),
+             "{}: \"messages\" must be a non-empty array of {{\"role\", \"content\"}}", where);
+  VERL_CHECK(tok.has_value(),
+             "{}: \"messages\" need a tokenizer with a chat template, and {} has no tokenizer.json "
+             "(pass --tokenizer DIR)",
+             where, tok_dir);
+  std::vector<int32_t> ids;
+  try {
+    ids = tok->encode(tok->apply_chat_template(j["messages"], /*add_generation_prompt=*/false));
+  } catch (const Error& e) {
+    VERL_FAIL("{}: {}", where, e.what());
+  }
+  VERL_CHECK(!ids.empty(), "{}: the rendered conversation has no tokens", where);
+  return ids;
+}
+
+int run(const Opts& o) {
+  VERL_CHECK(o.quantize == "none",
+             "--quantize {}: weight-only int8/int4 quantisation is not built yet; use --quantize none",
+             o.quantize);
+  VERL_CHECK(o.max_batch_tokens > 0, "--max-batch-tokens must be positive, got {}", o.max_batch_tokens);
+  VERL_CHECK(o.max_batch_seqs > 0, "--max-batch-seqs must be positive, got {}", o.max_batch_seqs);
+  const Device device = resolve_device(o.device, "--device");
+  model::Weights w = model::Weights::load(o.model);
+  trainer::require_reward_model(w.config, o.model);
+  const std::string tok_dir = o.tokenizer.empty() ? o.model : o.tokenizer;
+  std::optional<tokenizer::Tokenizer> tok;
+  if (!o.tokenizer.empty() || std::filesystem::exists(o.model + "/tokenizer.json")) tok = tokenizer::Tokenizer::load(tok_dir);
+
+  InputLines in(o.input);
+  std::vector<std::vector<int32_t>> seqs;
+  std::vector<std::string> where;
+  std::string line;
+  while (in.next(line)) {
+    seqs.push_back(parse_line(in.json(line), in.where(), tok, tok_dir));
+    where.push_back(in.where());
+  }
+  const int64_t vocab = w.config.vocab_size;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    VERL_CHECK(static_cast<int64_t>(seqs[i].size()) <= o.max_batch_tokens,
+               "{}: {} tokens, more than --max-batch-tokens {}", where[i], seqs[i].size(),
+               o.max_batch_tokens);
+    for (size_t t = 0; t < seqs[i].size(); ++t)
+      VERL_CHECK(seqs[i][t] < vocab, "{}: token {} is id {}, outside {}'s vocabulary [0, {})", where[i],
+                 t, seqs[i][t], o.model, vocab);
+  }
+  Output output(o.output);
+  if (seqs.empty()) return 0;
+  trainer::RewardModel rm(device, std::move(w), o.model, o.max_batch_tokens, o.max_batch_seqs);
+  const std::vector<float> scores = rm.score(seqs);
+  std::ostream& out = output.stream();
+  for (float s : scores) out << nlohmann::json{{"score", s}}.dump() << '\n';
+  out.flush();
+  return 0;
+}
+
+Command reg("score", "Scores of a reward model (...ForSequenceClassification) for JSON lines of tokens or messages",
+            [](CLI::App& app) -> Action {
+              auto o = std::make_shared<Opts>();
+              app.add_option("--model", o->model, "HF reward-model directory")->required();
+              app.add_option("--input", o->input,
+                             "JSONL of {\"tokens\": [...]} or {\"messages\": [...]}, - for stdin");
+              app.add_option("--output", o->output, "output JSONL file, - for stdout");
+              app.add_option("--tokenizer", o->tokenizer,
+                             "tokenizer directory for \"messages\" lines (default: the model's)");
+              app.add_option("--device", o->device, "cpu, cuda or auto (default auto)");
+              app.add_option("--quantize", o->quantize, "weight quantisation: none (int8, int4 not built yet)");
+              app.add_option("--max-batch-tokens", o->max_batch_tokens,
+                             "tokens packed into one forward pass (default 8192)");
+              app.add_option("--max-batch-seqs", o->max_batch_seqs,
+                             "sequences in one forward pass (default 256)");
+              return [o] { return run(*o); };
+            });
+
+}  // namespace
+}  // namespace verl::cli

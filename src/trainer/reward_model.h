@@ -1,0 +1,43 @@
+// A reward model (HF LlamaForSequenceClassification / Qwen2ForSequenceClassification /
+// Qwen3ForSequenceClassification, one label) scoring whole sequences: the score-head value at each
+// sequence's last token, as transformers' sequence classification reads it for an unpadded
+// sequence. On the CPU the fp32 model (model::Transformer); on the GPU the forward-only bf16 model
+// (the reference policy's path). Sequences are packed into forwards of at most max_tokens tokens
+// and max_seqs sequences.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "model/weights.h"
+#include "trainer/policy_model.h"
+
+namespace verl::trainer {
+
+class RewardModel {
+ public:
+  // `dir` names the model in errors. A sequence longer than max_tokens is an error naming it.
+  RewardModel(Device device, model::Weights weights, const std::string& dir, int64_t max_tokens,
+              int64_t max_seqs);
+  // One score per sequence, in order. Every id must be inside the model's vocabulary (checked,
+  // naming the sequence and the id).
+  std::vector<float> score(const std::vector<std::vector<int32_t>>& seqs);
+  const model::ModelConfig& config() const { return policy_->config(); }
+  Device device() const { return policy_->device(); }
+  int64_t max_tokens() const { return max_tokens_; }
+  int64_t parameter_count() const { return params_; }
+
+ private:
+  std::unique_ptr<PolicyModel> policy_;
+  std::string dir_;
+  int64_t max_tokens_, max_seqs_, params_ = 0;
+};
+
+// The checks a reward model's directory must pass before it is used (a one-label
+// ...ForSequenceClassification); the error names the directory and what config.json says.
+void require_reward_model(const model::ModelConfig& cfg, const std::string& dir);
+
+}  // namespace verl::trainer

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Reward models: `verl score` against transformers' fp32 scores (tests/fixtures/golden/llama_rm, and
+# tests/fixtures/score/* from tools/make_score_fixtures.py: token and chat-message inputs) within
+# 1e-4, in input order; its errors name the file, line and what was expected; and a GRPO run on the
+# demo with reward_model.enable=true scores every response with the model.
+# Usage: score.sh VERL_BINARY REPO_ROOT WORK_DIR
+set -uo pipefail
+verl=$1 root=$2 work=$3
+rm -rf "$work" && mkdir -p "$work"
+# shellcheck source=tests/e2e/lib.sh
+. "$root/tests/e2e/lib.sh"
+# close A B: the "score" of every line of A and B within 1e-4 (absolute, and relative to large ones).
+close() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+a = [json.loads(l)["score"] for l in open(sys.argv[1])]
+b = [json.loads(l)["score"] for l in open(sys.argv[2])]
+assert len(a) == len(b) and a, (len(a), len(b))
+worst = max(abs(x - y) / max(1.0, abs(y)) for x, y in zip(a, b))
+print(f"{sys.argv[2]}: {len(a)} scores, largest difference {worst:.2e}")
+sys.exit(0 if worst <= 1e-4 else 1)
+PY
+}
+# fails CMD... PATTERN: CMD exits 1 and its stderr has PATTERN (a fixed string).
+fails() {
+  local pattern=${*: -1}
+  "${@:1:$#-1}" > "$work/out.txt" 2> "$work/err.txt"
+  local rc=$?
+  [ $rc -eq 1 ] && grep -qF -- "$pattern" "$work/err.txt" || { echo "rc $rc: $(cat "$work/err.txt")"; return 1; }
+}
+
+# The golden Llama reward model (tools/make_golden.py): its four sequences.
+g=$root/tests/fixtures/golden/llama_rm
+python3 - "$g" "$work" <<'PY'
+import json, struct, sys
+g, work = sys.argv[1], sys.argv[2]
+seqs = json.load(open(g + "/inputs.json"))["sequences"]
+with open(work + "/golden_in.jsonl", "w") as f:
+    for s in seqs: f.write(json.dumps({"tokens": s}) + "\n")
+raw = open(g + "/golden.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head = json.loads(raw[8:8 + n])
+with open(work + "/golden_scores.jsonl", "w") as f:
+    for i in range(len(seqs)):
+        t = head[f"score.{i}"]
+        assert t["dtype"] == "F32", t
+        b0, _ = t["data_offsets"]
+        f.write(json.dumps({"score": struct.unpack("<f", raw[8 + n + b0:8 + n + b0 + 4])[0]}) + "\n")
+PY
+"$verl" score --model "$g" --input "$work/golden_in.jsonl" --device cpu > "$work/golden_out.jsonl"
+check "verl score runs on the golden Llama reward model" test $? -eq 0
+check "golden Llama reward model = transformers" close "$work/golden_out.jsonl" "$work/golden_scores.jsonl"
+# Input order is kept across forwards: one sequence a forward gives the same lines.
+"$verl" score --model "$g" --input "$work/golden_in.jsonl" --device cpu --max-batch-seqs 1 > "$work/golden_one.jsonl"
+check "one sequence a forward = packed" close "$work/golden_one.jsonl" "$work/golden_scores.jsonl"
+
+for d in "$root"/tests/fixtures/score/*/; do
+  [ -f "$d/scores.jsonl" ] || continue
+  name=$(basename "$d")
+  "$verl" score --model "$d" --input "$d/inputs.jsonl" --device cpu > "$work/$name.jsonl" 2> "$work/$name.err"
+  check "$name: verl score runs" test $? -eq 0
+  check "$name: tokens and chat messages = transformers" close "$work/$name.jsonl" "$d/scores.jsonl"
+done
+
+# Errors.
+printf '{"tokens": [1, 2]}\n{"tokens": [1, 9999]}\n' > "$work/oov.jsonl"
+check "an id outside the vocabulary names the line" fails "$verl" score --model "$g" --input "$work/oov.jsonl" "oov.jsonl:2: token 1 is id 9999"
+printf '{"tokens": [1, 2]}\n{"tokens": [1,\n' > "$work/bad.jsonl"
+check "a line that is not JSON names the line" fails "$verl" score --model "$g" --input "$work/bad.jsonl" "bad.jsonl:2"
+printf '{"text": "hi"}\n' > "$work/nokey.jsonl"
+check "a line without tokens or messages" fails "$verl" score --model "$g" --input "$work/nokey.jsonl" 'expected {"tokens": [ids...]} or {"messages": [...]}'
+printf '{"messages": [{"role": "user", "content": "hi"}]}\n' > "$work/msgs.jsonl"
+check "messages without a tokenizer" fails "$verl" score --model "$g" --input "$work/msgs.jsonl" "has no tokenizer.json"
+check "a causal LM is not a reward model" fails "$verl" score --model "$root/assets/demo/model" --input "$work/golden_in.jsonl" \
+  "config.json: a reward model must be a ...ForSequenceClassification model, got Qwen2ForCausalLM"
+check "int4 is refused by name" fails "$verl" score --model "$g" --input "$work/golden_in.jsonl" --quantize int4 "--quantize int4"
+check "a missing model directory" fails "$verl" score --model "$work/nope" --input "$work/golden_in.jsonl" "$work/nope"
+
+# GRPO on the demo with a reward model of the demo's shape (random weights): the rewards are its
+# scores (continuous, not the arithmetic scorer's 0/1).
+python3 - "$root/assets/demo/model/config.json" "$work/rm_config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["architectures"] = ["Qwen2ForSequenceClassification"]
+c["num_labels"] = 1
+json.dump(c, open(sys.argv[2], "w"))
+PY
+"$verl" init-model --config "$work/rm_config.json" --tokenizer "$root/assets/demo/model" --out "$work/rm" --seed 7 > /dev/null 2>&1
+check "a demo-shaped reward model" test -f "$work/rm/model.safetensors"
+OMP_NUM_THREADS=1 "$verl" train "$root/configs/demo.yaml" actor_rollout_ref.model.path="$root/assets/demo/model" \
+  data.train_files="[$root/assets/demo/train.jsonl]" data.val_files="[$root/assets/demo/val.jsonl]" \
+  reward_model.enable=true reward_model.model.path="$work/rm" trainer.total_training_steps=3 trainer.test_freq=-1 \
+  trainer.save_freq=-1 trainer.val_before_train=false trainer.logger=[jsonl] data.train_batch_size=8 \
+  trainer.rollout_data_dir="$work/rm_rollouts" trainer.default_local_dir="$work/rm_run" > "$work/rm_run.log" 2>&1
+check "GRPO with a reward model runs" test $? -eq 0
+check "the rewards are the reward model's scores" python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+rows = [json.loads(l) for l in open(w + "/rm_rollouts/1.jsonl")]
+scores = [r["score"] for r in rows]
+assert len(scores) == 64, len(scores)
+assert len(set(round(s, 6) for s in scores)) > 10, scores[:10]  # continuous, not 0/1
+assert any(s not in (0.0, 1.0) for s in scores)
+m = [json.loads(l) for l in open(w + "/rm_run/metrics.jsonl")]
+assert all(r["critic/score/mean"] == r["critic/score/mean"] for r in m)  # finite
+print(f"step 1: {len(scores)} reward-model scores in [{min(scores):.3f}, {max(scores):.3f}]")
+PY
+grep -q "reward model: $work/rm (Qwen2ForSequenceClassification" "$work/rm_run.log"
+check "the log names the reward model" test $? -eq 0
+
+echo "score: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
