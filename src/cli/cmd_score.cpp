@@ -13,6 +13,8 @@
 #include "cli/io.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/log.h"
+#include "model/quantize.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 #include "trainer/reward_model.h"
@@ -22,7 +24,7 @@ namespace {
 
 struct Opts {
   std::string model, tokenizer, input = "-", output = "-", device = "auto", quantize = "none";
-  int64_t max_batch_tokens = 8192, max_batch_seqs = 256;
+  int64_t max_batch_tokens = 8192, max_batch_seqs = 256, group_size = 128;
 };
 
 std::vector<int32_t> parse_line(const nlohmann::json& j, const std::string& where,
@@ -58,14 +60,21 @@ std::vector<int32_t> parse_line(const nlohmann::json& j, const std::string& wher
 }
 
 int run(const Opts& o) {
-  VERL_CHECK(o.quantize == "none",
-             "--quantize {}: weight-only int8/int4 quantisation is not built yet; use --quantize none",
-             o.quantize);
+  VERL_CHECK(o.quantize == "none" || o.quantize == "int8" || o.quantize == "int4",
+             "--quantize {}: want none, int8 or int4", o.quantize);
+  VERL_CHECK(o.group_size >= 2 && o.group_size % 2 == 0, "--group-size {}: want an even number >= 2",
+             o.group_size);
   VERL_CHECK(o.max_batch_tokens > 0, "--max-batch-tokens must be positive, got {}", o.max_batch_tokens);
   VERL_CHECK(o.max_batch_seqs > 0, "--max-batch-seqs must be positive, got {}", o.max_batch_seqs);
   const Device device = resolve_device(o.device, "--device");
   model::Weights w = model::Weights::load(o.model);
   trainer::require_reward_model(w.config, o.model);
+  const int bits = o.quantize == "int8" ? 8 : o.quantize == "int4" ? 4 : 16;
+  const model::QuantizeReport q = model::quantize_linear_weights(w, bits, o.group_size);
+  if (q.matrices > 0)
+    log::info("{}: {} linear matrices in {} ({:.2f} MiB of fp32 -> {:.2f} MiB), largest weight error {:.3g}",
+              o.model, q.matrices, o.quantize, q.fp32_bytes / 1048576.0, q.quantized_bytes / 1048576.0,
+              q.max_abs_error);
   const std::string tok_dir = o.tokenizer.empty() ? o.model : o.tokenizer;
   std::optional<tokenizer::Tokenizer> tok;
   if (!o.tokenizer.empty() || std::filesystem::exists(o.model + "/tokenizer.json")) tok = tokenizer::Tokenizer::load(tok_dir);
@@ -107,7 +116,10 @@ Command reg("score", "Scores of a reward model (...ForSequenceClassification) fo
               app.add_option("--tokenizer", o->tokenizer,
                              "tokenizer directory for \"messages\" lines (default: the model's)");
               app.add_option("--device", o->device, "cpu, cuda or auto (default auto)");
-              app.add_option("--quantize", o->quantize, "weight quantisation: none (int8, int4 not built yet)");
+              app.add_option("--quantize", o->quantize,
+                             "weight-only quantisation of the linear layers: none, int8 (per output "
+                             "channel) or int4 (per group)");
+              app.add_option("--group-size", o->group_size, "inputs per int4 scale (default 128)");
               app.add_option("--max-batch-tokens", o->max_batch_tokens,
                              "tokens packed into one forward pass (default 8192)");
               app.add_option("--max-batch-seqs", o->max_batch_seqs,

@@ -33,6 +33,7 @@
 #include "metrics/gpu_monitor.h"
 #include "metrics/logger.h"
 #include "model/generation_config.h"
+#include "model/quantize.h"
 #include "reward/command_reward.h"
 #include "reward/score.h"
 #include "rollout/engine.h"
@@ -528,11 +529,17 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
   }
   if (cfg_.get<bool>("reward_model.enable")) {
     const std::string rm_path = cfg_.get<std::string>("reward_model.model.path");
-    VERL_CHECK(cfg_.get<int64_t>("reward_model.quantization_bits") == 16,
-               "reward_model.quantization_bits={}: weight-only int8/int4 quantisation is not built yet; "
-               "use 16", cfg_.get<int64_t>("reward_model.quantization_bits"));
     model::Weights rm_weights = model::Weights::load(rm_path);
     require_reward_model(rm_weights.config, rm_path);
+    const auto bits = static_cast<int>(cfg_.get<int64_t>("reward_model.quantization_bits"));
+    const int64_t group = cfg_.get<int64_t>("reward_model.quantization_group_size");
+    VERL_CHECK(bits != 4 || group % 2 == 0, "reward_model.quantization_group_size={}: must be even", group);
+    const model::QuantizeReport q = model::quantize_linear_weights(rm_weights, bits, group);
+    if (q.matrices > 0)
+      log::info("reward model: {} linear matrices quantised to int{}{} ({:.2f} MiB of fp32 -> {:.2f} MiB), "
+                "largest weight error {:.3g}",
+                q.matrices, bits, bits == 4 ? fmt::format(" in groups of {}", group) : std::string(),
+                q.fp32_bytes / 1048576.0, q.quantized_bytes / 1048576.0, q.max_abs_error);
     const int64_t seq_len =
         cfg_.get<int64_t>("data.max_prompt_length") + cfg_.get<int64_t>("data.max_response_length");
     rm_max_length_ = cfg_.get<std::optional<int64_t>>("reward_model.max_length").value_or(0);

@@ -315,8 +315,9 @@ TEST(ConfigErrors, ValuesOutsideTheAllowedSet) {
   EXPECT_HAS(m, "trainer.lightweight_sync_config.top_k = 0.0 is out of range");
   m = error_of([] { load({"trainer.lightweight_sync_config.compression_dtype=int4"}); });
   EXPECT_HAS(m, "int8, bf16, fp32");
-  m = error_of([] { load({"reward_model.quantization_bits=4"}); });
+  m = error_of([] { load({"reward_model.quantization_bits=2"}); });
   EXPECT_HAS(m, "reward_model.quantization_bits");
+  EXPECT_EQ(load({"reward_model.quantization_bits=4"}).get<int64_t>("reward_model.quantization_bits"), 4);
 }
 
 TEST(ConfigErrors, UnsupportedVerlKeysRejectedByName) {
