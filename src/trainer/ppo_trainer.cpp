@@ -501,7 +501,20 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
         plan_micro_batches(cfg_, n_, comm_->world_size(), /*update=*/false, "", "actor_rollout_ref.ref.");
     ro.max_tokens = plan.max_tokens;
     ro.max_seqs = plan.max_seqs;
-    ref_ = make_policy(device_, actor_weights, ro);
+    const auto ref_bits = static_cast<int>(cfg_.get<int64_t>("actor_rollout_ref.ref.quantization_bits"));
+    const int64_t ref_group = cfg_.get<int64_t>("actor_rollout_ref.ref.quantization_group_size");
+    VERL_CHECK(ref_bits != 4 || ref_group % 2 == 0,
+               "actor_rollout_ref.ref.quantization_group_size={}: must be even", ref_group);
+    if (ref_bits == 16) {
+      ref_ = make_policy(device_, actor_weights, ro);
+    } else {
+      model::Weights ref_weights = actor_weights;
+      const model::QuantizeReport q = model::quantize_linear_weights(ref_weights, ref_bits, ref_group);
+      log::info("reference policy: {} linear matrices quantised to int{} ({:.2f} MiB of fp32 -> {:.2f} MiB), "
+                "largest weight error {:.3g}",
+                q.matrices, ref_bits, q.fp32_bytes / 1048576.0, q.quantized_bytes / 1048576.0, q.max_abs_error);
+      ref_ = make_policy(device_, std::move(ref_weights), ro);
+    }
   }
   {
     po.numerics = numerics_;

@@ -146,5 +146,29 @@ PY
 grep -q "reward model: $work/rm (Qwen2ForSequenceClassification" "$work/rm_run.log"
 check "the log names the reward model" test $? -eq 0
 
+# The reference policy quantised to int4 (actor_rollout_ref.ref.quantization_bits): the KL term
+# measures against it, so the KL loss is no longer zero on the first step.
+ref_run() {
+  OMP_NUM_THREADS=1 "$verl" train "$root/configs/demo.yaml" actor_rollout_ref.model.path="$root/assets/demo/model" \
+    data.train_files="[$root/assets/demo/train.jsonl]" data.val_files="[$root/assets/demo/val.jsonl]" \
+    actor_rollout_ref.actor.use_kl_loss=true trainer.total_training_steps=1 trainer.test_freq=-1 trainer.save_freq=-1 \
+    trainer.val_before_train=false trainer.logger=[jsonl] data.train_batch_size=8 trainer.default_local_dir="$work/$1" \
+    "${@:2}" > "$work/$1.log" 2>&1
+}
+ref_run ref16
+ref_run ref4 actor_rollout_ref.ref.quantization_bits=4
+check "GRPO with an int4 reference policy runs" test $? -eq 0
+check "the int4 reference is reported" grep -q "reference policy: 16 linear matrices quantised to int4" "$work/ref4.log"
+check "KL against the int4 reference > 0 at step 1, = 0 against the exact one" python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+kl = lambda d: [json.loads(l) for l in open(f"{w}/{d}/metrics.jsonl")][0]["actor/kl_loss"]
+print(f"actor/kl_loss at step 1: exact reference {kl('ref16'):.3g}, int4 reference {kl('ref4'):.3g}")
+assert abs(kl("ref16")) < 1e-9 and kl("ref4") > 1e-6, (kl("ref16"), kl("ref4"))
+PY
+ref_run refodd actor_rollout_ref.ref.quantization_bits=4 actor_rollout_ref.ref.quantization_group_size=7
+check "an odd int4 group size is an error" test $? -eq 1
+check "... naming the key" grep -qF "actor_rollout_ref.ref.quantization_group_size=7: must be even" "$work/refodd.log"
+
 echo "score: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
