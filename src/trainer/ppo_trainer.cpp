@@ -541,7 +541,7 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
                                          cfg_.get<double>("algorithm.kl_ctrl.horizon"));
   }
   if (cfg_.get<bool>("reward_model.enable")) {
-    const std::string rm_path = cfg_.get<std::string>("reward_model.model.path");
+    const std::string rm_path = data::expand_user(cfg_.get<std::string>("reward_model.model.path"));
     model::Weights rm_weights = model::Weights::load(rm_path);
     require_reward_model(rm_weights.config, rm_path);
     const auto bits = static_cast<int>(cfg_.get<int64_t>("reward_model.quantization_bits"));
