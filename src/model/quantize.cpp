@@ -32,13 +32,16 @@ QuantizedMatrix quantize_matrix(const float* w, int64_t rows, int64_t cols, int 
   q.scales.assign(static_cast<size_t>(rows * G), 0.0f);
   q.codes.assign(static_cast<size_t>(rows * q.row_bytes()), 0);
   const float qmax = static_cast<float>(max_code(bits));
+  bool finite = true;
+  // Rows are independent (each owns its scales and code bytes): one thread a block of rows.
+#pragma omp parallel for schedule(static) reduction(&& : finite)
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = w + r * cols;
     for (int64_t g = 0; g < G; ++g) {
       const int64_t b = g * q.group, e = std::min(cols, b + q.group);
       float maxabs = 0.0f;
       for (int64_t c = b; c < e; ++c) {
-        VERL_CHECK(std::isfinite(row[c]), "quantize: weight ({}, {}) is {}", r, c, row[c]);
+        finite = finite && std::isfinite(row[c]);
         maxabs = std::max(maxabs, std::fabs(row[c]));
       }
       // int8 takes max |w| / 127. For int4 the scale is the one among max |w| x (1, 0.95, ...,
@@ -74,11 +77,16 @@ QuantizedMatrix quantize_matrix(const float* w, int64_t rows, int64_t cols, int 
       }
     }
   }
+  if (!finite) {
+    for (int64_t i = 0; i < rows * cols; ++i)
+      VERL_CHECK(std::isfinite(w[i]), "quantize: weight ({}, {}) is {}", i / cols, i % cols, w[i]);
+  }
   return q;
 }
 
 void dequantize_matrix(const QuantizedMatrix& q, float* out) {
   const int64_t G = q.groups_per_row();
+#pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < q.rows; ++r)
     for (int64_t c = 0; c < q.cols; ++c)
       out[r * q.cols + c] = static_cast<float>(q.code(r, c)) * q.scales[static_cast<size_t>(r * G + c / q.group)];
@@ -100,10 +108,13 @@ QuantizeReport quantize_linear_weights(Weights& w, int bits, int64_t group) {
       const QuantizedMatrix q = quantize_matrix(m, p.shape[0], p.shape[1], bits, group);
       back.resize(static_cast<size_t>(p.numel));
       dequantize_matrix(q, back.data());
+      double err = 0;
+#pragma omp parallel for schedule(static) reduction(max : err)
       for (int64_t k = 0; k < p.numel; ++k) {
-        rep.max_abs_error = std::max(rep.max_abs_error, static_cast<double>(std::fabs(back[k] - m[k])));
+        err = std::max(err, static_cast<double>(std::fabs(back[k] - m[k])));
         m[k] = back[k];
       }
+      rep.max_abs_error = std::max(rep.max_abs_error, err);
       ++rep.matrices;
       rep.elements += p.numel;
       rep.fp32_bytes += 4 * static_cast<size_t>(p.numel);
