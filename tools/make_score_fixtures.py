@@ -26,6 +26,8 @@ import torch
 import transformers
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, LlamaConfig, Qwen2Config
 
+from make_golden import randomize  # the golden models' weights: larger than the default init
+
 BASE = dict(vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
             rms_norm_eps=1e-6, num_labels=1, pad_token_id=509)
@@ -37,18 +39,6 @@ def make_config(name):
     if name == "qwen2_rm":  # q/k/v biases (always, in Qwen2), untied
         return Qwen2Config(**BASE, tie_word_embeddings=False, rope_theta=10000.0)
     raise ValueError(name)
-
-
-def randomize(model, gen):
-    # Weights larger than the default init, so the scores spread out.
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() == 1 and "norm" in name:
-                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
-            elif p.dim() == 1:
-                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
-            else:
-                p.copy_(0.15 * torch.randn(p.shape, generator=gen))
 
 
 def make_inputs(rng, count):

@@ -71,10 +71,7 @@ int run(const Opts& o) {
   trainer::require_reward_model(w.config, o.model);
   const int bits = o.quantize == "int8" ? 8 : o.quantize == "int4" ? 4 : 16;
   const model::QuantizeReport q = model::quantize_linear_weights(w, bits, o.group_size);
-  if (q.matrices > 0)
-    log::info("{}: {} linear matrices in {} ({:.2f} MiB of fp32 -> {:.2f} MiB), largest weight error {:.3g}",
-              o.model, q.matrices, o.quantize, q.fp32_bytes / 1048576.0, q.quantized_bytes / 1048576.0,
-              q.max_abs_error);
+  if (q.matrices > 0) log::info("{}: {}", o.model, model::describe(q, bits, o.group_size));
   const std::string tok_dir = o.tokenizer.empty() ? o.model : o.tokenizer;
   std::optional<tokenizer::Tokenizer> tok;
   if (!o.tokenizer.empty() || std::filesystem::exists(o.model + "/tokenizer.json")) tok = tokenizer::Tokenizer::load(tok_dir);
@@ -87,19 +84,12 @@ int run(const Opts& o) {
     seqs.push_back(parse_line(in.json(line), in.where(), tok, tok_dir));
     where.push_back(in.where());
   }
-  const int64_t vocab = w.config.vocab_size;
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    VERL_CHECK(static_cast<int64_t>(seqs[i].size()) <= o.max_batch_tokens,
-               "{}: {} tokens, more than --max-batch-tokens {}", where[i], seqs[i].size(),
-               o.max_batch_tokens);
-    for (size_t t = 0; t < seqs[i].size(); ++t)
-      VERL_CHECK(seqs[i][t] < vocab, "{}: token {} is id {}, outside {}'s vocabulary [0, {})", where[i],
-                 t, seqs[i][t], o.model, vocab);
+  std::vector<float> scores;
+  if (!seqs.empty()) {  // the checks of every line (named by `where`) come before the output opens
+    trainer::RewardModel rm(device, std::move(w), o.model, o.max_batch_tokens, o.max_batch_seqs);
+    scores = rm.score(seqs, &where);
   }
   Output output(o.output);
-  if (seqs.empty()) return 0;
-  trainer::RewardModel rm(device, std::move(w), o.model, o.max_batch_tokens, o.max_batch_seqs);
-  const std::vector<float> scores = rm.score(seqs);
   std::ostream& out = output.stream();
   for (float s : scores) out << nlohmann::json{{"score", s}}.dump() << '\n';
   out.flush();

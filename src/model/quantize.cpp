@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 
 namespace verl::model {
@@ -90,6 +92,14 @@ void dequantize_matrix(const QuantizedMatrix& q, float* out) {
   for (int64_t r = 0; r < q.rows; ++r)
     for (int64_t c = 0; c < q.cols; ++c)
       out[r * q.cols + c] = static_cast<float>(q.code(r, c)) * q.scales[static_cast<size_t>(r * G + c / q.group)];
+}
+
+std::string describe(const QuantizeReport& r, int bits, int64_t group) {
+  return fmt::format("{} linear matrices quantised to int{}{} ({:.2f} MiB of fp32 -> {:.2f} MiB), largest weight "
+                     "error {:.3g}",
+                     r.matrices, bits, bits == 4 ? fmt::format(" in groups of {}", group) : std::string(),
+                     static_cast<double>(r.fp32_bytes) / 1048576.0, static_cast<double>(r.quantized_bytes) / 1048576.0,
+                     r.max_abs_error);
 }
 
 QuantizeReport quantize_linear_weights(Weights& w, int bits, int64_t group) {

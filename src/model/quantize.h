@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "model/weights.h"
@@ -37,6 +38,10 @@ struct QuantizeReport {
   size_t fp32_bytes = 0, quantized_bytes = 0;  // of the quantised matrices
   double max_abs_error = 0;                     // over every quantised element
 };
+
+// "N linear matrices quantised to intB[ in groups of G] (X MiB of fp32 -> Y MiB), largest weight
+// error E", for logs.
+std::string describe(const QuantizeReport& r, int bits, int64_t group);
 
 // Quantises every layer's linear matrices of `w` (bits 8 or 4; `group` for int4, >= 2 and even)
 // and writes the dequantised values back into w.data: the fp32 model then computes with exactly

@@ -98,7 +98,7 @@ class GradSync final : public model::GradSink {
     int64_t begin = 0, end = 0;
     int owner = -1;  // stages 1 and 2
     std::vector<uint8_t>* gathered = nullptr;  // lightweight: every rank's message, rank-major
-    SparseLayout layout;
+    SparseLayout layout{};  // lightweight
   };
   void start(float* data, int64_t begin, int64_t end, int slot);
   void start_sparse(int64_t begin, int64_t end);

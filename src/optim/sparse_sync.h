@@ -31,6 +31,8 @@ struct LightweightConfig {
   SyncValues values = SyncValues::Int8;
   int64_t interval = 1;  // sync_interval_steps: optimizer steps per sync (gradient accumulation)
   bool error_feedback = true;
+  // Whether a rank keeps a carry: for the error, or for the gradients of the steps between syncs.
+  bool needs_carry() const { return error_feedback || interval > 1; }
 };
 
 // Fails naming the key when top_k is outside (0, 1] or the interval below 1.

@@ -73,7 +73,7 @@ void CpuTrainState::use_lightweight_sync(const LightweightConfig& cfg) {
   VERL_CHECK(sync_ != nullptr, "use_lightweight_sync: enable_data_parallel first");
   check_lightweight_config(cfg);
   lw_ = cfg;
-  const bool carry = cfg.error_feedback || cfg.interval > 1;
+  const bool carry = cfg.needs_carry();
   carry_.assign(carry ? static_cast<size_t>(numel()) : 0, 0.0f);
   sync_->use_lightweight(cfg, carry ? carry_.data() : nullptr);
 }

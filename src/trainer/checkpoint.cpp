@@ -7,6 +7,7 @@
 #include <iterator>
 #include <regex>
 #include <sstream>
+#include <string_view>
 
 #include "core/error.h"
 #include "core/fault.h"
@@ -31,8 +32,28 @@ void write_text_atomic(const fs::path& path, const std::string& text) {
   fs::rename(tmp, path);
 }
 
-std::string shard_file_name(int64_t world, int64_t rank) {
-  return fmt::format("optim_world_size_{}_rank_{}.safetensors", world, rank);
+// Files each rank writes for itself: <stem>_world_size_<W>_rank_<r>.safetensors (optimizer shards
+// "optim", LightweightSync carries "sync_carry").
+std::string rank_file_name(std::string_view stem, int64_t world, int64_t rank) {
+  return fmt::format("{}_world_size_{}_rank_{}.safetensors", stem, world, rank);
+}
+std::string shard_file_name(int64_t world, int64_t rank) { return rank_file_name("optim", world, rank); }
+
+// The world size W of the <stem>_world_size_W_rank_R files in `dir` (-1: none); files of two world
+// sizes are an error naming `what`.
+int64_t saved_world_size(const fs::path& dir, std::string_view stem, std::string_view what) {
+  const std::regex re(fmt::format("{}_world_size_([0-9]+)_rank_([0-9]+)\\.safetensors", stem));
+  int64_t world = -1;
+  if (!fs::exists(dir)) return world;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::smatch mt;
+    const std::string name = e.path().filename().string();
+    if (!std::regex_match(name, mt, re)) continue;
+    const int64_t w = std::stoll(mt[1]);
+    VERL_CHECK(world < 0 || world == w, "{}: {} of world sizes {} and {}; keep one set", dir.string(), what, world, w);
+    world = w;
+  }
+  return world;
 }
 
 // Rank 0: the HF export, and the whole moments unless the state is sharded.
@@ -71,9 +92,7 @@ void save_shard(const fs::path& dir, const ModelState& s, int64_t numel, int64_t
                             {"numel", std::to_string(numel)}});
 }
 
-std::string carry_file_name(int64_t world, int64_t rank) {
-  return fmt::format("sync_carry_world_size_{}_rank_{}.safetensors", world, rank);
-}
+std::string carry_file_name(int64_t world, int64_t rank) { return rank_file_name("sync_carry", world, rank); }
 
 void save_carry(const fs::path& dir, const ModelState& s, int64_t world, int64_t rank) {
   fs::create_directories(dir);
@@ -116,19 +135,7 @@ void load_moments(const fs::path& dir, int64_t n, const optim::ShardSpec& want, 
     return;
   }
   // Shards: optim_world_size_<W>_rank_<r>.safetensors for r = 0 .. W-1, together covering [0, n).
-  static const std::regex re("optim_world_size_([0-9]+)_rank_([0-9]+)\\.safetensors");
-  int64_t world = -1;
-  if (fs::exists(dir))
-    for (const auto& e : fs::directory_iterator(dir)) {
-      std::smatch mt;
-      const std::string name = e.path().filename().string();
-      if (std::regex_match(name, mt, re)) {
-        const int64_t w = std::stoll(mt[1]);
-        VERL_CHECK(world < 0 || world == w, "{}: optimizer shards of world sizes {} and {}; keep one set", dir.string(),
-                   world, w);
-        world = w;
-      }
-    }
+  const int64_t world = saved_world_size(dir, "optim", "optimizer shards");
   VERL_CHECK(world > 0, "{}: neither optim.safetensors nor optimizer shards (optim_world_size_W_rank_R.safetensors); "
              "the checkpoint is incomplete: resume from another one, or set trainer.resume_mode=disable", dir.string());
   int64_t covered = 0, step = -1;
@@ -257,18 +264,7 @@ void check_fresh_run_dir(const std::string& root) {
 
 std::optional<SyncCarry> load_sync_carry(const std::string& model_dir, int64_t numel, int world, int rank) {
   const fs::path dir(model_dir);
-  static const std::regex re("sync_carry_world_size_([0-9]+)_rank_([0-9]+)\\.safetensors");
-  int64_t saved = -1;
-  if (fs::exists(dir))
-    for (const auto& e : fs::directory_iterator(dir)) {
-      std::smatch mt;
-      const std::string name = e.path().filename().string();
-      if (!std::regex_match(name, mt, re)) continue;
-      const int64_t w = std::stoll(mt[1]);
-      VERL_CHECK(saved < 0 || saved == w, "{}: LightweightSync carries of world sizes {} and {}; keep one set",
-                 dir.string(), saved, w);
-      saved = w;
-    }
+  const int64_t saved = saved_world_size(dir, "sync_carry", "LightweightSync carries");
   if (saved < 0) return std::nullopt;
   auto read = [&](int64_t r, SyncCarry& out, bool add) {
     const fs::path path = dir / carry_file_name(saved, r);

@@ -264,6 +264,17 @@ std::optional<optim::LightweightConfig> lightweight_sync_config(const config::Co
   return lw;
 }
 
+// <prefix>quantization_bits / <prefix>quantization_group_size (the reward model's, the reference
+// policy's): quantises w's linear layers once at load (model/quantize.h) and logs what it did.
+void quantize_as_configured(const config::Config& cfg, const std::string& prefix, model::Weights& w,
+                            const char* what) {
+  const auto bits = static_cast<int>(cfg.get<int64_t>(prefix + "quantization_bits"));
+  const int64_t group = cfg.get<int64_t>(prefix + "quantization_group_size");
+  VERL_CHECK(bits != 4 || group % 2 == 0, "{}quantization_group_size={}: must be even", prefix, group);
+  const model::QuantizeReport q = model::quantize_linear_weights(w, bits, group);
+  if (q.matrices > 0) log::info("{}: {}", what, model::describe(q, bits, group));
+}
+
 // Data parallelism for a trained model (optim/train_state.h): gradients reduced in buckets during
 // backward, with ZeRO stage `key` (1: this rank keeps its shard of the AdamW moments; 2: also only
 // its shard of the gradients). One rank has nothing to shard: a warning says the key changes
@@ -501,20 +512,9 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
         plan_micro_batches(cfg_, n_, comm_->world_size(), /*update=*/false, "", "actor_rollout_ref.ref.");
     ro.max_tokens = plan.max_tokens;
     ro.max_seqs = plan.max_seqs;
-    const auto ref_bits = static_cast<int>(cfg_.get<int64_t>("actor_rollout_ref.ref.quantization_bits"));
-    const int64_t ref_group = cfg_.get<int64_t>("actor_rollout_ref.ref.quantization_group_size");
-    VERL_CHECK(ref_bits != 4 || ref_group % 2 == 0,
-               "actor_rollout_ref.ref.quantization_group_size={}: must be even", ref_group);
-    if (ref_bits == 16) {
-      ref_ = make_policy(device_, actor_weights, ro);
-    } else {
-      model::Weights ref_weights = actor_weights;
-      const model::QuantizeReport q = model::quantize_linear_weights(ref_weights, ref_bits, ref_group);
-      log::info("reference policy: {} linear matrices quantised to int{} ({:.2f} MiB of fp32 -> {:.2f} MiB), "
-                "largest weight error {:.3g}",
-                q.matrices, ref_bits, q.fp32_bytes / 1048576.0, q.quantized_bytes / 1048576.0, q.max_abs_error);
-      ref_ = make_policy(device_, std::move(ref_weights), ro);
-    }
+    model::Weights ref_weights = actor_weights;
+    quantize_as_configured(cfg_, "actor_rollout_ref.ref.", ref_weights, "reference policy");
+    ref_ = make_policy(device_, std::move(ref_weights), ro);
   }
   {
     po.numerics = numerics_;
@@ -544,15 +544,7 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
     const std::string rm_path = data::expand_user(cfg_.get<std::string>("reward_model.model.path"));
     model::Weights rm_weights = model::Weights::load(rm_path);
     require_reward_model(rm_weights.config, rm_path);
-    const auto bits = static_cast<int>(cfg_.get<int64_t>("reward_model.quantization_bits"));
-    const int64_t group = cfg_.get<int64_t>("reward_model.quantization_group_size");
-    VERL_CHECK(bits != 4 || group % 2 == 0, "reward_model.quantization_group_size={}: must be even", group);
-    const model::QuantizeReport q = model::quantize_linear_weights(rm_weights, bits, group);
-    if (q.matrices > 0)
-      log::info("reward model: {} linear matrices quantised to int{}{} ({:.2f} MiB of fp32 -> {:.2f} MiB), "
-                "largest weight error {:.3g}",
-                q.matrices, bits, bits == 4 ? fmt::format(" in groups of {}", group) : std::string(),
-                q.fp32_bytes / 1048576.0, q.quantized_bytes / 1048576.0, q.max_abs_error);
+    quantize_as_configured(cfg_, "reward_model.", rm_weights, "reward model");
     const int64_t seq_len =
         cfg_.get<int64_t>("data.max_prompt_length") + cfg_.get<int64_t>("data.max_response_length");
     rm_max_length_ = cfg_.get<std::optional<int64_t>>("reward_model.max_length").value_or(0);
@@ -1485,7 +1477,7 @@ void PpoTrainer::resume() {
   // LightweightSync: each rank's carry (the gradient it still owes) and the interval's phase.
   auto restore_carry = [&](PolicyModel& p, const char* part) {
     optim::TrainState& st = p.state();
-    if (!st.lightweight() || (!st.lightweight()->error_feedback && st.lightweight()->interval == 1)) return;
+    if (!st.lightweight() || !st.lightweight()->needs_carry()) return;
     const std::string from = (std::filesystem::path(dir) / part).string();
     std::optional<SyncCarry> c = load_sync_carry(from, st.numel(), comm_->world_size(), comm_->rank());
     if (!c) {

@@ -1,6 +1,9 @@
 #include "trainer/reward_model.h"
 
+#include <string>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "model/batch.h"
@@ -31,18 +34,19 @@ RewardModel::RewardModel(Device device, model::Weights weights, const std::strin
   policy_ = make_policy(device, std::move(weights), po);
 }
 
-std::vector<float> RewardModel::score(const std::vector<std::vector<int32_t>>& seqs) {
+std::vector<float> RewardModel::score(const std::vector<std::vector<int32_t>>& seqs,
+                                      const std::vector<std::string>* where) {
   const int64_t vocab = config().vocab_size;
   for (size_t i = 0; i < seqs.size(); ++i) {
-    VERL_CHECK(!seqs[i].empty(), "reward model {}: sequence {} is empty", dir_, i);
+    const std::string name = where != nullptr ? (*where)[i] : fmt::format("reward model input {}", i);
+    VERL_CHECK(!seqs[i].empty(), "{}: no tokens to score", name);
     VERL_CHECK(static_cast<int64_t>(seqs[i].size()) <= max_tokens_,
-               "reward model {}: sequence {} has {} tokens, more than the {} a forward takes "
-               "(reward_model.forward_max_token_len_per_gpu / --max-batch-tokens)",
-               dir_, i, seqs[i].size(), max_tokens_);
+               "{}: {} tokens, more than the {} a forward of reward model {} takes (--max-batch-tokens / "
+               "reward_model.forward_max_token_len_per_gpu)",
+               name, seqs[i].size(), max_tokens_, dir_);
     for (size_t t = 0; t < seqs[i].size(); ++t)
-      VERL_CHECK(seqs[i][t] >= 0 && seqs[i][t] < vocab,
-                 "reward model {}: sequence {} token {} is id {}, outside its vocabulary [0, {})",
-                 dir_, i, t, seqs[i][t], vocab);
+      VERL_CHECK(seqs[i][t] >= 0 && seqs[i][t] < vocab, "{}: token {} is id {}, outside {}'s vocabulary [0, {})",
+                 name, t, seqs[i][t], dir_, vocab);
   }
   std::vector<float> scores;
   scores.reserve(seqs.size());

@@ -22,9 +22,11 @@ class RewardModel {
   // `dir` names the model in errors. A sequence longer than max_tokens is an error naming it.
   RewardModel(Device device, model::Weights weights, const std::string& dir, int64_t max_tokens,
               int64_t max_seqs);
-  // One score per sequence, in order. Every id must be inside the model's vocabulary (checked,
-  // naming the sequence and the id).
-  std::vector<float> score(const std::vector<std::vector<int32_t>>& seqs);
+  // One score per sequence, in order. Every sequence is checked first (not empty, within the token
+  // budget, every id inside the vocabulary); an error names it by where[i] (e.g. "file:line"), or
+  // by its index without `where`.
+  std::vector<float> score(const std::vector<std::vector<int32_t>>& seqs,
+                           const std::vector<std::string>* where = nullptr);
   const model::ModelConfig& config() const { return policy_->config(); }
   Device device() const { return policy_->device(); }
   int64_t max_tokens() const { return max_tokens_; }

@@ -97,7 +97,7 @@ print(f"Spearman with fp32 over {len(f)} sequences: int8 {s8:.4f}, int4 (group 1
 assert s8 >= 0.99 and s4 >= 0.88, (s8, s4)
 assert load("int8") != f  # the weights did change
 PY
-grep -q "8 linear matrices in int4" "$work/rank_int4.err"
+grep -q "8 linear matrices quantised to int4 in groups of 128" "$work/rank_int4.err"
 check "the quantisation is reported" test $? -eq 0
 
 # Errors.

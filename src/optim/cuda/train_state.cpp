@@ -60,7 +60,7 @@ void CudaTrainState::use_lightweight_sync(const LightweightConfig& cfg) {
   VERL_CHECK(dp_ != nullptr, "use_lightweight_sync: enable_data_parallel first");
   check_lightweight_config(cfg);
   lw_ = cfg;
-  if (cfg.error_feedback || cfg.interval > 1) {
+  if (cfg.needs_carry()) {
     carry_ = DeviceBuffer<float>(static_cast<size_t>(numel()));
     carry_.zero(ctx_.stream);
   }
