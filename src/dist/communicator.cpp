@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #ifdef VERL_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -207,6 +208,36 @@ std::unique_ptr<PendingCollective> Communicator::start_all_gather_impl(const voi
                                                                        DataType type,
                                                                        Place place) {
   all_gather_impl(send, recv, send_count, type, place);
+  return std::make_unique<Completed>();
+}
+
+void Communicator::all_gather_v(const void* send, void* recv, std::span<const size_t> counts,
+                                std::span<const size_t> displs, DataType type, Place place) {
+  start_all_gather_v(send, recv, counts, displs, type, place)->wait();
+}
+
+std::unique_ptr<PendingCollective> Communicator::start_all_gather_v(const void* send, void* recv,
+                                                                    std::span<const size_t> counts,
+                                                                    std::span<const size_t> displs,
+                                                                    DataType type, Place place) {
+  const auto world = static_cast<size_t>(world_size());
+  VERL_CHECK(counts.size() == world && displs.size() == world,
+             "all_gather_v: {} counts and {} displacements for {} ranks", counts.size(), displs.size(), world);
+  const size_t mine = counts[static_cast<size_t>(rank())];
+  VERL_CHECK((send != nullptr || mine == 0) && (recv != nullptr || std::all_of(counts.begin(), counts.end(),
+                                                                                [](size_t c) { return c == 0; })),
+             "all_gather_v: a null buffer with {} elements to send", mine);
+  return start_all_gather_v_impl(send, recv, counts, displs, type, place);
+}
+
+std::unique_ptr<PendingCollective> Communicator::start_all_gather_v_impl(const void* send, void* recv,
+                                                                         std::span<const size_t> counts,
+                                                                         std::span<const size_t> displs,
+                                                                         DataType type, Place place) {
+  // Every rank's send slice is the same buffer (displacement 0), counts[rank()] to each.
+  const auto world = static_cast<size_t>(world_size());
+  const std::vector<size_t> send_counts(world, counts[static_cast<size_t>(rank())]), send_displs(world, 0);
+  all_to_allv_impl(send, send_counts, send_displs, recv, counts, displs, type, place);
   return std::make_unique<Completed>();
 }
 

@@ -131,6 +131,17 @@ class Communicator {
                                                       size_t send_count, DataType type,
                                                       Place place = {});
 
+  // Variable-size all-gather (MPI's allgatherv): rank j contributes counts[j] elements, which
+  // land on every rank at recv + displs[j]; `send` holds this rank's counts[rank()] elements.
+  // Elements of recv outside the slices are left untouched. Not in place: send must not overlap
+  // recv. ZeRO-3 gathers a layer's weights from the ranks owning parts of it this way.
+  void all_gather_v(const void* send, void* recv, std::span<const size_t> counts,
+                    std::span<const size_t> displs, DataType type, Place place = {});
+  std::unique_ptr<PendingCollective> start_all_gather_v(const void* send, void* recv,
+                                                        std::span<const size_t> counts,
+                                                        std::span<const size_t> displs,
+                                                        DataType type, Place place = {});
+
   // Typed wrappers over the calls above. A span may point at device memory when `place` says so.
   // all_reduce has plain overloads rather than a template, so callers passing a std::vector still
   // convert to the span.
@@ -229,6 +240,12 @@ class Communicator {
   virtual std::unique_ptr<PendingCollective> start_all_gather_impl(const void* send, void* recv,
                                                                    size_t send_count,
                                                                    DataType type, Place place);
+  // By default an all_to_allv that sends this rank's slice to every rank (blocking, complete on
+  // return); MPI overrides it with MPI_Iallgatherv. `counts` and `displs` are checked already.
+  virtual std::unique_ptr<PendingCollective> start_all_gather_v_impl(const void* send, void* recv,
+                                                                     std::span<const size_t> counts,
+                                                                     std::span<const size_t> displs,
+                                                                     DataType type, Place place);
 
  private:
   std::string stage_ = "setup";

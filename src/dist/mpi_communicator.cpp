@@ -136,8 +136,15 @@ class MpiCommunicator::Pending final : public PendingCollective {
     done_ = true;
   }
   MPI_Request* request() { return &req_; }
+  // Arrays a vector collective reads while it runs.
+  void keep(std::vector<int> a, std::vector<int> b) {
+    ints_[0] = std::move(a);
+    ints_[1] = std::move(b);
+  }
+  const std::vector<int>& ints(int i) const { return ints_[i]; }
 
  private:
+  std::vector<int> ints_[2];
   MpiCommunicator& comm_;
   const char* what_;
   MPI_Request req_ = MPI_REQUEST_NULL;
@@ -179,6 +186,26 @@ std::unique_ptr<PendingCollective> MpiCommunicator::start_all_gather_impl(const 
   check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, mpi_type(type), recv, n,
                            mpi_type(type), MPI_COMM_WORLD, p->request()),
             "all_gather");
+  return p;
+}
+
+std::unique_ptr<PendingCollective> MpiCommunicator::start_all_gather_v_impl(const void* send, void* recv,
+                                                                            std::span<const size_t> counts,
+                                                                            std::span<const size_t> displs,
+                                                                            DataType type, Place place) {
+  host_only(place, "all_gather_v");
+  std::vector<int> c(counts.size()), d(displs.size());
+  for (size_t i = 0; i < counts.size(); ++i) {
+    c[i] = count_of(counts[i], "all_gather_v");
+    d[i] = count_of(displs[i], "all_gather_v");
+  }
+  auto p = std::make_unique<Pending>(*this, "weight all_gather_v");
+  // MPI reads the count and displacement arrays until the request completes: they live in p.
+  p->keep(std::move(c), std::move(d));
+  check_mpi(MPI_Iallgatherv(send, p->ints(0)[static_cast<size_t>(rank_)], mpi_type(type), recv,
+                            p->ints(0).data(), p->ints(1).data(), mpi_type(type), MPI_COMM_WORLD,
+                            p->request()),
+            "all_gather_v");
   return p;
 }
 

@@ -44,6 +44,10 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<PendingCollective> start_all_gather_impl(const void* send, void* recv,
                                                            size_t send_count, DataType type,
                                                            Place place) override;
+  std::unique_ptr<PendingCollective> start_all_gather_v_impl(const void* send, void* recv,
+                                                             std::span<const size_t> counts,
+                                                             std::span<const size_t> displs,
+                                                             DataType type, Place place) override;
 
  private:
   class Pending;

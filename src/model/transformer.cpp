@@ -38,15 +38,66 @@ void cb(const float* x, std::string_view name, int il, std::initializer_list<int
   }
 }
 
+// The element range [begin, end) that parameters `ids` (-1 entries skipped) occupy together.
+struct ParamRange {
+  int64_t begin = INT64_MAX, end = 0;
+};
+ParamRange range_of(const ParamLayout& lay, std::initializer_list<int> ids) {
+  ParamRange r;
+  for (int i : ids) {
+    if (i < 0) continue;
+    r.begin = std::min(r.begin, lay.params[i].offset);
+    r.end = std::max(r.end, lay.params[i].offset + lay.params[i].numel);
+  }
+  return r;
+}
+
+// Reads a range's weights from a source, or from the whole buffer without one.
+class RangeReader {
+ public:
+  RangeReader(const Weights& w, WeightSource* source) : w_(w), source_(source) {}
+  template <class R>
+  const float* acquire(const R& r) const {
+    return source_ ? source_->acquire(r.begin, r.end) : w_.data.data() + r.begin;
+  }
+  template <class R>
+  void prefetch(const R& r) const {
+    if (source_) source_->prefetch(r.begin, r.end);
+  }
+  template <class R>
+  void release(const R& r) const {
+    if (source_) source_->release(r.begin, r.end);
+  }
+  // Parameter i (-1: none) inside a range acquired at `base` that starts at element `begin`.
+  const float* param(int i, const float* base, int64_t begin) const {
+    return i >= 0 ? base + (w_.layout.params[i].offset - begin) : nullptr;
+  }
+
+ private:
+  const Weights& w_;
+  WeightSource* source_;
+};
+
 }  // namespace
 
-Transformer::Transformer(const Weights& w) : w_(w), inv_freq_(rope_inv_freq(w.config)) {}
+Transformer::Transformer(const Weights& w) : w_(w), inv_freq_(rope_inv_freq(w.config)) {
+  const ParamLayout& lay = w.layout;
+  auto to_range = [](ParamRange r) { return Range{r.begin, r.end}; };
+  embed_ = to_range(range_of(lay, {lay.embed}));
+  final_norm_ = to_range(range_of(lay, {lay.final_norm}));
+  head_ = to_range(w.config.head == HeadKind::CausalLM ? range_of(lay, {w.lm_head_param()})
+                                                        : range_of(lay, {lay.score, lay.score_bias}));
+  for (const LayerParams& p : lay.layers) {
+    layers_.push_back(to_range(range_of(lay, {p.attn_norm, p.wqkv, p.bqkv, p.q_norm, p.k_norm, p.wo, p.bo,
+                                              p.mlp_norm, p.wgu, p.bgu, p.wdown, p.bdown})));
+  }
+}
 
-void Transformer::layer_forward(int l, const PackedBatch& b, LayerActivations& a,
-                                float* x_out) const {
+void Transformer::layer_forward(int l, const PackedBatch& b, LayerActivations& a, float* x_out,
+                                const float* wbase, int64_t woffset) const {
   const ModelConfig& c = w_.config;
   const LayerParams& p = w_.layout.layers[l];
-  auto W = [&](int i) { return i >= 0 ? w_.param(i) : nullptr; };
+  auto W = [&](int i) { return i >= 0 ? wbase + (w_.layout.params[i].offset - woffset) : nullptr; };
   const int64_t T = b.num_tokens(), B = b.num_seqs(), C = c.hidden_size, F = c.intermediate_size;
   const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
   const int64_t qd = c.q_dim(), kvd = c.kv_dim(), Q3 = qd + 2 * kvd;
@@ -97,37 +148,52 @@ void Transformer::layer_forward(int l, const PackedBatch& b, LayerActivations& a
   cb(x_out, "out", l, {T, C});
 }
 
-void Transformer::forward(const PackedBatch& b, Activations& acts, const ForwardOptions& opt) const {
+void Transformer::forward(const PackedBatch& b, Activations& acts, const ForwardOptions& opt,
+                          WeightSource* source) const {
   const ModelConfig& c = w_.config;
   const ParamLayout& lay = w_.layout;
   const int64_t T = b.num_tokens(), B = b.num_seqs(), C = c.hidden_size, V = c.vocab_size;
   const int64_t L = c.num_hidden_layers;
   VERL_CHECK(T > 0 && B > 0 && b.cu_seqlens.back() == T && b.positions.size() == b.tokens.size(),
              "malformed packed batch: {} tokens, {} sequences", T, B);
+  const RangeReader rd(w_, source);
   acts.T = T;
   acts.layers.resize(static_cast<size_t>(L));
+  // Each range is read while the next one's gather (with a source) is under way.
+  const float* we = rd.acquire(embed_);
+  rd.prefetch(L > 0 ? layers_[0] : final_norm_);
   float* x0 = L > 0 ? grow(acts.layers[0].x_in, T * C) : grow(acts.x_final, T * C);
-  ops::embedding_forward(x0, b.tokens.data(), w_.param(lay.embed), T, C, V);
+  ops::embedding_forward(x0, b.tokens.data(), rd.param(lay.embed, we, embed_.begin), T, C, V);
+  rd.release(embed_);
   cb(x0, "embed", -1, {T, C});
   for (int64_t l = 0; l < L; ++l) {
+    const float* wl = rd.acquire(layers_[l]);
+    rd.prefetch(l + 1 < L ? layers_[l + 1] : final_norm_);
     float* x_out = l + 1 < L ? grow(acts.layers[l + 1].x_in, T * C) : grow(acts.x_final, T * C);
-    layer_forward(static_cast<int>(l), b, acts.layers[l], x_out);
+    layer_forward(static_cast<int>(l), b, acts.layers[l], x_out, wl, layers_[l].begin);
+    rd.release(layers_[l]);
   }
+  const float* wn = rd.acquire(final_norm_);
+  rd.prefetch(head_);
   ops::rmsnorm_forward(grow(acts.h_final, T * C), grow(acts.rstd_final, T), acts.x_final.data(),
-                       w_.param(lay.final_norm), T, C, static_cast<float>(c.rms_norm_eps));
+                       rd.param(lay.final_norm, wn, final_norm_.begin), T, C,
+                       static_cast<float>(c.rms_norm_eps));
+  rd.release(final_norm_);
   cb(acts.h_final.data(), "final_norm", -1, {T, C});
   const int64_t NL = c.num_labels;
+  const float* wh = rd.acquire(head_);
+  auto H = [&](int i) { return rd.param(i, wh, head_.begin); };
   switch (c.head) {
     case HeadKind::CausalLM:
       ops::lm_head_forward(grow(acts.logprob, T), grow(acts.entropy, T), grow(acts.lse_head, T),
-                           acts.h_final.data(), w_.lm_head(), b.targets.data(), T, C, V,
+                           acts.h_final.data(), H(w_.lm_head_param()), b.targets.data(), T, C, V,
                            opt.temperature, opt.lm_head_chunk);
       cb(acts.logprob.data(), "lm_head.logprob", -1, {T});
       cb(acts.entropy.data(), "lm_head.entropy", -1, {T});
       break;
     case HeadKind::TokenClassification:
-      ops::linear_forward(grow(acts.values, T * NL), acts.h_final.data(), w_.param(lay.score),
-                          w_.param(lay.score_bias), T, C, NL);
+      ops::linear_forward(grow(acts.values, T * NL), acts.h_final.data(), H(lay.score),
+                          H(lay.score_bias), T, C, NL);
       cb(acts.values.data(), "value_head.values", -1, {T, NL});
       break;
     case HeadKind::SequenceClassification:
@@ -135,18 +201,20 @@ void Transformer::forward(const PackedBatch& b, Activations& acts, const Forward
       for (int64_t s = 0; s < B; ++s) {
         const int64_t last = b.cu_seqlens[s + 1] - 1;
         ops::linear_forward(acts.scores.data() + s * NL, acts.h_final.data() + last * C,
-                            w_.param(lay.score), nullptr, 1, C, NL);
+                            H(lay.score), nullptr, 1, C, NL);
       }
       cb(acts.scores.data(), "score_head.scores", -1, {B, NL});
       break;
   }
+  rd.release(head_);
 }
 
 void Transformer::layer_backward(int l, const PackedBatch& b, LayerActivations& a, Activations& s,
-                                 float* d_x, float* base, int64_t base_offset) const {
+                                 float* d_x, float* base, int64_t base_offset, const float* wbase,
+                                 int64_t woffset) const {
   const ModelConfig& c = w_.config;
   const LayerParams& p = w_.layout.layers[l];
-  auto W = [&](int i) { return i >= 0 ? w_.param(i) : nullptr; };
+  auto W = [&](int i) { return i >= 0 ? wbase + (w_.layout.params[i].offset - woffset) : nullptr; };
   auto G = [&](int i) { return i >= 0 ? base + (w_.layout.params[i].offset - base_offset) : nullptr; };
   const int64_t T = b.num_tokens(), B = b.num_seqs(), C = c.hidden_size, F = c.intermediate_size;
   const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
@@ -196,27 +264,9 @@ void Transformer::layer_backward(int l, const PackedBatch& b, LayerActivations& 
                         T, C);
 }
 
-namespace {
-
-// The element range [begin, end) that parameters `ids` (-1 entries skipped) occupy together.
-struct ParamRange {
-  int64_t begin = INT64_MAX, end = 0;
-};
-ParamRange range_of(const ParamLayout& lay, std::initializer_list<int> ids) {
-  ParamRange r;
-  for (int i : ids) {
-    if (i < 0) continue;
-    r.begin = std::min(r.begin, lay.params[i].offset);
-    r.end = std::max(r.end, lay.params[i].offset + lay.params[i].numel);
-  }
-  return r;
-}
-
-}  // namespace
-
 void Transformer::backward(const PackedBatch& b, Activations& acts, const float* d_logprob,
                            const float* d_entropy, const float* d_out, float* grads,
-                           const ForwardOptions& opt, GradSink* sink) const {
+                           const ForwardOptions& opt, GradSink* sink, WeightSource* source) const {
   const ModelConfig& c = w_.config;
   const ParamLayout& lay = w_.layout;
   const int64_t T = b.num_tokens(), B = b.num_seqs(), C = c.hidden_size, V = c.vocab_size;
@@ -224,61 +274,68 @@ void Transformer::backward(const PackedBatch& b, Activations& acts, const float*
   VERL_CHECK(acts.T == T, "backward called with a batch of {} tokens after a forward of {}", T,
              acts.T);
   VERL_CHECK(sink != nullptr || grads != nullptr, "backward: neither a gradient buffer nor a sink");
-  // Each range's view: the sink's, or the whole buffer's slice.
-  auto open = [&](const ParamRange& r) { return sink ? sink->open(r.begin, r.end) : grads + r.begin; };
-  auto ready = [&](const ParamRange& r) {
+  const RangeReader rd(w_, source);
+  // Each range's gradient view: the sink's, or the whole buffer's slice.
+  auto open = [&](const Range& r) { return sink ? sink->open(r.begin, r.end) : grads + r.begin; };
+  auto ready = [&](const Range& r) {
     if (sink) sink->ready(r.begin, r.end);
   };
-  const ParamRange embed = range_of(lay, {lay.embed});
-  // The head's range; a tied LM head is the embedding's, final only after the embedding's backward.
+  // A tied LM head's range is the embedding's, final only after the embedding's backward.
   const bool tied = c.head == HeadKind::CausalLM && w_.lm_head_param() == lay.embed;
-  const ParamRange head = c.head == HeadKind::CausalLM ? range_of(lay, {w_.lm_head_param()})
-                                                       : range_of(lay, {lay.score, lay.score_bias});
-  float* head_base = open(head);
-  auto G = [&](int i, float* base, const ParamRange& r) {
+  float* head_base = open(head_);
+  auto G = [&](int i, float* base, const Range& r) {
     return i >= 0 ? base + (lay.params[i].offset - r.begin) : nullptr;
   };
+  const int64_t L = c.num_hidden_layers;
 
+  const float* wh = rd.acquire(head_);
+  rd.prefetch(final_norm_);
+  auto H = [&](int i) { return rd.param(i, wh, head_.begin); };
   float* d_h = zeroed(acts.d_xn, T * C);
   switch (c.head) {
     case HeadKind::CausalLM:
-      ops::lm_head_backward(d_h, G(w_.lm_head_param(), head_base, head), d_logprob, d_entropy,
-                            acts.h_final.data(), w_.lm_head(), b.targets.data(),
+      ops::lm_head_backward(d_h, G(w_.lm_head_param(), head_base, head_), d_logprob, d_entropy,
+                            acts.h_final.data(), H(w_.lm_head_param()), b.targets.data(),
                             acts.lse_head.data(), acts.entropy.data(), T, C, V, opt.temperature,
                             opt.lm_head_chunk);
       break;
     case HeadKind::TokenClassification:
       if (d_out) {
-        ops::linear_backward(d_h, G(lay.score, head_base, head), G(lay.score_bias, head_base, head),
-                             d_out, acts.h_final.data(), w_.param(lay.score), T, C, NL);
+        ops::linear_backward(d_h, G(lay.score, head_base, head_), G(lay.score_bias, head_base, head_),
+                             d_out, acts.h_final.data(), H(lay.score), T, C, NL);
       }
       break;
     case HeadKind::SequenceClassification:
       if (d_out) {
         for (int64_t s = 0; s < B; ++s) {
           const int64_t last = b.cu_seqlens[s + 1] - 1;
-          ops::linear_backward(d_h + last * C, G(lay.score, head_base, head), nullptr,
-                               d_out + s * NL, acts.h_final.data() + last * C, w_.param(lay.score),
+          ops::linear_backward(d_h + last * C, G(lay.score, head_base, head_), nullptr,
+                               d_out + s * NL, acts.h_final.data() + last * C, H(lay.score),
                                1, C, NL);
         }
       }
       break;
   }
-  if (!tied) ready(head);
-  const ParamRange fnorm = range_of(lay, {lay.final_norm});
+  rd.release(head_);
+  if (!tied) ready(head_);
+  const float* wn = rd.acquire(final_norm_);
+  if (L > 0) rd.prefetch(layers_[L - 1]);
   float* d_x = zeroed(acts.d_x, T * C);
-  ops::rmsnorm_backward(d_x, G(lay.final_norm, open(fnorm), fnorm), d_h, acts.x_final.data(),
-                        w_.param(lay.final_norm), acts.rstd_final.data(), T, C);
-  ready(fnorm);
-  for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l) {
-    const LayerParams& p = lay.layers[l];
-    const ParamRange r = range_of(lay, {p.attn_norm, p.wqkv, p.bqkv, p.q_norm, p.k_norm, p.wo, p.bo,
-                                        p.mlp_norm, p.wgu, p.bgu, p.wdown, p.bdown});
-    layer_backward(static_cast<int>(l), b, acts.layers[l], acts, d_x, open(r), r.begin);
+  ops::rmsnorm_backward(d_x, G(lay.final_norm, open(final_norm_), final_norm_), d_h, acts.x_final.data(),
+                        rd.param(lay.final_norm, wn, final_norm_.begin), acts.rstd_final.data(), T, C);
+  rd.release(final_norm_);
+  ready(final_norm_);
+  for (int64_t l = L - 1; l >= 0; --l) {
+    const Range& r = layers_[l];
+    const float* wl = rd.acquire(r);
+    if (l > 0) rd.prefetch(layers_[l - 1]);
+    layer_backward(static_cast<int>(l), b, acts.layers[l], acts, d_x, open(r), r.begin, wl, r.begin);
+    rd.release(r);
     ready(r);
   }
-  ops::embedding_backward(G(lay.embed, open(embed), embed), d_x, b.tokens.data(), T, C);
-  ready(embed);
+  // The embedding's backward reads no weights.
+  ops::embedding_backward(G(lay.embed, open(embed_), embed_), d_x, b.tokens.data(), T, C);
+  ready(embed_);
 }
 
 }  // namespace verl::model

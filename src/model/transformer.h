@@ -9,6 +9,7 @@
 
 #include "model/batch.h"
 #include "model/grad_sink.h"
+#include "model/weight_source.h"
 #include "model/weights.h"
 
 namespace verl::model {
@@ -42,8 +43,10 @@ class Transformer {
  public:
   explicit Transformer(const Weights& w);
 
-  // Runs the model over `batch`, filling the head's outputs and saved activations in `acts`.
-  void forward(const PackedBatch& batch, Activations& acts, const ForwardOptions& opt = {}) const;
+  // Runs the model over `batch`, filling the head's outputs and saved activations in `acts`. With
+  // a `source` the weights are read range by range from it (ZeRO-3) instead of weights().data.
+  void forward(const PackedBatch& batch, Activations& acts, const ForwardOptions& opt = {},
+               WeightSource* source = nullptr) const;
   // Accumulates into `grads` (flat, same layout as the weights) the gradient of
   //   sum_t d_logprob[t]*logprob[t] + d_entropy[t]*entropy[t]   (causal LM)
   //   sum d_out * values (token classification) or sum d_out * scores (sequence classification).
@@ -53,18 +56,29 @@ class Transformer {
   // sink->ready() as soon as it is final.
   void backward(const PackedBatch& batch, Activations& acts, const float* d_logprob,
                 const float* d_entropy, const float* d_out, float* grads,
-                const ForwardOptions& opt = {}, GradSink* sink = nullptr) const;
+                const ForwardOptions& opt = {}, GradSink* sink = nullptr,
+                WeightSource* source = nullptr) const;
 
   const Weights& weights() const { return w_; }
   const std::vector<float>& inv_freq() const { return inv_freq_; }
 
  private:
-  void layer_forward(int l, const PackedBatch& b, LayerActivations& a, float* x_out) const;
+  // An element range of the flat layout: a layer's parameters, the embedding, the final norm, the
+  // head (what a weight source gathers and a gradient sink reduces as one).
+  struct Range {
+    int64_t begin = 0, end = 0;
+  };
+  // Layer l reads its weights from `wbase`, which holds elements from `woffset`.
+  void layer_forward(int l, const PackedBatch& b, LayerActivations& a, float* x_out,
+                     const float* wbase, int64_t woffset) const;
   // Layer l's parameter gradients accumulate into `base`, which holds elements from `base_offset`.
   void layer_backward(int l, const PackedBatch& b, LayerActivations& a, Activations& s,
-                      float* d_x, float* base, int64_t base_offset) const;
+                      float* d_x, float* base, int64_t base_offset, const float* wbase,
+                      int64_t woffset) const;
   const Weights& w_;
   std::vector<float> inv_freq_;
+  Range embed_, final_norm_, head_;  // head_: the LM head (the embedding when tied) or the score head
+  std::vector<Range> layers_;
 };
 
 }  // namespace verl::model

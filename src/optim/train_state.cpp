@@ -61,11 +61,45 @@ void CpuTrainState::shard_optimizer_state(dist::Communicator& comm) {
 
 void CpuTrainState::enable_data_parallel(dist::Communicator& comm, int zero_stage) {
   require_trainable("enable_data_parallel");
-  VERL_CHECK(zero_stage >= 0 && zero_stage <= 2, "zero_stage {}: 0, 1 or 2", zero_stage);
+  VERL_CHECK(zero_stage >= 0 && zero_stage <= 3, "zero_stage {}: 0, 1, 2 or 3", zero_stage);
   if (zero_stage >= 1) shard_optimizer_state(comm);
   zero_stage_ = zero_stage;
-  if (zero_stage == 2) grads_.assign(static_cast<size_t>(chunk_), 0.0f);  // the shard's only
-  sync_ = std::make_unique<GradSync>(comm, zero_stage, numel(), chunk_, grads_.data(), sync_stats_);
+  if (zero_stage >= 2) grads_.assign(static_cast<size_t>(chunk_), 0.0f);  // the shard's only
+  // The gradients of stage 3 go as stage 2's: each range reduced to its owners as backward ends it.
+  sync_ = std::make_unique<GradSync>(comm, std::min(zero_stage, 2), numel(), chunk_, grads_.data(), sync_stats_);
+  if (zero_stage == 3) {
+    // The shard's master weights (padded to the chunk); the whole copy goes.
+    shard_w_.assign(static_cast<size_t>(chunk_), 0.0f);
+    std::copy(w_.data.begin() + shard_.begin, w_.data.begin() + shard_.end, shard_w_.begin());
+    w_.data = std::vector<float>{};
+    gather_ = std::make_unique<ZeroGather>(comm, numel(), chunk_, shard_w_.data(), gather_stats_);
+  }
+}
+
+void CpuTrainState::gather_full_weights(int64_t bucket) {
+  if (zero_stage_ != 3 || full_) return;
+  w_.data.assign(static_cast<size_t>(numel()), 0.0f);
+  gather_->gather_all(w_.data.data(), bucket);
+  gather_->read_full(w_.data.data());
+  full_ = true;
+}
+
+void CpuTrainState::drop_full_weights() {
+  if (zero_stage_ != 3 || !full_) return;
+  gather_->read_full(nullptr);
+  w_.data = std::vector<float>{};
+  full_ = false;
+}
+
+std::vector<float> CpuTrainState::download_weights() const {
+  VERL_CHECK(has_full_weights(), "internal: the ZeRO-3 weights are sharded; gather_full_weights first");
+  return w_.data;
+}
+
+size_t CpuTrainState::host_bytes() const {
+  const size_t floats = w_.data.size() + shard_w_.size() + grads_.size() + opt_.exp_avg.size() +
+                        opt_.exp_avg_sq.size() + carry_.size();
+  return floats * sizeof(float);
 }
 
 void CpuTrainState::use_lightweight_sync(const LightweightConfig& cfg) {
@@ -94,9 +128,9 @@ void CpuTrainState::upload_carry(const std::vector<float>& carry, int64_t calls)
 }
 
 uint64_t CpuTrainState::weights_digest() {
-  // FNV-1a over the weights' bits.
+  // FNV-1a over the weights' bits (ZeRO-3: the shard's).
   uint64_t h = 1469598103934665603ull;
-  for (float x : w_.data) {
+  for (float x : zero_stage_ == 3 ? shard_w_ : w_.data) {
     uint32_t bits;
     std::memcpy(&bits, &x, 4);
     h = (h ^ bits) * 1099511628211ull;
@@ -106,7 +140,7 @@ uint64_t CpuTrainState::weights_digest() {
 
 void CpuTrainState::reduce_grads(dist::Communicator& comm) {
   // The buckets backward started (stage 2: every micro-batch's) complete here.
-  if (sync_ && (sync_->finish() || zero_stage_ == 2)) return;
+  if (sync_ && (sync_->finish() || zero_stage_ >= 2)) return;
   if (sync_ && sync_->lightweight()) return sync_->sync_whole();
   if (shard_comm_ == nullptr) {
     sync_stats_.add_all_reduce(comm.world_size(), static_cast<int64_t>(grads_.size()));
@@ -119,7 +153,7 @@ void CpuTrainState::reduce_grads(dist::Communicator& comm) {
 }
 
 void CpuTrainState::gather_weights(dist::Communicator& comm) {
-  if (shard_comm_ == nullptr) return;
+  if (shard_comm_ == nullptr || zero_stage_ == 3) return;  // ZeRO-3 gathers as the model reads
   std::vector<float> all(static_cast<size_t>(chunk_ * comm.world_size()), 0.0f);
   std::copy(w_.data.begin() + shard_.begin, w_.data.begin() + shard_.end, all.begin() + comm.rank() * chunk_);
   comm.all_gather(all.data() + comm.rank() * chunk_, all.data(), static_cast<size_t>(chunk_),
@@ -136,9 +170,11 @@ void CpuTrainState::adamw_update(const AdamWConfig& cfg, float lr, float grad_sc
   require_trainable("adamw_update");
   ++steps_;
   opt_.step = steps_;
+  drop_full_weights();  // ZeRO-3: a gathered whole copy is stale after the update
   const int64_t b = shard_.begin;
   const int64_t m = shard_comm_ ? 0 : b;  // sharded moments start at the shard
-  ops::cpu::adamw_step(w_.data.data() + b, shard_grads(), opt_.exp_avg.data() + m,
+  float* w = zero_stage_ == 3 ? shard_w_.data() : w_.data.data() + b;
+  ops::cpu::adamw_step(w, shard_grads(), opt_.exp_avg.data() + m,
                        opt_.exp_avg_sq.data() + m, shard_.size(), lr, cfg.beta1, cfg.beta2,
                        cfg.eps, cfg.weight_decay, steps_, grad_scale);
 }
@@ -163,7 +199,12 @@ AdamWState CpuTrainState::download_optimizer_state() const {
 
 void CpuTrainState::upload(const std::vector<float>& weights, const AdamWState* opt) {
   check_upload(weights, opt);
-  w_.data = weights;  // the CPU model reads w_ through its reference
+  if (zero_stage_ == 3) {  // the shard's slice; a gathered whole copy would be stale
+    drop_full_weights();
+    std::copy(weights.begin() + shard_.begin, weights.begin() + shard_.end, shard_w_.begin());
+  } else {
+    w_.data = weights;  // the CPU model reads w_ through its reference
+  }
   if (trainable_ && opt != nullptr) {
     if (shard_comm_ == nullptr) {
       opt_ = *opt;

@@ -19,6 +19,7 @@
 #include "optim/adamw.h"
 #include "optim/grad_sync.h"
 #include "optim/sparse_sync.h"
+#include "optim/zero3.h"
 
 namespace verl::dist {
 class Communicator;
@@ -78,6 +79,21 @@ class TrainState {
                "optimizer state (not built yet)", zero_stage, to_string(device()));
   }
   int zero_stage() const { return zero_stage_; }
+  // ZeRO-3: where the model reads its weights range by range (null: the whole buffer, stages 0-2).
+  virtual model::WeightSource* weight_source() { return nullptr; }
+  // ZeRO-3's reshard (a collective): the whole weights gathered from the shards in buckets of
+  // `bucket` elements, for the rollout and checkpoints, until drop_full_weights(). Other states
+  // hold the whole weights always: nothing to do.
+  virtual void gather_full_weights(int64_t bucket) { (void)bucket; }
+  virtual void drop_full_weights() {}
+  // Whether download_weights() / the model's weights() hold every element now.
+  virtual bool has_full_weights() const { return true; }
+  // ZeRO-3's weight gathers since the last take, then reset.
+  GatherStats take_gather_stats() { return std::exchange(gather_stats_, GatherStats{}); }
+  // Bytes of host memory this state's buffers hold now (weights, gradients, moments, carry; the
+  // memory-per-phase metrics), and the most ZeRO-3's gather buffers held since the last call.
+  virtual size_t host_bytes() const { return 0; }
+  virtual size_t take_peak_gather_bytes() { return 0; }
   // Where the model's backward writes its gradients range by range (null: the whole buffer at
   // grads(), reduced at the step).
   virtual model::GradSink* grad_sink() { return nullptr; }
@@ -159,18 +175,28 @@ class TrainState {
   int64_t steps_ = 0;
   int zero_stage_ = 0;
   SyncStats sync_stats_;
+  GatherStats gather_stats_;
   std::optional<LightweightConfig> lw_;
   int64_t sync_calls_ = 0;
   bool deferred_ = false;
 };
 
-// The CPU state: the master weights are a model::Weights the CPU model reads (weights()).
+// The CPU state: the master weights are a model::Weights the CPU model reads (weights()). ZeRO-3
+// keeps only the shard's (master() is the shard then); weights() holds every element only
+// between gather_full_weights() and drop_full_weights(), and the model reads through
+// weight_source() otherwise.
 class CpuTrainState final : public TrainState {
  public:
   CpuTrainState(model::Weights w, bool trainable);
 
   Device device() const override { return Device::Cpu; }
-  float* master() override { return w_.data.data(); }
+  float* master() override { return zero_stage_ == 3 ? shard_w_.data() : w_.data.data(); }
+  model::WeightSource* weight_source() override { return gather_.get(); }
+  void gather_full_weights(int64_t bucket) override;
+  void drop_full_weights() override;
+  bool has_full_weights() const override { return zero_stage_ != 3 || full_; }
+  size_t host_bytes() const override;
+  size_t take_peak_gather_bytes() override { return gather_ ? gather_->take_peak_bytes() : 0; }
   // The whole layout's gradients (padded to world x chunk when sharded); ZeRO-2: the shard's only.
   float* grads() override { return trainable_ ? grads_.data() : nullptr; }
   float* exp_avg() override { return trainable_ ? opt_.exp_avg.data() : nullptr; }  // the shard's
@@ -192,7 +218,7 @@ class CpuTrainState final : public TrainState {
   void gather_weights(dist::Communicator& comm) override;
   double grad_sum_squares() override;
   void adamw_update(const AdamWConfig& cfg, float lr, float grad_scale) override;
-  std::vector<float> download_weights() const override { return w_.data; }
+  std::vector<float> download_weights() const override;
   AdamWState download_optimizer_state() const override;
   AdamWState download_optimizer_shard() const override {
     require_trainable("download_optimizer_shard");
@@ -212,8 +238,11 @@ class CpuTrainState final : public TrainState {
   int64_t chunk_ = 0;                          // elements per rank when sharded
   std::unique_ptr<GradSync> sync_;             // set by enable_data_parallel
   std::vector<float> carry_;                   // LightweightSync: numel floats, or empty
-  // The shard's gradients: grads_ from the shard's first element, or (ZeRO-2) grads_ itself.
-  float* shard_grads() { return zero_stage_ == 2 ? grads_.data() : grads_.data() + shard_.begin; }
+  std::vector<float> shard_w_;                 // ZeRO-3: the shard's master weights (chunk floats)
+  std::unique_ptr<ZeroGather> gather_;         // ZeRO-3
+  bool full_ = false;                          // ZeRO-3: w_.data holds the gathered whole weights
+  // The shard's gradients: grads_ from the shard's first element, or (ZeRO-2, 3) grads_ itself.
+  float* shard_grads() { return zero_stage_ >= 2 ? grads_.data() : grads_.data() + shard_.begin; }
 };
 
 }  // namespace verl::optim

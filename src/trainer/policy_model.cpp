@@ -37,7 +37,7 @@ class CpuPolicy final : public PolicyModel {
                std::vector<float>* entropy, bool for_backward = true) override {
     (void)for_backward;  // the CPU model keeps the same activations either way
     fo_.temperature = temperature;
-    tf_.forward(batch, acts_, fo_);
+    tf_.forward(batch, acts_, fo_, state_.weight_source());
     batch_ = batch;  // backward needs it; a copy of T ints, small beside the activations
     // The activation buffers keep the size of the largest batch seen: take the first T.
     const int64_t T = batch.num_tokens();
@@ -47,11 +47,11 @@ class CpuPolicy final : public PolicyModel {
 
   void backward(const float* d_logprob, const float* d_entropy) override {
     require_trainable(*this, "backward");
-    tf_.backward(batch_, acts_, d_logprob, d_entropy, nullptr, state_.grads(), fo_, state_.grad_sink());
+    tf_.backward(batch_, acts_, d_logprob, d_entropy, nullptr, state_.grads(), fo_, state_.grad_sink(), state_.weight_source());
   }
 
   void forward_values(const model::PackedBatch& batch, std::vector<float>& values) override {
-    tf_.forward(batch, acts_, fo_);
+    tf_.forward(batch, acts_, fo_, state_.weight_source());
     batch_ = batch;
     if (tf_.weights().config.head == model::HeadKind::SequenceClassification) {
       // A reward model: its score stands at each sequence's last token, the rest is zero.
@@ -65,7 +65,7 @@ class CpuPolicy final : public PolicyModel {
 
   void backward_values(const float* d_values) override {
     require_trainable(*this, "backward_values");
-    tf_.backward(batch_, acts_, nullptr, nullptr, d_values, state_.grads(), fo_, state_.grad_sink());
+    tf_.backward(batch_, acts_, nullptr, nullptr, d_values, state_.grads(), fo_, state_.grad_sink(), state_.weight_source());
   }
 
   void release_activations() override { acts_ = model::Activations{}; }

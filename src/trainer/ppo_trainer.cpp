@@ -299,19 +299,39 @@ void setup_data_parallel(const config::Config& cfg, const char* key, PolicyModel
   optim::TrainState& st = model.state();
   st.enable_data_parallel(comm, static_cast<int>(stage));
   if (const std::optional<optim::LightweightConfig> lw = lightweight_sync_config(cfg)) {
-    VERL_CHECK(stage < 2, "trainer.gradient_sync_method=lightweight with {}=2: LightweightSync compresses each rank's "
-               "whole gradient (its top-k and carry), which ZeRO-2 does not keep; use {}=1 (sharded moments) or 0",
-               key, key);
+    VERL_CHECK(stage < 2, "trainer.gradient_sync_method=lightweight with {}={}: LightweightSync compresses each rank's "
+               "whole gradient (its top-k and carry), which ZeRO-{} does not keep; use {}=1 (sharded moments) or 0",
+               key, stage, stage, key);
     st.use_lightweight_sync(*lw);
     const std::string_view model_key(key);
     log::info("LightweightSync for {}: top_k {}, {} values, a sync every {} optimizer step(s), error feedback {}",
               model_key.substr(0, model_key.rfind('.')), lw->top_k, optim::to_string(lw->values), lw->interval, lw->error_feedback ? "on" : "off");
   }
   if (stage == 0) return;
-  log::info("ZeRO-{} ({}): rank {} of {} keeps the AdamW moments{} of elements [{}, {}) of {}", stage, key,
-            comm.rank(), comm.world_size(), stage == 2 ? " and gradients" : "", st.shard().begin, st.shard().end,
-            st.numel());
+  log::info("ZeRO-{} ({}): rank {} of {} keeps the {}AdamW moments{} of elements [{}, {}) of {}", stage, key,
+            comm.rank(), comm.world_size(), stage == 3 ? "weights, " : "", stage >= 2 ? " and gradients" : "",
+            st.shard().begin, st.shard().end, st.numel());
 }
+
+// ZeRO-3's reshard for a phase that reads the whole weights (the rollout engine, checkpoints): the
+// shards all-gathered in buckets of `bucket` floats (rollout.update_weights_bucket_megabytes) on
+// entry (a collective: every rank enters), the whole copy dropped on exit. Other ZeRO stages hold
+// the whole weights: nothing happens.
+class FullWeights {
+ public:
+  FullWeights(PolicyModel& p, int64_t bucket) : st_(p.state()), held_(!st_.has_full_weights()) {
+    if (held_) st_.gather_full_weights(bucket);
+  }
+  ~FullWeights() {
+    if (held_) st_.drop_full_weights();
+  }
+  FullWeights(const FullWeights&) = delete;
+  FullWeights& operator=(const FullWeights&) = delete;
+
+ private:
+  optim::TrainState& st_;
+  bool held_;
+};
 
 // algorithm.rollout_correction in bypass mode for one micro-batch (verl's
 // compute_policy_loss_bypass_mode): the rejection mask and weights come from the current policy's
@@ -437,6 +457,8 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
     tok_->set_chat_template(*tpl, "actor_rollout_ref.model.custom_chat_template");
   eos_ids_ = model::generation_eos_ids(model_path, actor_weights.config, tok_->eos_token_id());
   n_ = cfg_.get<int64_t>("actor_rollout_ref.rollout.n");
+  reshard_bucket_ = cfg_.get<int64_t>("actor_rollout_ref.rollout.update_weights_bucket_megabytes") * (1 << 20) /
+                    static_cast<int64_t>(sizeof(float));
   temperature_ = static_cast<float>(cfg_.get<double>("actor_rollout_ref.rollout.temperature"));
   seed_ = static_cast<uint64_t>(cfg_.get<std::optional<int64_t>>("data.seed").value_or(1));
 
@@ -690,6 +712,11 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
   ro.gpu_memory_utilization = cfg_.get<double>("actor_rollout_ref.rollout.gpu_memory_utilization");
   ro.enforce_eager = cfg_.get<bool>("actor_rollout_ref.rollout.enforce_eager");
   std::unique_ptr<rollout::StepRunner> runner = actor_.model->make_rollout_runner(ec.scheduler, ro);
+  std::optional<FullWeights> full;  // ZeRO-3: the rollout reads whole weights, gathered here
+  if (!runner && !actor_.model->state().has_full_weights()) {
+    auto s = timer.scope("reshard");
+    full.emplace(*actor_.model, reshard_bucket_);
+  }
   std::optional<rollout::Engine> engine_holder;
   if (runner) {
     engine_holder.emplace(*runner, ec);
@@ -781,8 +808,10 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
   // Device memory with the rollout's KV cache still held (the gen phase's peak), then the cache is
   // given back before the log-prob and update phases.
   gen_device_bytes_ = device_memory_in_use();
+  gen_state_bytes_ = host_state_bytes();
   engine_holder.reset();
   runner.reset();
+  full.reset();  // ZeRO-3: back to the shards
   if (parallel) {
     stop_worker();
     if (worker_error) std::rethrow_exception(worker_error);
@@ -1050,9 +1079,24 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
   m.set("actor/lr", lr);
 }
 
+std::pair<size_t, size_t> PpoTrainer::host_state_bytes() const {
+  size_t state = 0, gather = 0;
+  for (PolicyModel* p : {actor_.model.get(), ref_.get(), critic_ ? critic_->model.get() : nullptr}) {
+    if (!p) continue;
+    state += p->state().host_bytes();
+    gather += p->state().take_peak_gather_bytes();
+  }
+  return {state, gather};
+}
+
 void PpoTrainer::record_device_memory(metrics::Metrics& m, const char* phase) const {
-  if (device_ != Device::Cuda) return;
   const bool gen = std::string_view(phase) == "gen";
+  if (device_ != Device::Cuda) {
+    const auto [state, gather] = gen ? gen_state_bytes_ : host_state_bytes();
+    m.set(std::string("perf/host_state_gib/") + phase, static_cast<double>(state + gather) / (1 << 30));
+    if (gather > 0) m.set(std::string("perf/host_gather_gib/") + phase, static_cast<double>(gather) / (1 << 30));
+    return;
+  }
   m.set(std::string("perf/device_memory_gib/") + phase,
         static_cast<double>(gen ? gen_device_bytes_ : device_memory_in_use()) / (1 << 30));
   if (gen) {
@@ -1355,13 +1399,25 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
       sync.add(critic_->model->state().take_sync_stats());
     }
     m.set("perf/grad_sync_bytes", sync.bytes);
+    // ZeRO-3: the weight gathers of the step's passes (bytes this rank sent, seconds it waited).
+    optim::GatherStats gather = actor_.model->state().take_gather_stats();
+    if (critic_) {
+      const optim::GatherStats c = critic_->model->state().take_gather_stats();
+      gather.bytes += c.bytes;
+      gather.seconds += c.seconds;
+      gather.gathers += c.gathers;
+    }
+    if (gather.gathers > 0) {
+      m.set("perf/zero3_gather_bytes", gather.bytes);
+      m.set("timing_s/zero3_gather", gather.seconds);
+    }
     m.set("perf/grad_sync_bytes_dense", sync.dense_bytes);
     m.set("timing_s/grad_sync", sync.seconds);
   }
 
   add_data_metrics(exp, m);
   add_reward_extra_metrics(exp, m);
-  for (const char* stage : {"gen", "reward", "balance", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor", "step"}) {
+  for (const char* stage : {"gen", "reshard", "reward", "balance", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor", "step"}) {
     const double s = timer.seconds(stage);
     if (s > 0 || std::string(stage) == "gen" || std::string(stage) == "step") m.set(std::string("timing_s/") + stage, s);
   }
@@ -1512,6 +1568,10 @@ std::string PpoTrainer::save() {
     std::vector<float> carry;
     ModelState ms;
   };
+  // ZeRO-3: rank 0 writes the whole weights, gathered from the shards for the save.
+  std::optional<FullWeights> actor_full, critic_full;
+  actor_full.emplace(*actor_.model, reshard_bucket_);
+  if (critic_) critic_full.emplace(*critic_->model, reshard_bucket_);
   auto part = [&](PolicyModel& p) {
     Part out;
     optim::TrainState& st = p.state();

@@ -112,7 +112,12 @@ class PpoTrainer {
   // clips and steps the optimizer; returns the global gradient norm. (The actor's is
   // PolicyModel::optimizer_step.)
   // perf/device_memory_gib/<phase> when the policies run on cuda.
+  // Memory at the end of `phase`: on cuda the device's in use (perf/device_memory_gib/<phase>); on
+  // the cpu what the models' training states hold with ZeRO-3's gather buffers at their peak in
+  // the phase (perf/host_state_gib/<phase>; the buffers alone: perf/host_gather_gib/<phase>).
   void record_device_memory(metrics::Metrics& m, const char* phase) const;
+  // The states' bytes and the gather buffers' peak since the last call.
+  std::pair<size_t, size_t> host_state_bytes() const;
   void update_critic(Experience& exp, metrics::Metrics& m);
   // Micro-batches of `idx` (token budget or sequence count).
   std::vector<std::vector<int64_t>> micro_batches(const Experience& exp, const std::vector<int64_t>& idx,
@@ -153,7 +158,9 @@ class PpoTrainer {
   std::string tokenizer_dir_, last_checkpoint_;
   int64_t global_step_ = 0, total_steps_ = 0;
   size_t gen_device_bytes_ = 0;  // device memory in use at the end of the last generation
+  std::pair<size_t, size_t> gen_state_bytes_;  // host_state_bytes() then, before ZeRO-3's whole weights go
   int64_t n_ = 1;
+  int64_t reshard_bucket_ = 0;  // ZeRO-3's reshard: floats a bucket (rollout.update_weights_bucket_megabytes)
   // reward_model.reward_manager=dapo and its reward_model.overlong_buffer.*.
   bool dapo_manager_ = false;
   struct OverlongBuffer {

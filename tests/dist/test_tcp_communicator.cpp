@@ -96,6 +96,13 @@ TEST(TcpCommunicator, EveryCollectiveOnThreeRanks) {
     std::vector<int64_t> got(total, -1);
     c.all_to_allv<int64_t>(s, sc, sd, got, rc, rd);
     EXPECT_EQ(got, want);
+    // all_gather_v (ZeRO-3's layer gather): rank q's q + 1 values 10 q + k land at 2 q (a gap of
+    // one untouched slot after each), rank 1's through the non-blocking call.
+    std::vector<float> mine, gathered(9, -1.0f);
+    for (int k = 0; k <= r; ++k) mine.push_back(static_cast<float>(10 * r + k));
+    const std::vector<size_t> counts = {1, 2, 3}, displs = {0, 2, 5};
+    c.start_all_gather_v(mine.data(), gathered.data(), counts, displs, DataType::F32)->wait();
+    EXPECT_EQ(gathered, (std::vector<float>{0, -1, 10, 11, -1, 20, 21, 22, -1}));
     c.barrier();
   });
 }

@@ -14,24 +14,8 @@ verl=$1 root=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
 # shellcheck source=tests/e2e/lib.sh
 . "$root/tests/e2e/lib.sh"
-common=(actor_rollout_ref.model.path="$root/assets/demo/model" data.train_files="[$root/assets/demo/train.jsonl]"
-  data.val_files="[$root/assets/demo/val.jsonl]" data.shuffle=false data.train_batch_size=16
-  actor_rollout_ref.rollout.n=4 actor_rollout_ref.actor.ppo_mini_batch_size=16 trainer.logger=[jsonl]
-  trainer.val_before_train=false trainer.nnodes=1 actor_rollout_ref.nccl_timeout=60)
-# run RANKS DIR [overrides...]
-run() {
-  local ranks=$1 dir=$2
-  shift 2
-  if [ "$ranks" = 1 ]; then
-    OMP_NUM_THREADS=1 "$verl" train "$root/configs/demo.yaml" "${common[@]}" trainer.n_gpus_per_node=1 \
-      trainer.default_local_dir="$dir" "$@" > "$dir.log" 2>&1
-  else
-    mpirun --allow-run-as-root --oversubscribe -np "$ranks" -x OMP_NUM_THREADS=1 "$verl" train \
-      "$root/configs/demo.yaml" "${common[@]}" trainer.n_gpus_per_node="$ranks" trainer.default_local_dir="$dir" \
-      "$@" > "$dir.log" 2>&1
-  fi
-}
-keys=(critic/score/mean response_length/mean actor/pg_loss actor/grad_norm actor/entropy perf/total_num_tokens)
+common=("${demo_dp[@]}")
+keys=("${dp_keys[@]}")
 
 # GRPO, 3 steps, validation and a checkpoint at the last one.
 run 1 "$work/one" trainer.total_training_steps=3 trainer.test_freq=3 trainer.save_freq=3

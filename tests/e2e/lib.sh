@@ -6,6 +6,27 @@ check() {
   shift
   if "$@"; then pass=$((pass + 1)); else echo "FAIL: $what"; fail=$((fail + 1)); fi
 }
+# The data-parallel checks' demo run (needs $root): 16 prompts x 4 samples a step, no shuffling,
+# the JSONL log, and the per-step metrics they compare.
+demo_dp=(actor_rollout_ref.model.path="$root/assets/demo/model" data.train_files="[$root/assets/demo/train.jsonl]"
+  data.val_files="[$root/assets/demo/val.jsonl]" data.shuffle=false data.train_batch_size=16
+  actor_rollout_ref.rollout.n=4 actor_rollout_ref.actor.ppo_mini_batch_size=16 trainer.logger=[jsonl]
+  trainer.val_before_train=false trainer.nnodes=1 actor_rollout_ref.nccl_timeout=60)
+dp_keys=(critic/score/mean response_length/mean actor/pg_loss actor/grad_norm actor/entropy perf/total_num_tokens)
+# run RANKS DIR [overrides...]: `verl train` of the demo config with the caller's $verl, $root and
+# `common` overrides, on one process or under mpirun with RANKS ranks; the log goes to DIR.log.
+run() {
+  local ranks=$1 dir=$2
+  shift 2
+  if [ "$ranks" = 1 ]; then
+    OMP_NUM_THREADS=1 "$verl" train "$root/configs/demo.yaml" "${common[@]}" trainer.n_gpus_per_node=1 \
+      trainer.default_local_dir="$dir" "$@" > "$dir.log" 2>&1
+  else
+    mpirun --allow-run-as-root --oversubscribe -np "$ranks" -x OMP_NUM_THREADS=1 "$verl" train \
+      "$root/configs/demo.yaml" "${common[@]}" trainer.n_gpus_per_node="$ranks" trainer.default_local_dir="$dir" \
+      "$@" > "$dir.log" 2>&1
+  fi
+}
 # compare A B STEPS KEYS...: each step's metrics in A/metrics.jsonl and B/metrics.jsonl agree within
 # 1e-4 relative (1e-7 absolute for values near zero, e.g. PPO's pg_loss over whitened advantages);
 # a key missing on either side is a difference.

@@ -109,6 +109,37 @@ TEST(Mpi, AllToAllAndAllToAllv) {
   }
 }
 
+// ZeRO-3's gather: rank j owns j + 1 elements (rank 0 none when there are 3 ranks or more: a
+// zero count), which land at their displacement on every rank; the call is non-blocking, so two
+// gathers in flight at once (a layer and the next one's prefetch) complete in order.
+TEST(Mpi, AllGatherVariableCounts) {
+  const int r = comm().rank(), n = comm().world_size();
+  std::vector<size_t> counts(n), displs(n);
+  size_t total = 0;
+  for (int j = 0; j < n; ++j) {
+    counts[j] = n >= 3 && j == 0 ? 0 : static_cast<size_t>(j + 1);
+    displs[j] = total;
+    total += counts[j];
+  }
+  std::vector<float> mine(counts[r]), a(total, -1.0f), b(total, -1.0f);
+  for (size_t k = 0; k < mine.size(); ++k) mine[k] = static_cast<float>(100 * r + k);
+  auto pa = comm().start_all_gather_v(mine.data(), a.data(), counts, displs, DataType::F32);
+  std::vector<float> twice(mine);
+  for (float& x : twice) x *= 2;
+  auto pb = comm().start_all_gather_v(twice.data(), b.data(), counts, displs, DataType::F32);
+  pb->wait();
+  pa->wait();
+  for (int j = 0; j < n; ++j) {
+    for (size_t k = 0; k < counts[j]; ++k) {
+      EXPECT_EQ(a[displs[j] + k], static_cast<float>(100 * j + k)) << j << " " << k;
+      EXPECT_EQ(b[displs[j] + k], 2.0f * static_cast<float>(100 * j + k)) << j << " " << k;
+    }
+  }
+  std::vector<float> c(total, -1.0f);
+  comm().all_gather_v(mine.data(), c.data(), counts, displs, DataType::F32);
+  EXPECT_EQ(c, a);
+}
+
 TEST(Mpi, DeviceBuffersAreRefusedByName) {
   float x = 1.0f;
   try {
