@@ -1,6 +1,9 @@
 // Device discovery (core/device.h). The CUDA runtime is asked only in builds with VERL_HAVE_CUDA.
 #include "core/device.h"
 
+#include <algorithm>
+#include <atomic>
+
 #include "core/error.h"
 
 #ifdef VERL_HAVE_CUDA
@@ -93,6 +96,28 @@ size_t device_memory_total() {
 }
 
 #endif
+
+namespace {
+std::atomic<int64_t> g_device_now{0}, g_device_peak{0}, g_pinned_now{0};
+}  // namespace
+
+void note_device_memory(int64_t delta_bytes) {
+  const int64_t now = g_device_now.fetch_add(delta_bytes) + delta_bytes;
+  int64_t peak = g_device_peak.load();
+  while (now > peak && !g_device_peak.compare_exchange_weak(peak, now)) {
+  }
+}
+
+void note_pinned_memory(int64_t delta_bytes) { g_pinned_now.fetch_add(delta_bytes); }
+
+size_t tracked_device_memory() { return static_cast<size_t>(std::max<int64_t>(0, g_device_now.load())); }
+
+size_t take_tracked_device_peak() {
+  const int64_t peak = g_device_peak.exchange(g_device_now.load());
+  return static_cast<size_t>(std::max<int64_t>(0, peak));
+}
+
+size_t pinned_host_memory() { return static_cast<size_t>(std::max<int64_t>(0, g_pinned_now.load())); }
 
 bool cuda_available() {
   return cuda_device_count() > 0;

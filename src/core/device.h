@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace verl {
@@ -28,6 +29,18 @@ void cuda_set_device(int device);
 size_t device_memory_in_use();
 // Total memory of the current device in bytes; 0 when there is no GPU.
 size_t device_memory_total();
+
+// Memory the project's allocators hold (ops/cuda/device.h: DeviceBuffer, DeviceArena, the
+// sessions' workspaces, PinnedBuffer), counted as they allocate and free, so that a phase's peak
+// is known after it ends (cudaMemGetInfo reads only the present): perf/device_memory_peak_gib/<phase>.
+// Thread-safe; all zero without a CUDA build.
+void note_device_memory(int64_t delta_bytes);
+void note_pinned_memory(int64_t delta_bytes);
+size_t tracked_device_memory();
+// The most tracked device memory held at once since the last call; the mark restarts at now.
+size_t take_tracked_device_peak();
+// Page-locked host memory held now (the offloaded training state: perf/host_pinned_gib).
+size_t pinned_host_memory();
 
 // A device key's value (trainer.device, a CLI flag; `key` names it in errors): cpu | cuda | auto
 // (cuda when cuda_available(), else cpu). cuda without a usable device is an error naming the key

@@ -194,8 +194,11 @@ void Weights::save(const std::string& model_dir, DType dtype) const {
 }
 
 void Weights::init_random(uint64_t seed, float std) {
-  for (size_t i = 0; i < layout.params.size(); ++i) {
-    const ParamInfo& p = layout.params[i];
+  // Each parameter draws from its own stream (seed, i), so the threads change no value.
+  const int64_t count = static_cast<int64_t>(layout.params.size());
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t i = 0; i < count; ++i) {
+    const ParamInfo& p = layout.params[static_cast<size_t>(i)];
     float* x = param(static_cast<int>(i));
     if (p.shape.size() == 2) {
       Rng rng(seed, i);

@@ -34,6 +34,18 @@ struct ShardSpec {
   int64_t size() const { return end - begin; }
 };
 
+// The share of a GPU training state kept in pinned host memory (actor_offload_ratio; verl's
+// fsdp_config.param_offload / optimizer_offload set one share to 1): the last elements of the
+// layout's fp32 master weights (`params`) and of both AdamW moments (`optimizer`) live on the host
+// and are streamed through the device in buckets of `bucket` elements during the optimizer step.
+// The gradients and the bf16 compute copy stay on the device (every backward and forward reads
+// them). The CPU state lives in host memory already.
+struct OffloadConfig {
+  double params = 0, optimizer = 0;  // 0..1
+  int64_t bucket = int64_t{8} << 20;
+  bool any() const { return params > 0 || optimizer > 0; }
+};
+
 class TrainState {
  public:
   virtual ~TrainState() = default;

@@ -1,5 +1,7 @@
 #include "rollout/engine.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/timer.h"
 #include "rollout/kv_sizing.h"
@@ -37,10 +39,17 @@ std::vector<Completion> Engine::generate(const std::vector<Request>& requests,
       VERL_CHECK(t >= 0 && t < vocab_, "request {}: prompt token {} is outside [0, {})", r, t, vocab_);
     }
     req.params.validate();
+    VERL_CHECK(req.eos_at.empty() || static_cast<int32_t>(req.eos_at.size()) == req.n,
+               "request {}: {} forced lengths (eos_at) for n = {} samples", r, req.eos_at.size(), req.n);
     first_of[r] = seqs.size();
     std::vector<Sequence*> group;
     for (int32_t i = 0; i < req.n; ++i) {
-      seqs.push_back(std::make_unique<Sequence>(next_id++, req.prompt, req.params, static_cast<int64_t>(r), i));
+      SamplingParams params = req.params;
+      if (!req.eos_at.empty() && req.eos_at[static_cast<size_t>(i)] > 0) {
+        params.max_tokens = std::min(params.max_tokens, req.eos_at[static_cast<size_t>(i)]);
+        params.stop_at_max_tokens = true;
+      }
+      seqs.push_back(std::make_unique<Sequence>(next_id++, req.prompt, params, static_cast<int64_t>(r), i));
       // A sample's randomness is named by (request seed, sample index) alone, not by where the
       // request sits in this call, so a rollout replays whatever else is batched with it.
       seqs.back()->set_rng_stream(static_cast<uint64_t>(i));

@@ -29,6 +29,9 @@ struct Request {
   std::vector<int32_t> prompt;
   SamplingParams params;
   int32_t n = 1;  // samples of this prompt (a GRPO group)
+  // Empty, or n lengths: sample i ends with a forced stop after eos_at[i] tokens (at most
+  // params.max_tokens; 0 keeps params as they are). The synthetic long-tailed workload.
+  std::vector<int32_t> eos_at;
 };
 
 struct Completion {

@@ -309,7 +309,7 @@ const std::vector<Sequence*>& Scheduler::postprocess(const ScheduledBatch& batch
     if (!p.ignore_eos && p.is_stop_token(tok)) {
       reason = FinishReason::Stop;
     } else if (seq->num_output_tokens() >= p.max_tokens || seq->num_tokens() >= config_.max_model_len) {
-      reason = FinishReason::Length;
+      reason = p.stop_at_max_tokens && seq->num_output_tokens() >= p.max_tokens ? FinishReason::Stop : FinishReason::Length;
     }
     if (reason != FinishReason::None) {
       seq->status = SequenceStatus::Finished;

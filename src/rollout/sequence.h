@@ -20,6 +20,10 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;  // the EOS ids of the tokenizer / generation config
   uint64_t seed = 0;                    // Philox key of the sampler; see sampler.h
   bool logprobs = true;                 // record the sampled token's log-prob
+  // Synthetic response lengths (benchmarks and tests: the trainer's rollout.length_dist): reaching
+  // max_tokens ends the sample as its EOS would ("stop"), not as a cut ("length"). The tokens are
+  // the model's own samples, so their log-probs stay the ones the trainer recomputes.
+  bool stop_at_max_tokens = false;
 
   // Throws verl::Error naming the bad field and its value.
   void validate() const;

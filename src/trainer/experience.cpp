@@ -48,6 +48,14 @@ void PackedResponses::gather_into(const std::vector<float>& packed,
   }
 }
 
+std::vector<float> PackedResponses::row(const std::vector<float>& packed, size_t i) const {
+  VERL_CHECK(i < rows_.size() && static_cast<int64_t>(packed.size()) >= batch_.num_tokens(),
+             "PackedResponses::row: row {} of {} from {} values for {} tokens", i, rows_.size(), packed.size(),
+             batch_.num_tokens());
+  const auto first = packed.begin() + base_[i];
+  return std::vector<float>(first, first + len_[i]);
+}
+
 std::vector<float> PackedResponses::scatter(const std::vector<float>& per_row) const {
   if (per_row.empty()) return {};
   VERL_CHECK(per_row.size() == rows_.size() * static_cast<size_t>(L_),

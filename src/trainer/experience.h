@@ -54,6 +54,8 @@ class PackedResponses {
   std::vector<float> gather(const std::vector<float>& packed) const;
   // The same written into the rows' lines of a [B, L] matrix.
   void gather_into(const std::vector<float>& packed, std::vector<float>& matrix) const;
+  // Row rows()[i]'s response entries of a packed [T] array (its response's length).
+  std::vector<float> row(const std::vector<float>& packed, size_t i) const;
   // A packed [T] array holding a [rows, L] matrix's response entries (zero elsewhere): how a
   // loss's gradient reaches the model's outputs. An empty matrix gives an empty array.
   std::vector<float> scatter(const std::vector<float>& per_row) const;

@@ -52,6 +52,10 @@ struct PolicyOptions {
   // their log-probs agree as the mode promises. The CPU model is batch-invariant already (one
   // fp32 path for every batch).
   Numerics numerics = Numerics::Fast;
+  // CUDA: the share of the training state in pinned host memory (optim::OffloadConfig); for a
+  // forward-only model, params > 0 keeps its bf16 weights on the host between wake() and sleep().
+  // The CPU model ignores it (its state is in host memory).
+  optim::OffloadConfig offload;
 };
 
 class PolicyModel {
@@ -88,6 +92,11 @@ class PolicyModel {
   // Frees what forward() kept for backward, between phases (the CUDA arena is planned once and
   // stays).
   virtual void release_activations() {}
+  // A forward-only CUDA model with offloaded weights (PolicyOptions::offload.params, the
+  // reference policy's param_offload) brings them to the device for a pass and frees them after;
+  // else nothing.
+  virtual void wake() {}
+  virtual void sleep() {}
 
   // Host copy of the weights for the rollout engine and checkpoints. On CUDA an optimizer step
   // makes it stale and the next call downloads the fp32 master weights once.

@@ -25,7 +25,8 @@ class CudaPolicy final : public PolicyModel {
     VERL_CHECK(opts.max_tokens > 0 && opts.max_seqs > 0,
                "internal: the CUDA policy needs its micro-batch plan (max_tokens {}, max_seqs {})",
                opts.max_tokens, opts.max_seqs);
-    state_ = std::make_unique<optim::cuda::CudaTrainState>(session_.ctx(), host_, opts.trainable);
+    state_ = std::make_unique<optim::cuda::CudaTrainState>(session_.ctx(), host_, opts.trainable, opts.offload);
+    state_->wake();  // a sleeping state is planned with its weights present
     model::cuda::CudaTransformerOptions co;
     co.max_tokens = opts.max_tokens;
     co.max_seqs = opts.max_seqs;
@@ -36,16 +37,16 @@ class CudaPolicy final : public PolicyModel {
     tf_ = std::make_unique<model::cuda::CudaTransformer>(
         session_.ctx(), host_.config, host_.layout, state_->weights_bf16(),
         opts.trainable ? state_->grads() : nullptr, co);
-    host_steps_ = state_->steps();
     if (opts.trainable) {  // data parallelism reduces each finished range while backward goes on
       optim::cuda::CudaTrainState* st = state_.get();
       tf_->set_grad_ready_hook([st](const model::cuda::GradRange& r) { st->grads_ready(r.begin, r.end); });
     }
-    if (!opts.trainable) {
-      // The reference policy is never generated from nor saved: no host copy unless asked for.
-      host_.data = {};
-      host_steps_ = -1;
-    }
+    // The device state (or its pinned host part) is the weights now: no host copy until weights()
+    // is asked for one (checkpoints, a CPU rollout), which a 7B model's host memory cannot spare
+    // beside an offloaded state.
+    std::vector<float>().swap(host_.data);
+    host_steps_ = -1;
+    sleep();
   }
   CudaPolicy(const CudaPolicy&) = delete;
   CudaPolicy& operator=(const CudaPolicy&) = delete;
@@ -71,6 +72,12 @@ class CudaPolicy final : public PolicyModel {
   }
 
   void backward_values(const float* d_values) override { tf_->backward_values_host(d_values); }
+
+  void wake() override {
+    state_->wake();
+    tf_->set_weights(state_->weights_bf16());
+  }
+  void sleep() override { state_->sleep(); }
 
   // The host copy is fresh while no optimizer step ran since it was downloaded.
   const model::Weights& weights() override {

@@ -7,7 +7,9 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -62,6 +64,42 @@ AdamWConfig optim_config(const config::Config& cfg, const std::string& prefix, d
   oc.weight_decay = static_cast<float>(cfg.get<double>(prefix + ".optim.weight_decay"));
   oc.grad_clip = static_cast<float>(grad_clip);
   return oc;
+}
+
+// A trained model's offload (optim::OffloadConfig): `ratio` of its master weights and moments in
+// pinned host memory (actor_rollout_ref.actor_offload_ratio, the seed's knob), and verl's
+// `<fsdp>param_offload` / `optimizer_offload` switches, each the whole of its part. The CPU state
+// lives in host memory already: the keys change nothing there, and say so.
+optim::OffloadConfig offload_config(const config::Config& cfg, Device device, const std::string& fsdp, double ratio,
+                                    const char* ratio_key) {
+  optim::OffloadConfig o;
+  o.params = cfg.get<bool>(fsdp + "param_offload") ? 1.0 : ratio;
+  o.optimizer = cfg.get<bool>(fsdp + "optimizer_offload") ? 1.0 : ratio;
+  if (device != Device::Cuda && o.any()) {
+    log::warn("{} / {}param_offload / {}optimizer_offload: trainer.device=cpu keeps the whole training state in "
+              "host memory already; nothing to offload", ratio_key, fsdp, fsdp);
+    return {};
+  }
+  return o;
+}
+
+// make_policy, with what to do when a model's state does not fit on the GPU: the allocator's
+// out-of-memory error gains the device's figures and the keys that move state to the host.
+std::unique_ptr<PolicyModel> build_policy(Device device, model::Weights w, const PolicyOptions& opts,
+                                          const char* what, const char* keys) {
+  const double params = static_cast<double>(w.layout.total);
+  try {
+    return make_policy(device, std::move(w), opts);
+  } catch (const Error& e) {
+    if (device != Device::Cuda || std::string_view(e.what()).find("out of memory") == std::string_view::npos) throw;
+    constexpr double kGiB = 1 << 30;
+    VERL_FAIL("the {} ({:.2f}B parameters: {:.1f} GiB for a trained state at 18 bytes a parameter, {:.1f} GiB for "
+              "bf16 weights alone) does not fit on the GPU beside the {:.1f} GiB already in use of {:.1f} GiB; "
+              "consider {} (docs/memory.md). The allocator said: {}",
+              what, params / 1e9, 18 * params / kGiB, 2 * params / kGiB,
+              static_cast<double>(device_memory_in_use()) / kGiB, static_cast<double>(device_memory_total()) / kGiB,
+              keys, e.what());
+  }
 }
 
 // A model's learning-rate schedule from its `<prefix>.optim.*` keys.
@@ -494,10 +532,12 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
     const MicroBatchPlan plan = plan_micro_batches(cfg_, n_, comm_->world_size(), /*update=*/true, "critic.", "critic.");
     co.max_tokens = plan.max_tokens;
     co.max_seqs = plan.max_seqs;
+    co.offload = offload_config(cfg_, device_, "critic.model.fsdp_config.", 0.0, "critic.model.fsdp_config");
     critic_.emplace();
     critic_->base_lr = co.optim.lr;
     critic_->schedule = lr_schedule(cfg_, "critic", total_steps_);
-    critic_->model = make_policy(device_, model::Weights::load_as_critic(cfg_.get<std::string>("critic.model.path"), seed_), co);
+    critic_->model = build_policy(device_, model::Weights::load_as_critic(cfg_.get<std::string>("critic.model.path"), seed_),
+                                  co, "critic", "critic.model.fsdp_config.optimizer_offload=true / param_offload=true");
     setup_data_parallel(cfg_, "critic.zero_stage", *critic_->model, *comm_);
   }
   const bool use_kl_in_reward = cfg_.get<bool>("algorithm.use_kl_in_reward");
@@ -534,9 +574,13 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
         plan_micro_batches(cfg_, n_, comm_->world_size(), /*update=*/false, "", "actor_rollout_ref.ref.");
     ro.max_tokens = plan.max_tokens;
     ro.max_seqs = plan.max_seqs;
+    // ref.fsdp_config.param_offload: the bf16 weights on the host, on the device for the ref pass only.
+    ro.offload = offload_config(cfg_, device_, "actor_rollout_ref.ref.fsdp_config.", 0.0,
+                                "actor_rollout_ref.ref.fsdp_config");
     model::Weights ref_weights = actor_weights;
     quantize_as_configured(cfg_, "actor_rollout_ref.ref.", ref_weights, "reference policy");
-    ref_ = make_policy(device_, std::move(ref_weights), ro);
+    ref_ = build_policy(device_, std::move(ref_weights), ro, "reference policy",
+                        "actor_rollout_ref.ref.fsdp_config.param_offload=true (its weights on the host between ref passes)");
   }
   {
     po.numerics = numerics_;
@@ -545,9 +589,15 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
                                                    "actor_rollout_ref.actor.", "actor_rollout_ref.rollout.");
     po.max_tokens = plan.max_tokens;
     po.max_seqs = plan.max_seqs;
+    po.offload = offload_config(cfg_, device_, "actor_rollout_ref.actor.fsdp_config.",
+                                cfg_.get<double>("actor_rollout_ref.actor_offload_ratio"),
+                                "actor_rollout_ref.actor_offload_ratio");
     actor_.base_lr = po.optim.lr;
     actor_.schedule = lr_schedule(cfg_, "actor_rollout_ref.actor", total_steps_);
-    actor_.model = make_policy(device_, std::move(actor_weights), po);
+    actor_.model = build_policy(device_, std::move(actor_weights), po, "actor",
+                                "actor_rollout_ref.actor_offload_ratio (0.3 keeps 30% of the fp32 master weights and AdamW "
+                                "moments in pinned host memory, 1.0 all of them) and "
+                                "actor_rollout_ref.ref.fsdp_config.param_offload=true");
     setup_data_parallel(cfg_, "actor_rollout_ref.actor.zero_stage", *actor_.model, *comm_);
   }
   if (device_ == Device::Cuda) {
@@ -642,6 +692,26 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
     VERL_CHECK(rollout_corr_.bypass_mode || rollout_corr_.loss_type == "ppo_clip",
                "{}loss_type={} applies to bypass mode only; set {}bypass_mode=true", rc, rollout_corr_.loss_type, rc);
   }
+  // The seed's overlap switches (docs/overlap.md), where the run allows them.
+  token_pipeline_ = cfg_.get<bool>("trainer.token_level_pipeline");
+  if (token_pipeline_ && cfg_.get<bool>("algorithm.filter_groups.enable")) {
+    log::warn("trainer.token_level_pipeline with algorithm.filter_groups: dynamic sampling drops and regenerates "
+              "groups after generation, so the log-prob passes run after it (no pipeline)");
+    token_pipeline_ = false;
+  }
+  if (token_pipeline_ && comm_->world_size() > 1 && cfg_.get<bool>("trainer.balance_batch")) {
+    log::warn("trainer.token_level_pipeline with trainer.balance_batch on {} ranks: balancing moves rows between "
+              "ranks after generation, so the log-prob passes run after it; set trainer.balance_batch=false to "
+              "pipeline them", comm_->world_size());
+    token_pipeline_ = false;
+  }
+  critic_actor_overlap_ = cfg_.get<bool>("trainer.critic_actor_overlap");
+  if (critic_actor_overlap_ && comm_->distributed()) {
+    log::warn("trainer.critic_actor_overlap with a communicator ({} ranks): the two updates' gradient collectives "
+              "would interleave in different orders on different ranks; they run one after the other",
+              comm_->world_size());
+    critic_actor_overlap_ = false;
+  }
   if (auto cmd = cfg_.get<std::optional<std::string>>("custom_reward_function.command")) {
     reward::CommandRewardConfig rc;
     rc.command = *cmd;
@@ -650,7 +720,7 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
     command_reward_ = std::make_unique<reward::CommandRewardFn>(rc);
   }
   log::info("PPO trainer: {} ({} parameters), {} training prompts, {} steps, adv_estimator={}{}{}",
-            model_path, actor_.model->weights().layout.total, train_set_->size(), total_steps_, to_string(estimator_),
+            model_path, actor_.model->state().numel(), train_set_->size(), total_steps_, to_string(estimator_),
             critic_ ? ", critic" : "", ref_ ? ", reference model" : "");
 }
 
@@ -660,8 +730,101 @@ PpoTrainer::~PpoTrainer() {
 
 // ---- generation and rewards ---------------------------------------------------------------------
 
+namespace {
+// A thread that takes rows as generation finishes them and hands each to `handle` in order;
+// `flush` runs after the last one. finish() says no more rows come, waits for the thread and
+// rethrows its first error (the rows after an error are dropped). The destructor, on a way out
+// by exception, stops the thread the same way without rethrowing.
+class RowWorker {
+ public:
+  explicit RowWorker(std::function<void(int64_t)> handle, std::function<void()> flush = {})
+      : handle_(std::move(handle)), flush_(std::move(flush)), thread_([this] { run(); }) {}
+  ~RowWorker() { stop(); }
+  RowWorker(const RowWorker&) = delete;
+  RowWorker& operator=(const RowWorker&) = delete;
+
+  void push(int64_t row) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(row);
+    }
+    cv_.notify_one();
+  }
+  void finish() {
+    stop();
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  }
+
+ private:
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  void run() {
+    for (;;) {
+      int64_t row = 0;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return done_ || !queue_.empty(); });
+        if (queue_.empty()) break;
+        row = queue_.front();
+        queue_.pop_front();
+      }
+      if (error_) continue;
+      try {
+        handle_(row);
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+    }
+    if (flush_ && !error_) {
+      try {
+        flush_();
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+    }
+  }
+
+  std::function<void(int64_t)> handle_;
+  std::function<void()> flush_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<int64_t> queue_;
+  bool done_ = false;
+  std::exception_ptr error_;  // the thread's own until finish() joins it
+  std::thread thread_;        // last: it starts once the members above exist
+};
+
+// rollout.length_dist (the synthetic long-tailed workload): each of a request's n samples gets a
+// length from a lognormal of the configured mean, drawn from the request's seed and the sample's
+// index (so a sample's length does not depend on the world size or the batch); empty when off.
+std::vector<int32_t> synthetic_lengths(const config::Config& cfg, uint64_t seed, int32_t n, int32_t max_tokens) {
+  const std::string k = "actor_rollout_ref.rollout.length_dist.";
+  const std::string type = cfg.get<std::string>(k + "type");
+  if (type == "none") return {};
+  const double mean = cfg.get<double>(k + "mean"), sigma = cfg.get<double>(k + "sigma");
+  const int64_t cap = std::min<int64_t>(cfg.get<std::optional<int64_t>>(k + "cap").value_or(max_tokens), max_tokens);
+  VERL_CHECK(cap >= 1, "{}cap must be >= 1, got {}", k, cap);
+  const double mu = std::log(mean) - 0.5 * sigma * sigma;
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) {
+    Rng rng(seed ^ 0x6c656e67746873ull, static_cast<uint64_t>(i));
+    const double len = std::exp(mu + sigma * static_cast<double>(rng.normal()));
+    out[static_cast<size_t>(i)] = static_cast<int32_t>(std::clamp<double>(std::round(len), 1.0, static_cast<double>(cap)));
+  }
+  return out;
+}
+}  // namespace
+
 void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t first_index, Experience& exp,
-                          metrics::StageTimer& timer, bool validation, bool greedy) {
+                          metrics::StageTimer& timer, const GenOptions& opts) {
+  const bool validation = opts.validation, greedy = opts.greedy;
+  TokenPipeline* pipe = opts.pipe;
   const std::string rk = validation ? "actor_rollout_ref.rollout.val_kwargs." : "actor_rollout_ref.rollout.";
   const int64_t n = greedy ? 1 : validation ? cfg_.get<int64_t>(rk + "n") : n_;
   rollout::SamplingParams sp;
@@ -693,6 +856,7 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
     r.params.seed = mix(seed_ ^ mix(static_cast<uint64_t>(global_step_) * 2 + (validation ? 1 : 0)) ^
                         mix(static_cast<uint64_t>(first_index + static_cast<int64_t>(i)) + 0x51ed));
     r.n = static_cast<int32_t>(n);
+    if (!validation && !greedy) r.eos_at = synthetic_lengths(cfg_, r.params.seed, r.n, sp.max_tokens);
     longest = std::max<int64_t>(longest, static_cast<int64_t>(r.prompt.size()));
     reqs.push_back(std::move(r));
   }
@@ -741,50 +905,38 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
   // Rewards are scored by a worker while generation goes on (trainer.actor_reward_parallel);
   // a user command scores the whole batch afterwards.
   const bool parallel = cfg_.get<bool>("trainer.actor_reward_parallel") && !command_reward_ && !reward_model_;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<int64_t> queue;
-  bool done = false;
-  std::exception_ptr worker_error;
-  double reward_start = -1, reward_end = -1;
-  std::thread worker;
-  // Stops and joins the worker on every way out of this function: an error in generation then
-  // propagates instead of a joinable std::thread calling std::terminate.
-  auto stop_worker = [&] {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      done = true;
-    }
-    cv.notify_all();
-    if (worker.joinable()) worker.join();
-  };
-  struct JoinOnExit {
-    decltype(stop_worker)& stop;
-    ~JoinOnExit() { stop(); }
-  } join_on_exit{stop_worker};
+  double reward_start = -1, reward_end = -1;  // the reward worker's alone
+  std::optional<RowWorker> scorer, piper;
   if (parallel) {
-    worker = std::thread([&] {
-      for (;;) {
-        int64_t b;
-        {
-          std::unique_lock<std::mutex> lock(mu);
-          cv.wait(lock, [&] { return done || !queue.empty(); });
-          if (queue.empty()) return;
-          b = queue.front();
-          queue.pop_front();
-        }
-        double t0 = timer.now_s();
-        try {
-          exp.scores[b] = rule_score(exp, b);
-        } catch (...) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (!worker_error) worker_error = std::current_exception();
-        }
-        std::lock_guard<std::mutex> lock(mu);
-        if (reward_start < 0) reward_start = t0;
-        reward_end = timer.now_s();
-      }
+    scorer.emplace([&](int64_t b) {
+      const double t0 = timer.now_s();
+      exp.scores[b] = rule_score(exp, b);
+      if (reward_start < 0) reward_start = t0;
+      reward_end = timer.now_s();
     });
+  }
+  // trainer.token_level_pipeline: finished rows gather into micro-batches of the passes' budget,
+  // each run as soon as it is full; what is left runs once generation ends.
+  std::vector<int64_t> pending;
+  int64_t pending_tokens = 0;
+  if (pipe != nullptr && pipe->any()) {
+    for (auto* rows : {&pipe->old_rows, &pipe->ref_rows, &pipe->value_rows}) rows->assign(B, {});
+    if (pipe->ref) ref_->wake();
+    piper.emplace(
+        [&](int64_t b) {
+          const int64_t t = static_cast<int64_t>(exp.sample[b]->prompt_ids.size() + exp.response[b].size());
+          const bool full = (pipe->max_tokens > 0 && pending_tokens + t > pipe->max_tokens) ||
+                            (pipe->max_seqs > 0 && static_cast<int64_t>(pending.size()) >= pipe->max_seqs);
+          if (full && !pending.empty()) {
+            run_pipelined(*pipe, exp, std::exchange(pending, {}), timer);
+            pending_tokens = 0;
+          }
+          pending.push_back(b);
+          pending_tokens += t;
+        },
+        [&] {
+          if (!pending.empty()) run_pipelined(*pipe, exp, std::exchange(pending, {}), timer);
+        });
   }
   rollout::GenerateHooks hooks;
   hooks.on_finish = [&](const rollout::Completion& c) {
@@ -795,11 +947,8 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
     exp.response[b] = c.tokens;
     exp.finish_reason[b] = std::string(rollout::to_string(c.finish_reason));
     lps[b] = c.logprobs;
-    if (parallel) {
-      std::lock_guard<std::mutex> lock(mu);
-      queue.push_back(b);
-      cv.notify_one();
-    }
+    if (scorer) scorer->push(b);  // the workers read the row after this, through their queues' locks
+    if (piper) piper->push(b);
   };
   {
     auto gen = timer.scope("gen");
@@ -812,9 +961,15 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
   engine_holder.reset();
   runner.reset();
   full.reset();  // ZeRO-3: back to the shards
-  if (parallel) {
-    stop_worker();
-    if (worker_error) std::rethrow_exception(worker_error);
+  if (piper) {
+    piper->finish();
+    for (PolicyModel* p : {pipe->old_log_prob ? actor_.model.get() : nullptr, pipe->ref ? ref_.get() : nullptr,
+                           pipe->values ? critic_->model.get() : nullptr})
+      if (p) p->release_activations();
+    if (pipe->ref) ref_->sleep();
+  }
+  if (scorer) {
+    scorer->finish();
     if (reward_start >= 0) timer.record("reward", reward_start, reward_end);
   } else {
     auto rs = timer.scope("reward");
@@ -840,6 +995,26 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
     if (len > 0) exp.token_level_scores[b * L + len - 1] = exp.scores[b];  // the score sits on the last token
   }
   exp.token_level_rewards = exp.token_level_scores;
+}
+
+void PpoTrainer::run_pipelined(TokenPipeline& pipe, const Experience& exp, std::vector<int64_t> rows,
+                               metrics::StageTimer& timer) {
+  const PackedResponses mb(exp, std::move(rows));
+  std::vector<float> out;
+  const auto pass = [&](const char* stage, PolicyModel& model, std::vector<std::vector<float>>& into, bool values) {
+    const double t0 = timer.now_s();
+    check_plan(model, mb.batch());
+    if (values) {
+      model.forward_values(mb.batch(), out);
+    } else {
+      model.forward(mb.batch(), temperature_, out, nullptr, /*for_backward=*/false);
+    }
+    for (size_t i = 0; i < mb.rows().size(); ++i) into[static_cast<size_t>(mb.rows()[i])] = mb.row(out, i);
+    timer.record(stage, t0, timer.now_s());
+  };
+  if (pipe.old_log_prob) pass("old_log_prob", *actor_.model, pipe.old_rows, false);
+  if (pipe.ref) pass("ref", *ref_, pipe.ref_rows, false);
+  if (pipe.values) pass("values", *critic_->model, pipe.value_rows, true);
 }
 
 float PpoTrainer::rule_score(Experience& exp, int64_t b) const {
@@ -900,7 +1075,7 @@ void PpoTrainer::score_with_reward_model(Experience& exp) {
 
 std::vector<std::vector<int64_t>> PpoTrainer::micro_batches(const Experience& exp, const std::vector<int64_t>& idx,
                                                             bool dynamic, int64_t max_tokens,
-                                                            int64_t max_seqs) const {
+                                                            int64_t max_seqs, bool across_ranks) const {
   std::vector<std::vector<int64_t>> out;
   if (dynamic) {
     // verl's rearrange_micro_batches: as few micro-batches as the token budget allows, balanced
@@ -915,7 +1090,7 @@ std::vector<std::vector<int64_t>> PpoTrainer::micro_batches(const Experience& ex
     }
     data::MicroBatchOptions mo;
     mo.max_token_len = max_tokens;
-    if (comm_->world_size() > 1) mo.dp_max = [this](int64_t n) { return comm_->max(n); };
+    if (across_ranks && comm_->world_size() > 1) mo.dp_max = [this](int64_t n) { return comm_->max(n); };
     for (const auto& part : data::rearrange_micro_batches(lens, mo).micro_batches) {
       out.emplace_back();
       for (int64_t i : part) out.back().push_back(idx[i]);
@@ -986,6 +1161,7 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
   std::vector<float> lp_tok, ent_tok;  // [T] of one micro-batch
   double pg_loss = 0, pg_clipfrac = 0, ppo_kl = 0, clip_lower = 0, ent = 0, kl_loss = 0, gnorm_sum = 0;
   int64_t updates = 0, applied = 0;  // mini-batches; updates applied (not kept for a later sync)
+  size_t pass_peak = 0, optimizer_peak = 0;  // tracked device memory at its most (core/device.h)
   std::vector<int64_t> order(exp.B);
   std::iota(order.begin(), order.end(), 0);
   // On policy, the update's own forward is old_log_prob: compare the rollout's with it there.
@@ -1041,7 +1217,9 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
         clip_lower += out.pg_clipfrac_lower * share;
       }
       fault_point("train", global_step_ + 1);  // tests kill the process in the middle of a step
+      pass_peak = std::max(pass_peak, take_tracked_device_peak());
       const double gnorm = actor.optimizer_step(lr, *comm_);  // all-reduces the gradients over comm_ first
+      optimizer_peak = std::max(optimizer_peak, take_tracked_device_peak());
       // LightweightSync's interval: a step that only kept its gradients for the next sync has no norm.
       ++updates;
       if (!actor.state().step_deferred()) {
@@ -1051,6 +1229,11 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
     }
   }
   actor.release_activations();
+  // The phase's memory: the micro-batches' peak (forward and backward) and the optimizer steps'
+  // (an offloaded state's staging slots), apart.
+  record_device_memory(m, "update_actor", pass_peak);
+  record_device_memory(m, "optimizer", optimizer_peak);
+  if (device_ == Device::Cuda) m.set("perf/host_pinned_gib", static_cast<double>(pinned_host_memory()) / (1 << 30));
   const double u = static_cast<double>(std::max<int64_t>(1, updates));
   // The losses carry verl's global normalisers times dp_size (so the ranks' mean gradient is the
   // global one): their mean over ranks is the global loss. The entropy and the fractions are
@@ -1089,7 +1272,7 @@ std::pair<size_t, size_t> PpoTrainer::host_state_bytes() const {
   return {state, gather};
 }
 
-void PpoTrainer::record_device_memory(metrics::Metrics& m, const char* phase) const {
+void PpoTrainer::record_device_memory(metrics::Metrics& m, const char* phase, size_t tracked_peak) const {
   const bool gen = std::string_view(phase) == "gen";
   if (device_ != Device::Cuda) {
     const auto [state, gather] = gen ? gen_state_bytes_ : host_state_bytes();
@@ -1097,11 +1280,93 @@ void PpoTrainer::record_device_memory(metrics::Metrics& m, const char* phase) co
     if (gather > 0) m.set(std::string("perf/host_gather_gib/") + phase, static_cast<double>(gather) / (1 << 30));
     return;
   }
-  m.set(std::string("perf/device_memory_gib/") + phase,
-        static_cast<double>(gen ? gen_device_bytes_ : device_memory_in_use()) / (1 << 30));
-  if (gen) {
-    m.set("perf/device_memory_gib/after_gen_free", static_cast<double>(device_memory_in_use()) / (1 << 30));
+  constexpr double kGiB = 1 << 30;
+  const size_t in_use = device_memory_in_use();
+  m.set(std::string("perf/device_memory_gib/") + phase, static_cast<double>(gen ? gen_device_bytes_ : in_use) / kGiB);
+  if (gen) m.set("perf/device_memory_gib/after_gen_free", static_cast<double>(in_use) / kGiB);
+  // The phase's peak: the most our allocators held since the phase began, plus what they do not
+  // count (the CUDA context, cuBLASLt's and NCCL's own memory: in use minus tracked, taken as
+  // constant through the phase), and never below what was seen in use.
+  const size_t untracked = in_use - std::min(in_use, tracked_device_memory());
+  size_t peak = untracked + std::max(tracked_peak, take_tracked_device_peak());
+  if (gen) peak = std::max(peak, gen_device_bytes_);  // the decode graphs' pools are untracked
+  m.set(std::string("perf/device_memory_peak_gib/") + phase, static_cast<double>(std::max(peak, in_use)) / kGiB);
+}
+
+PpoTrainer::TokenPipeline PpoTrainer::pipeline_plan(int64_t rows) const {
+  TokenPipeline p;
+  if (!token_pipeline_) return p;
+  const std::string a = "actor_rollout_ref.actor.";
+  const int64_t mini = cfg_.get<int64_t>(a + "ppo_mini_batch_size") * n_ / comm_->world_size();
+  const bool on_policy = cfg_.get<int64_t>(a + "ppo_epochs") == 1 && mini >= rows;
+  // The actor's pass shares its stream with the GPU rollout (which captures graphs on it), and a
+  // ZeRO-3 model gathers its weights with collectives: those passes run after generation.
+  p.old_log_prob = !rollout_corr_.bypass_mode && (!on_policy || kl_ctrl_.has_value() || rollout_corr_.corrects()) &&
+                   device_ == Device::Cpu && actor_.model->state().weight_source() == nullptr;
+  p.ref = ref_ != nullptr;
+  p.values = critic_.has_value() && critic_->model->state().weight_source() == nullptr;
+  // One micro-batch fits every pass: the smallest of their token budgets and sequence counts.
+  const auto take = [&](bool on, const std::string& prefix, const PolicyModel& model) {
+    if (!on) return;
+    const ForwardBatching fb = forward_batching(cfg_, prefix, comm_->world_size());
+    const auto tighten = [](int64_t& x, int64_t v) {
+      if (v > 0) x = x > 0 ? std::min(x, v) : v;
+    };
+    tighten(p.max_tokens, fb.dynamic ? fb.max_tokens : 0);
+    tighten(p.max_seqs, fb.dynamic ? 0 : fb.max_seqs);
+    tighten(p.max_tokens, model.max_tokens());  // the CUDA model's plan (0 on the CPU)
+    tighten(p.max_seqs, model.max_seqs());
+  };
+  take(p.old_log_prob, "actor_rollout_ref.rollout.", *actor_.model);
+  take(p.ref, "actor_rollout_ref.ref.", p.ref ? *ref_ : *actor_.model);
+  take(p.values, "critic.", p.values ? *critic_->model : *actor_.model);
+  return p;
+}
+
+void PpoTrainer::run_updates(Experience& exp, metrics::Metrics& m, metrics::StageTimer& timer) {
+  // verl counts steps from 1 here: the actor updates once critic_warmup <= the step number.
+  const bool actor = global_step_ + 1 >= cfg_.get<int64_t>("trainer.critic_warmup");
+  const auto critic_update = [&](metrics::Metrics& into) {
+    auto s = timer.scope("update_critic");
+    (void)take_tracked_device_peak();
+    update_critic(exp, into);
+    record_device_memory(into, "update_critic");
+  };
+  const auto actor_update = [&] {
+    auto s = timer.scope("update_actor");
+    comm_->set_stage("update_actor");
+    (void)take_tracked_device_peak();
+    update_actor(exp, m);  // records update_actor's and the optimizer's memory
+  };
+  if (critic_ && actor && critic_actor_overlap_) {
+    // The two updates read the step's experience and write nothing of it; each has its own model,
+    // state and (on the GPU) stream. Their memory peaks share one counter, so each phase's peak
+    // is the two together.
+    metrics::Metrics cm;
+    std::exception_ptr critic_error;
+    std::thread t([&] {
+      try {
+        critic_update(cm);
+      } catch (...) {
+        critic_error = std::current_exception();
+      }
+    });
+    try {
+      actor_update();
+    } catch (...) {
+      t.join();
+      throw;
+    }
+    t.join();
+    if (critic_error) std::rethrow_exception(critic_error);
+    for (const auto& [k, v] : cm) m.set(k, v);
+    return;
   }
+  if (critic_) {
+    comm_->set_stage("update_critic");
+    critic_update(m);
+  }
+  if (actor) actor_update();
 }
 
 void PpoTrainer::update_critic(Experience& exp, metrics::Metrics& m) {
@@ -1277,8 +1542,16 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
   // from the global prompt index, so the step's samples do not depend on the world size.
   const auto [local, first] = rank_share(batch.samples);
   comm_->set_stage("gen");
-  generate(local, first, exp, timer, /*validation=*/false);
+  (void)take_tracked_device_peak();  // each phase's device peak counts from its start
+  TokenPipeline pipe = pipeline_plan(static_cast<int64_t>(local.size()) * n_);
+  generate(local, first, exp, timer, {.pipe = &pipe});
   record_device_memory(m, "gen");
+  // The token pipeline's per-row results as [B, L] matrices (zero past each response).
+  const auto pipelined = [&](const std::vector<std::vector<float>>& rows) {
+    std::vector<float> out(static_cast<size_t>(exp.B * exp.L), 0.0f);
+    for (int64_t b = 0; b < exp.B; ++b) std::copy(rows[b].begin(), rows[b].end(), out.begin() + b * exp.L);
+    return out;
+  };
   const bool filtering = cfg_.get<bool>("algorithm.filter_groups.enable");
   if (filtering && !filter_groups(batch, exp, timer, m)) return m;  // out of data: fit() stops
   const std::vector<data::Sample>& step_samples = filtering ? kept_samples_ : batch.samples;
@@ -1309,7 +1582,12 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
   } else if (!on_policy || use_kl_in_reward || rollout_corr_.corrects()) {
     auto s = timer.scope("old_log_prob");
     comm_->set_stage("old_log_prob");
-    compute_log_probs(*actor_.model, exp, exp.old_log_prob, nullptr);
+    (void)take_tracked_device_peak();
+    if (pipe.old_log_prob) {
+      exp.old_log_prob = pipelined(pipe.old_rows);
+    } else {
+      compute_log_probs(*actor_.model, exp, exp.old_log_prob, nullptr);
+    }
     record_device_memory(m, "old_log_prob");
     ProbsDiff diff;
     diff.add(exp.rollout_log_prob, exp.old_log_prob, exp.mask);
@@ -1320,13 +1598,26 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
   if (ref_) {
     auto s = timer.scope("ref");
     comm_->set_stage("ref");
-    compute_log_probs(*ref_, exp, exp.ref_log_prob, nullptr);
-    record_device_memory(m, "ref");
+    (void)take_tracked_device_peak();
+    if (pipe.ref) {
+      exp.ref_log_prob = pipelined(pipe.ref_rows);
+    } else {
+      ref_->wake();
+      compute_log_probs(*ref_, exp, exp.ref_log_prob, nullptr);
+      record_device_memory(m, "ref");
+      ref_->sleep();
+    }
   }
   if (critic_) {
     auto s = timer.scope("values");
     comm_->set_stage("values");
-    compute_values(exp, exp.values);
+    (void)take_tracked_device_peak();
+    if (pipe.values) {
+      exp.values = pipelined(pipe.value_rows);
+    } else {
+      compute_values(exp, exp.values);
+      record_device_memory(m, "values");
+    }
   }
   {
     auto s = timer.scope("adv");
@@ -1364,7 +1655,7 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
       // prompt, in prompt order); a row may sit on another rank after balance_batch, so the
       // per-prompt scores are gathered first.
       Experience greedy;
-      generate(local, first, greedy, timer, /*validation=*/false, /*greedy=*/true);
+      generate(local, first, greedy, timer, {.greedy = true});
       const std::vector<float> greedy_scores = g.gather_per_row(greedy.scores);
       for (int64_t b = 0; b < exp.B; ++b) baselines.push_back(greedy_scores[exp.group[b]]);
       baselines = g.gather_per_row(baselines);
@@ -1377,18 +1668,7 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
     exchange_bytes += static_cast<double>(g.bytes_sent());
     m.set("perf/exchange_bytes", exchange_bytes);
   }
-  if (critic_) {
-    auto s = timer.scope("update_critic");
-    comm_->set_stage("update_critic");
-    update_critic(exp, m);
-  }
-  // verl counts steps from 1 here: the actor updates once critic_warmup <= the step number.
-  if (global_step_ + 1 >= cfg_.get<int64_t>("trainer.critic_warmup")) {
-    auto s = timer.scope("update_actor");
-    comm_->set_stage("update_actor");
-    update_actor(exp, m);
-    record_device_memory(m, "update_actor");
-  }
+  run_updates(exp, m, timer);
   step_scope.stop();
   ++global_step_;
   if (comm_->distributed()) {
@@ -1422,6 +1702,9 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
     if (s > 0 || std::string(stage) == "gen" || std::string(stage) == "step") m.set(std::string("timing_s/") + stage, s);
   }
   m.set("timing_s/reward_overlap_gen", timer.overlap("gen", "reward"));
+  for (const char* stage : {"old_log_prob", "ref", "values"})  // the token pipeline's share of each pass
+    if (token_pipeline_) m.set(std::string("timing_s/") + stage + "_overlap_gen", timer.overlap("gen", stage));
+  if (critic_actor_overlap_ && critic_) m.set("timing_s/update_critic_overlap_actor", timer.overlap("update_actor", "update_critic"));
   int64_t total_tokens = 0;
   for (int64_t b = 0; b < exp.B; ++b) total_tokens += static_cast<int64_t>(exp.sample[b]->prompt_ids.size() + exp.response[b].size());
   // verl's perf/throughput: tokens of the global batch / (step time x world size).
@@ -1458,7 +1741,7 @@ metrics::Metrics PpoTrainer::validate() {
     const int64_t world = comm_->world_size(), n = static_cast<int64_t>(batch->samples.size());
     const int64_t begin = n * comm_->rank() / world, end = n * (comm_->rank() + 1) / world;
     const std::vector<data::Sample> local(batch->samples.begin() + begin, batch->samples.begin() + end);
-    generate(local, begin, exp, timer, /*validation=*/true);
+    generate(local, begin, exp, timer, {.validation = true});
     if (dump_dir || to_log > 0) {
       std::vector<GenerationRow> g = generation_rows(*tok_, exp);
       generations.insert(generations.end(), std::make_move_iterator(g.begin()), std::make_move_iterator(g.end()));
@@ -1724,7 +2007,7 @@ bool PpoTrainer::filter_groups(const data::Batch& batch, Experience& exp, metric
     // Distinct sampling seeds (and prompt indices) for each generation batch of the step.
     first_index += static_cast<int64_t>(batch.samples.size());
     Experience more;
-    generate(extra.back(), first_index, more, timer, /*validation=*/false);
+    generate(extra.back(), first_index, more, timer, {});
     gens.push_back(std::move(more));
   }
   kept.resize(static_cast<size_t>(want));  // verl aligns the batch to train_batch_size x n rows

@@ -49,6 +49,17 @@ struct TrainedModel {
 
 class PpoTrainer {
  public:
+  // trainer.token_level_pipeline: the forward-only passes that need nothing but a finished sample
+  // (the old and the reference log-probs, the critic's values) and their results, each row's
+  // response entries as the row finished.
+  struct TokenPipeline {
+    bool old_log_prob = false, ref = false, values = false;
+    // One micro-batch's budget, which every pass's batching keys and plan allow (0: no bound).
+    int64_t max_tokens = 0, max_seqs = 0;
+    std::vector<std::vector<float>> old_rows, ref_rows, value_rows;  // [B]
+    bool any() const { return old_log_prob || ref || values; }
+  };
+
   explicit PpoTrainer(const config::Config& cfg);
   ~PpoTrainer();
 
@@ -69,6 +80,8 @@ class PpoTrainer {
   int64_t total_training_steps() const { return total_steps_; }
   // The actor's weights (on cuda: downloaded from the device when a step changed them).
   const model::Weights& actor() { return actor_.model->weights(); }
+  // The actor's parameter count (no download).
+  int64_t actor_params() { return actor_.model->state().numel(); }
   // Where the actor and the reference policy run (trainer.device resolved).
   Device device() const { return device_; }
 
@@ -80,9 +93,15 @@ class PpoTrainer {
   // Samples the batch's responses (validation: with rollout.val_kwargs; greedy: one greedy
   // response per prompt, ReMax's baseline) and scores them.
   // `first_index`: the global index of samples[0] in the step's batch (the sampling seeds' key).
+  struct GenOptions {
+    bool validation = false;
+    bool greedy = false;  // one greedy response per prompt (ReMax's baseline)
+    // trainer.token_level_pipeline: the forward-only passes it names run on micro-batches of
+    // finished samples while the rest still decode, their results left in it per row.
+    TokenPipeline* pipe = nullptr;
+  };
   void generate(const std::vector<data::Sample>& samples, int64_t first_index, Experience& exp,
-                metrics::StageTimer& timer,
-                bool validation, bool greedy = false);
+                metrics::StageTimer& timer, const GenOptions& opts);
   void score_all(Experience& exp);
   // reward_model.enable: every response scored by the reward model (verl's rm_scores, which its
   // reward managers return as the reward in place of the rule scores).
@@ -111,17 +130,28 @@ class PpoTrainer {
   // The critic's: sums gradients over data-parallel ranks (the loss already carries dp_size), then
   // clips and steps the optimizer; returns the global gradient norm. (The actor's is
   // PolicyModel::optimizer_step.)
-  // perf/device_memory_gib/<phase> when the policies run on cuda.
-  // Memory at the end of `phase`: on cuda the device's in use (perf/device_memory_gib/<phase>); on
-  // the cpu what the models' training states hold with ZeRO-3's gather buffers at their peak in
-  // the phase (perf/host_state_gib/<phase>; the buffers alone: perf/host_gather_gib/<phase>).
-  void record_device_memory(metrics::Metrics& m, const char* phase) const;
+  // Memory at the end of `phase`: on cuda the device's in use (perf/device_memory_gib/<phase>) and
+  // the phase's peak (perf/device_memory_peak_gib/<phase>: the tracked allocations' peak since the
+  // phase began, or `tracked_peak` if more, plus the untracked rest); on the cpu what the models'
+  // training states hold with ZeRO-3's gather buffers at their peak in the phase
+  // (perf/host_state_gib/<phase>; the buffers alone: perf/host_gather_gib/<phase>).
+  void record_device_memory(metrics::Metrics& m, const char* phase, size_t tracked_peak = 0) const;
   // The states' bytes and the gather buffers' peak since the last call.
   std::pair<size_t, size_t> host_state_bytes() const;
   void update_critic(Experience& exp, metrics::Metrics& m);
-  // Micro-batches of `idx` (token budget or sequence count).
+  // The two updates of a step: the critic's (when warm-up allows both) beside the actor's on a
+  // thread of its own with trainer.critic_actor_overlap and one process, else one after the other.
+  void run_updates(Experience& exp, metrics::Metrics& m, metrics::StageTimer& timer);
+  // Which passes trainer.token_level_pipeline runs during generation this step (none when off).
+  TokenPipeline pipeline_plan(int64_t rows) const;
+  // The token pipeline's worker: runs `pipe`'s passes on the rows in `rows` (one micro-batch).
+  void run_pipelined(TokenPipeline& pipe, const Experience& exp, std::vector<int64_t> rows, metrics::StageTimer& timer);
+  // Micro-batches of `idx` (token budget or sequence count). across_ranks: every data-parallel
+  // rank gets as many (a collective); false packs this rank's alone (the token pipeline's worker,
+  // which must not call collectives).
   std::vector<std::vector<int64_t>> micro_batches(const Experience& exp, const std::vector<int64_t>& idx,
-                                                  bool dynamic, int64_t max_tokens, int64_t max_seqs) const;
+                                                  bool dynamic, int64_t max_tokens, int64_t max_seqs,
+                                                  bool across_ranks = true) const;
   void add_data_metrics(const Experience& exp, metrics::Metrics& m) const;
   // Statistics over every data-parallel rank's values (Metrics::add_stats / add_length_stats on
   // one rank).
@@ -169,6 +199,7 @@ class PpoTrainer {
     double penalty_factor = 0;
   } overlong_;
   RolloutCorrectionConfig rollout_corr_;
+  bool token_pipeline_ = false, critic_actor_overlap_ = false;  // the seed's switches, as they apply here
   std::vector<data::Sample> kept_samples_;  // a filtered step's prompts (exp.sample points here)
   bool out_of_data_ = false;                // filter_groups ran out of training data: fit() stops
   float temperature_ = 1.0f;

@@ -72,6 +72,7 @@ TEST(GpuMonitor, WindowMeanAndPeakFromFakeDevices) {
   add_gpu_metrics(m, s);
   EXPECT_DOUBLE_EQ(m.get("perf/gpu_util_mean"), 30.0);
   EXPECT_DOUBLE_EQ(m.get("perf/gpu_memory_used_peak_gb"), 3.0);
+  EXPECT_DOUBLE_EQ(m.get("perf/gpu_idle_share"), 0.7);  // 30% of the time a kernel ran
 
   // A new window: only the fourth reading counts.
   g.sample_once();

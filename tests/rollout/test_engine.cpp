@@ -4,6 +4,7 @@
 // and the reported log-probs equal the trainer's (verl logprobs) on the same tokens.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -257,6 +258,41 @@ TEST(Engine, PrefixSharingComputesThePromptOncePerGroup) {
   engine.generate(reqs);
   EXPECT_EQ(engine.stats().prompt_tokens_without_sharing, 4 * 8 * 32);
   EXPECT_EQ(engine.stats().prompt_tokens_computed, 4 * 32);
+}
+
+// rollout.length_dist's forced lengths: sample i of a request ends as at its EOS after eos_at[i]
+// tokens (finish reason "stop"), capped by max_tokens (then "length"); 0 leaves a sample alone; a
+// list of the wrong size is refused naming the request.
+TEST(Engine, ForcedLengthsEndSamplesAsTheirEos) {
+  model::Weights w = model::Weights::load(kGolden + "qwen2");
+  Rng rng(5);
+  Request r;
+  r.prompt = random_tokens(rng, 9, w.config.vocab_size);
+  r.params.max_tokens = 10;
+  r.params.ignore_eos = true;
+  r.n = 4;
+  r.eos_at = {3, 1, 0, 25};
+  Engine engine(w, small_engine());
+  const std::vector<Completion> out = engine.generate({r});
+  ASSERT_EQ(out.size(), 4u);
+  const size_t want_len[] = {3, 1, 10, 10};
+  const FinishReason want_reason[] = {FinishReason::Stop, FinishReason::Stop, FinishReason::Length, FinishReason::Stop};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(out[i].tokens.size(), want_len[i]) << "sample " << i;
+    EXPECT_EQ(out[i].finish_reason, want_reason[i]) << "sample " << i;
+  }
+  // The forced stop keeps the model's own samples: sample 0's tokens are the unforced sample's first three.
+  Request plain = r;
+  plain.eos_at.clear();
+  const std::vector<Completion> free_run = engine.generate({plain});
+  EXPECT_TRUE(std::equal(out[0].tokens.begin(), out[0].tokens.end(), free_run[0].tokens.begin()));
+  r.eos_at = {3, 1};
+  try {
+    engine.generate({r});
+    FAIL() << "two lengths for four samples were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("request 0: 2 forced lengths"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Engine, SequenceThatCanNeverFitIsAClearError) {

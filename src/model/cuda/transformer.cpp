@@ -27,10 +27,15 @@ namespace {
 constexpr size_t kAlign = 256;
 size_t round_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
+// The model's outputs are written on its own stream: a copy on that stream and a wait for it alone
+// (no device-wide synchronisation, so a log-prob pass on a worker thread neither waits for nor
+// disturbs the rollout's stream, which may be capturing a graph: trainer.token_level_pipeline).
 template <typename T>
-std::vector<T> download_n(const T* p, int64_t n) {
+std::vector<T> download_n(cudaStream_t stream, const T* p, int64_t n) {
   std::vector<T> h(static_cast<size_t>(std::max<int64_t>(n, 0)));
-  copy_to_host(h.data(), p, h.size() * sizeof(T));
+  if (h.empty()) return h;
+  VERL_CUDA_CHECK(cudaMemcpyAsync(h.data(), p, h.size() * sizeof(T), cudaMemcpyDeviceToHost, stream));
+  VERL_CUDA_CHECK(cudaStreamSynchronize(stream));
   return h;
 }
 
@@ -368,7 +373,7 @@ void CudaTransformer::backward_values_host(const float* d_values) {
 
 std::vector<float> CudaTransformer::download_values() const {
   VERL_CUDA_REQUIRE(values_ != nullptr, "CudaTransformer::download_values: not a value model");
-  return download_n(values_, T_ * cfg_.num_labels);
+  return download_n(ctx_.stream, values_, T_ * cfg_.num_labels);
 }
 
 void CudaTransformer::backward(const float* d_logprob, const float* d_entropy) {
@@ -477,9 +482,9 @@ void CudaTransformer::layer_backward(int l) {
 
 // Downloads go through copy_to_host, which waits for the queued work of every stream first.
 std::vector<float> CudaTransformer::download_logprob() const {
-  return download_n(logprob_, T_);
+  return download_n(ctx_.stream, logprob_, T_);
 }
 std::vector<float> CudaTransformer::download_entropy() const {
-  return download_n(entropy_, T_);
+  return download_n(ctx_.stream, entropy_, T_);
 }
 }  // namespace verl::model::cuda

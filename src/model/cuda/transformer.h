@@ -99,6 +99,9 @@ class CudaTransformer {
   // Called (on the host, in backward order) each time a range of the gradients is complete for
   // this micro-batch; the work that wrote it is enqueued on the context's stream, not finished.
   void set_grad_ready_hook(GradReadyHook hook) { grad_hook_ = std::move(hook); }
+  // The same weights at a new address (a reference policy whose weights were moved to the host
+  // and back between passes, optim/cuda/train_state.h).
+  void set_weights(const bf16* weights) { w_ = weights; }
 
   const float* logprob() const { return logprob_; }
   const float* entropy() const { return entropy_; }

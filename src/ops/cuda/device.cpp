@@ -48,6 +48,7 @@ DeviceArena::DeviceArena(std::string name, size_t capacity_bytes)
       VERL_FAIL("device arena '{}': cannot allocate {} bytes: {}", name_, capacity_,
                 cudaGetErrorString(e));
     }
+    note_device_memory(static_cast<int64_t>(capacity_));
   }
 }
 
@@ -83,7 +84,10 @@ void* DeviceArena::alloc(size_t bytes) {
 }
 
 void DeviceArena::release() {
-  if (base_ != nullptr) cudaFree(base_);
+  if (base_ != nullptr) {
+    cudaFree(base_);
+    note_device_memory(-static_cast<int64_t>(capacity_));
+  }
   base_ = nullptr;
   capacity_ = used_ = 0;
 }
@@ -95,8 +99,11 @@ CudaSession::CudaSession(size_t workspace_bytes) {
   try {
     VERL_CUDA_CHECK(cudaStreamCreateWithFlags(&ctx_.stream, cudaStreamNonBlocking));
     VERL_CUBLAS_CHECK(cublasLtCreate(&ctx_.lt));
-    if (workspace_bytes > 0) VERL_CUDA_CHECK(cudaMalloc(&ctx_.workspace, workspace_bytes));
-    ctx_.workspace_bytes = workspace_bytes;
+    if (workspace_bytes > 0) {
+      VERL_CUDA_CHECK(cudaMalloc(&ctx_.workspace, workspace_bytes));
+      ctx_.workspace_bytes = workspace_bytes;
+      note_device_memory(static_cast<int64_t>(workspace_bytes));
+    }
   } catch (...) {
     destroy();
     throw;
@@ -108,7 +115,10 @@ CudaSession::~CudaSession() { destroy(); }
 void CudaSession::destroy() noexcept {
   // Errors here cannot be thrown; the stream is drained first so nothing still uses the memory.
   if (ctx_.stream != nullptr) cudaStreamSynchronize(ctx_.stream);
-  if (ctx_.workspace != nullptr) cudaFree(ctx_.workspace);
+  if (ctx_.workspace != nullptr) {
+    cudaFree(ctx_.workspace);
+    note_device_memory(-static_cast<int64_t>(ctx_.workspace_bytes));
+  }
   if (ctx_.lt != nullptr) cublasLtDestroy(ctx_.lt);
   if (ctx_.stream != nullptr) cudaStreamDestroy(ctx_.stream);
   ctx_ = CudaContext{};

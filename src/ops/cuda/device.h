@@ -54,7 +54,9 @@ class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(size_t n) : n_(n) {
-    if (n_ > 0) VERL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p_), n_ * sizeof(T)));
+    if (n_ == 0) return;
+    VERL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p_), n_ * sizeof(T)));
+    note_device_memory(static_cast<int64_t>(bytes()));
   }
   explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
   ~DeviceBuffer() { reset(); }
@@ -90,7 +92,62 @@ class DeviceBuffer {
     if (n_ > 0) VERL_CUDA_CHECK(cudaMemsetAsync(p_, 0, bytes(), stream));
   }
   void reset() {
-    if (p_ != nullptr) cudaFree(p_);  // no throw from a destructor; errors surface on next call
+    if (p_ != nullptr) {
+      cudaFree(p_);  // no throw from a destructor; errors surface on next call
+      note_device_memory(-static_cast<int64_t>(bytes()));
+    }
+    p_ = nullptr;
+    n_ = 0;
+  }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// A typed page-locked host allocation of n elements (cudaHostAlloc), which copies on a stream
+// overlap with kernels only from: the offloaded training state. Move-only; counted in
+// pinned_host_memory().
+template <typename T>
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(size_t n) : n_(n) {
+    if (n_ == 0) return;
+    const cudaError_t e = cudaHostAlloc(reinterpret_cast<void**>(&p_), bytes(), cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      p_ = nullptr;
+      const size_t asked = bytes();
+      n_ = 0;
+      VERL_CUDA_REQUIRE(false, "cannot pin " + std::to_string(asked) + " bytes of host memory (" +
+                                   cudaGetErrorString(e) + "); lower the offload ratio or free host memory");
+    }
+    note_pinned_memory(static_cast<int64_t>(bytes()));
+  }
+  ~PinnedBuffer() { reset(); }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  PinnedBuffer(PinnedBuffer&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      p_ = std::exchange(o.p_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+
+  T* data() { return p_; }
+  const T* data() const { return p_; }
+  size_t size() const { return n_; }
+  size_t bytes() const { return n_ * sizeof(T); }
+  void reset() {
+    if (p_ != nullptr) {
+      cudaFreeHost(p_);
+      note_pinned_memory(-static_cast<int64_t>(bytes()));
+    }
     p_ = nullptr;
     n_ = 0;
   }
