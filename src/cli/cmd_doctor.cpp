@@ -36,6 +36,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "core/timer.h"
+#include "data/dynamic_batch.h"
 #include "data/parquet.h"
 #include "data/rl_dataset.h"
 #include "dist/launch.h"
@@ -1019,12 +1020,42 @@ void check_dynamic_batching(Report& r, const config::Config& cfg) {
   const int64_t seq =
       cfg.get<int64_t>("data.max_prompt_length") + cfg.get<int64_t>("data.max_response_length");
   const int64_t budget = cfg.get<int64_t>("actor_rollout_ref.actor.ppo_max_token_len_per_gpu");
+  if (cfg.get<bool>("data.dynamic_batch.enable")) {
+    // data.dynamic_batch replaces use_dynamic_bsz's fixed budget (data/dynamic_batch.h).
+    const std::string dkey = "data.dynamic_batch.enable";
+    data::DynamicBatchConfig db;
+    try {
+      db = data::DynamicBatchConfig::from_config(cfg);
+    } catch (const std::exception& e) {
+      r.fail(dkey, message_of(e), "fix the data.dynamic_batch key it names");
+      return;
+    }
+    const int64_t planned =
+        std::min(db.max_sequence_length, cfg.get<int64_t>("data.max_prompt_length") +
+                                             cfg.get<int64_t>("actor_rollout_ref.rollout.response_length"));
+    if (budget < planned) {
+      r.warn(dkey,
+             fmt::format("true, but ppo_max_token_len_per_gpu={} is under one planned sequence of {} tokens: "
+                         "longer kept samples cannot be packed",
+                         budget, planned),
+             fmt::format("consider actor_rollout_ref.actor.ppo_max_token_len_per_gpu={} or a lower "
+                         "data.dynamic_batch.max_sequence_length",
+                         planned));
+      return;
+    }
+    r.pass(dkey, fmt::format("true: micro-batches of up to {} tokens (base_batch_size {} x {} planned tokens, at "
+                             "most ppo_max_token_len_per_gpu {}), halved above {} GiB in use; samples outside "
+                             "[{}, {}] tokens dropped",
+                             std::min(budget, db.base_batch_size * planned), db.base_batch_size, planned, budget,
+                             db.memory_threshold_gb, db.min_sequence_length, db.max_sequence_length));
+    return;
+  }
   if (!cfg.get<bool>(key)) {
     r.warn(key,
            "false: micro-batches by sample count: short responses leave them underfilled, long "
            "ones risk running out of memory",
            fmt::format("consider actor_rollout_ref.actor.use_dynamic_bsz=true with "
-                       "ppo_max_token_len_per_gpu >= {}",
+                       "ppo_max_token_len_per_gpu >= {}, or data.dynamic_batch.enable=true",
                        seq));
   } else if (budget < seq) {
     r.warn(key,
