@@ -36,6 +36,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "core/timer.h"
+#include "data/dynamic_batch.h"
 #include "data/parquet.h"
 #include "data/rl_dataset.h"
 #include "dist/launch.h"
@@ -999,18 +1000,29 @@ void check_hybrid_engine(Report& r, const config::Config& cfg) {
 
 void check_overlap(Report& r, const config::Config& cfg) {
   const std::string key = "trainer.actor_reward_parallel";
-  // Seed switches for further overlap; configs/ppo_trainer.yaml lists them while they are not
-  // built.
-  std::string later;
-  for (const char* k : {"trainer.critic_actor_overlap", "trainer.token_level_pipeline"}) {
-    if (cfg.has(k) && !cfg.get<bool>(k)) later += fmt::format("{}{}", later.empty() ? "" : ", ", k);
-  }
-  if (!later.empty()) later = "; " + later + " off (not implemented: those stages run in turn)";
   if (cfg.get<bool>(key)) {
-    r.pass(key, "true: rewards are scored as sequences finish, while generation runs" + later);
+    r.pass(key, "true: rewards are scored as sequences finish, while generation runs");
   } else {
-    r.warn(key, "false: rewards are scored after generation ends" + later,
-           "consider trainer.actor_reward_parallel=true");
+    r.warn(key, "false: rewards are scored after generation ends", "consider trainer.actor_reward_parallel=true");
+  }
+  // The seed's two further overlap switches (docs/overlap.md).
+  const std::string pipe = "trainer.token_level_pipeline";
+  if (cfg.get<bool>(pipe)) {
+    r.pass(pipe, "true: the log-prob and value passes run on finished samples while generation runs");
+  } else {
+    r.warn(pipe, "false: the log-prob and value passes wait for the longest response",
+           "consider trainer.token_level_pipeline=true (long-tailed response lengths gain most)");
+  }
+  const bool critic = cfg.get<std::string>("algorithm.adv_estimator") == "gae" ||
+                      cfg.get<std::optional<bool>>("critic.enable").value_or(false);
+  const std::string ca = "trainer.critic_actor_overlap";
+  if (!critic) {
+    r.pass(ca, "no critic in this run: nothing to overlap");
+  } else if (cfg.get<bool>(ca)) {
+    r.pass(ca, "true: the critic's update runs beside the actor's (one process; with several ranks they take turns)");
+  } else {
+    r.warn(ca, "false: the critic's update and the actor's run one after the other",
+           "consider trainer.critic_actor_overlap=true on one process");
   }
 }
 
@@ -1019,12 +1031,42 @@ void check_dynamic_batching(Report& r, const config::Config& cfg) {
   const int64_t seq =
       cfg.get<int64_t>("data.max_prompt_length") + cfg.get<int64_t>("data.max_response_length");
   const int64_t budget = cfg.get<int64_t>("actor_rollout_ref.actor.ppo_max_token_len_per_gpu");
+  if (cfg.get<bool>("data.dynamic_batch.enable")) {
+    // data.dynamic_batch replaces use_dynamic_bsz's fixed budget (data/dynamic_batch.h).
+    const std::string dkey = "data.dynamic_batch.enable";
+    data::DynamicBatchConfig db;
+    try {
+      db = data::DynamicBatchConfig::from_config(cfg);
+    } catch (const std::exception& e) {
+      r.fail(dkey, message_of(e), "fix the data.dynamic_batch key it names");
+      return;
+    }
+    const int64_t planned =
+        std::min(db.max_sequence_length, cfg.get<int64_t>("data.max_prompt_length") +
+                                             cfg.get<int64_t>("actor_rollout_ref.rollout.response_length"));
+    if (budget < planned) {
+      r.warn(dkey,
+             fmt::format("true, but ppo_max_token_len_per_gpu={} is under one planned sequence of {} tokens: "
+                         "longer kept samples cannot be packed",
+                         budget, planned),
+             fmt::format("consider actor_rollout_ref.actor.ppo_max_token_len_per_gpu={} or a lower "
+                         "data.dynamic_batch.max_sequence_length",
+                         planned));
+      return;
+    }
+    r.pass(dkey, fmt::format("true: micro-batches of up to {} tokens (base_batch_size {} x {} planned tokens, at "
+                             "most ppo_max_token_len_per_gpu {}), halved above {} GiB in use; samples outside "
+                             "[{}, {}] tokens dropped",
+                             std::min(budget, db.base_batch_size * planned), db.base_batch_size, planned, budget,
+                             db.memory_threshold_gb, db.min_sequence_length, db.max_sequence_length));
+    return;
+  }
   if (!cfg.get<bool>(key)) {
     r.warn(key,
            "false: micro-batches by sample count: short responses leave them underfilled, long "
            "ones risk running out of memory",
            fmt::format("consider actor_rollout_ref.actor.use_dynamic_bsz=true with "
-                       "ppo_max_token_len_per_gpu >= {}",
+                       "ppo_max_token_len_per_gpu >= {}, or data.dynamic_batch.enable=true",
                        seq));
   } else if (budget < seq) {
     r.warn(key,

@@ -27,6 +27,7 @@
 #include "core/signals.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "data/dynamic_batch.h"
 #include "data/seqlen_balancing.h"
 #include "dist/launch.h"
 #ifdef VERL_HAVE_CUDA
@@ -214,6 +215,24 @@ struct ProbsDiff {
     m.set("training/rollout_probs_diff_std", std::sqrt(std::max(0.0, sq / n - mean * mean)));
   }
 };
+
+// data.dynamic_batch's metrics of a step: `update` holds the actor update's packings, `other` the
+// step's earlier ones (their budget steps count too). Token sums over every rank.
+void add_dynamic_batch_metrics(const data::DynamicBatchStats& other, const data::DynamicBatchStats& update,
+                               dist::Communicator& comm, int64_t budget, metrics::Metrics& m) {
+  double s[4] = {static_cast<double>(update.tokens), update.capacity, update.fixed_capacity,
+                 static_cast<double>(update.fillers)};
+  if (comm.world_size() > 1) comm.all_reduce(std::span<double>(s), dist::ReduceOp::Sum);
+  if (s[1] > 0) m.set("perf/token_utilisation", s[0] / s[1]);
+  if (s[2] > 0) m.set("dynamic_batch/fixed_count_token_utilisation", s[0] / s[2]);
+  m.set("dynamic_batch/filler_samples", s[3]);
+  m.set("dynamic_batch/token_budget", static_cast<double>(budget));
+  m.set("dynamic_batch/shrinks", static_cast<double>(other.shrinks + update.shrinks));
+  m.set("dynamic_batch/grows", static_cast<double>(other.grows + update.grows));
+  m.set("dynamic_batch/micro_batches", static_cast<double>(update.micro_batches));
+  if (update.packings > 0)
+    m.set("dynamic_batch/micro_batch_spread", comm.mean(update.spread / static_cast<double>(update.packings)));
+}
 
 // A micro-batch beyond the plan (a CUDA model's max_tokens / max_seqs) is a config problem: name the keys.
 void check_plan(const PolicyModel& policy, const model::PackedBatch& pb) {
@@ -706,6 +725,11 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
     token_pipeline_ = false;
   }
   critic_actor_overlap_ = cfg_.get<bool>("trainer.critic_actor_overlap");
+  if (critic_actor_overlap_ && cfg_.get<bool>("data.dynamic_batch.enable")) {
+    log::warn("trainer.critic_actor_overlap with data.dynamic_batch.enable: both updates would adapt the one "
+              "token budget at once; they run one after the other");
+    critic_actor_overlap_ = false;
+  }
   if (critic_actor_overlap_ && comm_->distributed()) {
     log::warn("trainer.critic_actor_overlap with a communicator ({} ranks): the two updates' gradient collectives "
               "would interleave in different orders on different ranks; they run one after the other",
@@ -718,6 +742,22 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
     rc.timeout_s = cfg_.get<double>("custom_reward_function.timeout_s");
     rc.on_error = reward::parse_on_error(cfg_.get<std::string>("custom_reward_function.on_error"));
     command_reward_ = std::make_unique<reward::CommandRewardFn>(rc);
+  }
+  if (const auto db = data::DynamicBatchConfig::from_config(cfg_); db.enable) {
+    // The token budget follows the memory in use: the device's on cuda, the process's resident set
+    // on cpu (where the CPU model's activations live); the fullest rank's, so all ranks agree.
+    data::MemoryReading memory = [this] {
+      const auto used = static_cast<int64_t>(device_ == Device::Cuda ? device_memory_in_use()
+                                                                    : metrics::current_rss_bytes());
+      return static_cast<double>(comm_->world_size() > 1 ? comm_->max(used) : used);
+    };
+    const int64_t planned = cfg_.get<int64_t>("data.max_prompt_length") +
+                            cfg_.get<int64_t>("actor_rollout_ref.rollout.response_length");
+    dyn_batch_ = std::make_unique<data::DynamicBatchSampler>(
+        db, planned, cfg_.get<int64_t>("actor_rollout_ref.actor.ppo_max_token_len_per_gpu"), std::move(memory));
+    log::info("data.dynamic_batch: samples of {}..{} tokens, micro-batches of {} tokens (floor {}), "
+              "communication_sensitivity={}", db.min_sequence_length, db.max_sequence_length, dyn_batch_->ceiling(),
+              dyn_batch_->floor(), db.communication_sensitivity);
   }
   log::info("PPO trainer: {} ({} parameters), {} training prompts, {} steps, adv_estimator={}{}{}",
             model_path, actor_.model->state().numel(), train_set_->size(), total_steps_, to_string(estimator_),
@@ -1077,6 +1117,19 @@ std::vector<std::vector<int64_t>> PpoTrainer::micro_batches(const Experience& ex
                                                             bool dynamic, int64_t max_tokens,
                                                             int64_t max_seqs, bool across_ranks) const {
   std::vector<std::vector<int64_t>> out;
+  if (dyn_batch_) {
+    // data.dynamic_batch: the sampler's budget (at most this pass's token key), samples outside the
+    // length bounds left out (their masks are zero: drop_by_length).
+    std::vector<int64_t> lens;
+    for (int64_t b : idx) lens.push_back(static_cast<int64_t>(exp.sample[b]->prompt_ids.size() + exp.response[b].size()));
+    data::DpMax dp_max;
+    if (comm_->world_size() > 1) dp_max = [this](int64_t n) { return comm_->max(n); };
+    for (const auto& part : dyn_batch_->pack(lens, max_tokens, dp_max).micro_batches) {
+      out.emplace_back();
+      for (int64_t i : part) out.back().push_back(idx[i]);
+    }
+    return out;
+  }
   if (dynamic) {
     // verl's rearrange_micro_batches: as few micro-batches as the token budget allows, balanced
     // by Karmarkar-Karp.
@@ -1336,7 +1389,10 @@ void PpoTrainer::run_updates(Experience& exp, metrics::Metrics& m, metrics::Stag
     auto s = timer.scope("update_actor");
     comm_->set_stage("update_actor");
     (void)take_tracked_device_peak();
+    data::DynamicBatchStats before;
+    if (dyn_batch_) before = dyn_batch_->take_stats();  // the forward passes' and the critic's packings
     update_actor(exp, m);  // records update_actor's and the optimizer's memory
+    if (dyn_batch_) add_dynamic_batch_metrics(before, dyn_batch_->take_stats(), *comm_, dyn_batch_->budget(), m);
   };
   if (critic_ && actor && critic_actor_overlap_) {
     // The two updates read the step's experience and write nothing of it; each has its own model,
@@ -1523,6 +1579,16 @@ void PpoTrainer::add_data_metrics(const Experience& exp, metrics::Metrics& m) co
   add_global_length_stats(m, "prompt_length", prompt_len, cfg_.get<int64_t>("data.max_prompt_length"));
 }
 
+void PpoTrainer::drop_by_length(Experience& exp, metrics::Metrics& m) const {
+  int64_t dropped = 0;
+  for (int64_t b = 0; b < exp.B; ++b) {
+    if (dyn_batch_->keeps(static_cast<int64_t>(exp.sample[b]->prompt_ids.size() + exp.response[b].size()))) continue;
+    std::fill_n(exp.mask.begin() + b * exp.L, exp.L, 0.0f);
+    ++dropped;
+  }
+  m.set("dynamic_batch/dropped_samples", static_cast<double>(comm_->sum(dropped)));
+}
+
 std::pair<std::vector<data::Sample>, int64_t> PpoTrainer::rank_share(const std::vector<data::Sample>& all) const {
   const int64_t world = comm_->world_size(), n = static_cast<int64_t>(all.size());
   if (world == 1) return {all, 0};
@@ -1572,6 +1638,9 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
     for (const auto& [k, v] : br.metrics) m.set(k, v);
     exchange_bytes += static_cast<double>(br.bytes_sent);
   }
+  // data.dynamic_batch's length bounds, before every pass: no loss, KL term or rollout correction
+  // sees a dropped sample's tokens, while its score stays in its group's baseline.
+  if (dyn_batch_) drop_by_length(exp, m);
 
   const int64_t mini = cfg_.get<int64_t>("actor_rollout_ref.actor.ppo_mini_batch_size") * n_ / comm_->world_size();
   const bool on_policy = cfg_.get<int64_t>("actor_rollout_ref.actor.ppo_epochs") == 1 && mini >= exp.B;

@@ -32,6 +32,9 @@ class Tokenizer;
 namespace verl::reward {
 class CommandRewardFn;
 }
+namespace verl::data {
+class DynamicBatchSampler;
+}
 namespace verl::metrics {
 class MultiLogger;
 class GpuMonitor;
@@ -153,6 +156,9 @@ class PpoTrainer {
                                                   bool dynamic, int64_t max_tokens, int64_t max_seqs,
                                                   bool across_ranks = true) const;
   void add_data_metrics(const Experience& exp, metrics::Metrics& m) const;
+  // data.dynamic_batch: zeroes the response mask of samples outside its length bounds
+  // (dynamic_batch/dropped_samples).
+  void drop_by_length(Experience& exp, metrics::Metrics& m) const;
   // Statistics over every data-parallel rank's values (Metrics::add_stats / add_length_stats on
   // one rank).
   void add_global_stats(metrics::Metrics& m, std::string_view prefix, const std::vector<double>& x) const;
@@ -181,6 +187,9 @@ class PpoTrainer {
   int64_t rm_max_length_ = 0;  // reward_model.max_length (0: none): longer inputs keep their start
   std::unique_ptr<metrics::MultiLogger> logger_;
   std::unique_ptr<metrics::GpuMonitor> gpu_monitor_;  // NVML sampling when a GPU is present
+  // data.dynamic_batch.enable: cuts every pass's micro-batches (micro_batches) and adapts its token
+  // budget as it packs, hence held by pointer (packing changes no experience).
+  std::unique_ptr<data::DynamicBatchSampler> dyn_batch_;
   std::optional<KlController> kl_ctrl_;
   AdvantageEstimator estimator_;
   ActorLossConfig actor_loss_;

@@ -217,6 +217,23 @@ check "within nccl_timeout + 10 s ($elapsed s)" test "$elapsed" -le 15
 check "the waiting rank names the timeout and the stage" grep -q "rank 0 of 2: .* in stage 'update_actor' did not complete within 5 s (actor_rollout_ref.nccl_timeout)" "$work/stuck.log"
 check "step 1's checkpoint survives the stuck rank" test -f "$work/stuck/global_step_1/actor/huggingface/model.safetensors"
 
+# data.dynamic_batch on two ranks under ZeRO-3 (weights gathered inside every forward, so the
+# ranks must run as many micro-batches): samples under 34 tokens are dropped, a budget of one
+# sequence gives one micro-batch per kept sample, and a rank with fewer kept samples than the other
+# packs fillers. Nothing hangs, and one process gives the same losses.
+dyn=(data.dynamic_batch.enable=true data.dynamic_batch.base_batch_size=1 data.dynamic_batch.min_sequence_length=34
+  actor_rollout_ref.actor.zero_stage=3 trainer.total_training_steps=3 data.val_files=null)
+run 1 "$work/dyn1" "${dyn[@]}"
+check "dynamic_batch: one process runs" test $? -eq 0
+run 2 "$work/dyn2" "${dyn[@]}"
+check "dynamic_batch: two ranks under ZeRO-3 run" test $? -eq 0
+check "dynamic_batch: a rank short of kept samples packed fillers" python3 -c "
+import json, sys
+rows = [json.loads(l) for l in open('$work/dyn2/metrics.jsonl')]
+sys.exit(0 if len(rows) == 3 and any(r['dynamic_batch/filler_samples'] > 0 for r in rows) else 1)"
+check "dynamic_batch: 2 ranks = 1 process" compare "$work/dyn1" "$work/dyn2" 1,2,3 "${keys[@]}" \
+  dynamic_batch/dropped_samples
+
 # A launcher that disagrees with the config.
 mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 "$verl" train "$root/configs/demo.yaml" \
   "${common[@]}" trainer.n_gpus_per_node=8 trainer.default_local_dir="$work/bad" > "$work/bad.log" 2>&1

@@ -48,6 +48,18 @@ for key in trainer.save_freq trainer.logging_steps data.dataloader_num_workers; 
   check "passes $key" grep -qE "^PASS  $key " "$work/good.txt"
   check "no warning names $key" bash -c "! grep -E '^WARN' '$work/good.txt' | grep -qF '$key'"
 done
+
+# data.dynamic_batch: its budget when on (demo: 64 x (32 + 24) tokens under the 8192 cap); a
+# minimum over the maximum fails naming both keys.
+"$verl" doctor --config $demo data.dynamic_batch.enable=true > "$work/dyn.txt" 2> "$work/dyn.err"
+check "dynamic_batch on passes with its budget" \
+  grep -qE '^PASS  data\.dynamic_batch\.enable .*micro-batches of up to 3584 tokens' "$work/dyn.txt"
+"$verl" doctor --config $demo data.dynamic_batch.enable=true data.dynamic_batch.min_sequence_length=5000 \
+  > "$work/dyn_bad.txt" 2> "$work/dyn_bad.err"
+check "min_sequence_length > max_sequence_length fails (exit 1)" test $? -eq 1
+check "the failure names both keys" grep -qE \
+  '^FAIL  data\.dynamic_batch\.enable .*min_sequence_length \(5000\) must not exceed data\.dynamic_batch\.max_sequence_length \(4096\)' \
+  "$work/dyn_bad.txt"
 # A missing training file is a FAIL naming it, and exit 1.
 "$verl" doctor --config $demo data.train_files=[/nonexistent/train.jsonl] > "$work/nodata.txt" 2>&1
 check "a missing data file exits 1" test $? -eq 1

@@ -1,9 +1,10 @@
 // Every key that docs/config.md lists as supported is read by the code that runs it. The PPO
 // trainer (a GRPO run with a reference policy, validation and the generation dumps; a PPO run with
-// a critic and a KL penalty in the reward; a resume of it) and the SFT trainer run on the demo
-// configs; the Config records every key they read (Config::read_keys). A supported key that
-// nothing read is one whose setting would silently change nothing: mark it @ignored or
-// @unsupported with a reason in configs/*.yaml, or make the code read it.
+// a critic and a KL penalty in the reward; a resume of it; a run with data.dynamic_batch) and the
+// SFT trainer run on the demo configs; the Config records every key they read
+// (Config::read_keys). A supported key that nothing read is one whose setting would silently
+// change nothing: mark it @ignored or @unsupported with a reason in configs/*.yaml, or make the
+// code read it.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -204,8 +205,17 @@ TEST(ConfigReads, EverySupportedPpoKeyIsRead) {
     PpoTrainer t(rm);
     t.fit();
   }
+  // data.dynamic_batch (its keys are read only when it is enabled).
+  config::Config dyn = demo_config((tmp / "dyn").string(),
+                                   {"data.dynamic_batch.enable=true", "data.dynamic_batch.base_batch_size=2",
+                                    "data.dynamic_batch.min_sequence_length=1", "trainer.val_before_train=false",
+                                    "data.val_files=null"});
+  {
+    PpoTrainer t(dyn);
+    t.fit();
+  }
   const std::vector<std::string> unread =
-      unread_supported(ppo.schema(), {&grpo, &ppo, &resumed, &rm}, kPpoAllowed);
+      unread_supported(ppo.schema(), {&grpo, &ppo, &resumed, &rm, &dyn}, kPpoAllowed);
   EXPECT_TRUE(unread.empty()) << unread.size()
                               << " supported keys of the PPO config were never read (mark them @ignored or "
                                  "@unsupported with a reason in configs/ppo_trainer.yaml, or read them):"
