@@ -465,6 +465,24 @@ void log_val_generations(std::vector<GenerationRow> rows, int64_t n, int64_t ste
 
 }  // namespace
 
+// trainer.one_step_off_policy: the next step's rollout, started from this step's weights.
+struct PpoTrainer::Prefetch {
+  data::Batch batch;                 // the step's prompts, as next_batch() hands them out
+  nlohmann::json loader_state;      // the loader before `batch` was taken: a checkpoint resumes there
+  std::vector<data::Sample> local;  // this rank's share (the experience's samples point here)
+  int64_t first = 0;
+  int64_t weights_step = 0;          // training steps whose updates the snapshot holds
+  model::Weights weights;            // the snapshot the rollout reads
+  Experience exp;
+  metrics::StageTimer timer;
+  std::exception_ptr error;
+  bool handed_out = false;
+  std::thread thread;                // last: joined before the rest goes
+  ~Prefetch() {
+    if (thread.joinable()) thread.join();
+  }
+};
+
 PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
   // The ranks the launcher started (one process without a launcher: exactly as before). On GPUs
   // each rank takes its local rank's device and the device collectives go through NCCL.
@@ -736,6 +754,18 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
               comm_->world_size());
     critic_actor_overlap_ = false;
   }
+  one_step_off_ = cfg_.get<bool>("trainer.one_step_off_policy");
+  if (one_step_off_) {
+    const std::string k = "trainer.one_step_off_policy";
+    VERL_CHECK(device_ == Device::Cpu, "{}=true runs on trainer.device=cpu for now: on one GPU the rollout "
+               "would need its own copy of the bf16 weights and its own stream beside training (not built)", k);
+    VERL_CHECK(!cfg_.get<bool>("algorithm.filter_groups.enable"), "{}=true with algorithm.filter_groups: dynamic "
+               "sampling takes further batches from the loader inside a step, which the next step's rollout has "
+               "already taken; turn one of them off", k);
+    VERL_CHECK(cfg_.get<int64_t>("actor_rollout_ref.actor.zero_stage") < 3, "{}=true with "
+               "actor_rollout_ref.actor.zero_stage=3: the rollout's whole weights are gathered with collectives, "
+               "which a rollout beside training must not start; use zero_stage 0-2", k);
+  }
   if (auto cmd = cfg_.get<std::optional<std::string>>("custom_reward_function.command")) {
     reward::CommandRewardConfig rc;
     rc.command = *cmd;
@@ -765,6 +795,7 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
 }
 
 PpoTrainer::~PpoTrainer() {
+  prefetch_.reset();  // waits for a rollout still running for a step that will not come
   if (logger_) logger_->close();
 }
 
@@ -865,6 +896,7 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
                           metrics::StageTimer& timer, const GenOptions& opts) {
   const bool validation = opts.validation, greedy = opts.greedy;
   TokenPipeline* pipe = opts.pipe;
+  const int64_t step = opts.step > 0 ? opts.step : global_step_ + 1;
   const std::string rk = validation ? "actor_rollout_ref.rollout.val_kwargs." : "actor_rollout_ref.rollout.";
   const int64_t n = greedy ? 1 : validation ? cfg_.get<int64_t>(rk + "n") : n_;
   rollout::SamplingParams sp;
@@ -893,7 +925,7 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
     rollout::Request r;
     r.prompt = samples[i].prompt_ids;
     r.params = sp;
-    r.params.seed = mix(seed_ ^ mix(static_cast<uint64_t>(global_step_) * 2 + (validation ? 1 : 0)) ^
+    r.params.seed = mix(seed_ ^ mix(static_cast<uint64_t>(step - 1) * 2 + (validation ? 1 : 0)) ^
                         mix(static_cast<uint64_t>(first_index + static_cast<int64_t>(i)) + 0x51ed));
     r.n = static_cast<int32_t>(n);
     if (!validation && !greedy) r.eos_at = synthetic_lengths(cfg_, r.params.seed, r.n, sp.max_tokens);
@@ -915,9 +947,10 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
   RolloutRunnerOptions ro;
   ro.gpu_memory_utilization = cfg_.get<double>("actor_rollout_ref.rollout.gpu_memory_utilization");
   ro.enforce_eager = cfg_.get<bool>("actor_rollout_ref.rollout.enforce_eager");
-  std::unique_ptr<rollout::StepRunner> runner = actor_.model->make_rollout_runner(ec.scheduler, ro);
+  std::unique_ptr<rollout::StepRunner> runner =
+      opts.weights ? nullptr : actor_.model->make_rollout_runner(ec.scheduler, ro);
   std::optional<FullWeights> full;  // ZeRO-3: the rollout reads whole weights, gathered here
-  if (!runner && !actor_.model->state().has_full_weights()) {
+  if (!runner && !opts.weights && !actor_.model->state().has_full_weights()) {
     auto s = timer.scope("reshard");
     full.emplace(*actor_.model, reshard_bucket_);
   }
@@ -925,7 +958,8 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
   if (runner) {
     engine_holder.emplace(*runner, ec);
   } else {
-    engine_holder.emplace(actor_.model->weights(), ec);  // on cuda: downloaded if a step changed them
+    // On cuda downloaded if a step changed them; one-step-off's snapshot when given.
+    engine_holder.emplace(opts.weights ? *opts.weights : actor_.model->weights(), ec);
   }
   rollout::Engine& engine = *engine_holder;
 
@@ -980,7 +1014,7 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
   }
   rollout::GenerateHooks hooks;
   hooks.on_finish = [&](const rollout::Completion& c) {
-    fault_point("gen", global_step_ + 1);  // tests make generation fail while rewards are scored
+    fault_point("gen", step);  // tests make generation fail while rewards are scored
     const int64_t b = c.request * n + c.sample;
     exp.group[b] = first_index + c.request;  // global: balance_batch may move the row
     exp.sample[b] = &samples[c.request];
@@ -1610,8 +1644,23 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
   comm_->set_stage("gen");
   (void)take_tracked_device_peak();  // each phase's device peak counts from its start
   TokenPipeline pipe = pipeline_plan(static_cast<int64_t>(local.size()) * n_);
-  generate(local, first, exp, timer, {.pipe = &pipe});
+  // trainer.one_step_off_policy: the rollout the last step started from its weights (kept alive:
+  // the experience's samples point into it), else this step's own.
+  double gen_wait = 0;
+  std::unique_ptr<Prefetch> ready = one_step_off_ ? take_prefetch(batch, gen_wait) : nullptr;
+  const int64_t staleness = ready ? global_step_ - ready->weights_step : 0;
+  if (ready) {
+    exp = std::move(ready->exp);
+    pipe = TokenPipeline{};  // the passes need this step's weights: they run below
+  } else {
+    generate(local, first, exp, timer, {.pipe = &pipe});
+  }
   record_device_memory(m, "gen");
+  if (one_step_off_) {
+    m.set("rollout/staleness", static_cast<double>(staleness));
+    m.set("rollout/weights_step", static_cast<double>(global_step_ - staleness));
+    if (global_step_ + 1 < total_steps_) start_prefetch();  // the next step's rollout, beside this step
+  }
   // The token pipeline's per-row results as [B, L] matrices (zero past each response).
   const auto pipelined = [&](const std::vector<std::vector<float>>& rows) {
     std::vector<float> out(static_cast<size_t>(exp.B * exp.L), 0.0f);
@@ -1643,7 +1692,9 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
   if (dyn_batch_) drop_by_length(exp, m);
 
   const int64_t mini = cfg_.get<int64_t>("actor_rollout_ref.actor.ppo_mini_batch_size") * n_ / comm_->world_size();
-  const bool on_policy = cfg_.get<int64_t>("actor_rollout_ref.actor.ppo_epochs") == 1 && mini >= exp.B;
+  // A rollout from older weights (one-step-off) is never on-policy: its old log-probs are recomputed.
+  const bool on_policy =
+      staleness == 0 && cfg_.get<int64_t>("actor_rollout_ref.actor.ppo_epochs") == 1 && mini >= exp.B;
   const bool use_kl_in_reward = kl_ctrl_.has_value();
   if (rollout_corr_.bypass_mode) {
     // verl's apply_bypass_mode: the rollout's log-probs are the old policy's (no recomputation).
@@ -1771,6 +1822,12 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
     if (s > 0 || std::string(stage) == "gen" || std::string(stage) == "step") m.set(std::string("timing_s/") + stage, s);
   }
   m.set("timing_s/reward_overlap_gen", timer.overlap("gen", "reward"));
+  if (ready) {  // the rollout ran during the last step: its own times, and how long this one waited
+    m.set("timing_s/gen", ready->timer.seconds("gen"));
+    m.set("timing_s/reward", ready->timer.seconds("reward"));
+    m.set("timing_s/reward_overlap_gen", ready->timer.overlap("gen", "reward"));
+    m.set("timing_s/gen_wait", gen_wait);
+  }
   for (const char* stage : {"old_log_prob", "ref", "values"})  // the token pipeline's share of each pass
     if (token_pipeline_) m.set(std::string("timing_s/") + stage + "_overlap_gen", timer.overlap("gen", stage));
   if (critic_actor_overlap_ && critic_) m.set("timing_s/update_critic_overlap_actor", timer.overlap("update_actor", "update_critic"));
@@ -1787,7 +1844,53 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
 }
 
 std::optional<data::Batch> PpoTrainer::next_batch() {
+  if (prefetch_ && !prefetch_->handed_out) {
+    prefetch_->handed_out = true;
+    return prefetch_->batch;
+  }
   return train_loader_->next();
+}
+
+// ---- one-step-off policy ----------------------------------------------------------------------------
+
+
+void PpoTrainer::start_prefetch() {
+  auto p = std::make_unique<Prefetch>();
+  p->loader_state = train_loader_->state();
+  std::optional<data::Batch> next = train_loader_->next();
+  if (!next) return;
+  p->batch = std::move(*next);
+  auto [local, first] = rank_share(p->batch.samples);
+  p->local = std::move(local);
+  p->first = first;
+  // A copy: this step's update changes the actor's weights in place while the rollout reads these.
+  p->weights = actor_.model->weights();
+  p->weights_step = global_step_;
+  const int64_t step = global_step_ + 2;  // the step these samples are for
+  Prefetch* raw = p.get();
+  raw->timer.reset();
+  raw->thread = std::thread([this, raw, step] {
+    try {
+      generate(raw->local, raw->first, raw->exp, raw->timer, {.weights = &raw->weights, .step = step});
+    } catch (...) {
+      raw->error = std::current_exception();
+    }
+  });
+  prefetch_ = std::move(p);
+}
+
+std::unique_ptr<PpoTrainer::Prefetch> PpoTrainer::take_prefetch(const data::Batch& batch, double& waited_s) {
+  std::unique_ptr<Prefetch> p = std::move(prefetch_);
+  if (!p) return nullptr;
+  Timer t;
+  if (p->thread.joinable()) p->thread.join();
+  waited_s = t.seconds();
+  if (p->error) std::rethrow_exception(p->error);
+  // A caller that fed another batch (not the one next_batch() handed out) gets a fresh rollout.
+  const bool same = p->handed_out && p->batch.samples.size() == batch.samples.size() &&
+                    std::equal(p->batch.samples.begin(), p->batch.samples.end(), batch.samples.begin(),
+                               [](const data::Sample& a, const data::Sample& b) { return a.prompt_ids == b.prompt_ids; });
+  return same ? std::move(p) : nullptr;
 }
 
 metrics::Metrics PpoTrainer::validate() {
@@ -1950,7 +2053,9 @@ std::string PpoTrainer::save() {
     if (!critic_part->carry.empty()) critic_part->ms.carry = &critic_part->carry;
     critic = critic_part->ms;
   }
-  nlohmann::json st = {{"dataloader", train_loader_->state()}};
+  // A rollout started for the next step is not saved: the resumed run generates that batch anew.
+  nlohmann::json st = {{"dataloader", prefetch_ && !prefetch_->handed_out ? prefetch_->loader_state
+                                                                         : train_loader_->state()}};
   if (kl_ctrl_) st["kl_coef"] = kl_ctrl_->value();
   const int64_t keep = cfg_.get<std::optional<int64_t>>("trainer.max_actor_ckpt_to_keep").value_or(0);
   const int64_t keep_critic = cfg_.get<std::optional<int64_t>>("trainer.max_critic_ckpt_to_keep").value_or(0);
@@ -1986,7 +2091,7 @@ void PpoTrainer::fit() {
     if (cfg_.get<bool>("trainer.val_only")) return;
   }
   while (global_step_ < total_steps_) {
-    std::optional<data::Batch> batch = train_loader_->next();
+    std::optional<data::Batch> batch = next_batch();
     if (!batch) break;
     note_step(global_step_ + 1, /*in_progress=*/true);  // for the line a signal prints
     metrics::Metrics m = train_step(*batch);

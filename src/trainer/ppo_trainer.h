@@ -72,7 +72,8 @@ class PpoTrainer {
   // One step on one batch of prompts; returns its metrics.
   metrics::Metrics train_step(const data::Batch& batch);
   // The training loader's next batch (what fit() feeds train_step); nullopt at the end of the
-  // last epoch. For callers that drive train_step themselves (`verl bench grpo-step`).
+  // last epoch. For callers that drive train_step themselves (`verl bench grpo-step`). With
+  // trainer.one_step_off_policy it is the batch whose rollout the last step started.
   std::optional<data::Batch> next_batch();
   // Generation with val_kwargs and scoring of the validation set: val-core/<data_source>/reward/mean@n.
   metrics::Metrics validate();
@@ -102,6 +103,10 @@ class PpoTrainer {
     // trainer.token_level_pipeline: the forward-only passes it names run on micro-batches of
     // finished samples while the rest still decode, their results left in it per row.
     TokenPipeline* pipe = nullptr;
+    // The rollout's weights (one-step-off's snapshot; null: the actor's own) and the training step
+    // the samples are for (0: the next one, global_step_ + 1): the sampling seeds' key.
+    const model::Weights* weights = nullptr;
+    int64_t step = 0;
   };
   void generate(const std::vector<data::Sample>& samples, int64_t first_index, Experience& exp,
                 metrics::StageTimer& timer, const GenOptions& opts);
@@ -209,6 +214,16 @@ class PpoTrainer {
   } overlong_;
   RolloutCorrectionConfig rollout_corr_;
   bool token_pipeline_ = false, critic_actor_overlap_ = false;  // the seed's switches, as they apply here
+  // trainer.one_step_off_policy: the next step's rollout, generated on a thread from a snapshot of
+  // the weights while this step trains (docs/overlap.md).
+  struct Prefetch;
+  std::unique_ptr<Prefetch> prefetch_;
+  bool one_step_off_ = false;
+  // Starts the rollout of the loader's next batch from the current weights (one_step_off_).
+  void start_prefetch();
+  // The prefetched rollout of `batch` once it is done (null when `batch` is not the prefetched one,
+  // whose rollout is then dropped); `waited_s` gets the seconds spent waiting for it.
+  std::unique_ptr<Prefetch> take_prefetch(const data::Batch& batch, double& waited_s);
   std::vector<data::Sample> kept_samples_;  // a filtered step's prompts (exp.sample points here)
   bool out_of_data_ = false;                // filter_groups ran out of training data: fit() stops
   float temperature_ = 1.0f;

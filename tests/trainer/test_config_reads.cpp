@@ -1,6 +1,6 @@
 // Every key that docs/config.md lists as supported is read by the code that runs it. The PPO
 // trainer (a GRPO run with a reference policy, validation and the generation dumps; a PPO run with
-// a critic and a KL penalty in the reward; a resume of it; a run with data.dynamic_batch) and the
+// a critic and a KL penalty in the reward; a resume of it; a run with data.dynamic_batch and rollout.length_dist) and the
 // SFT trainer run on the demo configs; the Config records every key they read
 // (Config::read_keys). A supported key that nothing read is one whose setting would silently
 // change nothing: mark it @ignored or @unsupported with a reason in configs/*.yaml, or make the
@@ -205,11 +205,13 @@ TEST(ConfigReads, EverySupportedPpoKeyIsRead) {
     PpoTrainer t(rm);
     t.fit();
   }
-  // data.dynamic_batch (its keys are read only when it is enabled).
+  // data.dynamic_batch and rollout.length_dist (their keys are read only when they are on).
   config::Config dyn = demo_config((tmp / "dyn").string(),
                                    {"data.dynamic_batch.enable=true", "data.dynamic_batch.base_batch_size=2",
                                     "data.dynamic_batch.min_sequence_length=1", "trainer.val_before_train=false",
-                                    "data.val_files=null"});
+                                    "actor_rollout_ref.rollout.length_dist.type=lognormal",
+                                    "actor_rollout_ref.rollout.length_dist.mean=8",
+                                    "actor_rollout_ref.rollout.length_dist.cap=16", "data.val_files=null"});
   {
     PpoTrainer t(dyn);
     t.fit();

@@ -150,6 +150,59 @@ TEST(Overlap, CriticActorOverlapGivesTheSameRun) {
                   /*exact=*/false, 1e-4);
 }
 
+// trainer.one_step_off_policy: step k trains on a rollout that step k-1 started from its own
+// weights, so the rollout is never more than one update old: rollout/staleness is 0 at step 1 (its
+// own rollout) and 1 after, rollout/weights_step is the number of updates in the rollout's weights.
+// Step 1 is the plain run's; later steps are not (the rollout's log-probs then differ from the
+// recomputed old ones by an update, where an on-policy rollout agrees to float precision). A
+// checkpoint does not keep the started rollout: the resumed run generates that batch anew, from
+// where the loader stood before it.
+TEST(Overlap, OneStepOffPolicyTrainsOnRolloutsOneUpdateOld) {
+  const std::vector<std::string> three = {"trainer.total_training_steps=3", "algorithm.adv_estimator=grpo",
+                                          "critic.enable=false"};
+  std::vector<std::string> off_cfg = three;
+  off_cfg.push_back("trainer.one_step_off_policy=true");
+  off_cfg.push_back("trainer.save_freq=2");
+  const RunResult plain = run("osp_plain", three), off = run("osp_off", off_cfg);
+  ASSERT_EQ(off.steps.size(), 3u);
+  ASSERT_EQ(plain.steps.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const auto& s = off.steps[i];
+    const double staleness = s["rollout/staleness"].get<double>();
+    EXPECT_EQ(staleness, i == 0 ? 0.0 : 1.0) << "step " << i + 1;
+    EXPECT_EQ(s["rollout/weights_step"].get<double>(), i == 0 ? 0.0 : static_cast<double>(i - 1)) << "step " << i + 1;
+    ASSERT_TRUE(s.contains("timing_s/old_log_prob"));  // recomputed: the rollout is not on-policy after step 1
+  }
+  // Step 1 is the plain run's step; later ones learn from older samples.
+  for (const char* k : {"actor/pg_loss", "actor/grad_norm", "critic/score/mean", "response_length/mean"})
+    EXPECT_EQ(off.steps[0][k].get<double>(), plain.steps[0][k].get<double>()) << k;
+  const double own = off.steps[0]["training/rollout_probs_diff_max"].get<double>();
+  for (size_t i = 1; i < 3; ++i) {
+    EXPECT_GT(off.steps[i]["training/rollout_probs_diff_max"].get<double>(), 10 * std::max(own, 1e-6))
+        << "step " << i + 1 << ": the rollout looks on-policy";
+    EXPECT_LT(plain.steps[i]["training/rollout_probs_diff_max"].get<double>(), 1e-4) << "step " << i + 1;
+  }
+  // Resume from step 2's checkpoint: step 3 generates its batch itself (staleness 0), the batch
+  // the uninterrupted run trained on at step 3.
+  const std::string out = (fs::temp_directory_path() / "verl_test_overlap_osp_off").string();
+  fs::remove_all(out + "/global_step_3");  // the last step's checkpoint: back to step 2's
+  std::ofstream(out + "/latest_checkpointed_iteration.txt") << "2";
+  {
+    std::vector<std::string> o = off_cfg;
+    o.push_back("trainer.resume_mode=auto");
+    PpoTrainer t(overlap_config(out, o));
+    t.fit();
+    EXPECT_EQ(t.global_step(), 3);
+  }
+  std::ifstream f(out + "/metrics.jsonl");
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(f, line);) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 3u);  // steps 1 and 2, then the resumed step 3 in place of the first one
+  EXPECT_EQ(lines[2]["training/global_step"].get<double>(), 3.0);
+  EXPECT_EQ(lines[2]["rollout/staleness"].get<double>(), 0.0);
+  EXPECT_EQ(lines[2]["prompt_length/mean"].get<double>(), off.steps[2]["prompt_length/mean"].get<double>());
+}
+
 TEST(Overlap, LengthDistDrawsLongTailedLengths) {
   // With ignore_eos every response is exactly its drawn length: lognormal of mean 24 capped at 400.
   const RunResult r = run("lengths", {});
