@@ -754,6 +754,9 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
               comm_->world_size());
     critic_actor_overlap_ = false;
   }
+  // NVML sampling from the start on the GPU, so that a caller driving train_step itself (`verl
+  // bench grpo-step`) gets perf/gpu_util_mean and perf/gpu_idle_share too.
+  if (comm_->rank() == 0 && device_ == Device::Cuda) gpu_monitor_ = std::make_unique<metrics::GpuMonitor>();
   one_step_off_ = cfg_.get<bool>("trainer.one_step_off_policy");
   if (one_step_off_) {
     const std::string k = "trainer.one_step_off_policy";
@@ -2078,7 +2081,7 @@ void PpoTrainer::fit() {
   const bool lead = comm_->rank() == 0;
   if (lead) {
     logger_ = std::make_unique<metrics::MultiLogger>(cfg_.get<std::vector<std::string>>("trainer.logger"), lo);
-    gpu_monitor_ = std::make_unique<metrics::GpuMonitor>();
+    if (!gpu_monitor_) gpu_monitor_ = std::make_unique<metrics::GpuMonitor>();
   }
   auto log_metrics = [&](const metrics::Metrics& m) {
     if (logger_) logger_->log(global_step_, m);

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Stage overlap on a long-tailed workload on one GPU: `verl bench grpo-step` (the trainer's own
+# step) at the workload of configs/examples/grpo_qwen2_5_0_5b_h200.yaml with response lengths drawn
+# from a lognormal (mean 300, cap 1024: --length-dist, docs/overlap.md) on a model shape with random
+# weights, one run per setting, then one JSON line: step time, the stages, perf/gpu_idle_share and
+# the overlap of each pipelined pass with generation, each setting against its baseline.
+#
+#   bench/overlap_cuda.sh SHAPE [key=value ...]
+#
+# Settings (SETTINGS, default all four): grpo (GRPO, switches off), grpo_pipe (+ token_level_pipeline),
+# ppo (PPO with a critic, off), ppo_all (+ token_level_pipeline + critic_actor_overlap).
+# Environment: VERL, PYTHON, STEPS (default 2), WARMUP (default 1), LENGTH_DIST (default
+# lognormal:300:1024), WORK (default out/overlap_cuda/SHAPE).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+shape=${1:?usage: bench/overlap_cuda.sh SHAPE [key=value ...]}
+shift
+verl=${VERL:-$root/build/bin/verl}
+python=${PYTHON:-python3}
+work=${WORK:-$root/out/overlap_cuda/$shape}
+settings=${SETTINGS:-grpo grpo_pipe ppo ppo_all}
+mkdir -p "$work"
+data=$root/out/grpo_bench
+[ -f "$data/train.jsonl" ] || "$python" "$root/tools/bench/make_grpo_bench_data.py" "$data" || exit 1
+model=$root/out/models/$shape
+if [ ! -f "$model/config.json" ]; then
+  "$verl" init-model --config "$root/tests/fixtures/configs/$shape.json" --tokenizer "$data/tokenizer" \
+    --out "$model" || exit 1
+fi
+cd "$root" || exit 1
+long=(data.max_response_length=1024 actor_rollout_ref.rollout.response_length=1024)
+ppo=(algorithm.adv_estimator=gae critic.model.path="$model" critic.ppo_max_token_len_per_gpu=8192
+  critic.model.enable_gradient_checkpointing=false)
+on=(trainer.token_level_pipeline=true)
+for s in $settings; do
+  case $s in
+    grpo) args=() ;;
+    grpo_pipe) args=("${on[@]}") ;;
+    ppo) args=("${ppo[@]}") ;;
+    ppo_all) args=("${ppo[@]}" "${on[@]}" trainer.critic_actor_overlap=true) ;;
+    *) echo "unknown setting $s" >&2; exit 2 ;;
+  esac
+  "$verl" bench grpo-step configs/examples/grpo_qwen2_5_0_5b_h200.yaml actor_rollout_ref.model.path="$model" \
+    trainer.default_local_dir="$work/run_$s" "${long[@]}" "${args[@]}" "$@" \
+    --length-dist "${LENGTH_DIST:-lognormal:300:1024}" --warmup "${WARMUP:-1}" --steps "${STEPS:-2}" \
+    > "$work/$s.out" 2> "$work/$s.err"
+  rc=$?
+  line=$(grep -m1 '^{"bench"' "$work/$s.out")
+  if [ $rc -ne 0 ] || [ -z "$line" ]; then
+    err=$(grep -m1 -i 'error' "$work/$s.err" | tr -d '"\\' | cut -c1-400)
+    line="{\"bench\": \"grpo_step\", \"error\": \"exit $rc: $err\"}"
+  fi
+  echo "$line" > "$work/$s.json"
+  echo "$line"
+done
+"$python" - "$work" "$shape" $settings <<'PY'
+import json, os, sys
+work, shape, settings = sys.argv[1], sys.argv[2], sys.argv[3:]
+r = {s: json.load(open(os.path.join(work, s + ".json"))) for s in settings}
+out = {"bench": "overlap_cuda", "shape": shape}
+for s, v in r.items():
+    if "error" in v:
+        out[s] = {"error": v["error"]}
+        continue
+    m = v["last_step_metrics"]
+    row = {"step_s": round(v["step_s"], 3), "phase_s": {k: round(x, 3) for k, x in v["phase_s"].items()},
+           "gpu_idle_share": m.get("perf/gpu_idle_share"), "response_length_mean": m.get("response_length/mean"),
+           "response_length_max": m.get("response_length/max")}
+    for k, x in m.items():
+        if k.endswith("_overlap_gen") or k.endswith("_overlap_actor"):
+            row[k.split("/", 1)[1]] = round(x, 3)
+    base = r.get(s.split("_")[0])
+    if base is not None and "error" not in base and base is not v:
+        row["step_vs_off"] = round(v["step_s"] / base["step_s"], 3)
+    out[s] = row
+print(json.dumps(out))
+PY
