@@ -24,7 +24,7 @@ namespace {
 
 struct Opts {
   std::string model, tokenizer, input = "-", output = "-", device = "auto", quantize = "none";
-  int64_t max_batch_tokens = 8192, max_batch_seqs = 256, group_size = 128;
+  int64_t max_batch_tokens = 8192, max_batch_seqs = 256, group_size = 128, calibration_samples = 128;
 };
 
 std::vector<int32_t> parse_line(const nlohmann::json& j, const std::string& where,
@@ -70,7 +70,13 @@ int run(const Opts& o) {
   model::Weights w = model::Weights::load(o.model);
   trainer::require_reward_model(w.config, o.model);
   const int bits = o.quantize == "int8" ? 8 : o.quantize == "int4" ? 4 : 16;
-  const model::QuantizeReport q = model::quantize_linear_weights(w, bits, o.group_size);
+  VERL_CHECK(o.calibration_samples >= 0, "--calibration-samples {}: want 0 (round to nearest) or more",
+             o.calibration_samples);
+  model::QuantizeOptions qo;
+  qo.bits = bits;
+  qo.group = o.group_size;
+  qo.calibration_samples = o.calibration_samples;
+  const model::QuantizeReport q = model::quantize_linear_weights(w, qo);
   if (q.matrices > 0) log::info("{}: {}", o.model, model::describe(q, bits, o.group_size));
   const std::string tok_dir = o.tokenizer.empty() ? o.model : o.tokenizer;
   std::optional<tokenizer::Tokenizer> tok;
@@ -109,7 +115,10 @@ Command reg("score", "Scores of a reward model (...ForSequenceClassification) fo
               app.add_option("--quantize", o->quantize,
                              "weight-only quantisation of the linear layers: none, int8 (per output "
                              "channel) or int4 (per group)");
-              app.add_option("--group-size", o->group_size, "inputs per int4 scale (default 128)");
+              app.add_option("--group-size", o->group_size, "inputs per int4 scale and zero point (default 128)");
+              app.add_option("--calibration-samples", o->calibration_samples,
+                             "int4: random token sequences of 64 for GPTQ's layer inputs; 0 rounds to "
+                             "nearest (default 128)");
               app.add_option("--max-batch-tokens", o->max_batch_tokens,
                              "tokens packed into one forward pass (default 8192)");
               app.add_option("--max-batch-seqs", o->max_batch_seqs,

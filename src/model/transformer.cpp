@@ -148,6 +148,13 @@ void Transformer::layer_forward(int l, const PackedBatch& b, LayerActivations& a
   cb(x_out, "out", l, {T, C});
 }
 
+void Transformer::forward_layer(int l, const PackedBatch& b, LayerActivations& a, float* x_out) const {
+  VERL_CHECK(l >= 0 && l < static_cast<int>(layers_.size()), "forward_layer: layer {} of {}", l, layers_.size());
+  VERL_CHECK(static_cast<int64_t>(a.x_in.size()) >= b.num_tokens() * w_.config.hidden_size,
+             "forward_layer: x_in holds {} values for {} tokens", a.x_in.size(), b.num_tokens());
+  layer_forward(l, b, a, x_out, w_.data.data(), 0);
+}
+
 void Transformer::forward(const PackedBatch& b, Activations& acts, const ForwardOptions& opt,
                           WeightSource* source) const {
   const ModelConfig& c = w_.config;

@@ -59,6 +59,11 @@ class Transformer {
                 const ForwardOptions& opt = {}, GradSink* sink = nullptr,
                 WeightSource* source = nullptr) const;
 
+  // Layer l alone over `batch`: reads a.x_in ([T, C], set by the caller), writes x_out [T, C] and
+  // keeps the layer's activations in `a` (the inputs of its linear layers: GPTQ's calibration,
+  // model/quantize.cpp). Weights from weights().data.
+  void forward_layer(int l, const PackedBatch& batch, LayerActivations& a, float* x_out) const;
+
   const Weights& weights() const { return w_; }
   const std::vector<float>& inv_freq() const { return inv_freq_; }
 

@@ -321,14 +321,22 @@ std::optional<optim::LightweightConfig> lightweight_sync_config(const config::Co
   return lw;
 }
 
-// <prefix>quantization_bits / <prefix>quantization_group_size (the reward model's, the reference
-// policy's): quantises w's linear layers once at load (model/quantize.h) and logs what it did.
+// <prefix>quantization_bits / <prefix>quantization_group_size / <prefix>quantization_calibration_samples
+// (the reward model's, the reference policy's): quantises w's linear layers once at load
+// (model/quantize.h) and logs what it did.
 void quantize_as_configured(const config::Config& cfg, const std::string& prefix, model::Weights& w,
                             const char* what) {
   const auto bits = static_cast<int>(cfg.get<int64_t>(prefix + "quantization_bits"));
   const int64_t group = cfg.get<int64_t>(prefix + "quantization_group_size");
   VERL_CHECK(bits != 4 || group % 2 == 0, "{}quantization_group_size={}: must be even", prefix, group);
-  const model::QuantizeReport q = model::quantize_linear_weights(w, bits, group);
+  const int64_t samples = cfg.get<int64_t>(prefix + "quantization_calibration_samples");
+  VERL_CHECK(samples >= 0, "{}quantization_calibration_samples={}: want 0 (round to nearest) or more", prefix,
+             samples);
+  model::QuantizeOptions opt;
+  opt.bits = bits;
+  opt.group = group;
+  opt.calibration_samples = samples;
+  const model::QuantizeReport q = model::quantize_linear_weights(w, opt);
   if (q.matrices > 0) log::info("{}: {}", what, model::describe(q, bits, group));
 }
 

@@ -64,8 +64,10 @@ for d in "$root"/tests/fixtures/score/*/; do
 done
 
 # Weight-only quantisation: the rank correlation of int8 / int4 scores with the fp32 ones over 300
-# random sequences of the golden Llama reward model. int8 must reach 0.99 (the issue's bar); int4's
-# figure is printed and held to 0.88 (the issue asks 0.95, not met yet on this model: docs).
+# random sequences of the golden Llama reward model. int8 must reach 0.99 and int4 (asymmetric,
+# GPTQ over 128 random calibration sequences) 0.95, the issue's bars, at group 128 and 32
+# (measured 0.9995, 0.9501 and 0.9519: the int4 margin is thin, docs/reward_model.md). Round to
+# nearest int4 (--calibration-samples 0) is printed beside it.
 python3 - "$work/rank.jsonl" <<'PY'
 import json, random, sys
 r = random.Random(1)
@@ -73,8 +75,10 @@ with open(sys.argv[1], "w") as f:
     for _ in range(300):
         f.write(json.dumps({"tokens": [r.randrange(0, 256) for _ in range(r.randint(1, 100))]}) + "\n")
 PY
-for q in none int8 int4; do
-  "$verl" score --model "$g" --input "$work/rank.jsonl" --device cpu --quantize "$q" > "$work/rank_$q.jsonl" 2> "$work/rank_$q.err"
+for q in none int8 int4 "int4 --group-size 32" "int4 --calibration-samples 0"; do
+  name=$(echo "$q" | tr -d ' -')
+  # shellcheck disable=SC2086
+  "$verl" score --model "$g" --input "$work/rank.jsonl" --device cpu --quantize $q > "$work/rank_$name.jsonl" 2> "$work/rank_$name.err"
   check "--quantize $q runs" test $? -eq 0
 done
 check "int8 and int4 rank the responses as fp32 does (Spearman)" python3 - "$work" <<'PY'
@@ -92,12 +96,14 @@ def spearman(a, b):
     cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
     return cov / (sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb)) ** 0.5
 f = load("none")
-s8, s4 = spearman(f, load("int8")), spearman(f, load("int4"))
-print(f"Spearman with fp32 over {len(f)} sequences: int8 {s8:.4f}, int4 (group 128) {s4:.4f}")
-assert s8 >= 0.99 and s4 >= 0.88, (s8, s4)
+s8, s4, s4g32 = spearman(f, load("int8")), spearman(f, load("int4")), spearman(f, load("int4groupsize32"))
+rtn = spearman(f, load("int4calibrationsamples0"))
+print(f"Spearman with fp32 over {len(f)} sequences: int8 {s8:.4f}, int4 GPTQ {s4:.4f} (group 128), "
+      f"{s4g32:.4f} (group 32), int4 rounded to nearest {rtn:.4f} (group 128)")
+assert s8 >= 0.99 and s4 >= 0.95 and s4g32 >= 0.95 and s4 > rtn, (s8, s4, s4g32, rtn)
 assert load("int8") != f  # the weights did change
 PY
-grep -q "8 linear matrices quantised to int4 in groups of 128" "$work/rank_int4.err"
+grep "8 linear matrices quantised to int4 in groups of 128" "$work/rank_int4.err" | grep -q "GPTQ over 8192 calibration tokens"
 check "the quantisation is reported" test $? -eq 0
 
 # Errors.
