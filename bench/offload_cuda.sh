@@ -20,27 +20,14 @@ verl=${VERL:-$root/build/bin/verl}
 python=${PYTHON:-python3}
 work=${WORK:-$root/out/offload_cuda/$shape}
 ratios=${RATIOS:-0 0.3 1.0}
-mkdir -p "$work"
-data=$root/out/grpo_bench
-[ -f "$data/train.jsonl" ] || "$python" "$root/tools/bench/make_grpo_bench_data.py" "$data" || exit 1
-model=$root/out/models/$shape
-if [ ! -f "$model/config.json" ]; then
-  "$verl" init-model --config "$root/tests/fixtures/configs/$shape.json" --tokenizer "$data/tokenizer" \
-    --out "$model" || exit 1
-fi
-cd "$root" || exit 1
+mkdir -p "$work" && work=$(cd "$work" && pwd)
+# shellcheck source=bench/grpo_lib.sh
+. "$root/bench/grpo_lib.sh"
+model=$(grpo_model "$shape") || exit 1
 for r in $ratios; do
-  "$verl" bench grpo-step configs/examples/grpo_qwen2_5_0_5b_h200.yaml actor_rollout_ref.model.path="$model" \
+  grpo_run "$work" "$r" configs/examples/grpo_qwen2_5_0_5b_h200.yaml actor_rollout_ref.model.path="$model" \
     trainer.default_local_dir="$work/run_$r" actor_rollout_ref.actor_offload_ratio="$r" "$@" \
-    --warmup "${WARMUP:-1}" --steps "${STEPS:-2}" > "$work/$r.out" 2> "$work/$r.err"
-  rc=$?
-  line=$(grep -m1 '^{"bench"' "$work/$r.out")
-  if [ $rc -ne 0 ] || [ -z "$line" ]; then
-    err=$(grep -m1 -i 'error' "$work/$r.err" | tr -d '"\\' | cut -c1-400)
-    line="{\"bench\": \"grpo_step\", \"error\": \"exit $rc: $err\"}"
-  fi
-  echo "$line" > "$work/$r.json"
-  echo "$line"
+    --warmup "${WARMUP:-1}" --steps "${STEPS:-2}"
 done
 "$python" - "$work" "$shape" $ratios <<'PY'
 import json, os, sys

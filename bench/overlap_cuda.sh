@@ -10,7 +10,9 @@
 # Settings (SETTINGS, default all four): grpo (GRPO, switches off), grpo_pipe (+ token_level_pipeline),
 # ppo (PPO with a critic, off), ppo_all (+ token_level_pipeline + critic_actor_overlap).
 # Environment: VERL, PYTHON, STEPS (default 2), WARMUP (default 1), LENGTH_DIST (default
-# lognormal:300:1024), WORK (default out/overlap_cuda/SHAPE).
+# lognormal:300:1024), WORK (default out/overlap_cuda/SHAPE). From the 1.5B shape up, PPO's actor,
+# critic and reference leave no KV cache under the config's gpu_memory_utilization=0.5: pass
+# actor_rollout_ref.rollout.gpu_memory_utilization=0.8.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 shape=${1:?usage: bench/overlap_cuda.sh SHAPE [key=value ...]}
@@ -19,15 +21,10 @@ verl=${VERL:-$root/build/bin/verl}
 python=${PYTHON:-python3}
 work=${WORK:-$root/out/overlap_cuda/$shape}
 settings=${SETTINGS:-grpo grpo_pipe ppo ppo_all}
-mkdir -p "$work"
-data=$root/out/grpo_bench
-[ -f "$data/train.jsonl" ] || "$python" "$root/tools/bench/make_grpo_bench_data.py" "$data" || exit 1
-model=$root/out/models/$shape
-if [ ! -f "$model/config.json" ]; then
-  "$verl" init-model --config "$root/tests/fixtures/configs/$shape.json" --tokenizer "$data/tokenizer" \
-    --out "$model" || exit 1
-fi
-cd "$root" || exit 1
+mkdir -p "$work" && work=$(cd "$work" && pwd)
+# shellcheck source=bench/grpo_lib.sh
+. "$root/bench/grpo_lib.sh"
+model=$(grpo_model "$shape") || exit 1
 long=(data.max_response_length=1024 actor_rollout_ref.rollout.response_length=1024)
 ppo=(algorithm.adv_estimator=gae critic.model.path="$model" critic.ppo_max_token_len_per_gpu=8192
   critic.model.enable_gradient_checkpointing=false)
@@ -40,18 +37,9 @@ for s in $settings; do
     ppo_all) args=("${ppo[@]}" "${on[@]}" trainer.critic_actor_overlap=true) ;;
     *) echo "unknown setting $s" >&2; exit 2 ;;
   esac
-  "$verl" bench grpo-step configs/examples/grpo_qwen2_5_0_5b_h200.yaml actor_rollout_ref.model.path="$model" \
+  grpo_run "$work" "$s" configs/examples/grpo_qwen2_5_0_5b_h200.yaml actor_rollout_ref.model.path="$model" \
     trainer.default_local_dir="$work/run_$s" "${long[@]}" "${args[@]}" "$@" \
-    --length-dist "${LENGTH_DIST:-lognormal:300:1024}" --warmup "${WARMUP:-1}" --steps "${STEPS:-2}" \
-    > "$work/$s.out" 2> "$work/$s.err"
-  rc=$?
-  line=$(grep -m1 '^{"bench"' "$work/$s.out")
-  if [ $rc -ne 0 ] || [ -z "$line" ]; then
-    err=$(grep -m1 -i 'error' "$work/$s.err" | tr -d '"\\' | cut -c1-400)
-    line="{\"bench\": \"grpo_step\", \"error\": \"exit $rc: $err\"}"
-  fi
-  echo "$line" > "$work/$s.json"
-  echo "$line"
+    --length-dist "${LENGTH_DIST:-lognormal:300:1024}" --warmup "${WARMUP:-1}" --steps "${STEPS:-2}"
 done
 "$python" - "$work" "$shape" $settings <<'PY'
 import json, os, sys
