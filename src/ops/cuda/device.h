@@ -47,24 +47,54 @@ struct CudaContext {
   bool unsplit_k() const { return verl::unsplit_k(numerics); }
 };
 
-// A typed device allocation of n elements. Move-only. upload/download are synchronous
-// (setup and tests); hot paths use cudaMemcpyAsync on the context's stream.
-template <typename T>
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t n) : n_(n) {
-    if (n_ == 0) return;
-    VERL_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p_), n_ * sizeof(T)));
-    note_device_memory(static_cast<int64_t>(bytes()));
+namespace detail {
+
+// Where the two owned buffers below get their bytes: acquire() throws naming the size, release()
+// never throws (destructors call it); both keep the memory counters of core/device.h.
+struct DeviceAlloc {
+  static void* acquire(size_t bytes) {
+    void* p = nullptr;
+    VERL_CUDA_CHECK(cudaMalloc(&p, bytes));
+    note_device_memory(static_cast<int64_t>(bytes));
+    return p;
   }
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
-  ~DeviceBuffer() { reset(); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& o) noexcept
-      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+  static void release(void* p, size_t bytes) noexcept {
+    cudaFree(p);  // errors surface on the next call
+    note_device_memory(-static_cast<int64_t>(bytes));
+  }
+};
+struct PinnedAlloc {
+  static void* acquire(size_t bytes) {
+    void* p = nullptr;
+    const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      VERL_CUDA_REQUIRE(false, "cannot pin " + std::to_string(bytes) + " bytes of host memory (" +
+                                   cudaGetErrorString(e) + "); lower the offload ratio or free host memory");
+    }
+    note_pinned_memory(static_cast<int64_t>(bytes));
+    return p;
+  }
+  static void release(void* p, size_t bytes) noexcept {
+    cudaFreeHost(p);
+    note_pinned_memory(-static_cast<int64_t>(bytes));
+  }
+};
+
+// n elements of T from Alloc, owned: move-only, released on destruction or reset().
+template <typename T, typename Alloc>
+class OwnedBuffer {
+ public:
+  OwnedBuffer() = default;
+  explicit OwnedBuffer(size_t n) {
+    if (n > 0) p_ = static_cast<T*>(Alloc::acquire(n * sizeof(T)));
+    n_ = n;
+  }
+  ~OwnedBuffer() { reset(); }
+  OwnedBuffer(const OwnedBuffer&) = delete;
+  OwnedBuffer& operator=(const OwnedBuffer&) = delete;
+  OwnedBuffer(OwnedBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  OwnedBuffer& operator=(OwnedBuffer&& o) noexcept {
     if (this != &o) {
       reset();
       p_ = std::exchange(o.p_, nullptr);
@@ -77,85 +107,48 @@ class DeviceBuffer {
   const T* data() const { return p_; }
   size_t size() const { return n_; }
   size_t bytes() const { return n_ * sizeof(T); }
+  void reset() {
+    if (p_ != nullptr) Alloc::release(p_, bytes());
+    p_ = nullptr;
+    n_ = 0;
+  }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+}  // namespace detail
+
+// A typed device allocation of n elements (cudaMalloc). Move-only. upload/download are synchronous
+// (setup and tests); hot paths use cudaMemcpyAsync on the context's stream.
+template <typename T>
+class DeviceBuffer : public detail::OwnedBuffer<T, detail::DeviceAlloc> {
+ public:
+  using Base = detail::OwnedBuffer<T, detail::DeviceAlloc>;
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t n) : Base(n) {}
+  explicit DeviceBuffer(const std::vector<T>& host) : Base(host.size()) { upload(host); }
 
   void upload(const std::vector<T>& host) {
-    VERL_CUDA_REQUIRE(host.size() == n_, "DeviceBuffer::upload: " + std::to_string(host.size()) +
-                                             " elements into a buffer of " + std::to_string(n_));
-    copy_to_device(p_, host.data(), bytes());
+    VERL_CUDA_REQUIRE(host.size() == this->size(), "DeviceBuffer::upload: " + std::to_string(host.size()) +
+                                                       " elements into a buffer of " + std::to_string(this->size()));
+    copy_to_device(this->data(), host.data(), this->bytes());
   }
   std::vector<T> download() const {
-    std::vector<T> host(n_);
-    copy_to_host(host.data(), p_, bytes());
+    std::vector<T> host(this->size());
+    copy_to_host(host.data(), this->data(), this->bytes());
     return host;
   }
   void zero(cudaStream_t stream) {
-    if (n_ > 0) VERL_CUDA_CHECK(cudaMemsetAsync(p_, 0, bytes(), stream));
+    if (this->size() > 0) VERL_CUDA_CHECK(cudaMemsetAsync(this->data(), 0, this->bytes(), stream));
   }
-  void reset() {
-    if (p_ != nullptr) {
-      cudaFree(p_);  // no throw from a destructor; errors surface on next call
-      note_device_memory(-static_cast<int64_t>(bytes()));
-    }
-    p_ = nullptr;
-    n_ = 0;
-  }
-
- private:
-  T* p_ = nullptr;
-  size_t n_ = 0;
 };
 
 // A typed page-locked host allocation of n elements (cudaHostAlloc), which copies on a stream
-// overlap with kernels only from: the offloaded training state. Move-only; counted in
-// pinned_host_memory().
+// overlap with kernels only from: the offloaded training state. Counted in pinned_host_memory().
 template <typename T>
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  explicit PinnedBuffer(size_t n) : n_(n) {
-    if (n_ == 0) return;
-    const cudaError_t e = cudaHostAlloc(reinterpret_cast<void**>(&p_), bytes(), cudaHostAllocDefault);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
-      p_ = nullptr;
-      const size_t asked = bytes();
-      n_ = 0;
-      VERL_CUDA_REQUIRE(false, "cannot pin " + std::to_string(asked) + " bytes of host memory (" +
-                                   cudaGetErrorString(e) + "); lower the offload ratio or free host memory");
-    }
-    note_pinned_memory(static_cast<int64_t>(bytes()));
-  }
-  ~PinnedBuffer() { reset(); }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  PinnedBuffer(PinnedBuffer&& o) noexcept
-      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-    if (this != &o) {
-      reset();
-      p_ = std::exchange(o.p_, nullptr);
-      n_ = std::exchange(o.n_, 0);
-    }
-    return *this;
-  }
-
-  T* data() { return p_; }
-  const T* data() const { return p_; }
-  size_t size() const { return n_; }
-  size_t bytes() const { return n_ * sizeof(T); }
-  void reset() {
-    if (p_ != nullptr) {
-      cudaFreeHost(p_);
-      note_pinned_memory(-static_cast<int64_t>(bytes()));
-    }
-    p_ = nullptr;
-    n_ = 0;
-  }
-
- private:
-  T* p_ = nullptr;
-  size_t n_ = 0;
-};
+using PinnedBuffer = detail::OwnedBuffer<T, detail::PinnedAlloc>;
 
 // Bump allocator over one device allocation, the GPU twin of verl::Arena: a phase reserves its
 // arena once, takes 256-byte aligned slices, and resets it as a whole.
