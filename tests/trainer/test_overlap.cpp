@@ -24,8 +24,8 @@ namespace fs = std::filesystem;
 const std::string kRoot = VERL_SOURCE_DIR;
 
 // PPO with a critic, the reference policy (KL loss) and two mini-batches (so old_log_prob runs),
-// responses of long-tailed lengths, small forward micro-batches so that several fill while the
-// rollout still runs.
+// responses of long-tailed lengths, a rollout of few sequences at a time and small forward
+// micro-batches, so that several fill while the rollout still runs.
 config::Config overlap_config(const std::string& out, std::vector<std::string> extra) {
   std::vector<std::string> o = {
       "actor_rollout_ref.model.path=" + kRoot + "/assets/demo/model",
@@ -43,6 +43,9 @@ config::Config overlap_config(const std::string& out, std::vector<std::string> e
       "actor_rollout_ref.rollout.length_dist.type=lognormal",
       "actor_rollout_ref.rollout.length_dist.mean=24",
       "actor_rollout_ref.rollout.length_dist.sigma=1.2",
+      // Four sequences decode at a time: the rollout runs in waves, so the first samples finish
+      // long before the last ones start.
+      "actor_rollout_ref.rollout.max_num_seqs=4",
       "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=448",
       "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=448",
       "critic.forward_max_token_len_per_gpu=448",
