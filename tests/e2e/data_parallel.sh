@@ -4,7 +4,8 @@
 # response_length/mean, actor/pg_loss and actor/grad_norm within 1e-4 relative and the exported
 # model's log-probs within 1e-5; the same launched with torchrun-style variables (TCP, no MPI), with
 # ZeRO-1 and ZeRO-2 (gradients reduced in buckets
-# during backward), without balance_batch, and for PPO with a critic (with ZeRO 0, 1 and 2); a
+# during backward), without balance_batch, for PPO with a critic (with ZeRO 0, 1 and 2) and with
+# trainer.one_step_off_policy; a
 # checkpoint saved at 2 ranks
 # resumed at 1 and the reverse; kill -9 of one rank (the job ends, the dead rank is named, the last
 # checkpoint resumes); a stuck rank (the other times out after nccl_timeout); a rank count that disagrees with trainer.nnodes x n_gpus_per_node.
@@ -178,6 +179,13 @@ run 2 "$work/ppo_zero1" "${ppo[@]}" actor_rollout_ref.actor.zero_stage=1 critic.
 check "PPO with ZeRO-1 on actor and critic = 1 process" compare "$work/ppo_one" "$work/ppo_zero1" 1,2 "${keys[@]}" critic/vf_loss critic/grad_norm
 run 2 "$work/ppo_zero2" "${ppo[@]}" actor_rollout_ref.actor.zero_stage=2 critic.zero_stage=2
 check "PPO with ZeRO-2 on actor and critic = 1 process" compare "$work/ppo_one" "$work/ppo_zero2" 1,2 "${keys[@]}" critic/vf_loss critic/grad_norm
+
+# One-step-off policy (each step trains on the rollout the step before started from its weights,
+# generated on a thread beside that step): 2 ranks = 1 process, staleness included.
+osp=(trainer.one_step_off_policy=true trainer.total_training_steps=3 trainer.test_freq=-1 trainer.save_freq=-1)
+run 1 "$work/osp_one" "${osp[@]}"
+run 2 "$work/osp_two" "${osp[@]}"
+check "one-step-off: 2 ranks = 1 process" compare "$work/osp_one" "$work/osp_two" 1,2,3 "${keys[@]}" rollout/staleness
 
 # Checkpoint at 2 ranks, resume at 1, and the reverse: step 3 as in the uninterrupted run.
 run 2 "$work/ckpt_21" trainer.total_training_steps=2 trainer.save_freq=2 trainer.test_freq=-1
