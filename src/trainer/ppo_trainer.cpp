@@ -686,7 +686,14 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
       max_seqs = mbs.value_or(16);
       max_tokens = max_seqs * longest;
     }
-    reward_model_ = std::make_unique<RewardModel>(device_, std::move(rm_weights), rm_path, max_tokens, max_seqs);
+    bool rm_offload = cfg_.get<bool>("reward_model.model.fsdp_config.param_offload");
+    if (rm_offload && device_ != Device::Cuda) {
+      log::warn("reward_model.model.fsdp_config.param_offload: trainer.device=cpu keeps the reward model in host memory "
+                "already; nothing to offload");
+      rm_offload = false;
+    }
+    reward_model_ = std::make_unique<RewardModel>(device_, std::move(rm_weights), rm_path, max_tokens, max_seqs,
+                                                  rm_offload);
     log::info("reward model: {} ({}, {} parameters) on {}, {} tokens / {} sequences a forward{}", rm_path,
               reward_model_->config().architecture, reward_model_->parameter_count(), to_string(device_),
               max_tokens, max_seqs, rm_tok_ ? ", inputs re-rendered with its chat template" : "");

@@ -20,7 +20,7 @@ void require_reward_model(const model::ModelConfig& cfg, const std::string& dir)
 }
 
 RewardModel::RewardModel(Device device, model::Weights weights, const std::string& dir,
-                         int64_t max_tokens, int64_t max_seqs)
+                         int64_t max_tokens, int64_t max_seqs, bool offload)
     : dir_(dir), max_tokens_(max_tokens), max_seqs_(max_seqs) {
   require_reward_model(weights.config, dir);
   VERL_CHECK(max_tokens > 0 && max_seqs > 0,
@@ -31,6 +31,7 @@ RewardModel::RewardModel(Device device, model::Weights weights, const std::strin
   po.trainable = false;
   po.max_tokens = max_tokens;
   po.max_seqs = max_seqs;
+  po.offload.params = offload ? 1.0 : 0.0;
   policy_ = make_policy(device, std::move(weights), po);
 }
 
@@ -48,6 +49,7 @@ std::vector<float> RewardModel::score(const std::vector<std::vector<int32_t>>& s
       VERL_CHECK(seqs[i][t] >= 0 && seqs[i][t] < vocab, "{}: token {} is id {}, outside {}'s vocabulary [0, {})",
                  name, t, seqs[i][t], dir_, vocab);
   }
+  policy_->wake();  // offloaded weights come up for this call
   std::vector<float> scores;
   scores.reserve(seqs.size());
   std::vector<std::vector<int32_t>> group;
@@ -70,6 +72,7 @@ std::vector<float> RewardModel::score(const std::vector<std::vector<int32_t>>& s
   }
   flush();
   policy_->release_activations();
+  policy_->sleep();
   return scores;
 }
 

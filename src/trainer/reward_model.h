@@ -20,8 +20,10 @@ namespace verl::trainer {
 class RewardModel {
  public:
   // `dir` names the model in errors. A sequence longer than max_tokens is an error naming it.
+  // `offload` (reward_model.model.fsdp_config.param_offload, GPU): the bf16 weights stay in pinned host
+  // memory and come to the device for each score() call only.
   RewardModel(Device device, model::Weights weights, const std::string& dir, int64_t max_tokens,
-              int64_t max_seqs);
+              int64_t max_seqs, bool offload = false);
   // One score per sequence, in order. Every sequence is checked first (not empty, within the token
   // budget, every id inside the vocabulary); an error names it by where[i] (e.g. "file:line"), or
   // by its index without `where`.
