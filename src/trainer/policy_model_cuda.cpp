@@ -111,13 +111,11 @@ class CudaPolicy final : public PolicyModel {
   }
 
  protected:
+  // As after construction: no host copy kept (weights() downloads one when asked).
   void on_restore(std::vector<float>& weights) override {
-    if (state_->trainable()) {
-      host_.data = std::move(weights);  // equal to the fp32 master copy just uploaded
-      host_steps_ = state_->steps();
-    } else {
-      host_steps_ = -1;
-    }
+    (void)weights;
+    std::vector<float>().swap(host_.data);
+    host_steps_ = -1;
   }
 
  private:

@@ -17,7 +17,7 @@ using ops::cuda::bf16;
 using ops::cuda::DeviceBuffer;
 
 namespace {
-// A share of n elements as a count rounded to 256 (the staging pointers stay aligned).
+// A share of n elements as a count of elements, rounded up to a multiple of 256 (at most n).
 int64_t offloaded_elems(double share, int64_t n) {
   VERL_CHECK(share >= 0 && share <= 1, "offload share {} is outside 0..1", share);
   const int64_t k = static_cast<int64_t>(std::llround(share * static_cast<double>(n)) + 255) / 256 * 256;
