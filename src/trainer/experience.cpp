@@ -161,7 +161,7 @@ BalanceResult balance_across_ranks(Experience& exp, const std::vector<data::Samp
   // Every rank's rows' lengths (prompt + response), in rank order: the global batch's rows.
   std::vector<int64_t> mine(static_cast<size_t>(B)), seqlens(static_cast<size_t>(B * world));
   for (int64_t b = 0; b < B; ++b)
-    mine[b] = static_cast<int64_t>(exp.sample[b]->prompt_ids.size() + exp.response[b].size());
+    mine[b] = exp.tokens(b);
   comm.all_gather<int64_t>(mine, seqlens);
   BalanceResult out;
   data::RankBalance rb = data::balance_across_ranks(seqlens, world);

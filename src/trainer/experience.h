@@ -35,6 +35,10 @@ struct Experience {
   std::vector<float> old_log_prob, ref_log_prob, values;        // [B, L] (empty when unused)
   std::vector<float> advantages, returns;                       // [B, L]
   Shape shape() const { return {B, L}; }
+  // Row b's prompt + response tokens (its sequence's length in a packed batch).
+  int64_t tokens(int64_t b) const {
+    return static_cast<int64_t>(sample[b]->prompt_ids.size() + response[b].size());
+  }
 };
 
 // Rows `idx` of the experience packed as one micro-batch. Response token j of row rows()[i] sits

@@ -67,18 +67,21 @@ AdamWConfig optim_config(const config::Config& cfg, const std::string& prefix, d
   return oc;
 }
 
-// A trained model's offload (optim::OffloadConfig): `ratio` of its master weights and moments in
-// pinned host memory (actor_rollout_ref.actor_offload_ratio, the seed's knob), and verl's
-// `<fsdp>param_offload` / `optimizer_offload` switches, each the whole of its part. The CPU state
-// lives in host memory already: the keys change nothing there, and say so.
+// A model's offload (optim::OffloadConfig): `ratio` of its master weights and moments in pinned
+// host memory (`ratio_key`, actor_rollout_ref.actor_offload_ratio, the seed's knob; null for the
+// models without one), and verl's `<fsdp>param_offload` / `optimizer_offload` switches (the latter
+// where the section has it), each the whole of its part. On the CPU a model lives in host memory
+// already: the keys change nothing there, and say so.
 optim::OffloadConfig offload_config(const config::Config& cfg, Device device, const std::string& fsdp, double ratio,
                                     const char* ratio_key) {
   optim::OffloadConfig o;
   o.params = cfg.get<bool>(fsdp + "param_offload") ? 1.0 : ratio;
-  o.optimizer = cfg.get<bool>(fsdp + "optimizer_offload") ? 1.0 : ratio;
+  const bool has_optimizer = cfg.has(fsdp + "optimizer_offload");
+  o.optimizer = has_optimizer && cfg.get<bool>(fsdp + "optimizer_offload") ? 1.0 : ratio;
   if (device != Device::Cuda && o.any()) {
-    log::warn("{} / {}param_offload / {}optimizer_offload: trainer.device=cpu keeps the whole training state in "
-              "host memory already; nothing to offload", ratio_key, fsdp, fsdp);
+    log::warn("{}{}param_offload{}: trainer.device=cpu keeps the model in host memory already; nothing to offload",
+              ratio_key ? fmt::format("{} / ", ratio_key) : "", fsdp,
+              has_optimizer ? fmt::format(" / {}optimizer_offload", fsdp) : "");
     return {};
   }
   return o;
@@ -577,7 +580,7 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
     const MicroBatchPlan plan = plan_micro_batches(cfg_, n_, comm_->world_size(), /*update=*/true, "critic.", "critic.");
     co.max_tokens = plan.max_tokens;
     co.max_seqs = plan.max_seqs;
-    co.offload = offload_config(cfg_, device_, "critic.model.fsdp_config.", 0.0, "critic.model.fsdp_config");
+    co.offload = offload_config(cfg_, device_, "critic.model.fsdp_config.", 0.0, nullptr);
     critic_.emplace();
     critic_->base_lr = co.optim.lr;
     critic_->schedule = lr_schedule(cfg_, "critic", total_steps_);
@@ -620,8 +623,7 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
     ro.max_tokens = plan.max_tokens;
     ro.max_seqs = plan.max_seqs;
     // ref.fsdp_config.param_offload: the bf16 weights on the host, on the device for the ref pass only.
-    ro.offload = offload_config(cfg_, device_, "actor_rollout_ref.ref.fsdp_config.", 0.0,
-                                "actor_rollout_ref.ref.fsdp_config");
+    ro.offload = offload_config(cfg_, device_, "actor_rollout_ref.ref.fsdp_config.", 0.0, nullptr);
     model::Weights ref_weights = actor_weights;
     quantize_as_configured(cfg_, "actor_rollout_ref.ref.", ref_weights, "reference policy");
     ref_ = build_policy(device_, std::move(ref_weights), ro, "reference policy",
@@ -686,12 +688,7 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
       max_seqs = mbs.value_or(16);
       max_tokens = max_seqs * longest;
     }
-    bool rm_offload = cfg_.get<bool>("reward_model.model.fsdp_config.param_offload");
-    if (rm_offload && device_ != Device::Cuda) {
-      log::warn("reward_model.model.fsdp_config.param_offload: trainer.device=cpu keeps the reward model in host memory "
-                "already; nothing to offload");
-      rm_offload = false;
-    }
+    const bool rm_offload = offload_config(cfg_, device_, "reward_model.model.fsdp_config.", 0.0, nullptr).params > 0;
     reward_model_ = std::make_unique<RewardModel>(device_, std::move(rm_weights), rm_path, max_tokens, max_seqs,
                                                   rm_offload);
     log::info("reward model: {} ({}, {} parameters) on {}, {} tokens / {} sequences a forward{}", rm_path,
@@ -1016,7 +1013,7 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
     if (pipe->ref) ref_->wake();
     piper.emplace(
         [&](int64_t b) {
-          const int64_t t = static_cast<int64_t>(exp.sample[b]->prompt_ids.size() + exp.response[b].size());
+          const int64_t t = exp.tokens(b);
           const bool full = (pipe->max_tokens > 0 && pending_tokens + t > pipe->max_tokens) ||
                             (pipe->max_seqs > 0 && static_cast<int64_t>(pending.size()) >= pipe->max_seqs);
           if (full && !pending.empty()) {
@@ -1167,13 +1164,13 @@ void PpoTrainer::score_with_reward_model(Experience& exp) {
 
 std::vector<std::vector<int64_t>> PpoTrainer::micro_batches(const Experience& exp, const std::vector<int64_t>& idx,
                                                             bool dynamic, int64_t max_tokens,
-                                                            int64_t max_seqs, bool across_ranks) const {
+                                                            int64_t max_seqs) const {
   std::vector<std::vector<int64_t>> out;
   if (dyn_batch_) {
     // data.dynamic_batch: the sampler's budget (at most this pass's token key), samples outside the
     // length bounds left out (their masks are zero: drop_by_length).
     std::vector<int64_t> lens;
-    for (int64_t b : idx) lens.push_back(static_cast<int64_t>(exp.sample[b]->prompt_ids.size() + exp.response[b].size()));
+    for (int64_t b : idx) lens.push_back(exp.tokens(b));
     data::DpMax dp_max;
     if (comm_->world_size() > 1) dp_max = [this](int64_t n) { return comm_->max(n); };
     for (const auto& part : dyn_batch_->pack(lens, max_tokens, dp_max).micro_batches) {
@@ -1187,7 +1184,7 @@ std::vector<std::vector<int64_t>> PpoTrainer::micro_batches(const Experience& ex
     // by Karmarkar-Karp.
     std::vector<int64_t> lens;
     for (int64_t b : idx) {
-      lens.push_back(static_cast<int64_t>(exp.sample[b]->prompt_ids.size() + exp.response[b].size()));
+      lens.push_back(exp.tokens(b));
       VERL_CHECK(lens.back() <= max_tokens,
                  "a sequence of {} tokens exceeds the micro-batch token budget {} (ppo_max_token_len_per_gpu, "
                  "or for a forward-only pass log_prob_max_token_len_per_gpu / forward_max_token_len_per_gpu)",
@@ -1195,7 +1192,7 @@ std::vector<std::vector<int64_t>> PpoTrainer::micro_batches(const Experience& ex
     }
     data::MicroBatchOptions mo;
     mo.max_token_len = max_tokens;
-    if (across_ranks && comm_->world_size() > 1) mo.dp_max = [this](int64_t n) { return comm_->max(n); };
+    if (comm_->world_size() > 1) mo.dp_max = [this](int64_t n) { return comm_->max(n); };
     for (const auto& part : data::rearrange_micro_batches(lens, mo).micro_batches) {
       out.emplace_back();
       for (int64_t i : part) out.back().push_back(idx[i]);
@@ -1398,16 +1395,22 @@ void PpoTrainer::record_device_memory(metrics::Metrics& m, const char* phase, si
   m.set(std::string("perf/device_memory_peak_gib/") + phase, static_cast<double>(std::max(peak, in_use)) / kGiB);
 }
 
+bool PpoTrainer::needs_old_log_prob(int64_t rows, int64_t staleness) const {
+  if (rollout_corr_.bypass_mode) return false;  // the rollout's log-probs serve as the old ones
+  const std::string a = "actor_rollout_ref.actor.";
+  const int64_t mini = cfg_.get<int64_t>(a + "ppo_mini_batch_size") * n_ / comm_->world_size();
+  // A rollout from older weights (one-step-off) is never on-policy.
+  const bool on_policy = staleness == 0 && cfg_.get<int64_t>(a + "ppo_epochs") == 1 && mini >= rows;
+  return !on_policy || kl_ctrl_.has_value() || rollout_corr_.corrects();
+}
+
 PpoTrainer::TokenPipeline PpoTrainer::pipeline_plan(int64_t rows) const {
   TokenPipeline p;
   if (!token_pipeline_) return p;
-  const std::string a = "actor_rollout_ref.actor.";
-  const int64_t mini = cfg_.get<int64_t>(a + "ppo_mini_batch_size") * n_ / comm_->world_size();
-  const bool on_policy = cfg_.get<int64_t>(a + "ppo_epochs") == 1 && mini >= rows;
   // The actor's pass shares its stream with the GPU rollout (which captures graphs on it), and a
   // ZeRO-3 model gathers its weights with collectives: those passes run after generation.
-  p.old_log_prob = !rollout_corr_.bypass_mode && (!on_policy || kl_ctrl_.has_value() || rollout_corr_.corrects()) &&
-                   device_ == Device::Cpu && actor_.model->state().weight_source() == nullptr;
+  p.old_log_prob = needs_old_log_prob(rows, /*staleness=*/0) && device_ == Device::Cpu &&
+                   actor_.model->state().weight_source() == nullptr;
   p.ref = ref_ != nullptr;
   p.values = critic_.has_value() && critic_->model->state().weight_source() == nullptr;
   // One micro-batch fits every pass: the smallest of their token budgets and sequence counts.
@@ -1634,7 +1637,7 @@ void PpoTrainer::add_data_metrics(const Experience& exp, metrics::Metrics& m) co
 void PpoTrainer::drop_by_length(Experience& exp, metrics::Metrics& m) const {
   int64_t dropped = 0;
   for (int64_t b = 0; b < exp.B; ++b) {
-    if (dyn_batch_->keeps(static_cast<int64_t>(exp.sample[b]->prompt_ids.size() + exp.response[b].size()))) continue;
+    if (dyn_batch_->keeps(exp.tokens(b))) continue;
     std::fill_n(exp.mask.begin() + b * exp.L, exp.L, 0.0f);
     ++dropped;
   }
@@ -1709,15 +1712,11 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
   // sees a dropped sample's tokens, while its score stays in its group's baseline.
   if (dyn_batch_) drop_by_length(exp, m);
 
-  const int64_t mini = cfg_.get<int64_t>("actor_rollout_ref.actor.ppo_mini_batch_size") * n_ / comm_->world_size();
-  // A rollout from older weights (one-step-off) is never on-policy: its old log-probs are recomputed.
-  const bool on_policy =
-      staleness == 0 && cfg_.get<int64_t>("actor_rollout_ref.actor.ppo_epochs") == 1 && mini >= exp.B;
   const bool use_kl_in_reward = kl_ctrl_.has_value();
   if (rollout_corr_.bypass_mode) {
     // verl's apply_bypass_mode: the rollout's log-probs are the old policy's (no recomputation).
     exp.old_log_prob = exp.rollout_log_prob;
-  } else if (!on_policy || use_kl_in_reward || rollout_corr_.corrects()) {
+  } else if (needs_old_log_prob(exp.B, staleness)) {
     auto s = timer.scope("old_log_prob");
     comm_->set_stage("old_log_prob");
     (void)take_tracked_device_peak();
@@ -1850,7 +1849,7 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
     if (token_pipeline_) m.set(std::string("timing_s/") + stage + "_overlap_gen", timer.overlap("gen", stage));
   if (critic_actor_overlap_ && critic_) m.set("timing_s/update_critic_overlap_actor", timer.overlap("update_actor", "update_critic"));
   int64_t total_tokens = 0;
-  for (int64_t b = 0; b < exp.B; ++b) total_tokens += static_cast<int64_t>(exp.sample[b]->prompt_ids.size() + exp.response[b].size());
+  for (int64_t b = 0; b < exp.B; ++b) total_tokens += exp.tokens(b);
   // verl's perf/throughput: tokens of the global batch / (step time x world size).
   metrics::add_throughput(m, comm_->sum(total_tokens), timer.seconds("step"), comm_->world_size());
   m.set("training/global_step", static_cast<double>(global_step_));

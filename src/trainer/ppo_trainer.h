@@ -150,16 +150,19 @@ class PpoTrainer {
   // The two updates of a step: the critic's (when warm-up allows both) beside the actor's on a
   // thread of its own with trainer.critic_actor_overlap and one process, else one after the other.
   void run_updates(Experience& exp, metrics::Metrics& m, metrics::StageTimer& timer);
+  // Whether a step of `rows` samples recomputes the old log-probs with the actor: not in bypass mode
+  // (the rollout's serve), else when the update is not fully on-policy (several mini-batches or
+  // epochs, or a rollout `staleness` updates old), the reward carries a KL penalty, or rollout
+  // correction compares the two.
+  bool needs_old_log_prob(int64_t rows, int64_t staleness) const;
   // Which passes trainer.token_level_pipeline runs during generation this step (none when off).
   TokenPipeline pipeline_plan(int64_t rows) const;
   // The token pipeline's worker: runs `pipe`'s passes on the rows in `rows` (one micro-batch).
   void run_pipelined(TokenPipeline& pipe, const Experience& exp, std::vector<int64_t> rows, metrics::StageTimer& timer);
-  // Micro-batches of `idx` (token budget or sequence count). across_ranks: every data-parallel
-  // rank gets as many (a collective); false packs this rank's alone (the token pipeline's worker,
-  // which must not call collectives).
+  // Micro-batches of `idx` (token budget or sequence count); every data-parallel rank gets as many
+  // (a collective).
   std::vector<std::vector<int64_t>> micro_batches(const Experience& exp, const std::vector<int64_t>& idx,
-                                                  bool dynamic, int64_t max_tokens, int64_t max_seqs,
-                                                  bool across_ranks = true) const;
+                                                  bool dynamic, int64_t max_tokens, int64_t max_seqs) const;
   void add_data_metrics(const Experience& exp, metrics::Metrics& m) const;
   // data.dynamic_batch: zeroes the response mask of samples outside its length bounds
   // (dynamic_batch/dropped_samples).
