@@ -7,8 +7,9 @@
 #
 #   bench/overlap_cuda.sh SHAPE [key=value ...]
 #
-# Settings (SETTINGS, default all four): grpo (GRPO, switches off), grpo_pipe (+ token_level_pipeline),
-# ppo (PPO with a critic, off), ppo_all (+ token_level_pipeline + critic_actor_overlap).
+# Settings (SETTINGS, default all six): grpo (GRPO, switches off), grpo_pipe (+ token_level_pipeline),
+# ppo (PPO with a critic, off), ppo_pipe (+ token_level_pipeline), ppo_critic (+ critic_actor_overlap),
+# ppo_all (+ both).
 # Environment: VERL, PYTHON, STEPS (default 2), WARMUP (default 1), LENGTH_DIST (default
 # lognormal:300:1024), WORK (default out/overlap_cuda/SHAPE). From the 1.5B shape up, PPO's actor,
 # critic and reference leave no KV cache under the config's gpu_memory_utilization=0.5: pass
@@ -20,7 +21,7 @@ shift
 verl=${VERL:-$root/build/bin/verl}
 python=${PYTHON:-python3}
 work=${WORK:-$root/out/overlap_cuda/$shape}
-settings=${SETTINGS:-grpo grpo_pipe ppo ppo_all}
+settings=${SETTINGS:-grpo grpo_pipe ppo ppo_pipe ppo_critic ppo_all}
 mkdir -p "$work" && work=$(cd "$work" && pwd)
 # shellcheck source=bench/grpo_lib.sh
 . "$root/bench/grpo_lib.sh"
@@ -34,6 +35,8 @@ for s in $settings; do
     grpo) args=() ;;
     grpo_pipe) args=("${on[@]}") ;;
     ppo) args=("${ppo[@]}") ;;
+    ppo_pipe) args=("${ppo[@]}" "${on[@]}") ;;
+    ppo_critic) args=("${ppo[@]}" trainer.critic_actor_overlap=true) ;;
     ppo_all) args=("${ppo[@]}" "${on[@]}" trainer.critic_actor_overlap=true) ;;
     *) echo "unknown setting $s" >&2; exit 2 ;;
   esac

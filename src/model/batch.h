@@ -13,6 +13,11 @@ struct PackedBatch {
   std::vector<int32_t> cu_seqlens;  // [B+1], cu_seqlens[0] = 0
   std::vector<int32_t> positions;   // [T]
   std::vector<int32_t> targets;     // [T]
+  // The rows whose log-prob and entropy the caller reads (strictly increasing, in [0, T)); empty:
+  // every row. A hint for the LM head: the GPU model runs it on these rows only and writes 0 at
+  // the others (a PPO pass reads only the positions that predict response tokens, about half of
+  // a batch); the CPU model computes every row.
+  std::vector<int32_t> head_rows;
 
   static PackedBatch from_sequences(const std::vector<std::vector<int32_t>>& seqs);
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }

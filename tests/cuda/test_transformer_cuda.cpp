@@ -336,6 +336,71 @@ TEST_F(CudaTransformerTest, RecomputeAndForwardOnlyMatchThePlainModel) {
   }
 }
 
+// The LM head on the batch's head rows only (a PPO pass's response positions): those rows' log-probs
+// and entropies equal the whole-batch forward's (the head's GEMM may pick another algorithm for
+// fewer rows: within 1e-5), the other rows hold 0, and the gradients of a loss on those rows equal
+// the whole-batch ones (the other rows' d_h is exactly 0 either way).
+TEST_F(CudaTransformerTest, HeadRowsMatchTheWholeBatchHead) {
+  for (const bool keep_probs : {false, true})
+  for (const std::string name : {"qwen2", "llama3"}) {
+    SCOPED_TRACE(name + (keep_probs ? " (LM head keeps p)" : " (LM head recomputes logits)"));
+    model::Weights w = model::Weights::load(kGoldenDir + name);
+    model::PackedBatch b = model::PackedBatch::from_sequences(load_sequences(name));
+    const int64_t T = b.num_tokens();
+    // The second half of each sequence but its last token, as PackedResponses marks responses.
+    model::PackedBatch h = b;
+    for (int64_t s = 0; s < b.num_seqs(); ++s) {
+      const int32_t lo = b.cu_seqlens[s], hi = b.cu_seqlens[s + 1];
+      for (int32_t r = lo + (hi - lo) / 2; r < hi - 1; ++r) h.head_rows.push_back(r);
+    }
+    ASSERT_GT(h.head_rows.size(), 0u);
+    ASSERT_LT(static_cast<int64_t>(h.head_rows.size()), T);
+    std::vector<float> d_lp(T, 0.0f), d_ent(T, 0.0f);
+    for (size_t i = 0; i < h.head_rows.size(); ++i) {
+      d_lp[h.head_rows[i]] = 1.0f + 0.01f * static_cast<float>(i % 7);
+      d_ent[h.head_rows[i]] = 0.3f;
+    }
+    CudaTransformerOptions o{T, b.num_seqs(), 5, true, false};
+    o.lm_head_keep_probs = keep_probs;
+    GpuModel whole_m(ctx(), w, o), rows_m(ctx(), w, o);
+    whole_m.tf.forward(b, 1.0f);
+    whole_m.tf.backward_host(d_lp.data(), d_ent.data());
+    rows_m.tf.forward(h, 1.0f);
+    rows_m.tf.backward_host(d_lp.data(), d_ent.data());
+    const std::vector<float> lp0 = whole_m.tf.download_logprob(), lp1 = rows_m.tf.download_logprob();
+    const std::vector<float> e0 = whole_m.tf.download_entropy(), e1 = rows_m.tf.download_entropy();
+    std::vector<char> is_head(static_cast<size_t>(T), 0);
+    for (int32_t r : h.head_rows) is_head[r] = 1;
+    double dlp = 0, dent = 0;
+    int64_t nonzero_outside = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      if (is_head[t]) {
+        dlp = std::max(dlp, std::fabs(double(lp0[t]) - lp1[t]));
+        dent = std::max(dent, std::fabs(double(e0[t]) - e1[t]));
+      } else {
+        nonzero_outside += lp1[t] != 0.0f || e1[t] != 0.0f;
+      }
+    }
+    const std::vector<float> g0 = whole_m.grads(), g1 = rows_m.grads();
+    double worst = 0;
+    for (const model::ParamInfo& p : w.layout.params) {
+      const double e = rel_max_err(g1, g0, p.offset, p.numel);
+      worst = std::max(worst, e);
+      EXPECT_LE(e, 5e-3) << name << ": " << p.name;  // a bf16 rounding of d_h may flip
+    }
+    std::printf("%s keep_probs=%d: %zu of %lld rows in the head, max |dlogprob| %.3g, max |dentropy| "
+                "%.3g, worst gradient rel err %.3g\n",
+                name.c_str(), int(keep_probs), h.head_rows.size(), static_cast<long long>(T), dlp,
+                dent, worst);
+    EXPECT_LE(dlp, 1e-5);
+    EXPECT_LE(dent, 1e-5);
+    EXPECT_EQ(nonzero_outside, 0);
+    model::PackedBatch bad = h;
+    std::swap(bad.head_rows[0], bad.head_rows[1]);
+    EXPECT_THROW(rows_m.tf.forward(bad, 1.0f), verl::Error);
+  }
+}
+
 // The critic: the value head on the GPU against the transformers dump (values and every
 // gradient of sum(values)) and the CPU model (same bf16-rounded weights).
 TEST_F(CudaTransformerTest, CriticValuesAndGradientsMatchTransformersAndCpu) {

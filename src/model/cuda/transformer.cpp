@@ -123,12 +123,24 @@ CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::ModelConfi
     take(logprob_, T);
     take(entropy_, T);
     take(lse_head_, T);
+    if (causal) {
+      take(head_rows_, T);
+      take(targets_head_, T);
+      take(h_head_, T * C);
+      take(logprob_head_, T);
+      take(entropy_head_, T);
+    }
     if (NL > 0) take(values_, T * NL);
     if (!opts_.trainable) return;  // the rest is for backward
     if (NL > 0) take(d_values_, T * NL);
     if (keep_probs) take(lm_probs_, T * cfg_.vocab_size);
     take(d_lp_, T);
     take(d_ent_, T);
+    if (causal) {
+      take(d_lp_head_, T);
+      take(d_ent_head_, T);
+      take(d_h_head_, T * C);
+    }
     take(d_x_, T * C);
     take(d_xn_, T * C);
     take(d_act_, T * F);
@@ -250,13 +262,40 @@ void CudaTransformer::forward(const model::PackedBatch& b, float temperature, bo
     return;
   }
   mark("lm_head_fwd");
+  // The head on the batch's head_rows alone when they are fewer than T: gathered in, scattered
+  // out with 0 at the other rows.
+  const auto n_rows = static_cast<int64_t>(b.head_rows.size());
+  n_head_ = n_rows > 0 && n_rows < T ? n_rows : 0;
+  if (n_head_ > 0) {
+    for (int64_t i = 0; i < n_head_; ++i) {
+      VERL_CUDA_REQUIRE(b.head_rows[i] >= 0 && b.head_rows[i] < T &&
+                            (i == 0 || b.head_rows[i] > b.head_rows[i - 1]),
+                        "CudaTransformer::forward: head_rows must be strictly increasing rows of "
+                        "the batch (entry " + std::to_string(i) + " is " +
+                            std::to_string(b.head_rows[i]) + ", " + std::to_string(T) + " rows)");
+    }
+    VERL_CUDA_CHECK(cudaMemcpyAsync(head_rows_, b.head_rows.data(), n_head_ * 4,
+                                    cudaMemcpyHostToDevice, s));
+    gather_rows(ctx_, h_head_, h_final_, head_rows_, n_head_, C);
+    gather_rows(ctx_, targets_head_, targets_, head_rows_, n_head_, 1);
+  }
+  const int64_t Th = n_head_ > 0 ? n_head_ : T;
+  const bf16* h = n_head_ > 0 ? h_head_ : h_final_;
+  const int32_t* tg = n_head_ > 0 ? targets_head_ : targets_;
+  float* lp = n_head_ > 0 ? logprob_head_ : logprob_;
+  float* ent = n_head_ > 0 ? entropy_head_ : entropy_;
   if (lm_probs_ != nullptr && for_backward) {
-    lm_head_forward_keep_probs(ctx_, logprob_, entropy_, lse_head_, lm_probs_, h_final_,
-                               W(lm_param_), targets_, T, C, V, temperature, chunk_, lm_scratch_,
-                               lm_scratch_bytes_);
+    lm_head_forward_keep_probs(ctx_, lp, ent, lse_head_, lm_probs_, h, W(lm_param_), tg, Th, C, V,
+                               temperature, chunk_, lm_scratch_, lm_scratch_bytes_);
   } else {
-    lm_head_forward(ctx_, logprob_, entropy_, lse_head_, h_final_, W(lm_param_), targets_, T, C, V,
-                    temperature, chunk_, lm_scratch_, lm_scratch_bytes_);
+    lm_head_forward(ctx_, lp, ent, lse_head_, h, W(lm_param_), tg, Th, C, V, temperature, chunk_,
+                    lm_scratch_, lm_scratch_bytes_);
+  }
+  if (n_head_ > 0) {
+    VERL_CUDA_CHECK(cudaMemsetAsync(logprob_, 0, T * sizeof(float), s));
+    VERL_CUDA_CHECK(cudaMemsetAsync(entropy_, 0, T * sizeof(float), s));
+    scatter_rows(ctx_, logprob_, logprob_head_, head_rows_, n_head_, 1);
+    scatter_rows(ctx_, entropy_, entropy_head_, head_rows_, n_head_, 1);
   }
   if (dumping) {
     dump("lm_head.logprob", -1, logprob_, T, 0);
@@ -383,15 +422,34 @@ void CudaTransformer::backward(const float* d_logprob, const float* d_entropy) {
   mark("memset_bwd");
   VERL_CUDA_CHECK(cudaMemsetAsync(d_h, 0, T * C * sizeof(bf16), ctx_.stream));
   mark("lm_head_bwd");
+  // With head rows the head's backward runs on the compact rows (their d_logprob / d_entropy
+  // gathered) and its d_h is scattered into the full d_h, zero at the other rows.
+  const int64_t n = n_head_, Th = n > 0 ? n : T;
+  bf16* d_hh = d_h;
+  const bf16* h = h_final_;
+  const int32_t* tg = targets_;
+  const float* ent = entropy_;
+  if (n > 0) {
+    if (d_logprob) gather_rows(ctx_, d_lp_head_, d_logprob, head_rows_, n, 1);
+    if (d_entropy) gather_rows(ctx_, d_ent_head_, d_entropy, head_rows_, n, 1);
+    d_logprob = d_logprob ? d_lp_head_ : nullptr;
+    d_entropy = d_entropy ? d_ent_head_ : nullptr;
+    d_hh = d_h_head_;
+    VERL_CUDA_CHECK(cudaMemsetAsync(d_hh, 0, n * C * sizeof(bf16), ctx_.stream));
+    h = h_head_;
+    tg = targets_head_;
+    ent = entropy_head_;
+  }
   if (lm_probs_ != nullptr) {
-    lm_head_backward_from_probs(ctx_, d_h, G(lm_param_), d_logprob, d_entropy, lm_probs_,
-                                h_final_, W(lm_param_), targets_, entropy_, T, C, V, temperature_,
-                                chunk_, lm_scratch_, lm_scratch_bytes_);
+    lm_head_backward_from_probs(ctx_, d_hh, G(lm_param_), d_logprob, d_entropy, lm_probs_, h,
+                                W(lm_param_), tg, ent, Th, C, V, temperature_, chunk_, lm_scratch_,
+                                lm_scratch_bytes_);
   } else {
-    lm_head_backward(ctx_, d_h, G(lm_param_), d_logprob, d_entropy, h_final_, W(lm_param_),
-                     targets_, lse_head_, entropy_, T, C, V, temperature_, chunk_, lm_scratch_,
+    lm_head_backward(ctx_, d_hh, G(lm_param_), d_logprob, d_entropy, h, W(lm_param_), tg,
+                     lse_head_, ent, Th, C, V, temperature_, chunk_, lm_scratch_,
                      lm_scratch_bytes_);
   }
+  if (n > 0) scatter_rows(ctx_, d_h, d_hh, head_rows_, n, C);
   backward_trunk(d_h);
 }
 

@@ -181,6 +181,14 @@ class CudaTransformer {
   float *d_q_ = nullptr, *d_k_ = nullptr, *d_v_ = nullptr;
   bf16 *d_q_bf_ = nullptr, *d_k_bf_ = nullptr, *d_qpre_ = nullptr, *d_kpre_ = nullptr;
   bf16* lm_probs_ = nullptr;  // [max_tokens, V] kept p (trainable with lm_head_keep_probs)
+  // The LM head on the batch's head_rows only (model/batch.h): their indices, the final hidden
+  // states, targets and outputs gathered to [n_head_, ...], and the backward's compact inputs and
+  // d_h. n_head_ = 0: the last forward ran the head on every row.
+  int64_t n_head_ = 0;
+  int32_t *head_rows_ = nullptr, *targets_head_ = nullptr;
+  bf16 *h_head_ = nullptr, *d_h_head_ = nullptr;
+  float *logprob_head_ = nullptr, *entropy_head_ = nullptr, *d_lp_head_ = nullptr,
+        *d_ent_head_ = nullptr;
   void* lm_scratch_ = nullptr;
   size_t lm_scratch_bytes_ = 0;
   std::unique_ptr<ops::cuda::SectionTimer> timer_;  // null unless profiling

@@ -191,6 +191,61 @@ void pack_qkv(const CudaContext& ctx, bf16* d_qkv, const bf16* d_q, const bf16* 
 }
 
 namespace {
+
+// One block row per indexed row; the row moves as 16-byte words when its bytes and both bases
+// allow, else element by element. Scatter = gather with the index on the other side.
+template <typename W, bool kScatter>
+__global__ void rows_kernel(W* __restrict__ out, const W* __restrict__ in,
+                            const int32_t* __restrict__ rows, int64_t words) {
+  const int64_t i = blockIdx.x;
+  const int64_t r = rows[i];
+  W* dst = out + (kScatter ? r : i) * words;
+  const W* src = in + (kScatter ? i : r) * words;
+  for (int64_t j = threadIdx.x; j < words; j += blockDim.x) dst[j] = src[j];
+}
+
+template <bool kScatter, typename T>
+void move_rows(const CudaContext& ctx, T* out, const T* in, const int32_t* rows, int64_t n,
+               int64_t width) {
+  if (n <= 0 || width <= 0) return;
+  const int64_t bytes = width * static_cast<int64_t>(sizeof(T));
+  const bool wide = bytes % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
+                    reinterpret_cast<uintptr_t>(in) % 16 == 0;
+  const int threads = 128;
+  if (wide) {
+    rows_kernel<uint4, kScatter><<<static_cast<unsigned>(n), threads, 0, ctx.stream>>>(
+        reinterpret_cast<uint4*>(out), reinterpret_cast<const uint4*>(in), rows, bytes / 16);
+  } else {
+    rows_kernel<T, kScatter><<<static_cast<unsigned>(n), threads, 0, ctx.stream>>>(out, in, rows,
+                                                                                    width);
+  }
+  VERL_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void gather_rows(const CudaContext& ctx, bf16* out, const bf16* in, const int32_t* rows, int64_t n,
+                 int64_t width) {
+  move_rows<false>(ctx, out, in, rows, n, width);
+}
+void gather_rows(const CudaContext& ctx, float* out, const float* in, const int32_t* rows, int64_t n,
+                 int64_t width) {
+  move_rows<false>(ctx, out, in, rows, n, width);
+}
+void gather_rows(const CudaContext& ctx, int32_t* out, const int32_t* in, const int32_t* rows,
+                 int64_t n, int64_t width) {
+  move_rows<false>(ctx, out, in, rows, n, width);
+}
+void scatter_rows(const CudaContext& ctx, bf16* out, const bf16* in, const int32_t* rows, int64_t n,
+                  int64_t width) {
+  move_rows<true>(ctx, out, in, rows, n, width);
+}
+void scatter_rows(const CudaContext& ctx, float* out, const float* in, const int32_t* rows,
+                  int64_t n, int64_t width) {
+  move_rows<true>(ctx, out, in, rows, n, width);
+}
+
+namespace {
 __global__ void spin_kernel(uint64_t ns) {
   uint64_t t0 = 0, t = 0;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));

@@ -36,6 +36,20 @@ void rope_backward_pack_qkv(const CudaContext& ctx, bf16* d_qkv, const float* d_
                             const float* d_v, const int32_t* pos, const float* inv_freq, int64_t T,
                             int64_t H, int64_t Hkv, int64_t D);
 
+// Rows of row-major matrices by index (rows: device int32 [n], each in range): gather_rows writes
+// out[i, :] = in[rows[i], :] for i < n; scatter_rows writes out[rows[i], :] = in[i, :] and leaves
+// out's other rows as they are. `width` elements a row. Copies, no arithmetic: bit for bit.
+void gather_rows(const CudaContext& ctx, bf16* out, const bf16* in, const int32_t* rows, int64_t n,
+                 int64_t width);
+void gather_rows(const CudaContext& ctx, float* out, const float* in, const int32_t* rows, int64_t n,
+                 int64_t width);
+void gather_rows(const CudaContext& ctx, int32_t* out, const int32_t* in, const int32_t* rows,
+                 int64_t n, int64_t width);
+void scatter_rows(const CudaContext& ctx, bf16* out, const bf16* in, const int32_t* rows, int64_t n,
+                  int64_t width);
+void scatter_rows(const CudaContext& ctx, float* out, const float* in, const int32_t* rows,
+                  int64_t n, int64_t width);
+
 // Keeps the stream busy for about `microseconds` of GPU time (a one-thread kernel polling the
 // global timer). Profiling puts one before a step so the host enqueues the whole step while the
 // GPU waits: the events between kernels then time the kernels, not the launch gaps.
