@@ -116,6 +116,20 @@ class PolicyModel {
     return nullptr;
   }
 
+  // A frozen copy of the weights the rollout reads, for a rollout that runs beside training
+  // (trainer.one_step_off_policy): the CUDA policy copies its bf16 weights on the device and gives
+  // the copy a stream, cuBLASLt handle and workspace of its own, so the next step's generation
+  // runs on the GPU while this step's update rewrites the originals. nullptr: the caller snapshots
+  // weights() on the host (the CPU rollout).
+  class RolloutSnapshot {
+   public:
+    virtual ~RolloutSnapshot() = default;
+    virtual std::unique_ptr<rollout::StepRunner> make_rollout_runner(
+        const rollout::SchedulerConfig& sched, const RolloutRunnerOptions& opts) = 0;
+    virtual size_t device_bytes() const = 0;
+  };
+  virtual std::unique_ptr<RolloutSnapshot> rollout_snapshot() { return nullptr; }
+
   // The plan's limits (0: none) and the device memory this model holds (0 on CPU).
   virtual int64_t max_tokens() const { return 0; }
   virtual int64_t max_seqs() const { return 0; }

@@ -101,6 +101,41 @@ class CudaPolicy final : public PolicyModel {
         session_.ctx(), host_.config, host_.layout, state_->weights_bf16(), sched, ro);
   }
 
+  // The bf16 weights copied on this policy's stream (after the work already queued on it, such as
+  // the last update's AdamW) into a buffer that the snapshot's own session reads.
+  class Snapshot final : public RolloutSnapshot {
+   public:
+    Snapshot(const ops::cuda::CudaContext& from, const model::Weights& host, const ops::cuda::bf16* w,
+             Numerics numerics)
+        : config_(host.config), layout_(host.layout), numerics_(numerics),
+          w_(static_cast<size_t>(host.layout.total)) {
+      VERL_CUDA_CHECK(cudaMemcpyAsync(w_.data(), w, w_.bytes(), cudaMemcpyDeviceToDevice, from.stream));
+      VERL_CUDA_CHECK(cudaStreamSynchronize(from.stream));
+    }
+    std::unique_ptr<rollout::StepRunner> make_rollout_runner(const rollout::SchedulerConfig& sched,
+                                                             const RolloutRunnerOptions& opts) override {
+      rollout::cuda::CudaRunnerOptions ro;
+      ro.kv_blocks = sched.num_blocks;
+      ro.gpu_memory_utilization = opts.gpu_memory_utilization;
+      ro.enforce_eager = opts.enforce_eager;
+      ro.numerics = numerics_;
+      return std::make_unique<rollout::cuda::CudaModelRunner>(session_.ctx(), config_, layout_, w_.data(),
+                                                              sched, ro);
+    }
+    size_t device_bytes() const override { return w_.bytes(); }
+
+   private:
+    model::ModelConfig config_;
+    model::ParamLayout layout_;
+    Numerics numerics_;
+    ops::cuda::CudaSession session_;
+    ops::cuda::DeviceBuffer<ops::cuda::bf16> w_;
+  };
+  std::unique_ptr<RolloutSnapshot> rollout_snapshot() override {
+    VERL_CHECK(state_->weights_bf16() != nullptr, "rollout_snapshot: the policy's weights are asleep");
+    return std::make_unique<Snapshot>(session_.ctx(), host_, state_->weights_bf16(), numerics_);
+  }
+
   int64_t max_tokens() const override { return tf_->options().max_tokens; }
   int64_t max_seqs() const override { return tf_->options().max_seqs; }
   size_t device_bytes() const override { return state_->device_bytes() + tf_->device_bytes(); }

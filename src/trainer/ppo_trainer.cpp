@@ -483,7 +483,8 @@ struct PpoTrainer::Prefetch {
   std::vector<data::Sample> local;  // this rank's share (the experience's samples point here)
   int64_t first = 0;
   int64_t weights_step = 0;          // training steps whose updates the snapshot holds
-  model::Weights weights;            // the snapshot the rollout reads
+  model::Weights weights;            // the snapshot the rollout reads (CPU)
+  std::unique_ptr<PolicyModel::RolloutSnapshot> snapshot;  // the GPU's, on its own stream
   Experience exp;
   metrics::StageTimer timer;
   std::exception_ptr error;
@@ -772,8 +773,6 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
   one_step_off_ = cfg_.get<bool>("trainer.one_step_off_policy");
   if (one_step_off_) {
     const std::string k = "trainer.one_step_off_policy";
-    VERL_CHECK(device_ == Device::Cpu, "{}=true runs on trainer.device=cpu for now: on one GPU the rollout "
-               "would need its own copy of the bf16 weights and its own stream beside training (not built)", k);
     VERL_CHECK(!cfg_.get<bool>("algorithm.filter_groups.enable"), "{}=true with algorithm.filter_groups: dynamic "
                "sampling takes further batches from the loader inside a step, which the next step's rollout has "
                "already taken; turn one of them off", k);
@@ -963,9 +962,11 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
   ro.gpu_memory_utilization = cfg_.get<double>("actor_rollout_ref.rollout.gpu_memory_utilization");
   ro.enforce_eager = cfg_.get<bool>("actor_rollout_ref.rollout.enforce_eager");
   std::unique_ptr<rollout::StepRunner> runner =
-      opts.weights ? nullptr : actor_.model->make_rollout_runner(ec.scheduler, ro);
+      opts.snapshot ? opts.snapshot->make_rollout_runner(ec.scheduler, ro)
+      : opts.weights ? nullptr
+                     : actor_.model->make_rollout_runner(ec.scheduler, ro);
   std::optional<FullWeights> full;  // ZeRO-3: the rollout reads whole weights, gathered here
-  if (!runner && !opts.weights && !actor_.model->state().has_full_weights()) {
+  if (!runner && !opts.weights && !opts.snapshot && !actor_.model->state().has_full_weights()) {
     auto s = timer.scope("reshard");
     full.emplace(*actor_.model, reshard_bucket_);
   }
@@ -1880,15 +1881,19 @@ void PpoTrainer::start_prefetch() {
   auto [local, first] = rank_share(p->batch.samples);
   p->local = std::move(local);
   p->first = first;
-  // A copy: this step's update changes the actor's weights in place while the rollout reads these.
-  p->weights = actor_.model->weights();
+  // A copy: this step's update changes the actor's weights in place while the rollout reads these
+  // (on the GPU a device copy with a stream of its own, so generation and the update share the
+  // device; on the CPU a host copy).
+  p->snapshot = actor_.model->rollout_snapshot();
+  if (!p->snapshot) p->weights = actor_.model->weights();
   p->weights_step = global_step_;
   const int64_t step = global_step_ + 2;  // the step these samples are for
   Prefetch* raw = p.get();
   raw->timer.reset();
   raw->thread = std::thread([this, raw, step] {
     try {
-      generate(raw->local, raw->first, raw->exp, raw->timer, {.weights = &raw->weights, .step = step});
+      generate(raw->local, raw->first, raw->exp, raw->timer,
+               {.weights = raw->snapshot ? nullptr : &raw->weights, .snapshot = raw->snapshot.get(), .step = step});
     } catch (...) {
       raw->error = std::current_exception();
     }

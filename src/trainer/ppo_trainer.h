@@ -106,6 +106,8 @@ class PpoTrainer {
     // The rollout's weights (one-step-off's snapshot; null: the actor's own) and the training step
     // the samples are for (0: the next one, global_step_ + 1): the sampling seeds' key.
     const model::Weights* weights = nullptr;
+    // The GPU's snapshot (PolicyModel::rollout_snapshot) in place of `weights`.
+    PolicyModel::RolloutSnapshot* snapshot = nullptr;
     int64_t step = 0;
   };
   void generate(const std::vector<data::Sample>& samples, int64_t first_index, Experience& exp,

@@ -378,5 +378,54 @@ TEST_F(TrainerCudaTest, OffloadedRunMatchesResidentRun) {
   }
 }
 
+// trainer.one_step_off_policy on the GPU: the next step's rollout runs from a device copy of the
+// weights on its own stream while the step trains. Step 1 generates its own batch (staleness 0,
+// the plain run's step: the same samples and loss); steps 2 and 3 train on a rollout one update
+// old (staleness 1, rollout/weights_step 0 then 1), so the rollout's log-probs differ from the
+// recomputed old ones by an update, where step 1's agree to the matched numerics' precision.
+TEST_F(TrainerCudaTest, OneStepOffPolicyOnTheGpu) {
+  const fs::path tmp = fs::temp_directory_path() / "verl_test_trainer_one_step_off";
+  fs::remove_all(tmp);
+  const std::string plain_dir = (tmp / "plain").string(), off_dir = (tmp / "off").string();
+  const std::vector<std::string> common = {"trainer.save_freq=-1", "trainer.test_freq=-1",
+                                           "trainer.val_before_train=false", "trainer.total_training_steps=3"};
+  {
+    trainer::PpoTrainer t(demo_config(plain_dir, "cuda", common));
+    t.fit();
+  }
+  {
+    std::vector<std::string> o = common;
+    o.push_back("trainer.one_step_off_policy=true");
+    trainer::PpoTrainer t(demo_config(off_dir, "cuda", o));
+    t.fit();
+    EXPECT_EQ(t.global_step(), 3);
+  }
+  const auto p = read_metrics(plain_dir), o = read_metrics(off_dir);
+  ASSERT_EQ(p.size(), 3u);
+  ASSERT_EQ(o.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(o[i]["rollout/staleness"].get<double>(), i == 0 ? 0.0 : 1.0) << "step " << i + 1;
+    EXPECT_EQ(o[i]["rollout/weights_step"].get<double>(), i == 0 ? 0.0 : static_cast<double>(i - 1))
+        << "step " << i + 1;
+    ASSERT_TRUE(o[i].contains("timing_s/gen_wait")) << "step " << i + 1;
+  }
+  for (const char* k : {"critic/score/mean", "response_length/mean"})
+    EXPECT_EQ(o[0][k].get<double>(), p[0][k].get<double>()) << k;
+  EXPECT_NEAR(o[0]["actor/pg_loss"].get<double>(), p[0]["actor/pg_loss"].get<double>(),
+              1e-5 * std::fabs(p[0]["actor/pg_loss"].get<double>()) + 1e-9);
+  const double own = o[0]["training/rollout_probs_diff_max"].get<double>();
+  std::printf("one-step-off on the GPU: rollout vs old log-prob max diff %.3g (step 1), %.3g, %.3g (steps 2, 3); "
+              "gen_wait %.3f s, %.3f s\n",
+              own, o[1]["training/rollout_probs_diff_max"].get<double>(),
+              o[2]["training/rollout_probs_diff_max"].get<double>(), o[1]["timing_s/gen_wait"].get<double>(),
+              o[2]["timing_s/gen_wait"].get<double>());
+  for (size_t i = 1; i < 3; ++i) {
+    EXPECT_GT(o[i]["training/rollout_probs_diff_max"].get<double>(), 10 * std::max(own, 1e-6))
+        << "step " << i + 1 << ": the rollout looks on-policy";
+    // The plain run's rollouts are on-policy at every step.
+    EXPECT_LT(p[i]["training/rollout_probs_diff_max"].get<double>(), 10 * std::max(own, 1e-6)) << "step " << i + 1;
+  }
+}
+
 }  // namespace
 }  // namespace verl::ops::cuda::test
