@@ -7,7 +7,8 @@
 #
 #   bench/overlap_cuda.sh SHAPE [key=value ...]
 #
-# Settings (SETTINGS, default all six): grpo (GRPO, switches off), grpo_pipe (+ token_level_pipeline),
+# Settings (SETTINGS, default all seven): grpo (GRPO, switches off), grpo_pipe (+ token_level_pipeline),
+# grpo_osp (+ one_step_off_policy: the next step's rollout beside this step's training),
 # ppo (PPO with a critic, off), ppo_pipe (+ token_level_pipeline), ppo_critic (+ critic_actor_overlap),
 # ppo_all (+ both).
 # Environment: VERL, PYTHON, STEPS (default 2), WARMUP (default 1), LENGTH_DIST (default
@@ -21,7 +22,7 @@ shift
 verl=${VERL:-$root/build/bin/verl}
 python=${PYTHON:-python3}
 work=${WORK:-$root/out/overlap_cuda/$shape}
-settings=${SETTINGS:-grpo grpo_pipe ppo ppo_pipe ppo_critic ppo_all}
+settings=${SETTINGS:-grpo grpo_pipe grpo_osp ppo ppo_pipe ppo_critic ppo_all}
 mkdir -p "$work" && work=$(cd "$work" && pwd)
 # shellcheck source=bench/grpo_lib.sh
 . "$root/bench/grpo_lib.sh"
@@ -34,6 +35,7 @@ for s in $settings; do
   case $s in
     grpo) args=() ;;
     grpo_pipe) args=("${on[@]}") ;;
+    grpo_osp) args=(trainer.one_step_off_policy=true) ;;
     ppo) args=("${ppo[@]}") ;;
     ppo_pipe) args=("${ppo[@]}" "${on[@]}") ;;
     ppo_critic) args=("${ppo[@]}" trainer.critic_actor_overlap=true) ;;
@@ -57,6 +59,9 @@ for s, v in r.items():
     row = {"step_s": round(v["step_s"], 3), "phase_s": {k: round(x, 3) for k, x in v["phase_s"].items()},
            "gpu_idle_share": m.get("perf/gpu_idle_share"), "response_length_mean": m.get("response_length/mean"),
            "response_length_max": m.get("response_length/max")}
+    for k in ("timing_s/gen_wait", "rollout/staleness"):
+        if k in m:
+            row[k.split("/", 1)[1]] = round(m[k], 3)
     for k, x in m.items():
         if k.endswith("_overlap_gen") or k.endswith("_overlap_actor"):
             row[k.split("/", 1)[1]] = round(x, 3)

@@ -57,8 +57,8 @@ std::vector<std::string> length_dist_overrides(const std::string& spec) {
   return o;
 }
 
-constexpr const char* kStages[] = {"gen",   "reward",        "old_log_prob", "ref",  "values",
-                                   "adv",   "update_critic", "update_actor", "grad_sync", "step"};
+constexpr const char* kStages[] = {"gen", "gen_wait", "reward", "old_log_prob", "ref", "values",
+                                   "adv", "update_critic", "update_actor", "grad_sync", "step"};
 
 int run_grpo_step(const GrpoOpts& o) {
   VERL_CHECK(o.steps >= 1, "--steps must be >= 1, got {}", o.steps);
