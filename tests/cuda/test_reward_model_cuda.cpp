@@ -15,6 +15,7 @@
 #include "core/rng.h"
 #include "model/quantize.h"
 #include "model/weights.h"
+#include "ops/cuda/quant_linear.h"
 #include "test_util.h"
 #include "trainer/reward_model.h"
 

@@ -468,8 +468,9 @@ void quant_linear_forward(const CudaContext& ctx, bf16* y, const bf16* x, const 
                     detail::shape_str(op, {T, K, N, w.rows, w.cols}) +
                         " = (T, K, N, rows, cols): the matrix must be [N, K]");
   if (T == 0) return;
-  // int4 chunks of 8 inputs must sit in one group for the fused kernel's per-chunk scale.
-  const bool fusable = w.bits == 8 || w.group % 8 == 0;
+  // int4 chunks of 8 inputs must sit in one group for the fused kernel's per-chunk scale (a row
+  // of one group, group = K after model::quantize_matrix's clamp, has no boundary to straddle).
+  const bool fusable = w.bits == 8 || w.group % 8 == 0 || w.groups() == 1;
   bool fused = path == QuantPath::Fused ||
                (path == QuantPath::Auto && (T <= fused_max_tokens || scratch == nullptr));
   if (!fusable) {

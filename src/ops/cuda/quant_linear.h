@@ -23,8 +23,8 @@
 //            where the GEMM is compute-bound and cuBLASLt's kernels beat the fused one. Memory:
 //            one matrix of scratch, shared by every layer.
 // Auto takes Fused up to fused_max_tokens tokens (or when no scratch is given) and Dequant above.
-// int4 with a group that is not a multiple of 8 always takes Dequant (a fused 8-weight chunk must
-// sit in one group).
+// int4 with a group that is not a multiple of 8 (and more than one group a row) always takes
+// Dequant (a fused 8-weight chunk must sit in one group).
 #pragma once
 
 #include <cstdint>
