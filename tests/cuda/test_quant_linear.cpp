@@ -1,8 +1,8 @@
 // quant_linear_forward (ops/cuda/quant_linear.h) against the CPU reference: model::quantize_matrix
 // then model::dequantize_matrix, and an fp64 matmul over the same bf16-rounded inputs and bias.
 // int8, int4 in groups of 128 and of 32, short last groups, odd K (an int4 row's last byte half
-// used), a group that is not a multiple of 8 (the Dequant path only); T in {1, 3, 16, 100, 600}
-// (both fused tile configurations, with and without the k split) through both paths.
+// used), a group that is not a multiple of 8 (the Dequant path only); T in {1, 3, 16, 30, 100, 600}
+// (the three fused tile configurations, with and without the k split) through both paths.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -135,7 +135,7 @@ const std::vector<Case> kCases = {
 
 TEST_F(QuantLinear, MatchesTheCpuReferenceOnBothPaths) {
   for (const Case& c : kCases) {
-    for (int64_t T : {1, 3, 16, 100, 600}) {
+    for (int64_t T : {1, 3, 16, 30, 100, 600}) {
       const double fused = check(c, T, QuantPath::Fused);
       const double deq = check(c, T, QuantPath::Dequant);
       std::printf("%-28s T=%-4lld worst error / bound: fused %.3f, dequant+cuBLASLt %.3f\n",

@@ -13,8 +13,10 @@
 //   3. ldmatrix + mma.sync m16n8k16 over the two tiles (mma.cuh's fragment helpers).
 // Two barriers a tile: after the ring's wait (the tile has landed; everyone is done with the
 // previous tile's dequantised weights and ring stage) and after the dequantisation.
-// Configurations: small 16 x 64 tile, 4 warps (1 x 4) of 16 x 16, 4 stages, for T <= 16;
-// mid 64 x 64, 4 warps (2 x 2) of 32 x 32, 3 stages, above. When the grid would not fill the GPU
+// Configurations (tokens x features): small 16 x 64, 4 warps (1 x 4) of 16 x 16, 4 stages, for
+// T <= 16; narrow 32 x 64, 4 warps (2 x 2) of 16 x 32, 4 stages, for T <= 32; mid 64 x 64, 4 warps
+// (2 x 2) of 32 x 32, 3 stages, above. (A token tile larger than T wastes mma work, which is
+// free only while the weights' bytes bound the time.) When the grid would not fill the GPU
 // twice over (few features, few tokens) K is split over blockIdx.z: each split writes its fp32
 // sums to ctx.workspace [split][T][N] and a second kernel adds them in split order, then scale
 // and bias (deterministic).
@@ -64,6 +66,8 @@ struct QuantCfg {
 
 template <int Bits>
 using SmallCfg = QuantCfg<16, 64, 1, 4, 4, Bits>;
+template <int Bits>
+using NarrowCfg = QuantCfg<32, 64, 2, 2, 4, Bits>;
 template <int Bits>
 using MidCfg = QuantCfg<64, 64, 2, 2, 3, Bits>;
 
@@ -414,6 +418,8 @@ template <int Bits>
 void run_fused(const CudaContext& ctx, const QuantArgs& a, const char* what) {
   if (a.T <= SmallCfg<Bits>::kBM) {
     launch_fused<SmallCfg<Bits>>(ctx, a, what);
+  } else if (a.T <= NarrowCfg<Bits>::kBM) {
+    launch_fused<NarrowCfg<Bits>>(ctx, a, what);
   } else {
     launch_fused<MidCfg<Bits>>(ctx, a, what);
   }
