@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,32 @@ TEST_F(RewardModelCudaTest, QuantisedScoresMatchTheCpuModel) {
   expect_quantised_scores_match(w, opt, "int4 g32");
   opt.group = 128;  // one short group a row
   expect_quantised_scores_match(w, opt, "int4 g128");
+}
+
+// param_offload with quantised matrices: the codes and the bf16 rest wait in pinned host memory
+// between score() calls (the device holds only the activations then) and come back for each call
+// with the same bits.
+TEST_F(RewardModelCudaTest, QuantisedOffloadedModelSleepsBetweenPasses) {
+  model::Weights w = model::Weights::load(kRm);
+  model::QuantizeOptions opt;
+  opt.calibration_samples = 0;
+  opt.bits = 4;
+  opt.group = 32;
+  std::vector<model::QuantizedLayer> layers;
+  model::quantize_linear_weights(w, opt, &layers);
+  const auto seqs = random_sequences({1, 5, 17, 64, 3, 120, 33}, w.config.vocab_size, 4);
+  trainer::RewardModel resident(Device::Cuda, w, kRm, 512, 16, false, layers);
+  trainer::RewardModel sleeping(Device::Cuda, w, kRm, 512, 16, true, layers);
+  const std::vector<float> want = resident.score(seqs);
+  for (int pass = 0; pass < 2; ++pass) {
+    const std::vector<float> got = sleeping.score(seqs);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float))) << "pass " << pass;
+  }
+  // Asleep: the weights' and codes' bytes are off the device.
+  EXPECT_LT(sleeping.device_bytes() + 2 * 16 * 1024, resident.device_bytes());
+  std::printf("quantised reward model asleep: %zu device bytes, resident %zu\n", sleeping.device_bytes(),
+              resident.device_bytes());
 }
 
 // A wider model of the golden one's family (random weights; hidden 512, MLP 1536): the shapes of
