@@ -58,17 +58,21 @@ class CudaPolicy final : public PolicyModel {
                opts.max_tokens, opts.max_seqs);
     model::ParamLayout layout = host_.layout;  // of the bf16 weights the model reads
     if (opts.quantized != nullptr) {
-      VERL_CHECK(!opts.trainable && static_cast<int64_t>(opts.quantized->size()) == host_.config.num_hidden_layers,
+      VERL_CHECK(!opts.trainable &&
+                     static_cast<int64_t>(opts.quantized->size()) == host_.config.num_hidden_layers,
                  "internal: quantised linear layers ({} for {} layers) are for forward-only models",
                  opts.quantized->size(), host_.config.num_hidden_layers);
       // Both halves sleep with param_offload: the quantised set's image and the bf16 rest stay in
       // pinned host memory between passes.
-      quant_ = std::make_unique<model::cuda::QuantizedLinears>(*opts.quantized, opts.offload.params > 0);
+      quant_ =
+          std::make_unique<model::cuda::QuantizedLinears>(*opts.quantized, opts.offload.params > 0);
       const model::Weights rest = without_linear_matrices(host_);
       layout = rest.layout;
-      state_ = std::make_unique<optim::cuda::CudaTrainState>(session_.ctx(), rest, false, opts.offload);
+      state_ =
+          std::make_unique<optim::cuda::CudaTrainState>(session_.ctx(), rest, false, opts.offload);
     } else {
-      state_ = std::make_unique<optim::cuda::CudaTrainState>(session_.ctx(), host_, opts.trainable, opts.offload);
+      state_ = std::make_unique<optim::cuda::CudaTrainState>(session_.ctx(), host_, opts.trainable,
+                                                             opts.offload);
     }
     state_->wake();  // a sleeping state is planned with its weights present
     model::cuda::CudaTransformerOptions co;
@@ -130,8 +134,9 @@ class CudaPolicy final : public PolicyModel {
 
   // The host copy is fresh while no optimizer step ran since it was downloaded.
   const model::Weights& weights() override {
-    VERL_CHECK(!quant_, "a quantised model on the GPU keeps no full-precision copy of its linear layers "
-                        "(model/cuda/quantized_linears.h); its weights cannot be read back");
+    VERL_CHECK(!quant_,
+               "a quantised model on the GPU keeps no full-precision copy of its linear layers "
+               "(model/cuda/quantized_linears.h); its weights cannot be read back");
     if (host_steps_ != state_->steps()) {
       host_.data = state_->download_weights();
       host_steps_ = state_->steps();
@@ -141,7 +146,9 @@ class CudaPolicy final : public PolicyModel {
 
   std::unique_ptr<rollout::StepRunner> make_rollout_runner(
       const rollout::SchedulerConfig& sched, const RolloutRunnerOptions& opts) override {
-    VERL_CHECK(!quant_, "internal: the GPU rollout runs on a trained policy's bf16 weights, not a quantised model");
+    VERL_CHECK(
+        !quant_,
+        "internal: the GPU rollout runs on a trained policy's bf16 weights, not a quantised model");
     rollout::cuda::CudaRunnerOptions ro;
     // The scheduler's blocks, capped by gpu_memory_utilization of the device (vLLM's rule: what
     // is in use now, the trainer's state included, counts against the share; kv_sizing.h).

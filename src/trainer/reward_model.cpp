@@ -1,11 +1,11 @@
 #include "trainer/reward_model.h"
 
+#include <fmt/format.h>
+
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 #include "model/batch.h"

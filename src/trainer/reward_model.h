@@ -3,8 +3,8 @@
 // sequence's last token, as transformers' sequence classification reads it for an unpadded
 // sequence. On the CPU the fp32 model (model::Transformer); on the GPU the forward-only bf16 model
 // (the reference policy's path), with its linear layers quantised on the device when it was
-// quantised (model/quantize.h, ops/cuda/quant_linear.h). Sequences are packed into forwards of at most max_tokens tokens
-// and max_seqs sequences.
+// quantised (model/quantize.h, ops/cuda/quant_linear.h). Sequences are packed into forwards of at
+// most max_tokens tokens and max_seqs sequences.
 #pragma once
 
 #include <cstdint>
@@ -22,8 +22,8 @@ namespace verl::trainer {
 class RewardModel {
  public:
   // `dir` names the model in errors. A sequence longer than max_tokens is an error naming it.
-  // `offload` (reward_model.model.fsdp_config.param_offload, GPU): the bf16 weights stay in pinned host
-  // memory and come to the device for each score() call only. `quantized`: the layers' linear
+  // `offload` (reward_model.model.fsdp_config.param_offload, GPU): the bf16 weights stay in pinned
+  // host memory and come to the device for each score() call only. `quantized`: the layers' linear
   // matrices that model::quantize_linear_weights handed back for `weights` (which then hold their
   // dequantised values); the GPU keeps them quantised, the CPU ignores them.
   RewardModel(Device device, model::Weights weights, const std::string& dir, int64_t max_tokens,

@@ -54,8 +54,8 @@ struct Case {
 
 std::string name(const Case& c) {
   return "int" + std::to_string(c.bits) +
-         (c.bits == 4 ? " group " + std::to_string(c.group) : std::string()) + " K=" +
-         std::to_string(c.K) + " N=" + std::to_string(c.N);
+         (c.bits == 4 ? " group " + std::to_string(c.group) : std::string()) +
+         " K=" + std::to_string(c.K) + " N=" + std::to_string(c.N);
 }
 
 // The inputs of one case and the reference: y = x deq(W)^T + b in fp64 over bf16-rounded x, b,
@@ -65,10 +65,11 @@ struct Problem {
   std::vector<float> x, b, want, bound;
 };
 
-// |got - want| <= 1e-4 + 2^-7 |want| + 2^-6 sqrt(sum_k (x_k w_k)^2): one bf16 rounding of the output
-// (half an ulp, 2^-9), plus the bf16 rounding of each dequantised weight (int4, and int8 on the
-// Dequant path: at most 2^-9 of each product, random in sign, so its sum grows with the products'
-// root sum of squares; the bound is over 10 standard deviations of it) and fp32 summation order.
+// |got - want| <= 1e-4 + 2^-7 |want| + 2^-6 sqrt(sum_k (x_k w_k)^2): one bf16 rounding of the
+// output (half an ulp, 2^-9), plus the bf16 rounding of each dequantised weight (int4, and int8 on
+// the Dequant path: at most 2^-9 of each product, random in sign, so its sum grows with the
+// products' root sum of squares; the bound is over 10 standard deviations of it) and fp32 summation
+// order.
 Problem make_problem(const Case& c, int64_t T, uint64_t seed) {
   Problem p;
   const std::vector<float> w = randn(static_cast<size_t>(c.N * c.K), seed, 0.05f);
@@ -102,7 +103,8 @@ class QuantLinear : public CudaTest {
     DeviceQuant dq(p.q);
     DeviceBuffer<bf16> x = upload_bf16(p.x), b = upload_bf16(p.b), y(static_cast<size_t>(T * c.N));
     DeviceBuffer<bf16> scratch(static_cast<size_t>(c.N * c.K));
-    quant_linear_forward(ctx(), y.data(), x.data(), dq.view, b.data(), T, c.K, c.N, scratch.data(), path);
+    quant_linear_forward(ctx(), y.data(), x.data(), dq.view, b.data(), T, c.K, c.N, scratch.data(),
+                         path);
     sync();
     const std::vector<float> got = download_bf16(y);
     const std::string what = name(c) + " T=" + std::to_string(T) +
@@ -153,15 +155,16 @@ TEST_F(QuantLinear, GroupsNotAMultipleOfEightTakeTheDequantPath) {
   const Problem p = make_problem(c, 2, 5);
   DeviceQuant dq(p.q);
   DeviceBuffer<bf16> x = upload_bf16(p.x), y(static_cast<size_t>(2 * c.N));
-  EXPECT_THROW(quant_linear_forward(ctx(), y.data(), x.data(), dq.view, nullptr, 2, c.K, c.N, nullptr,
-                                    QuantPath::Fused),
+  EXPECT_THROW(quant_linear_forward(ctx(), y.data(), x.data(), dq.view, nullptr, 2, c.K, c.N,
+                                    nullptr, QuantPath::Fused),
                Error);
 }
 
 // The dequantisation kernel gives model::dequantize_matrix's fp32 values rounded to bf16, bit
 // for bit (one fp32 product each side).
 TEST_F(QuantLinear, DequantizeIsTheCpuValueRounded) {
-  for (const Case& c : {Case{8, 0, 77, 50}, Case{4, 32, 200, 96}, Case{4, 128, 77, 33}, Case{4, 6, 50, 40}}) {
+  for (const Case& c :
+       {Case{8, 0, 77, 50}, Case{4, 32, 200, 96}, Case{4, 128, 77, 33}, Case{4, 6, 50, 40}}) {
     const Problem p = make_problem(c, 1, 9);
     std::vector<float> wd(static_cast<size_t>(c.N * c.K));
     model::dequantize_matrix(p.q, wd.data());

@@ -52,7 +52,8 @@ TEST_F(RewardModelCudaTest, ScoresMatchTheCpuModel) {
               seqs.size(), worst);
 }
 
-std::vector<std::vector<int32_t>> random_sequences(const std::vector<int>& lengths, int64_t vocab, uint64_t seed) {
+std::vector<std::vector<int32_t>> random_sequences(const std::vector<int>& lengths, int64_t vocab,
+                                                   uint64_t seed) {
   Rng rng(seed);
   std::vector<std::vector<int32_t>> seqs;
   for (int n : lengths) {
@@ -66,7 +67,8 @@ std::vector<std::vector<int32_t>> random_sequences(const std::vector<int>& lengt
 // Scores `w` quantised as `opt` on the CPU (fp32 over the dequantised weights) and on the GPU
 // (the codes), packed (forwards of up to 512 tokens: the dequant+cuBLASLt path) and one sequence a
 // forward (at most 120 tokens: the fused kernel), within the bf16 test's tolerance.
-void expect_quantised_scores_match(model::Weights w, const model::QuantizeOptions& opt, const char* what) {
+void expect_quantised_scores_match(model::Weights w, const model::QuantizeOptions& opt,
+                                   const char* what) {
   std::vector<model::QuantizedLayer> layers;
   model::quantize_linear_weights(w, opt, &layers);
   ASSERT_EQ(static_cast<int64_t>(layers.size()), w.config.num_hidden_layers);
@@ -79,14 +81,18 @@ void expect_quantised_scores_match(model::Weights w, const model::QuantizeOption
   ASSERT_EQ(one.size(), seqs.size());
   double worst = 0, spread = 0;
   for (size_t i = 0; i < seqs.size(); ++i) {
-    EXPECT_NEAR(got[i], want[i], 0.05 * std::max(1.0f, std::fabs(want[i]))) << what << " sequence " << i;
-    EXPECT_NEAR(one[i], want[i], 0.05 * std::max(1.0f, std::fabs(want[i]))) << what << " sequence " << i;
+    EXPECT_NEAR(got[i], want[i], 0.05 * std::max(1.0f, std::fabs(want[i])))
+        << what << " sequence " << i;
+    EXPECT_NEAR(one[i], want[i], 0.05 * std::max(1.0f, std::fabs(want[i])))
+        << what << " sequence " << i;
     worst = std::max({worst, static_cast<double>(std::fabs(got[i] - want[i])),
                       static_cast<double>(std::fabs(one[i] - want[i]))});
     spread = std::max(spread, static_cast<double>(std::fabs(want[i] - want[0])));
   }
-  std::printf("%s reward model on the GPU (quantised codes) against the CPU: largest difference %.3g "
-              "(scores spread %.3g)\n", what, worst, spread);
+  std::printf(
+      "%s reward model on the GPU (quantised codes) against the CPU: largest difference %.3g "
+      "(scores spread %.3g)\n",
+      what, worst, spread);
 }
 
 TEST_F(RewardModelCudaTest, QuantisedScoresMatchTheCpuModel) {
@@ -120,12 +126,13 @@ TEST_F(RewardModelCudaTest, QuantisedOffloadedModelSleepsBetweenPasses) {
   for (int pass = 0; pass < 2; ++pass) {
     const std::vector<float> got = sleeping.score(seqs);
     ASSERT_EQ(got.size(), want.size());
-    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float))) << "pass " << pass;
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
+        << "pass " << pass;
   }
   // Asleep: the weights' and codes' bytes are off the device.
   EXPECT_LT(sleeping.device_bytes() + 2 * 16 * 1024, resident.device_bytes());
-  std::printf("quantised reward model asleep: %zu device bytes, resident %zu\n", sleeping.device_bytes(),
-              resident.device_bytes());
+  std::printf("quantised reward model asleep: %zu device bytes, resident %zu\n",
+              sleeping.device_bytes(), resident.device_bytes());
 }
 
 // A wider model of the golden one's family (random weights; hidden 512, MLP 1536): the shapes of
@@ -181,9 +188,10 @@ TEST_F(RewardModelCudaTest, QuantisedModelHoldsLessDeviceMemory) {
     trainer::RewardModel q_rm(Device::Cuda, w, kRm, 128, 8, false, std::move(layers));
     const auto full = static_cast<int64_t>(bf16_rm.device_bytes());
     const auto quant = static_cast<int64_t>(q_rm.device_bytes());
-    std::printf("int%d: device bytes %lld (bf16 %lld): %.2f of it; the codes save %lld bytes\n", bits,
-                static_cast<long long>(quant), static_cast<long long>(full),
-                static_cast<double>(quant) / static_cast<double>(full), static_cast<long long>(saved));
+    std::printf("int%d: device bytes %lld (bf16 %lld): %.2f of it; the codes save %lld bytes\n",
+                bits, static_cast<long long>(quant), static_cast<long long>(full),
+                static_cast<double>(quant) / static_cast<double>(full),
+                static_cast<long long>(saved));
     EXPECT_GT(saved, 0);
     EXPECT_LE(std::llabs((full - quant) - saved), 256 * (arrays + 4)) << "int" << bits;
   }

@@ -300,8 +300,10 @@ TEST(Quantize, LinearWeightsHandsBackTheMatrices) {
     size_t bytes = 0;
     for (size_t l = 0; l < layers.size(); ++l) {
       const LayerParams& lp = w.layout.layers[l];
-      const std::pair<const QuantizedMatrix*, int> mats[] = {
-          {&layers[l].wqkv, lp.wqkv}, {&layers[l].wo, lp.wo}, {&layers[l].wgu, lp.wgu}, {&layers[l].wdown, lp.wdown}};
+      const std::pair<const QuantizedMatrix*, int> mats[] = {{&layers[l].wqkv, lp.wqkv},
+                                                             {&layers[l].wo, lp.wo},
+                                                             {&layers[l].wgu, lp.wgu},
+                                                             {&layers[l].wdown, lp.wdown}};
       for (const auto& [q, i] : mats) {
         const ParamInfo& p = w.layout.params[static_cast<size_t>(i)];
         ASSERT_EQ(q->bits, bits) << p.name;

@@ -87,16 +87,20 @@ std::vector<uint16_t> random_bf16(size_t n, uint64_t seed, float std) {
 int run_quant_linear(const QuantLinearOpts& o) {
   using namespace ops::cuda;
   VERL_CHECK(cuda_device_count() > 0, "bench quant-linear: no CUDA device is visible");
-  VERL_CHECK(!o.tokens.empty() && o.iters >= 1, "bench quant-linear: want --tokens and --iters >= 1");
-  for (int b : o.bits) VERL_CHECK(b == 8 || b == 4, "bench quant-linear: --bits {}: want 8 and/or 4", b);
+  VERL_CHECK(!o.tokens.empty() && o.iters >= 1,
+             "bench quant-linear: want --tokens and --iters >= 1");
+  for (int b : o.bits)
+    VERL_CHECK(b == 8 || b == 4, "bench quant-linear: --bits {}: want 8 and/or 4", b);
   CudaSession session;
   const CudaContext& ctx = session.ctx();
   const int64_t max_t = *std::max_element(o.tokens.begin(), o.tokens.end());
   for (const std::string& shape_name : o.shapes) {
     const BenchShape* shape = find_bench_shape(shape_name);
-    VERL_CHECK(shape != nullptr, "bench quant-linear: unknown shape '{}' (known: {})", shape_name, bench_shape_names());
+    VERL_CHECK(shape != nullptr, "bench quant-linear: unknown shape '{}' (known: {})", shape_name,
+               bench_shape_names());
     const model::ModelConfig c = bench_shape_config(*shape);
-    const int64_t C = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(), Q3 = qd + 2 * c.kv_dim();
+    const int64_t C = c.hidden_size, F = c.intermediate_size, qd = c.q_dim(),
+                  Q3 = qd + 2 * c.kv_dim();
     struct Mat {
       const char* name;
       int64_t n, k;
@@ -132,9 +136,16 @@ int run_quant_linear(const QuantLinearOpts& o) {
           linear_forward(ctx, y.data(), x.data(), w_bf16.data(), nullptr, T, m.k, m.n);
         });
         auto emit = [&](const char* path, int bits, double ms, double bytes) {
-          nlohmann::json j = {{"bench", "quant_linear"}, {"shape", shape_name}, {"matrix", m.name},
-                              {"N", m.n},   {"K", m.k},    {"T", T}, {"path", path}, {"bits", bits},
-                              {"ms", ms},   {"tflops", flops / (ms * 1e-3) / 1e12},
+          nlohmann::json j = {{"bench", "quant_linear"},
+                              {"shape", shape_name},
+                              {"matrix", m.name},
+                              {"N", m.n},
+                              {"K", m.k},
+                              {"T", T},
+                              {"path", path},
+                              {"bits", bits},
+                              {"ms", ms},
+                              {"tflops", flops / (ms * 1e-3) / 1e12},
                               {"gbps", bytes / (ms * 1e-3) / 1e9},
                               {"hbm_peak_gbps", kH200HbmBytesPerSecond / 1e9},
                               {"ratio_vs_bf16", bf16_ms / ms}};
@@ -168,10 +179,11 @@ int run_score(const ScoreOpts& o) {
   VERL_CHECK(o.quantize == "none" || o.quantize == "int8" || o.quantize == "int4",
              "bench score: --quantize {}: want none, int8 or int4", o.quantize);
   VERL_CHECK(o.seqs >= 1 && o.len >= 1 && o.len <= o.max_tokens && o.repeat >= 1,
-             "bench score: --seqs {}, --len {} (at most --max-tokens {}), --repeat {} must be >= 1", o.seqs,
-             o.len, o.max_tokens, o.repeat);
+             "bench score: --seqs {}, --len {} (at most --max-tokens {}), --repeat {} must be >= 1",
+             o.seqs, o.len, o.max_tokens, o.repeat);
   const BenchShape* shape = find_bench_shape(o.shape);
-  VERL_CHECK(shape != nullptr, "bench score: unknown --shape '{}' (known: {})", o.shape, bench_shape_names());
+  VERL_CHECK(shape != nullptr, "bench score: unknown --shape '{}' (known: {})", o.shape,
+             bench_shape_names());
   // The shape as a one-label sequence classifier (a reward model): no LM head, a score head.
   model::ModelConfig c = bench_shape_config(*shape);
   c.architecture = "Qwen2ForSequenceClassification";
@@ -189,14 +201,15 @@ int run_score(const ScoreOpts& o) {
   const model::QuantizeReport q = model::quantize_linear_weights(w, qo, &layers);
   const int64_t params = w.layout.total;
   const size_t before = tracked_device_memory();
-  trainer::RewardModel rm(Device::Cuda, std::move(w), "bench:" + o.shape, o.max_tokens, o.max_seqs, false,
-                          std::move(layers));
+  trainer::RewardModel rm(Device::Cuda, std::move(w), "bench:" + o.shape, o.max_tokens, o.max_seqs,
+                          false, std::move(layers));
   const double setup_s = setup.seconds();
   Rng rng(o.seed + 7);
   std::vector<std::vector<int32_t>> seqs(static_cast<size_t>(o.seqs));
   for (auto& s : seqs) {
     s.resize(static_cast<size_t>(o.len));
-    for (auto& t : s) t = static_cast<int32_t>(rng.uniform() * static_cast<double>(c.vocab_size - 1));
+    for (auto& t : s)
+      t = static_cast<int32_t>(rng.uniform() * static_cast<double>(c.vocab_size - 1));
   }
   rm.score(seqs);  // warm-up: cuBLASLt's algorithm choices, first-touch of the kernels
   (void)take_tracked_device_peak();
@@ -247,11 +260,13 @@ int run_score(const ScoreOpts&) {
 
 Action add_bench_quant_linear(CLI::App& bench) {
   auto o = std::make_shared<QuantLinearOpts>();
-  CLI::App* s = bench.add_subcommand(
-      "quant-linear",
-      "Time a model shape's linear matrices at several token counts: bf16 cuBLASLt against the fused "
-      "int8/int4 dequantising kernel and dequantise + cuBLASLt; one JSON line per (matrix, T, path)");
-  s->add_option("--shapes", o->shapes, "model shapes: " + bench_shape_names() + " (default qwen2.5-1.5b qwen2.5-7b)");
+  CLI::App* s = bench.add_subcommand("quant-linear",
+                                     "Time a model shape's linear matrices at several token "
+                                     "counts: bf16 cuBLASLt against the fused "
+                                     "int8/int4 dequantising kernel and dequantise + cuBLASLt; one "
+                                     "JSON line per (matrix, T, path)");
+  s->add_option("--shapes", o->shapes,
+                "model shapes: " + bench_shape_names() + " (default qwen2.5-1.5b qwen2.5-7b)");
   s->add_option("--tokens", o->tokens, "token counts T (default 1 8 32 128 512 2048 8192)");
   s->add_option("--bits", o->bits, "8 and/or 4 (default both)");
   s->add_option("--group", o->group, "int4 inputs per scale (default 128)");
@@ -266,14 +281,16 @@ Action add_bench_score(CLI::App& bench) {
       "score",
       "Time one reward-model scoring pass on the GPU over a shape with random weights (none on "
       "disk), bf16 or quantised by round to nearest; prints one JSON line (seconds, device peak)");
-  s->add_option("--shape", o->shape, "model shape: " + bench_shape_names() + " (default qwen2.5-1.5b)");
+  s->add_option("--shape", o->shape,
+                "model shape: " + bench_shape_names() + " (default qwen2.5-1.5b)");
   s->add_option("--quantize", o->quantize, "none, int8 or int4 (default none)");
   s->add_option("--group", o->group, "int4 inputs per scale (default 128)");
   s->add_option("--seqs", o->seqs, "sequences scored (default 256)");
   s->add_option("--len", o->len, "tokens per sequence (default 512)");
   s->add_option("--max-tokens", o->max_tokens, "tokens a forward (default 8192)");
   s->add_option("--max-seqs", o->max_seqs, "sequences a forward (default 64)");
-  s->add_option("--repeat", o->repeat, "timed passes after one warm-up, the best reported (default 2)");
+  s->add_option("--repeat", o->repeat,
+                "timed passes after one warm-up, the best reported (default 2)");
   return [o, s]() -> int { return s->parsed() ? run_score(*o) : 0; };
 }
 

@@ -13,7 +13,9 @@ namespace verl::model::cuda {
 namespace {
 
 constexpr size_t kAlign = 256;
-size_t round_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+size_t round_up(size_t x) {
+  return (x + kAlign - 1) / kAlign * kAlign;
+}
 
 std::array<const model::QuantizedMatrix*, 4> matrices(const model::QuantizedLayer& l) {
   return {&l.wqkv, &l.wo, &l.wgu, &l.wdown};
@@ -111,7 +113,8 @@ void QuantizedLinears::point(uint8_t* base) {
 void QuantizedLinears::wake(cudaStream_t stream) {
   if (!sleeps() || dev_.size() > 0) return;
   dev_ = ops::cuda::DeviceBuffer<uint8_t>(bytes_);
-  VERL_CUDA_CHECK(cudaMemcpyAsync(dev_.data(), host_.data(), bytes_, cudaMemcpyHostToDevice, stream));
+  VERL_CUDA_CHECK(
+      cudaMemcpyAsync(dev_.data(), host_.data(), bytes_, cudaMemcpyHostToDevice, stream));
   point(dev_.data());
 }
 

@@ -83,10 +83,10 @@ CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::ModelConfi
       const auto fits = [](const ops::cuda::QuantMatrixView& v, int64_t n, int64_t k) {
         return v.rows == n && v.cols == k;
       };
-      VERL_CUDA_REQUIRE(fits(q.wqkv, Q3, C) && fits(q.wo, C, qd) && fits(q.wgu, 2 * F, C) &&
-                            fits(q.wdown, C, F),
-                        "CudaTransformer: layer " + std::to_string(l) +
-                            "'s quantised matrices do not have the config's shapes");
+      VERL_CUDA_REQUIRE(
+          fits(q.wqkv, Q3, C) && fits(q.wo, C, qd) && fits(q.wgu, 2 * F, C) && fits(q.wdown, C, F),
+          "CudaTransformer: layer " + std::to_string(l) +
+              "'s quantised matrices do not have the config's shapes");
     }
   }
   // The stronger of the context's and the options' modes (Fast < MatchTrainer < BatchInvariant).
@@ -147,7 +147,8 @@ CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::ModelConfi
     take(entropy_, T);
     take(lse_head_, T);
     if (NL > 0) take(values_, T * NL);
-    if (qs != nullptr && T > opts_.quant_fused_max_tokens) take(quant_scratch_, qs->max_matrix_elems());
+    if (qs != nullptr && T > opts_.quant_fused_max_tokens)
+      take(quant_scratch_, qs->max_matrix_elems());
     if (!opts_.trainable) return;  // the rest is for backward
     if (NL > 0) take(d_values_, T * NL);
     if (keep_probs) take(lm_probs_, T * cfg_.vocab_size);
@@ -358,8 +359,9 @@ void CudaTransformer::project(bf16* y, const bf16* x, int w, const QuantMatrixVi
   if (q == nullptr) {
     linear_forward(ctx_, y, x, W(w), W(b), T, K, N);
   } else {
-    VERL_CUDA_REQUIRE(q->codes != nullptr,
-                      "CudaTransformer::forward: the quantised matrices are asleep (wake them first)");
+    VERL_CUDA_REQUIRE(
+        q->codes != nullptr,
+        "CudaTransformer::forward: the quantised matrices are asleep (wake them first)");
     quant_linear_forward(ctx_, y, x, *q, W(b), T, K, N, quant_scratch_, QuantPath::Auto,
                          opts_.quant_fused_max_tokens);
   }

@@ -11,18 +11,17 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <functional>
-
 #include "core/numerics.h"
 #include "model/batch.h"
 #include "model/config.h"
-#include "model/weights.h"
 #include "model/cuda/quantized_linears.h"
+#include "model/weights.h"
 #include "ops/cuda/device.h"
 #include "ops/cuda/ops_cuda.h"
 #include "ops/cuda/section_timer.h"

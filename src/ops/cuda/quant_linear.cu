@@ -22,8 +22,6 @@
 // and bias (deterministic).
 // Rows past N, tokens past T and inputs past K are zero in shared memory (codes past K are zero
 // padding up to the row stride, and int4 chunks that straddle K are masked), so they add nothing.
-#include "ops/cuda/quant_linear.h"
-
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -32,6 +30,7 @@
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/mma.cuh"
+#include "ops/cuda/quant_linear.h"
 
 namespace verl::ops::cuda {
 
@@ -48,14 +47,14 @@ struct QuantCfg {
   static constexpr int kThreads = 32 * WM * WN;
   static constexpr int kWarpRows = BM / WM, kWarpCols = BN / WN;
   static constexpr int kMT = kWarpRows / 16, kNT = kWarpCols / 8;
-  static constexpr int kLds = kBK + 8;                  // bf16 row stride of the x and W tiles
-  static constexpr int kCodeBytes = kBK * Bits / 8;     // code bytes of a row per k-tile
-  static constexpr int kCodeLd = kCodeBytes + 16;       // their row stride in shared memory
+  static constexpr int kLds = kBK + 8;               // bf16 row stride of the x and W tiles
+  static constexpr int kCodeBytes = kBK * Bits / 8;  // code bytes of a row per k-tile
+  static constexpr int kCodeLd = kCodeBytes + 16;    // their row stride in shared memory
   static constexpr int kXBytes = 2 * BM * kLds;
   static constexpr int kStageBytes = kXBytes + BN * kCodeLd;
   static constexpr int kWBytes = 2 * BN * kLds;
   static constexpr size_t kSmem = static_cast<size_t>(Stages) * kStageBytes + kWBytes;
-  static constexpr int kChunksPerRow = kBK / 8;         // dequantised 8-weight chunks a row
+  static constexpr int kChunksPerRow = kBK / 8;  // dequantised 8-weight chunks a row
   static constexpr int kDeqIters = BN * kChunksPerRow / kThreads;
   static_assert(kWarpRows % 16 == 0 && kWarpCols % 16 == 0, "mma tile shapes");
   static_assert(kThreads % kChunksPerRow == 0 && (BN * kChunksPerRow) % kThreads == 0,
@@ -228,7 +227,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) quant_gemm_kernel(const QuantAr
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.0f;
+    for (int nt = 0; nt < kNT; ++nt)
+      acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.0f;
   }
 
   for (int i = 0; i < ntiles; ++i) {
@@ -249,13 +249,14 @@ __global__ void __launch_bounds__(Cfg::kThreads) quant_gemm_kernel(const QuantAr
         sc[j] = sc_next[j];
         zp[j] = zp_next[j];
       }
-      if (i + 1 < ntiles) fetch_grid(kt + 1);  // in flight during this tile's work
+      if (i + 1 < ntiles) fetch_grid(kt + 1);     // in flight during this tile's work
       const int valid = K - (kt * kBK + 8 * dc);  // inputs of the chunk inside K (may be <= 0)
 #pragma unroll
       for (int j = 0; j < kDeqIters; ++j) {
         const int r = dr + j * kRowsPerIter;
         const uint32_t word = *reinterpret_cast<const uint32_t*>(codes + r * Cfg::kCodeLd + 4 * dc);
-        *reinterpret_cast<uint4*>(wtile + r * kLds + 8 * dc) = int4x8_to_bf16(word, sc[j], zp[j], valid);
+        *reinterpret_cast<uint4*>(wtile + r * kLds + 8 * dc) =
+            int4x8_to_bf16(word, sc[j], zp[j], valid);
       }
     } else {
 #pragma unroll
@@ -381,7 +382,9 @@ __global__ void quant_dequantize_kernel(bf16_t* out, const uint8_t* codes, const
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 template <class Cfg>
 void launch_fused(const CudaContext& ctx, QuantArgs a, const char* what) {
@@ -403,7 +406,8 @@ void launch_fused(const CudaContext& ctx, QuantArgs a, const char* what) {
   a.partial = splits > 1 ? static_cast<float*>(ctx.workspace) : nullptr;
   const auto kernel = quant_gemm_kernel<Cfg>;
   allow_dynamic_smem(kernel, Cfg::kSmem);
-  kernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(splits)),
+  kernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy),
+                static_cast<unsigned>(splits)),
            Cfg::kThreads, Cfg::kSmem, ctx.stream>>>(a);
   VERL_CUDA_CHECK_LAUNCH();
   if (splits > 1) {
@@ -443,8 +447,10 @@ void check_view(const char* op, const QuantMatrixView& w) {
                     detail::shape_str(op, {w.rows, w.cols, w.group, w.ld}) +
                         " = (rows, cols, group, ld): need rows, cols, group >= 1 and ld = the "
                         "row's code bytes rounded up to 16");
-  VERL_CUDA_REQUIRE(w.codes != nullptr && w.scales != nullptr && (w.bits == 8 || w.zeros != nullptr),
-                    std::string(op) + ": the matrix's codes, scales (and int4 zero points) must be on the device");
+  VERL_CUDA_REQUIRE(
+      w.codes != nullptr && w.scales != nullptr && (w.bits == 8 || w.zeros != nullptr),
+      std::string(op) +
+          ": the matrix's codes, scales (and int4 zero points) must be on the device");
   VERL_CUDA_REQUIRE(reinterpret_cast<uintptr_t>(w.codes) % 16 == 0,
                     std::string(op) + ": codes must be 16-byte aligned");
 }
@@ -481,13 +487,15 @@ void quant_linear_forward(const CudaContext& ctx, bf16* y, const bf16* x, const 
                (path == QuantPath::Auto && (T <= fused_max_tokens || scratch == nullptr));
   if (!fusable) {
     VERL_CUDA_REQUIRE(path != QuantPath::Fused,
-                      std::string(op) + ": the fused kernel takes int4 groups that are a multiple of 8, not " +
+                      std::string(op) +
+                          ": the fused kernel takes int4 groups that are a multiple of 8, not " +
                           std::to_string(w.group));
     fused = false;
   }
   if (!fused) {
-    VERL_CUDA_REQUIRE(scratch != nullptr, std::string(op) +
-                                              ": the dequantising path needs a bf16 scratch of N*K elements");
+    VERL_CUDA_REQUIRE(
+        scratch != nullptr,
+        std::string(op) + ": the dequantising path needs a bf16 scratch of N*K elements");
     quant_dequantize(ctx, scratch, w);
     linear_forward(ctx, y, x, scratch, b, T, K, N);
     return;

@@ -35,13 +35,13 @@ namespace verl::ops::cuda {
 
 // A quantised [rows = N, cols = K] matrix on the device (header comment for the layout).
 struct QuantMatrixView {
-  int bits = 8;                      // 8 or 4
-  int64_t rows = 0, cols = 0;        // N outputs, K inputs
-  int64_t group = 0;                 // inputs per scale (int8: cols)
-  int64_t ld = 0;                    // bytes between rows of codes (quant_codes_stride)
-  const uint8_t* codes = nullptr;    // [rows][ld]
-  const float* scales = nullptr;     // [rows][groups()]
-  const uint8_t* zeros = nullptr;    // int4: [rows][groups()]; int8: null
+  int bits = 8;                    // 8 or 4
+  int64_t rows = 0, cols = 0;      // N outputs, K inputs
+  int64_t group = 0;               // inputs per scale (int8: cols)
+  int64_t ld = 0;                  // bytes between rows of codes (quant_codes_stride)
+  const uint8_t* codes = nullptr;  // [rows][ld]
+  const float* scales = nullptr;   // [rows][groups()]
+  const uint8_t* zeros = nullptr;  // int4: [rows][groups()]; int8: null
   int64_t groups() const { return group > 0 ? (cols + group - 1) / group : 0; }
   // Device bytes of the three arrays.
   size_t bytes() const {
