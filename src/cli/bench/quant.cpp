@@ -31,6 +31,7 @@
 #include "ops/cuda/device.h"
 #include "ops/cuda/ops_cuda.h"
 #include "ops/cuda/quant_linear.h"
+#include "ops/cuda/section_timer.h"
 #endif
 
 namespace verl::cli {
@@ -61,20 +62,12 @@ struct ScoreOpts {
 
 // Milliseconds per call of fn (enqueued on `stream`), averaged over `iters` after `warmup`.
 template <typename Fn>
-double time_ms(cudaStream_t stream, int warmup, int iters, Fn&& fn) {
+double time_ms(ops::cuda::SectionTimer& timer, cudaStream_t stream, int warmup, int iters, Fn&& fn) {
   for (int i = 0; i < warmup; ++i) fn();
-  cudaEvent_t a, b;
-  VERL_CUDA_CHECK(cudaEventCreate(&a));
-  VERL_CUDA_CHECK(cudaEventCreate(&b));
-  VERL_CUDA_CHECK(cudaEventRecord(a, stream));
+  timer.mark(stream, "timed");
   for (int i = 0; i < iters; ++i) fn();
-  VERL_CUDA_CHECK(cudaEventRecord(b, stream));
-  VERL_CUDA_CHECK(cudaEventSynchronize(b));
-  float ms = 0;
-  VERL_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return static_cast<double>(ms) / iters;
+  timer.stop(stream);
+  return timer.take().front().second / iters;
 }
 
 std::vector<uint16_t> random_bf16(size_t n, uint64_t seed, float std) {
@@ -93,6 +86,7 @@ int run_quant_linear(const QuantLinearOpts& o) {
     VERL_CHECK(b == 8 || b == 4, "bench quant-linear: --bits {}: want 8 and/or 4", b);
   CudaSession session;
   const CudaContext& ctx = session.ctx();
+  SectionTimer timer;
   const int64_t max_t = *std::max_element(o.tokens.begin(), o.tokens.end());
   for (const std::string& shape_name : o.shapes) {
     const BenchShape* shape = find_bench_shape(shape_name);
@@ -132,7 +126,7 @@ int run_quant_linear(const QuantLinearOpts& o) {
         const double flops = 2.0 * static_cast<double>(T) * m.n * m.k;
         const double act_bytes = 2.0 * static_cast<double>(T) * (m.k + m.n);
         const double bf16_w = 2.0 * static_cast<double>(m.n) * m.k;
-        const double bf16_ms = time_ms(ctx.stream, o.warmup, o.iters, [&] {
+        const double bf16_ms = time_ms(timer, ctx.stream, o.warmup, o.iters, [&] {
           linear_forward(ctx, y.data(), x.data(), w_bf16.data(), nullptr, T, m.k, m.n);
         });
         auto emit = [&](const char* path, int bits, double ms, double bytes) {
@@ -157,11 +151,11 @@ int run_quant_linear(const QuantLinearOpts& o) {
         for (size_t i = 0; i < o.bits.size(); ++i) {
           const QuantMatrixView& v = quant[i]->layer(0).wqkv;
           const double qbytes = static_cast<double>(v.bytes());
-          const double fused_ms = time_ms(ctx.stream, o.warmup, o.iters, [&] {
+          const double fused_ms = time_ms(timer, ctx.stream, o.warmup, o.iters, [&] {
             quant_linear_forward(ctx, y.data(), x.data(), v, nullptr, T, m.k, m.n, scratch.data(),
                                  QuantPath::Fused);
           });
-          const double deq_ms = time_ms(ctx.stream, o.warmup, o.iters, [&] {
+          const double deq_ms = time_ms(timer, ctx.stream, o.warmup, o.iters, [&] {
             quant_linear_forward(ctx, y.data(), x.data(), v, nullptr, T, m.k, m.n, scratch.data(),
                                  QuantPath::Dequant);
           });

@@ -84,42 +84,6 @@ struct QuantArgs {
   bool vec_x;  // 16-byte cp.async of x rows (K % 8 == 0, x aligned)
 };
 
-// Stages x rows [t0, t0 + kRows) x inputs [k0, k0 + kBK) into dst [kRows][kBK + 8]: cp.async for
-// 16-byte chunks inside K (vec), element copies for a chunk straddling K or unaligned rows, zeros
-// past T or K.
-template <int kRows, int kThreads>
-__device__ __forceinline__ void stage_x(bf16_t* dst, const bf16_t* x, int64_t t0, int64_t T, int k0,
-                                        int K, bool vec) {
-  constexpr int kLds = kBK + 8, kChunks = kBK / 8, kTotal = kRows * kChunks;
-#pragma unroll
-  for (int it = 0; it < (kTotal + kThreads - 1) / kThreads; ++it) {
-    const int e = it * kThreads + static_cast<int>(threadIdx.x);
-    if (kTotal % kThreads != 0 && e >= kTotal) break;
-    const int r = e / kChunks, col = (e % kChunks) * 8;
-    bf16_t* d = dst + r * kLds + col;
-    const int64_t t = t0 + r;
-    const int k = k0 + col;
-    if (t < T && k < K) {
-      const bf16_t* s = x + t * K + k;
-      if (vec && k + 8 <= K) {
-        cp_async_16(smem_u32(d), s);
-      } else {
-        const uint16_t* raw = reinterpret_cast<const uint16_t*>(s);
-        uint32_t u[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const uint32_t lo = k + 2 * i < K ? raw[2 * i] : 0u;
-          const uint32_t hi = k + 2 * i + 1 < K ? raw[2 * i + 1] : 0u;
-          u[i] = lo | (hi << 16);
-        }
-        *reinterpret_cast<uint4*>(d) = make_uint4(u[0], u[1], u[2], u[3]);
-      }
-    } else {
-      *reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u);
-    }
-  }
-}
-
 // Stages the code bytes [kb0, kb0 + kCodeBytes) of rows [n0, n0 + kBN) into dst [kBN][kCodeLd].
 // The row stride ld is a multiple of 16, so a 16-byte chunk is wholly inside the row or past it.
 template <class Cfg>
@@ -188,7 +152,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) quant_gemm_kernel(const QuantAr
 
   auto load = [&](int stage, int kt) {
     unsigned char* base = smem + stage * Cfg::kStageBytes;
-    stage_x<kBM, kThreads>(reinterpret_cast<bf16_t*>(base), a.x, t0, a.T, kt * kBK, K, a.vec_x);
+    stage_tile<kBM, kBK, kThreads>(reinterpret_cast<bf16_t*>(base), a.x, K, t0, a.T, kt * kBK, K,
+                                   a.vec_x);
     stage_codes<Cfg>(base + Cfg::kXBytes, a.codes, a.ld, n0, a.N,
                      static_cast<int64_t>(kt) * Cfg::kCodeBytes);
   };
