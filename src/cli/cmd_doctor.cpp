@@ -1083,8 +1083,10 @@ void check_dynamic_batching(Report& r, const config::Config& cfg) {
 }
 
 // The reward model's weights (reward_model.model.path): bf16 on the GPU, fp32 on the CPU, at
-// load; int8 / int4 keep a quarter / an eighth of fp32 plus scales. Returns the bytes resident on
-// the GPU beside the training state (0 without a reward model or on the CPU).
+// load. Quantised on the GPU the linear layers keep their codes instead (ops/cuda/quant_linear.h):
+// int8 1 byte a weight, int4 half a byte plus a 4-byte scale and a zero-point byte a group; the
+// CPU keeps fp32 whatever the bits. Returns the bytes resident on the GPU beside the training
+// state (0 without a reward model or on the CPU).
 double check_reward_model(Report& r, const config::Config& cfg, const Machine& m, bool on_cuda) {
   const std::string key = "reward_model.quantization_bits";
   if (!cfg.get<bool>("reward_model.enable")) {
@@ -1093,28 +1095,37 @@ double check_reward_model(Report& r, const config::Config& cfg, const Machine& m
     return 0;
   }
   const std::string path = data::expand_user(cfg.get<std::string>("reward_model.model.path"));
-  int64_t params = 0;
+  model::ParamLayout layout;
   try {
-    params = model::ParamLayout::build(model::load_model_config(path)).total;
+    layout = model::ParamLayout::build(model::load_model_config(path));
   } catch (const std::exception& e) {
     r.fail(key, fmt::format("reward_model.model.path: {}", message_of(e)),
            "point reward_model.model.path at an HF ...ForSequenceClassification directory");
     return 0;
   }
+  const int64_t params = layout.total;
+  int64_t linear = 0;  // the quantisable weights: each layer's q|k|v, o, gate|up, down
+  for (const model::LayerParams& lp : layout.layers)
+    for (int i : {lp.wqkv, lp.wo, lp.wgu, lp.wdown})
+      if (i >= 0) linear += layout.params[static_cast<size_t>(i)].numel;
   const int64_t bits = cfg.get<int64_t>(key);
-  const double bytes = static_cast<double>(params) * (on_cuda ? 2.0 : 4.0);
+  const auto group = static_cast<double>(cfg.get<int64_t>("reward_model.quantization_group_size"));
+  const double per_linear = bits == 8 ? 1.0 : bits == 4 ? 0.5 + 5.0 / group : 2.0;
+  const double bytes = on_cuda ? 2.0 * static_cast<double>(params - linear) +
+                                     per_linear * static_cast<double>(linear)
+                               : 4.0 * static_cast<double>(params);
   const std::string where =
       on_cuda ? fmt::format("{:.0f}% of the GPU", 100.0 * bytes / m.gpu_memory) : "host memory";
   if (bits != 16) {
-    r.pass(key, fmt::format("{}: int{} weight-only reward model of {:.2f} B parameters (scores can "
-                            "shift a little: compare with 16 on a validation batch)",
-                            bits, bits, params / 1e9));
+    r.pass(key, fmt::format("{}: int{} weight-only reward model of {:.2f} B parameters, {} ({}; "
+                            "scores can shift a little: compare with 16 on a validation batch)",
+                            bits, bits, params / 1e9, size_of(bytes), where));
   } else if (on_cuda && bytes > 0.1 * m.gpu_memory) {
     r.warn(key,
            fmt::format("16: the reward model's bf16 weights take {} ({}) beside the training state",
                        size_of(bytes), where),
-           "if GPU memory is tight, a smaller reward model (reward_model.quantization_bits=8 or 4 "
-           "changes the numerics only: its GPU kernels that keep int8/int4 weights are not built yet)");
+           "if GPU memory is tight, reward_model.quantization_bits=8 (about half of it) or 4 (about "
+           "a quarter), or a smaller reward model");
   } else {
     r.pass(key, fmt::format("16: the reward model's weights take {} ({})", size_of(bytes), where));
   }

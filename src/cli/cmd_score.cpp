@@ -76,7 +76,10 @@ int run(const Opts& o) {
   qo.bits = bits;
   qo.group = o.group_size;
   qo.calibration_samples = o.calibration_samples;
-  const model::QuantizeReport q = model::quantize_linear_weights(w, qo);
+  // On the GPU the linear layers compute from the quantised codes (ops/cuda/quant_linear.h).
+  std::vector<model::QuantizedLayer> kept;
+  const model::QuantizeReport q =
+      model::quantize_linear_weights(w, qo, device == Device::Cuda ? &kept : nullptr);
   if (q.matrices > 0) log::info("{}: {}", o.model, model::describe(q, bits, o.group_size));
   const std::string tok_dir = o.tokenizer.empty() ? o.model : o.tokenizer;
   std::optional<tokenizer::Tokenizer> tok;
@@ -92,7 +95,8 @@ int run(const Opts& o) {
   }
   std::vector<float> scores;
   if (!seqs.empty()) {  // the checks of every line (named by `where`) come before the output opens
-    trainer::RewardModel rm(device, std::move(w), o.model, o.max_batch_tokens, o.max_batch_seqs);
+    trainer::RewardModel rm(device, std::move(w), o.model, o.max_batch_tokens, o.max_batch_seqs,
+                            /*offload=*/false, std::move(kept));
     scores = rm.score(seqs, &where);
   }
   Output output(o.output);

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <optional>
+#include <utility>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -396,9 +397,11 @@ std::string describe(const QuantizeReport& r, int bits, int64_t group) {
       r.seconds);
 }
 
-QuantizeReport quantize_linear_weights(Weights& w, const QuantizeOptions& opt) {
+QuantizeReport quantize_linear_weights(Weights& w, const QuantizeOptions& opt,
+                                       std::vector<QuantizedLayer>* out) {
   const auto t0 = std::chrono::steady_clock::now();
   QuantizeReport rep;
+  if (out != nullptr) out->clear();
   const int bits = opt.bits;
   if (bits == 16 || bits == 32) return rep;
   VERL_CHECK(bits == 8 || bits == 4, "quantization bits {}: 4, 8 or 16 (none)", bits);
@@ -418,13 +421,18 @@ QuantizeReport quantize_linear_weights(Weights& w, const QuantizeOptions& opt) {
     std::array<std::vector<double>, 4> grams;
     if (cal) grams = cal->grams(static_cast<int>(l));
     const std::array<int, 4> mats = {lp.wqkv, lp.wo, lp.wgu, lp.wdown};
+    QuantizedLayer* kept = nullptr;
+    if (out != nullptr) kept = &out->emplace_back();
+    const std::array<QuantizedMatrix*, 4> slots =
+        kept ? std::array<QuantizedMatrix*, 4>{&kept->wqkv, &kept->wo, &kept->wgu, &kept->wdown}
+             : std::array<QuantizedMatrix*, 4>{};
     for (size_t k = 0; k < 4; ++k) {
       const int i = mats[k];
       if (i < 0) continue;
       const ParamInfo& p = w.layout.params[static_cast<size_t>(i)];
       VERL_CHECK(p.shape.size() == 2, "quantize: {} is not a matrix", p.name);
       float* m = w.param(i);
-      const QuantizedMatrix q =
+      QuantizedMatrix q =
           cal ? quantize_matrix_gptq(m, p.shape[0], p.shape[1], opt.group, std::move(grams[k]))
               : quantize_matrix(m, p.shape[0], p.shape[1], bits, opt.group);
       back.resize(static_cast<size_t>(p.numel));
@@ -440,6 +448,7 @@ QuantizeReport quantize_linear_weights(Weights& w, const QuantizeOptions& opt) {
       rep.elements += p.numel;
       rep.fp32_bytes += 4 * static_cast<size_t>(p.numel);
       rep.quantized_bytes += q.bytes();
+      if (slots[k] != nullptr) *slots[k] = std::move(q);
     }
     if (cal) cal->advance(static_cast<int>(l));
   }

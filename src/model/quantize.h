@@ -77,11 +77,19 @@ struct QuantizeReport {
 // error E[, GPTQ over T calibration tokens] in S s", for logs.
 std::string describe(const QuantizeReport& r, int bits, int64_t group);
 
+// One layer's quantised linear matrices, [out, in] as the layout's wqkv, wo, wgu, wdown.
+struct QuantizedLayer {
+  QuantizedMatrix wqkv, wo, wgu, wdown;
+};
+
 // Quantises every layer's linear matrices of `w` and writes the dequantised values back into
 // w.data: the fp32 model then computes with exactly the weights a dequantising kernel would use
-// (the CPU reference; it holds fp32, so the memory saving is the GPU kernels' to take). bits 16
-// (or 32) leaves w as it is. int4 with calibration samples runs GPTQ layer by layer: layer l's
-// Gram matrices come from running layer l (fp32) on the outputs of layers 0..l-1 already quantised.
-QuantizeReport quantize_linear_weights(Weights& w, const QuantizeOptions& opt);
+// (the CPU reference). bits 16 (or 32) leaves w as it is. int4 with calibration samples runs GPTQ
+// layer by layer: layer l's Gram matrices come from running layer l (fp32) on the outputs of
+// layers 0..l-1 already quantised. `out` (may be null) receives the quantised matrices, one entry
+// a layer (none for bits 16): what the GPU model keeps instead of bf16 copies
+// (model/cuda/quantized_linears.h), which is where the memory saving is.
+QuantizeReport quantize_linear_weights(Weights& w, const QuantizeOptions& opt,
+                                       std::vector<QuantizedLayer>* out = nullptr);
 
 }  // namespace verl::model

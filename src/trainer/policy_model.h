@@ -18,6 +18,7 @@
 #include "core/numerics.h"
 #include "dist/communicator.h"
 #include "model/batch.h"
+#include "model/quantize.h"
 #include "model/weights.h"
 #include "optim/adamw.h"
 #include "optim/train_state.h"
@@ -56,6 +57,13 @@ struct PolicyOptions {
   // forward-only model, params > 0 keeps its bf16 weights on the host between wake() and sleep().
   // The CPU model ignores it (its state is in host memory).
   optim::OffloadConfig offload;
+  // Forward-only CUDA models (a quantised reference policy or reward model): the layers' linear
+  // matrices as model::quantize_linear_weights handed them back, kept on the device in that form
+  // (model/cuda/quantized_linears.h) instead of bf16, which is the memory saving; the weights
+  // passed beside them give the rest. The CPU model ignores it (its weights already hold the
+  // dequantised values). Shared so that copies of the options stay cheap; the policy holds it
+  // only while it uploads.
+  std::shared_ptr<const std::vector<model::QuantizedLayer>> quantized;
 };
 
 class PolicyModel {

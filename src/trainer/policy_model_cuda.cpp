@@ -1,14 +1,18 @@
 // The CUDA policy: model::cuda::CudaTransformer computing over an optim::cuda::CudaTrainState
 // behind PolicyModel. Gradients accumulate on the device over micro-batches and the optimizer
 // runs there; the host keeps a copy of the weights for the CPU rollout engine and checkpoints,
-// downloaded only when a step made it stale. Compiled to nothing without VERL_HAVE_CUDA
-// (policy_model.cpp then has the stub).
+// downloaded only when a step made it stale. A quantised forward-only model (PolicyOptions::
+// quantized) keeps its layers' linear matrices quantised on the device and the rest in the bf16
+// state. Compiled to nothing without VERL_HAVE_CUDA (policy_model.cpp then has the stub).
 #ifdef VERL_HAVE_CUDA
 
+#include <algorithm>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
+#include "model/cuda/quantized_linears.h"
 #include "model/cuda/transformer.h"
 #include "ops/cuda/device.h"
 #include "optim/cuda/train_state.h"
@@ -18,6 +22,33 @@
 namespace verl::trainer {
 namespace {
 
+// What the bf16 state of a quantised model holds: every parameter but the layers' linear
+// matrices, which keep their entries (names, shapes) with no elements, so the layout's offsets
+// pack the rest.
+model::Weights without_linear_matrices(const model::Weights& w) {
+  model::Weights rest;
+  rest.config = w.config;
+  rest.layout = w.layout;
+  std::vector<bool> dropped(w.layout.params.size(), false);
+  for (const model::LayerParams& lp : w.layout.layers)
+    for (int i : {lp.wqkv, lp.wo, lp.wgu, lp.wdown})
+      if (i >= 0) dropped[static_cast<size_t>(i)] = true;
+  int64_t at = 0;
+  for (size_t i = 0; i < rest.layout.params.size(); ++i) {
+    model::ParamInfo& p = rest.layout.params[i];
+    if (dropped[i]) p.numel = 0;
+    p.offset = at;
+    at += p.numel;
+  }
+  rest.layout.total = at;
+  rest.data.resize(static_cast<size_t>(at));
+  for (size_t i = 0; i < rest.layout.params.size(); ++i) {
+    const model::ParamInfo& p = rest.layout.params[i];
+    std::copy_n(w.param(static_cast<int>(i)), p.numel, rest.data.begin() + p.offset);
+  }
+  return rest;
+}
+
 class CudaPolicy final : public PolicyModel {
  public:
   CudaPolicy(model::Weights w, const PolicyOptions& opts)
@@ -25,7 +56,24 @@ class CudaPolicy final : public PolicyModel {
     VERL_CHECK(opts.max_tokens > 0 && opts.max_seqs > 0,
                "internal: the CUDA policy needs its micro-batch plan (max_tokens {}, max_seqs {})",
                opts.max_tokens, opts.max_seqs);
-    state_ = std::make_unique<optim::cuda::CudaTrainState>(session_.ctx(), host_, opts.trainable, opts.offload);
+    model::ParamLayout layout = host_.layout;  // of the bf16 weights the model reads
+    if (opts.quantized != nullptr) {
+      VERL_CHECK(!opts.trainable &&
+                     static_cast<int64_t>(opts.quantized->size()) == host_.config.num_hidden_layers,
+                 "internal: quantised linear layers ({} for {} layers) are for forward-only models",
+                 opts.quantized->size(), host_.config.num_hidden_layers);
+      // Both halves sleep with param_offload: the quantised set's image and the bf16 rest stay in
+      // pinned host memory between passes.
+      quant_ =
+          std::make_unique<model::cuda::QuantizedLinears>(*opts.quantized, opts.offload.params > 0);
+      const model::Weights rest = without_linear_matrices(host_);
+      layout = rest.layout;
+      state_ =
+          std::make_unique<optim::cuda::CudaTrainState>(session_.ctx(), rest, false, opts.offload);
+    } else {
+      state_ = std::make_unique<optim::cuda::CudaTrainState>(session_.ctx(), host_, opts.trainable,
+                                                             opts.offload);
+    }
     state_->wake();  // a sleeping state is planned with its weights present
     model::cuda::CudaTransformerOptions co;
     co.max_tokens = opts.max_tokens;
@@ -34,8 +82,9 @@ class CudaPolicy final : public PolicyModel {
     co.trainable = opts.trainable;
     co.recompute = opts.trainable && opts.recompute;
     co.numerics = opts.numerics;
+    co.quantized = quant_.get();
     tf_ = std::make_unique<model::cuda::CudaTransformer>(
-        session_.ctx(), host_.config, host_.layout, state_->weights_bf16(),
+        session_.ctx(), host_.config, layout, state_->weights_bf16(),
         opts.trainable ? state_->grads() : nullptr, co);
     if (opts.trainable) {  // data parallelism reduces each finished range while backward goes on
       optim::cuda::CudaTrainState* st = state_.get();
@@ -75,12 +124,19 @@ class CudaPolicy final : public PolicyModel {
 
   void wake() override {
     state_->wake();
+    if (quant_) quant_->wake(session_.ctx().stream);
     tf_->set_weights(state_->weights_bf16());
   }
-  void sleep() override { state_->sleep(); }
+  void sleep() override {
+    state_->sleep();
+    if (quant_) quant_->sleep(session_.ctx().stream);
+  }
 
   // The host copy is fresh while no optimizer step ran since it was downloaded.
   const model::Weights& weights() override {
+    VERL_CHECK(!quant_,
+               "a quantised model on the GPU keeps no full-precision copy of its linear layers "
+               "(model/cuda/quantized_linears.h); its weights cannot be read back");
     if (host_steps_ != state_->steps()) {
       host_.data = state_->download_weights();
       host_steps_ = state_->steps();
@@ -90,6 +146,9 @@ class CudaPolicy final : public PolicyModel {
 
   std::unique_ptr<rollout::StepRunner> make_rollout_runner(
       const rollout::SchedulerConfig& sched, const RolloutRunnerOptions& opts) override {
+    VERL_CHECK(
+        !quant_,
+        "internal: the GPU rollout runs on a trained policy's bf16 weights, not a quantised model");
     rollout::cuda::CudaRunnerOptions ro;
     // The scheduler's blocks, capped by gpu_memory_utilization of the device (vLLM's rule: what
     // is in use now, the trainer's state included, counts against the share; kv_sizing.h).
@@ -138,7 +197,9 @@ class CudaPolicy final : public PolicyModel {
 
   int64_t max_tokens() const override { return tf_->options().max_tokens; }
   int64_t max_seqs() const override { return tf_->options().max_seqs; }
-  size_t device_bytes() const override { return state_->device_bytes() + tf_->device_bytes(); }
+  size_t device_bytes() const override {
+    return state_->device_bytes() + tf_->device_bytes() + (quant_ ? quant_->device_bytes() : 0);
+  }
   void synchronize() override { session_.synchronize(); }
   void set_profiling(bool on) override { tf_->set_profiling(on); }
   std::vector<std::pair<std::string, double>> take_profile() override {
@@ -158,6 +219,7 @@ class CudaPolicy final : public PolicyModel {
   model::Weights host_;             // config, layout and the host copy of the weights
   int64_t host_steps_ = 0;          // state_->steps() when host_.data was filled (-1: never)
   Numerics numerics_;
+  std::unique_ptr<model::cuda::QuantizedLinears> quant_;  // a quantised model's linear matrices
   std::unique_ptr<optim::cuda::CudaTrainState> state_;
   std::unique_ptr<model::cuda::CudaTransformer> tf_;
 };

@@ -324,11 +324,14 @@ std::optional<optim::LightweightConfig> lightweight_sync_config(const config::Co
   return lw;
 }
 
-// <prefix>quantization_bits / <prefix>quantization_group_size / <prefix>quantization_calibration_samples
-// (the reward model's, the reference policy's): quantises w's linear layers once at load
-// (model/quantize.h) and logs what it did.
-void quantize_as_configured(const config::Config& cfg, const std::string& prefix, model::Weights& w,
-                            const char* what) {
+// <prefix>quantization_bits / <prefix>quantization_group_size /
+// <prefix>quantization_calibration_samples (the reward model's, the reference policy's): quantises
+// w's linear layers once at load (model/quantize.h) and logs what it did. Returns the quantised
+// matrices when `keep` (a GPU model computes with them instead of bf16 copies), else none.
+std::vector<model::QuantizedLayer> quantize_as_configured(const config::Config& cfg,
+                                                          const std::string& prefix,
+                                                          model::Weights& w, const char* what,
+                                                          bool keep) {
   const auto bits = static_cast<int>(cfg.get<int64_t>(prefix + "quantization_bits"));
   const int64_t group = cfg.get<int64_t>(prefix + "quantization_group_size");
   VERL_CHECK(bits != 4 || group % 2 == 0, "{}quantization_group_size={}: must be even", prefix, group);
@@ -339,8 +342,12 @@ void quantize_as_configured(const config::Config& cfg, const std::string& prefix
   opt.bits = bits;
   opt.group = group;
   opt.calibration_samples = samples;
-  const model::QuantizeReport q = model::quantize_linear_weights(w, opt);
-  if (q.matrices > 0) log::info("{}: {}", what, model::describe(q, bits, group));
+  std::vector<model::QuantizedLayer> kept;
+  const model::QuantizeReport q = model::quantize_linear_weights(w, opt, keep ? &kept : nullptr);
+  if (q.matrices > 0)
+    log::info("{}: {}{}", what, model::describe(q, bits, group),
+              keep ? "; on the GPU the linear layers compute from the quantised codes" : "");
+  return kept;
 }
 
 // Data parallelism for a trained model (optim/train_state.h): gradients reduced in buckets during
@@ -626,7 +633,10 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
     // ref.fsdp_config.param_offload: the bf16 weights on the host, on the device for the ref pass only.
     ro.offload = offload_config(cfg_, device_, "actor_rollout_ref.ref.fsdp_config.", 0.0, nullptr);
     model::Weights ref_weights = actor_weights;
-    quantize_as_configured(cfg_, "actor_rollout_ref.ref.", ref_weights, "reference policy");
+    std::vector<model::QuantizedLayer> ref_q = quantize_as_configured(
+        cfg_, "actor_rollout_ref.ref.", ref_weights, "reference policy", device_ == Device::Cuda);
+    if (!ref_q.empty())
+      ro.quantized = std::make_shared<const std::vector<model::QuantizedLayer>>(std::move(ref_q));
     ref_ = build_policy(device_, std::move(ref_weights), ro, "reference policy",
                         "actor_rollout_ref.ref.fsdp_config.param_offload=true (its weights on the host between ref passes)");
   }
@@ -664,7 +674,8 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
     const std::string rm_path = data::expand_user(cfg_.get<std::string>("reward_model.model.path"));
     model::Weights rm_weights = model::Weights::load(rm_path);
     require_reward_model(rm_weights.config, rm_path);
-    quantize_as_configured(cfg_, "reward_model.", rm_weights, "reward model");
+    std::vector<model::QuantizedLayer> rm_q = quantize_as_configured(
+        cfg_, "reward_model.", rm_weights, "reward model", device_ == Device::Cuda);
     const int64_t seq_len =
         cfg_.get<int64_t>("data.max_prompt_length") + cfg_.get<int64_t>("data.max_response_length");
     rm_max_length_ = cfg_.get<std::optional<int64_t>>("reward_model.max_length").value_or(0);
@@ -690,8 +701,8 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
       max_tokens = max_seqs * longest;
     }
     const bool rm_offload = offload_config(cfg_, device_, "reward_model.model.fsdp_config.", 0.0, nullptr).params > 0;
-    reward_model_ = std::make_unique<RewardModel>(device_, std::move(rm_weights), rm_path, max_tokens, max_seqs,
-                                                  rm_offload);
+    reward_model_ = std::make_unique<RewardModel>(
+        device_, std::move(rm_weights), rm_path, max_tokens, max_seqs, rm_offload, std::move(rm_q));
     log::info("reward model: {} ({}, {} parameters) on {}, {} tokens / {} sequences a forward{}", rm_path,
               reward_model_->config().architecture, reward_model_->parameter_count(), to_string(device_),
               max_tokens, max_seqs, rm_tok_ ? ", inputs re-rendered with its chat template" : "");

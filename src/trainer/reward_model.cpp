@@ -1,9 +1,11 @@
 #include "trainer/reward_model.h"
 
+#include <fmt/format.h>
+
+#include <memory>
 #include <string>
 #include <utility>
-
-#include <fmt/format.h>
+#include <vector>
 
 #include "core/error.h"
 #include "model/batch.h"
@@ -20,7 +22,8 @@ void require_reward_model(const model::ModelConfig& cfg, const std::string& dir)
 }
 
 RewardModel::RewardModel(Device device, model::Weights weights, const std::string& dir,
-                         int64_t max_tokens, int64_t max_seqs, bool offload)
+                         int64_t max_tokens, int64_t max_seqs, bool offload,
+                         std::vector<model::QuantizedLayer> quantized)
     : dir_(dir), max_tokens_(max_tokens), max_seqs_(max_seqs) {
   require_reward_model(weights.config, dir);
   VERL_CHECK(max_tokens > 0 && max_seqs > 0,
@@ -32,6 +35,8 @@ RewardModel::RewardModel(Device device, model::Weights weights, const std::strin
   po.max_tokens = max_tokens;
   po.max_seqs = max_seqs;
   po.offload.params = offload ? 1.0 : 0.0;
+  if (device == Device::Cuda && !quantized.empty())
+    po.quantized = std::make_shared<const std::vector<model::QuantizedLayer>>(std::move(quantized));
   policy_ = make_policy(device, std::move(weights), po);
 }
 

@@ -2,8 +2,9 @@
 // Qwen3ForSequenceClassification, one label) scoring whole sequences: the score-head value at each
 // sequence's last token, as transformers' sequence classification reads it for an unpadded
 // sequence. On the CPU the fp32 model (model::Transformer); on the GPU the forward-only bf16 model
-// (the reference policy's path). Sequences are packed into forwards of at most max_tokens tokens
-// and max_seqs sequences.
+// (the reference policy's path), with its linear layers quantised on the device when it was
+// quantised (model/quantize.h, ops/cuda/quant_linear.h). Sequences are packed into forwards of at
+// most max_tokens tokens and max_seqs sequences.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "model/quantize.h"
 #include "model/weights.h"
 #include "trainer/policy_model.h"
 
@@ -20,10 +22,13 @@ namespace verl::trainer {
 class RewardModel {
  public:
   // `dir` names the model in errors. A sequence longer than max_tokens is an error naming it.
-  // `offload` (reward_model.model.fsdp_config.param_offload, GPU): the bf16 weights stay in pinned host
-  // memory and come to the device for each score() call only.
+  // `offload` (reward_model.model.fsdp_config.param_offload, GPU): the bf16 weights stay in pinned
+  // host memory and come to the device for each score() call only. `quantized`: the layers' linear
+  // matrices that model::quantize_linear_weights handed back for `weights` (which then hold their
+  // dequantised values); the GPU keeps them quantised, the CPU ignores them.
   RewardModel(Device device, model::Weights weights, const std::string& dir, int64_t max_tokens,
-              int64_t max_seqs, bool offload = false);
+              int64_t max_seqs, bool offload = false,
+              std::vector<model::QuantizedLayer> quantized = {});
   // One score per sequence, in order. Every sequence is checked first (not empty, within the token
   // budget, every id inside the vocabulary); an error names it by where[i] (e.g. "file:line"), or
   // by its index without `where`.
@@ -33,6 +38,8 @@ class RewardModel {
   Device device() const { return policy_->device(); }
   int64_t max_tokens() const { return max_tokens_; }
   int64_t parameter_count() const { return params_; }
+  // Device bytes the model holds (0 on the CPU): weights, quantised matrices, activations.
+  size_t device_bytes() const { return policy_->device_bytes(); }
 
  private:
   std::unique_ptr<PolicyModel> policy_;

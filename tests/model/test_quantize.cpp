@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -277,6 +279,48 @@ ModelConfig small_reward_model() {
   c.head_dim = 8;
   c.max_position_embeddings = 64;
   return c;
+}
+
+// The matrices handed back (what the GPU keeps instead of bf16 copies) are the ones whose
+// dequantised values went into w: per layer wqkv, wo, gate/up, down with the layout's shapes,
+// and dequantize_matrix of each gives w's values bit for bit. With GPTQ (int4) and at int8.
+TEST(Quantize, LinearWeightsHandsBackTheMatrices) {
+  const ModelConfig c = small_reward_model();
+  for (const auto& [bits, samples] : {std::pair{4, int64_t{8}}, std::pair{8, int64_t{0}}}) {
+    Weights w = Weights::from_config(c);
+    w.data = randn(w.layout.total, 5);
+    QuantizeOptions opt;
+    opt.bits = bits;
+    opt.group = 8;
+    opt.calibration_samples = samples;
+    opt.calibration_length = 10;
+    std::vector<QuantizedLayer> layers = {QuantizedLayer{}};  // replaced, not appended to
+    const QuantizeReport rep = quantize_linear_weights(w, opt, &layers);
+    ASSERT_EQ(static_cast<int64_t>(layers.size()), c.num_hidden_layers);
+    size_t bytes = 0;
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const LayerParams& lp = w.layout.layers[l];
+      const std::pair<const QuantizedMatrix*, int> mats[] = {{&layers[l].wqkv, lp.wqkv},
+                                                             {&layers[l].wo, lp.wo},
+                                                             {&layers[l].wgu, lp.wgu},
+                                                             {&layers[l].wdown, lp.wdown}};
+      for (const auto& [q, i] : mats) {
+        const ParamInfo& p = w.layout.params[static_cast<size_t>(i)];
+        ASSERT_EQ(q->bits, bits) << p.name;
+        ASSERT_EQ(q->rows, p.shape[0]) << p.name;
+        ASSERT_EQ(q->cols, p.shape[1]) << p.name;
+        std::vector<float> back(static_cast<size_t>(p.numel));
+        dequantize_matrix(*q, back.data());
+        EXPECT_EQ(0, std::memcmp(back.data(), w.param(i), back.size() * sizeof(float))) << p.name;
+        bytes += q->bytes();
+      }
+    }
+    EXPECT_EQ(bytes, rep.quantized_bytes);
+    Weights w16 = Weights::from_config(c);
+    opt.bits = 16;
+    quantize_linear_weights(w16, opt, &layers);
+    EXPECT_TRUE(layers.empty());  // nothing quantised, nothing handed back
+  }
 }
 
 TEST(Quantize, LinearWeightsOnlyAndBadInputs) {

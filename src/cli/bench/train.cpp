@@ -279,7 +279,8 @@ int run_train(TrainOpts o) {
 
 Command reg("bench",
             "Benchmarks (bench train: training-step throughput and MFU; bench rollout: generation "
-            "throughput on the GPU; bench grpo-step: one whole GRPO step on the GPU)",
+            "throughput on the GPU; bench grpo-step: one whole GRPO step on the GPU; bench "
+            "quant-linear / bench score: the quantised reward model's kernels and scoring pass)",
             [](CLI::App& app) -> Action {
               app.require_subcommand(1);
               auto o = std::make_shared<TrainOpts>();
@@ -313,11 +314,15 @@ Command reg("bench",
               Action grpo_step = add_bench_grpo_step(app);
               Action rollout = add_bench_rollout(app);
               Action grad_sync = add_bench_grad_sync(app);
-              return [o, train, grpo_step, rollout, grad_sync] {
+              Action quant_linear = add_bench_quant_linear(app);
+              Action score = add_bench_score(app);
+              return [o, train, grpo_step, rollout, grad_sync, quant_linear, score] {
                 if (train->parsed()) return run_train(*o);
-                int rc = grpo_step();
-                if (rc == 0) rc = rollout();
-                return rc != 0 ? rc : grad_sync();
+                for (const Action& a : {grpo_step, rollout, grad_sync, quant_linear, score}) {
+                  const int rc = a();
+                  if (rc != 0) return rc;
+                }
+                return 0;
               };
             });
 

@@ -18,6 +18,7 @@
 #include "ops/cuda/attention.h"
 #include "ops/cuda/glue.h"
 #include "ops/cuda/lm_head.h"
+#include "ops/cuda/quant_linear.h"
 #include "ops/cuda/value_head.h"
 
 namespace verl::model::cuda {
@@ -66,6 +67,28 @@ CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::ModelConfi
                     opts_.trainable ? "CudaTransformer: a trainable model needs its gradients"
                                     : "CudaTransformer: a forward-only model takes no gradients");
   lm_param_ = layout_.lm_head >= 0 ? layout_.lm_head : layout_.embed;
+  const QuantizedLinears* qs = opts_.quantized;
+  if (qs != nullptr) {
+    VERL_CUDA_REQUIRE(!opts_.trainable,
+                      "CudaTransformer: quantised linear layers are forward only (a reference "
+                      "policy or a reward model); a trained model keeps bf16 weights");
+    VERL_CUDA_REQUIRE(qs->num_layers() == cfg_.num_hidden_layers,
+                      "CudaTransformer: " + std::to_string(qs->num_layers()) +
+                          " quantised layers for a model of " +
+                          std::to_string(cfg_.num_hidden_layers));
+    const int64_t C = cfg_.hidden_size, F = cfg_.intermediate_size;
+    const int64_t qd = cfg_.q_dim(), Q3 = qd + 2 * cfg_.kv_dim();
+    for (int64_t l = 0; l < qs->num_layers(); ++l) {
+      const QuantizedLinears::Layer& q = qs->layer(l);
+      const auto fits = [](const ops::cuda::QuantMatrixView& v, int64_t n, int64_t k) {
+        return v.rows == n && v.cols == k;
+      };
+      VERL_CUDA_REQUIRE(
+          fits(q.wqkv, Q3, C) && fits(q.wo, C, qd) && fits(q.wgu, 2 * F, C) && fits(q.wdown, C, F),
+          "CudaTransformer: layer " + std::to_string(l) +
+              "'s quantised matrices do not have the config's shapes");
+    }
+  }
   // The stronger of the context's and the options' modes (Fast < MatchTrainer < BatchInvariant).
   ctx_.numerics = std::max(ctx_.numerics, opts_.numerics);
   inv_freq_ = DeviceBuffer<float>(model::rope_inv_freq(cfg_));
@@ -131,6 +154,8 @@ CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::ModelConfi
       take(entropy_head_, T);
     }
     if (NL > 0) take(values_, T * NL);
+    if (qs != nullptr && T > opts_.quant_fused_max_tokens)
+      take(quant_scratch_, qs->max_matrix_elems());
     if (!opts_.trainable) return;  // the rest is for backward
     if (NL > 0) take(d_values_, T * NL);
     if (keep_probs) take(lm_probs_, T * cfg_.vocab_size);
@@ -313,11 +338,12 @@ void CudaTransformer::layer_forward(int l, bool full) {
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   const bf16* x_in = x_[l];
   bf16* x_out = x_[l + 1];
+  const QuantizedLinears::Layer* ql = opts_.quantized ? &opts_.quantized->layer(l) : nullptr;
 
   mark("norm_fwd");
   rmsnorm_forward(ctx_, a.xn1, a.rstd1, x_in, W(p.attn_norm), T, C, eps);
   mark("gemm_fwd");
-  linear_forward(ctx_, qkv_, a.xn1, W(p.wqkv), W(p.bqkv), T, C, Q3);
+  project(qkv_, a.xn1, p.wqkv, ql ? &ql->wqkv : nullptr, p.bqkv, T, C, Q3);
   mark("elementwise_fwd");
   if (cfg_.qk_norm) {
     split_qkv(ctx_, a.q_pre, a.k_pre, a.v, qkv_, T, qd, kvd);
@@ -342,19 +368,19 @@ void CudaTransformer::layer_forward(int l, bool full) {
   attention_forward(ctx_, a.att, a.lse, a.q, a.k, a.v, cu_, B, T, H, Hkv, D,
                     1.0f / std::sqrt(static_cast<float>(D)));
   mark("gemm_fwd");
-  linear_forward(ctx_, a.x_mid, a.att, W(p.wo), W(p.bo), T, qd, C);
+  project(a.x_mid, a.att, p.wo, ql ? &ql->wo : nullptr, p.bo, T, qd, C);
   mark("elementwise_fwd");
   add_inplace(ctx_, a.x_mid, x_in, T * C);
 
   mark("norm_fwd");
   rmsnorm_forward(ctx_, a.xn2, a.rstd2, a.x_mid, W(p.mlp_norm), T, C, eps);
   mark("gemm_fwd");
-  linear_forward(ctx_, a.gu, a.xn2, W(p.wgu), W(p.bgu), T, C, 2 * F);
+  project(a.gu, a.xn2, p.wgu, ql ? &ql->wgu : nullptr, p.bgu, T, C, 2 * F);
   mark("elementwise_fwd");
   swiglu_forward(ctx_, a.act, a.gu, T, F);
   if (!full) return;
   mark("gemm_fwd");
-  linear_forward(ctx_, x_out, a.act, W(p.wdown), W(p.bdown), T, F, C);
+  project(x_out, a.act, p.wdown, ql ? &ql->wdown : nullptr, p.bdown, T, F, C);
   mark("elementwise_fwd");
   add_inplace(ctx_, x_out, a.x_mid, T * C);
   if (dumping) {
@@ -364,6 +390,19 @@ void CudaTransformer::layer_forward(int l, bool full) {
     dump("gate_up", l, a.gu, T, 2 * F);
     dump("act", l, a.act, T, F);
     dump("out", l, x_out, T, C);
+  }
+}
+
+void CudaTransformer::project(bf16* y, const bf16* x, int w, const QuantMatrixView* q, int b,
+                              int64_t T, int64_t K, int64_t N) {
+  if (q == nullptr) {
+    linear_forward(ctx_, y, x, W(w), W(b), T, K, N);
+  } else {
+    VERL_CUDA_REQUIRE(
+        q->codes != nullptr,
+        "CudaTransformer::forward: the quantised matrices are asleep (wake them first)");
+    quant_linear_forward(ctx_, y, x, *q, W(b), T, K, N, quant_scratch_, QuantPath::Auto,
+                         opts_.quant_fused_max_tokens);
   }
 }
 

@@ -11,16 +11,16 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <functional>
-
 #include "core/numerics.h"
 #include "model/batch.h"
 #include "model/config.h"
+#include "model/cuda/quantized_linears.h"
 #include "model/weights.h"
 #include "ops/cuda/device.h"
 #include "ops/cuda/ops_cuda.h"
@@ -64,6 +64,16 @@ struct CudaTransformerOptions {
   // rollout's bit for bit; MatchTrainer: forward GEMMs that never split k, as the matching
   // rollout's.
   Numerics numerics = Numerics::Fast;
+  // Forward-only models: each layer's wqkv, wo, wgu and wdown come from this quantised set
+  // (ops/cuda/quant_linear.h) instead of the weights, whose layout then gives those parameters no
+  // space (the caller's choice; they are never read). Alive and unchanged while the model runs;
+  // asleep is allowed between forwards. Quantised models are not batch-invariant: the kernel and
+  // its k split depend on the batch's token count.
+  const QuantizedLinears* quantized = nullptr;
+  // The quantised matmuls' path choice (quant_linear.h): at most this many tokens take the fused
+  // kernel, more dequantise into a bf16 scratch of one matrix (planned in the arena when
+  // max_tokens is above it) and run cuBLASLt.
+  int64_t quant_fused_max_tokens = ops::cuda::kQuantFusedMaxTokens;
 };
 
 class CudaTransformer {
@@ -107,7 +117,8 @@ class CudaTransformer {
   const float* entropy() const { return entropy_; }
   int64_t num_tokens() const { return T_; }
   size_t arena_bytes() const { return arena_.capacity(); }
-  // Device bytes this object holds (the arena and the RoPE table; the weights are the caller's).
+  // Device bytes this object holds (the arena and the RoPE table; the weights and a quantised
+  // set are the caller's).
   size_t device_bytes() const;
   const CudaContext& ctx() const { return ctx_; }
   const model::ModelConfig& config() const { return cfg_; }
@@ -135,6 +146,10 @@ class CudaTransformer {
   };
   const bf16* W(int i) const { return i >= 0 ? w_ + layout_.params[i].offset : nullptr; }
   float* G(int i) { return i >= 0 ? g_ + layout_.params[i].offset : nullptr; }
+  // y = x W^T + b for layout parameter `w` (bias `b`), or over the quantised matrix q when the
+  // model has a quantised set (q is then layer l's).
+  void project(bf16* y, const bf16* x, int w, const ops::cuda::QuantMatrixView* q, int b, int64_t T,
+               int64_t K, int64_t N);
   LayerBufs& bufs(int l) { return layers_[opts_.trainable && !opts_.recompute ? l : 0]; }
   // full = false (recomputation inside backward) stops before the down projection: backward
   // needs the layer's activations, not its output.
@@ -189,6 +204,7 @@ class CudaTransformer {
   bf16 *h_head_ = nullptr, *d_h_head_ = nullptr;
   float *logprob_head_ = nullptr, *entropy_head_ = nullptr, *d_lp_head_ = nullptr,
         *d_ent_head_ = nullptr;
+  bf16* quant_scratch_ = nullptr;  // a dequantised matrix (quantised models over the fused limit)
   void* lm_scratch_ = nullptr;
   size_t lm_scratch_bytes_ = 0;
   std::unique_ptr<ops::cuda::SectionTimer> timer_;  // null unless profiling

@@ -1,6 +1,7 @@
 // Tensor-core and async-copy building blocks shared by the mma.sync kernels of src/ops/cuda
-// (attention, the batch-invariant GEMM): PTX wrappers for ldmatrix, mma.sync m16n8k16 bf16 -> fp32
-// and cp.async, bf16 packing and the per-lane ldmatrix offsets. Internal to src/ops/cuda.
+// (attention, the batch-invariant GEMM, the quantised GEMM): PTX wrappers for ldmatrix, mma.sync
+// m16n8k16 bf16 -> fp32 and cp.async, bf16 packing, staging a bf16 tile into shared memory and the
+// per-lane ldmatrix offsets. Internal to src/ops/cuda.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -74,6 +75,49 @@ __device__ __forceinline__ void cp_async_commit() {
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Stages rows [r0, r0 + kRows) x columns [k0, k0 + kBK) of a row-major bf16 matrix (row r at
+// src + r ld; `rows` rows, K columns) into dst [kRows][kBK + 8]; rows >= `rows` and columns >= K
+// become zero. vec: 16-byte cp.async for chunks wholly inside K (the caller commits); otherwise,
+// and for a chunk straddling K, plain element loads. Both copy the bits unchanged.
+template <int kRows, int kBK, int kThreads>
+__device__ __forceinline__ void stage_tile(__nv_bfloat16* dst, const __nv_bfloat16* src,
+                                           int64_t ld, int64_t r0, int64_t rows, int k0, int K,
+                                           bool vec) {
+  constexpr int kLds = kBK + 8;
+  constexpr int kChunks = kBK / 8;  // 16-byte chunks per row
+  constexpr int kTotal = kRows * kChunks;
+  constexpr int kIters = (kTotal + kThreads - 1) / kThreads;
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int e = it * kThreads + static_cast<int>(threadIdx.x);
+    if (kTotal % kThreads == 0 || e < kTotal) {
+      const int r = e / kChunks, col = (e % kChunks) * 8;
+      __nv_bfloat16* d = dst + r * kLds + col;
+      const int64_t row = r0 + r;
+      const int kc = k0 + col;
+      if (row < rows && kc < K) {
+        const __nv_bfloat16* s = src + row * ld + kc;
+        if (vec && kc + 8 <= K) {
+          cp_async_16(smem_u32(d), s);
+        } else {
+          const uint16_t* raw = reinterpret_cast<const uint16_t*>(s);
+          const int valid = K - kc < 8 ? K - kc : 8;
+          uint32_t u[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const uint32_t lo = 2 * i < valid ? raw[2 * i] : 0u;
+            const uint32_t hi = 2 * i + 1 < valid ? raw[2 * i + 1] : 0u;
+            u[i] = lo | (hi << 16);  // the lower k in the lower half (little-endian bf16 pairs)
+          }
+          *reinterpret_cast<uint4*>(d) = make_uint4(u[0], u[1], u[2], u[3]);
+        }
+      } else {
+        *reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+  }
 }
 
 // Per-lane offsets (in elements, for a tile with row stride lds) of the three ldmatrix.x4 uses:
