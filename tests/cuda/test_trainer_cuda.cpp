@@ -407,7 +407,7 @@ TEST_F(TrainerCudaTest, OneStepOffPolicyOnTheGpu) {
     EXPECT_EQ(o[i]["rollout/staleness"].get<double>(), i == 0 ? 0.0 : 1.0) << "step " << i + 1;
     EXPECT_EQ(o[i]["rollout/weights_step"].get<double>(), i == 0 ? 0.0 : static_cast<double>(i - 1))
         << "step " << i + 1;
-    ASSERT_TRUE(o[i].contains("timing_s/gen_wait")) << "step " << i + 1;
+    if (i > 0) ASSERT_TRUE(o[i].contains("timing_s/gen_wait")) << "step " << i + 1;  // waited for the prefetch
   }
   for (const char* k : {"critic/score/mean", "response_length/mean"})
     EXPECT_EQ(o[0][k].get<double>(), p[0][k].get<double>()) << k;

@@ -55,10 +55,10 @@ int64_t quant_codes_stride(int bits, int64_t cols);
 
 enum class QuantPath { Auto, Fused, Dequant };
 
-// Auto's default crossover: at most this many tokens take the fused kernel. A first guess from
-// the roofline (int8 7B MLP matrices: the fused kernel's weight traffic vs cuBLASLt's speed plus
-// one dequantisation); `verl bench quant-linear` times both paths at every T to move it.
-inline constexpr int64_t kQuantFusedMaxTokens = 128;
+// Auto's default crossover: at most this many tokens take the fused kernel. Measured on the H200
+// (`verl bench quant-linear`, 1.5B and 7B matrices, docs/benchmarks.md): the fused kernel beats
+// dequantise + cuBLASLt at every matrix up to T = 32 (by 1.3-4x) and loses at T = 128 at most.
+inline constexpr int64_t kQuantFusedMaxTokens = 32;
 
 // y[T,N] = x[T,K] deq(w)^T (+ b[N]), overwritten. w.rows == N and w.cols == K. scratch: a bf16
 // [N*K] buffer for the Dequant path (may be null when only Fused can be taken). The fused kernel
