@@ -1003,12 +1003,34 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
   exp.overlong_reward.assign(B, 0.0f);
   std::vector<std::vector<float>> lps(B);
 
-  // Rewards are scored by a worker while generation goes on (trainer.actor_reward_parallel);
-  // a user command scores the whole batch afterwards.
-  const bool parallel = cfg_.get<bool>("trainer.actor_reward_parallel") && !command_reward_ && !reward_model_;
+  // Rewards are scored by a worker while generation goes on (trainer.actor_reward_parallel): rule
+  // scores row by row; a reward model's in forwards of its token budget, each run as soon as
+  // finished rows fill it, the rest once generation ends (not with its param_offload, which would
+  // upload its weights for every forward). A user command scores the whole batch afterwards.
+  const bool parallel = cfg_.get<bool>("trainer.actor_reward_parallel") && !command_reward_ &&
+                        (!reward_model_ || !reward_model_->offloaded());
   double reward_start = -1, reward_end = -1;  // the reward worker's alone
   std::optional<RowWorker> scorer, piper;
-  if (parallel) {
+  std::vector<int64_t> rm_rows;  // finished rows waiting for the reward model's next forward
+  int64_t rm_tokens = 0;
+  const auto score_rm_rows = [&] {
+    if (rm_rows.empty()) return;
+    const double t0 = timer.now_s();
+    score_with_reward_model(exp, std::exchange(rm_rows, {}));
+    rm_tokens = 0;
+    if (reward_start < 0) reward_start = t0;
+    reward_end = timer.now_s();
+  };
+  if (parallel && reward_model_) {
+    scorer.emplace(
+        [&](int64_t b) {
+          const int64_t t = exp.tokens(b);
+          if (rm_tokens + t > reward_model_->max_tokens()) score_rm_rows();
+          rm_rows.push_back(b);
+          rm_tokens += t;
+        },
+        score_rm_rows);
+  } else if (parallel) {
     scorer.emplace([&](int64_t b) {
       const double t0 = timer.now_s();
       exp.scores[b] = rule_score(exp, b);
@@ -1143,10 +1165,17 @@ void PpoTrainer::score_all(Experience& exp) {
 }
 
 void PpoTrainer::score_with_reward_model(Experience& exp) {
-  std::vector<std::vector<int32_t>> inputs(static_cast<size_t>(exp.B));
-  for (int64_t b = 0; b < exp.B; ++b) {
+  std::vector<int64_t> rows(static_cast<size_t>(exp.B));
+  for (int64_t b = 0; b < exp.B; ++b) rows[static_cast<size_t>(b)] = b;
+  score_with_reward_model(exp, rows);
+}
+
+void PpoTrainer::score_with_reward_model(Experience& exp, const std::vector<int64_t>& rows) {
+  std::vector<std::vector<int32_t>> inputs(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int64_t b = rows[i];
     const data::Sample& s = *exp.sample[b];
-    std::vector<int32_t>& in = inputs[static_cast<size_t>(b)];
+    std::vector<int32_t>& in = inputs[i];
     if (rm_tok_) {
       // verl's switch of chat template: the row's messages plus the decoded response as the
       // assistant's turn, rendered and tokenized by the reward model's tokenizer.
@@ -1165,10 +1194,11 @@ void PpoTrainer::score_with_reward_model(Experience& exp) {
     if (rm_max_length_ > 0 && static_cast<int64_t>(in.size()) > rm_max_length_) in.resize(rm_max_length_);
   }
   const std::vector<float> scores = reward_model_->score(inputs);
-  for (int64_t b = 0; b < exp.B; ++b) {
-    exp.scores[b] = scores[static_cast<size_t>(b)];
-    exp.raw_score[b] = scores[static_cast<size_t>(b)];
-    exp.acc[b] = scores[static_cast<size_t>(b)];
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int64_t b = rows[i];
+    exp.scores[b] = scores[i];
+    exp.raw_score[b] = scores[i];
+    exp.acc[b] = scores[i];
   }
 }
 

@@ -116,6 +116,8 @@ class PpoTrainer {
   // reward_model.enable: every response scored by the reward model (verl's rm_scores, which its
   // reward managers return as the reward in place of the rule scores).
   void score_with_reward_model(Experience& exp);
+  // The same for rows `rows` of the experience (their samples and responses set).
+  void score_with_reward_model(Experience& exp, const std::vector<int64_t>& rows);
   // The rule scorer's reward (by data_source) of row b's decoded response, through the reward
   // manager (manager_reward).
   float rule_score(Experience& exp, int64_t b) const;

@@ -24,7 +24,7 @@ void require_reward_model(const model::ModelConfig& cfg, const std::string& dir)
 RewardModel::RewardModel(Device device, model::Weights weights, const std::string& dir,
                          int64_t max_tokens, int64_t max_seqs, bool offload,
                          std::vector<model::QuantizedLayer> quantized)
-    : dir_(dir), max_tokens_(max_tokens), max_seqs_(max_seqs) {
+    : dir_(dir), max_tokens_(max_tokens), max_seqs_(max_seqs), offload_(offload) {
   require_reward_model(weights.config, dir);
   VERL_CHECK(max_tokens > 0 && max_seqs > 0,
              "reward model {}: the token budget ({}) and sequences per forward ({}) must be positive",

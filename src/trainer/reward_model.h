@@ -37,6 +37,8 @@ class RewardModel {
   const model::ModelConfig& config() const { return policy_->config(); }
   Device device() const { return policy_->device(); }
   int64_t max_tokens() const { return max_tokens_; }
+  // Whether the weights wait in host memory between score() calls (each call uploads them).
+  bool offloaded() const { return offload_; }
   int64_t parameter_count() const { return params_; }
   // Device bytes the model holds (0 on the CPU): weights, quantised matrices, activations.
   size_t device_bytes() const { return policy_->device_bytes(); }
@@ -45,6 +47,7 @@ class RewardModel {
   std::unique_ptr<PolicyModel> policy_;
   std::string dir_;
   int64_t max_tokens_, max_seqs_, params_ = 0;
+  bool offload_ = false;
 };
 
 // The checks a reward model's directory must pass before it is used (a one-label

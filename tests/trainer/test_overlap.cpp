@@ -15,6 +15,11 @@
 #include <nlohmann/json.hpp>
 
 #include "config/config.h"
+#include "core/file.h"
+#include "core/rng.h"
+#include "model/config.h"
+#include "model/hf_files.h"
+#include "model/weights.h"
 #include "trainer/ppo_trainer.h"
 
 namespace verl::trainer {
@@ -204,6 +209,48 @@ TEST(Overlap, OneStepOffPolicyTrainsOnRolloutsOneUpdateOld) {
   EXPECT_EQ(lines[2]["training/global_step"].get<double>(), 3.0);
   EXPECT_EQ(lines[2]["rollout/staleness"].get<double>(), 0.0);
   EXPECT_EQ(lines[2]["prompt_length/mean"].get<double>(), off.steps[2]["prompt_length/mean"].get<double>());
+}
+
+// A reward model (random weights, the demo's shape) scores finished samples in forwards of its
+// token budget while the rest still decode (trainer.actor_reward_parallel): the same scores as
+// scoring the whole batch after generation, within the CPU model's float noise (its sums depend
+// on which sequences share a forward), and timing_s/reward_overlap_gen says how much of the reward
+// pass ran during generation.
+TEST(Overlap, RewardModelScoresWhileGenerationRuns) {
+  const fs::path rm = fs::temp_directory_path() / "verl_test_overlap_rm_model";
+  fs::remove_all(rm);
+  {
+    nlohmann::json c = nlohmann::json::parse(read_file(kRoot + "/assets/demo/model/config.json", "demo config"));
+    c["architectures"] = {"Qwen2ForSequenceClassification"};
+    c["num_labels"] = 1;
+    model::Weights w = model::Weights::from_config(model::parse_model_config(c.dump(), "demo reward model"));
+    Rng rng(5);
+    for (float& x : w.data) x = 0.05f * rng.normal();
+    w.save(rm.string());
+    model::copy_tokenizer_files(kRoot + "/assets/demo/model", rm.string());
+  }
+  const std::vector<std::string> common = {"reward_model.enable=true", "reward_model.model.path=" + rm.string(),
+                                           "reward_model.forward_max_token_len_per_gpu=448",
+                                           "algorithm.adv_estimator=grpo", "critic.enable=false"};
+  std::vector<std::string> on = common, off = common;
+  on.push_back("trainer.actor_reward_parallel=true");
+  off.push_back("trainer.actor_reward_parallel=false");
+  const RunResult a = run("rm_parallel", on), b = run("rm_after", off);
+  ASSERT_EQ(a.steps.size(), 2u);
+  ASSERT_EQ(b.steps.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    for (const char* k : {"critic/score/mean", "critic/score/max", "critic/score/min", "actor/pg_loss"}) {
+      const double x = a.steps[i][k].get<double>(), y = b.steps[i][k].get<double>();
+      EXPECT_NEAR(x, y, 1e-5 * std::max(1.0, std::fabs(y))) << k << " at step " << i + 1;
+    }
+    EXPECT_GT(a.steps[i]["critic/score/max"].get<double>(), a.steps[i]["critic/score/min"].get<double>());
+    ASSERT_TRUE(a.steps[i].contains("timing_s/reward_overlap_gen")) << "step " << i + 1;
+    EXPECT_GT(a.steps[i]["timing_s/reward_overlap_gen"].get<double>(), 0.0) << "step " << i + 1;
+    EXPECT_EQ(b.steps[i].value("timing_s/reward_overlap_gen", 0.0), 0.0) << "step " << i + 1;  // after generation
+  }
+  std::printf("reward model during generation: step 1 score mean %.6g (after: %.6g), %.3f s of %.3f s overlapped\n",
+              a.steps[0]["critic/score/mean"].get<double>(), b.steps[0]["critic/score/mean"].get<double>(),
+              a.steps[0]["timing_s/reward_overlap_gen"].get<double>(), a.steps[0]["timing_s/reward"].get<double>());
 }
 
 TEST(Overlap, LengthDistDrawsLongTailedLengths) {
