@@ -16,8 +16,11 @@
 #include <vector>
 
 #include "config/config.h"
+#include "core/file.h"
 #include "core/rng.h"
 #include "dist/communicator.h"
+#include "model/config.h"
+#include "model/hf_files.h"
 #include "model/batch.h"
 #include "model/weights.h"
 #include "test_util.h"
@@ -424,6 +427,59 @@ TEST_F(TrainerCudaTest, OneStepOffPolicyOnTheGpu) {
         << "step " << i + 1 << ": the rollout looks on-policy";
     // The plain run's rollouts are on-policy at every step.
     EXPECT_LT(p[i]["training/rollout_probs_diff_max"].get<double>(), 10 * std::max(own, 1e-6)) << "step " << i + 1;
+  }
+}
+
+// A reward model on the GPU scoring finished samples while generation runs
+// (trainer.actor_reward_parallel: forwards of its token budget on a worker thread and the reward
+// model's own stream, beside the rollout's CUDA graphs) against scoring the whole batch after
+// generation, plain and int8-quantised: the same rollouts (step 1 generates from the same weights),
+// scores within bf16 noise (a sequence's forward shares its GEMMs with other sequences).
+TEST_F(TrainerCudaTest, RewardModelScoresDuringGeneration) {
+  const fs::path tmp = fs::temp_directory_path() / "verl_test_trainer_cuda_rm";
+  fs::remove_all(tmp);
+  const fs::path rm = tmp / "rm";
+  {
+    nlohmann::json c = nlohmann::json::parse(read_file(kRoot + "/assets/demo/model/config.json", "demo config"));
+    c["architectures"] = {"Qwen2ForSequenceClassification"};
+    c["num_labels"] = 1;
+    model::Weights w = model::Weights::from_config(model::parse_model_config(c.dump(), "demo reward model"));
+    Rng rng(5);
+    for (float& x : w.data) x = 0.05f * static_cast<float>(rng.normal());
+    w.save(rm.string());
+    model::copy_tokenizer_files(kRoot + "/assets/demo/model", rm.string());
+  }
+  for (const char* bits : {"16", "8"}) {
+    SCOPED_TRACE(std::string("reward_model.quantization_bits=") + bits);
+    const std::vector<std::string> common = {
+        "trainer.save_freq=-1", "trainer.test_freq=-1", "trainer.val_before_train=false",
+        "trainer.total_training_steps=1", "reward_model.enable=true", "reward_model.model.path=" + rm.string(),
+        "reward_model.forward_max_token_len_per_gpu=256", std::string("reward_model.quantization_bits=") + bits};
+    std::vector<std::string> on = common, off = common;
+    on.push_back("trainer.actor_reward_parallel=true");
+    off.push_back("trainer.actor_reward_parallel=false");
+    const std::string on_dir = (tmp / (std::string("on") + bits)).string(), off_dir = (tmp / (std::string("off") + bits)).string();
+    {
+      trainer::PpoTrainer t(demo_config(on_dir, "cuda", on));
+      t.fit();
+    }
+    {
+      trainer::PpoTrainer t(demo_config(off_dir, "cuda", off));
+      t.fit();
+    }
+    const auto a = read_metrics(on_dir), b = read_metrics(off_dir);
+    ASSERT_EQ(a.size(), 1u);
+    ASSERT_EQ(b.size(), 1u);
+    EXPECT_EQ(a[0]["response_length/mean"], b[0]["response_length/mean"]);
+    for (const char* k : {"critic/score/mean", "critic/score/max", "critic/score/min"}) {
+      const double x = a[0][k].get<double>(), y = b[0][k].get<double>();
+      EXPECT_NEAR(x, y, 2e-2 * std::max(1.0, std::fabs(y))) << k;
+    }
+    EXPECT_GT(a[0]["critic/score/max"].get<double>(), a[0]["critic/score/min"].get<double>());
+    EXPECT_GT(a[0].value("timing_s/reward_overlap_gen", 0.0), 0.0);
+    std::printf("GPU reward model (bits %s) during generation: score mean %.6g (after: %.6g), %.4f s of %.4f s overlapped\n",
+                bits, a[0]["critic/score/mean"].get<double>(), b[0]["critic/score/mean"].get<double>(),
+                a[0].value("timing_s/reward_overlap_gen", 0.0), a[0]["timing_s/reward"].get<double>());
   }
 }
 
