@@ -108,7 +108,9 @@ class QuantLinear : public CudaTest {
     sync();
     const std::vector<float> got = download_bf16(y);
     const std::string what = name(c) + " T=" + std::to_string(T) +
-                             (path == QuantPath::Fused ? " fused" : " dequant+cuBLASLt");
+                             (path == QuantPath::Fused  ? " fused"
+                              : path == QuantPath::Gemv ? " gemv"
+                                                        : " dequant+cuBLASLt");
     int misses = 0;
     double worst = 0;
     for (size_t i = 0; i < got.size(); ++i) {
@@ -144,6 +146,32 @@ TEST_F(QuantLinear, MatchesTheCpuReferenceOnBothPaths) {
                   name(c).c_str(), static_cast<long long>(T), fused, deq);
     }
   }
+}
+
+// The GEMV kernel (at most 8 tokens) on every case it takes, against the same reference; the
+// others are refused by name.
+TEST_F(QuantLinear, GemvMatchesTheCpuReference) {
+  int taken = 0;
+  for (const Case& c : kCases) {
+    const bool takes = c.K % 8 == 0 && (c.bits == 8 || c.group % 32 == 0 || c.K <= c.group);
+    for (int64_t T : {1, 2, 3, 5, 8}) {
+      if (!takes) {
+        const Problem p = make_problem(c, T, 3);
+        DeviceQuant dq(p.q);
+        DeviceBuffer<bf16> x = upload_bf16(p.x), y(static_cast<size_t>(T * c.N));
+        EXPECT_FALSE(quant_gemv_supported(dq.view, T, x.data())) << name(c);
+        EXPECT_THROW(quant_linear_forward(ctx(), y.data(), x.data(), dq.view, nullptr, T, c.K, c.N,
+                                          nullptr, QuantPath::Gemv),
+                     Error)
+            << name(c);
+        continue;
+      }
+      ++taken;
+      std::printf("%-28s T=%-4lld worst error / bound: gemv %.3f\n", name(c).c_str(),
+                  static_cast<long long>(T), check(c, T, QuantPath::Gemv));
+    }
+  }
+  EXPECT_GE(taken, 25);  // 6 of the cases, 5 token counts
 }
 
 TEST_F(QuantLinear, GroupsNotAMultipleOfEightTakeTheDequantPath) {

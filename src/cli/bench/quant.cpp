@@ -1,7 +1,8 @@
 // `verl bench quant-linear` and `verl bench score`: the quantised forward-only model's kernels and
 // a whole reward-model scoring pass (docs/reward_model.md, "Quantisation").
 //   quant-linear: each linear matrix of a model shape (q|k|v, o, gate|up, down) at T tokens, bf16
-//     cuBLASLt against the fused int8/int4 kernel and dequant+cuBLASLt (ops/cuda/quant_linear.h),
+//     cuBLASLt against the fused int8/int4 kernel, dequant+cuBLASLt and, at up to 8 tokens, the
+//     GEMV kernel (ops/cuda/quant_linear.h),
 //     one JSON line per (matrix, T, path) with ms, TFLOP/s, achieved GB/s (the bytes a path must
 //     move: weights as stored, x, y; the dequant path also writes and reads the bf16 matrix) and
 //     the time ratio to bf16. The HBM peak is printed beside it for the roofline.
@@ -161,6 +162,13 @@ int run_quant_linear(const QuantLinearOpts& o) {
           });
           emit("fused", o.bits[i], fused_ms, qbytes + act_bytes);
           emit("dequant_cublaslt", o.bits[i], deq_ms, qbytes + 2 * bf16_w + act_bytes);
+          if (quant_gemv_supported(v, T, x.data())) {
+            const double gemv_ms = time_ms(timer, ctx.stream, o.warmup, o.iters, [&] {
+              quant_linear_forward(ctx, y.data(), x.data(), v, nullptr, T, m.k, m.n, nullptr,
+                                   QuantPath::Gemv);
+            });
+            emit("gemv", o.bits[i], gemv_ms, qbytes + act_bytes);
+          }
         }
       }
     }

@@ -347,6 +347,175 @@ __global__ void quant_dequantize_kernel(bf16_t* out, const uint8_t* codes, const
   }
 }
 
+// ---- the GEMV kernel (QuantPath::Gemv): up to 8 tokens --------------------------------------------
+// A warp owns kGemvRowsPerWarp output rows; each lane reads 16 code bytes of each row per step
+// (int8: 16 inputs, int4: 32; a warp step covers kGemvChunk inputs, coalesced 512 bytes a row),
+// dequantises them in registers (int8: the integer code, the row's scale applied to the sum at the
+// end; int4: (q - z) s of the lane's group) and multiplies them with the step's x chunk, which the
+// block stages in shared memory for all its rows. Codes stream from global memory straight into
+// registers: no shared-memory round trip and no barrier between a load and its use, so many
+// loads stay in flight, which is what the memory-bound regime needs. The lanes' partial sums are
+// reduced over the warp in a fixed order. Inputs past K read zero x, so the padding codes add
+// nothing. K is split over blockIdx.y while the grid is small (fp32 partial sums in the workspace,
+// added by quant_split_sum_kernel in split order: deterministic).
+constexpr int kGemvThreads = 256, kGemvWarps = kGemvThreads / 32, kGemvRowsPerWarp = 4;
+constexpr int kGemvRows = kGemvWarps * kGemvRowsPerWarp;  // rows a block
+constexpr int kGemvMaxTokens = 8;
+
+template <int Bits>
+constexpr int kGemvInputsPerLane = Bits == 8 ? 16 : 32;
+template <int Bits>
+constexpr int kGemvChunk = 32 * kGemvInputsPerLane<Bits>;  // inputs a warp step
+
+struct GemvArgs {
+  const bf16_t* x;  // [T][K], 16-byte aligned rows (K % 8 == 0)
+  bf16_t* y;        // [T][N] (one split)
+  float* partial;   // [splits][T][N] (several splits)
+  const bf16_t* bias;
+  const uint8_t* codes;
+  const float* scales;
+  const uint8_t* zeros;
+  int64_t T, N, ld;
+  int K, group, groups;
+  int chunks_per_split;
+};
+
+// Block (row block blockIdx.x, k split blockIdx.y); TT >= T tokens computed (x rows past T are 0).
+template <int Bits, int TT>
+__global__ void __launch_bounds__(kGemvThreads) quant_gemv_kernel(const GemvArgs a) {
+  constexpr int kIn = kGemvInputsPerLane<Bits>, kChunk = kGemvChunk<Bits>;
+  __shared__ __align__(16) bf16_t xs[TT][kChunk];
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kGemvRows + warp * kGemvRowsPerWarp;
+  const int chunks = (a.K + kChunk - 1) / kChunk;
+  const int c_begin = static_cast<int>(blockIdx.y) * a.chunks_per_split;
+  const int c_end = min(chunks, c_begin + a.chunks_per_split);
+  float acc[kGemvRowsPerWarp][TT];
+#pragma unroll
+  for (int r = 0; r < kGemvRowsPerWarp; ++r)
+#pragma unroll
+    for (int t = 0; t < TT; ++t) acc[r][t] = 0.0f;
+  for (int c = c_begin; c < c_end; ++c) {
+    const int k0 = c * kChunk;
+    // This lane's 16 code bytes of each row: issued before the barriers below.
+    const int64_t kb = static_cast<int64_t>(k0) * Bits / 8 + 16 * lane;
+    uint4 raw[kGemvRowsPerWarp];
+#pragma unroll
+    for (int r = 0; r < kGemvRowsPerWarp; ++r) {
+      const int64_t n = n0 + r;
+      raw[r] = n < a.N && kb < a.ld ? __ldg(reinterpret_cast<const uint4*>(a.codes + n * a.ld + kb))
+                                    : make_uint4(0u, 0u, 0u, 0u);
+    }
+    __syncthreads();  // every warp is done with the previous chunk's x
+    for (int e = static_cast<int>(threadIdx.x); e < TT * (kChunk / 8); e += kGemvThreads) {
+      const int t = e / (kChunk / 8), j = (e % (kChunk / 8)) * 8, k = k0 + j;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (t < a.T && k < a.K) v = *reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(t) * a.K + k);
+      *reinterpret_cast<uint4*>(&xs[t][j]) = v;
+    }
+    __syncthreads();
+    const int kl = lane * kIn;  // the lane's first input in the chunk
+    float s4 = 1.0f, z4 = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kGemvRowsPerWarp; ++r) {
+      const uint32_t words[4] = {raw[r].x, raw[r].y, raw[r].z, raw[r].w};
+      if (Bits == 4) {
+        const int64_t n = min(n0 + r, a.N - 1);
+        const int g = min((k0 + kl) / a.group, a.groups - 1);
+        s4 = a.scales[n * a.groups + g];
+        z4 = static_cast<float>(a.zeros[n * a.groups + g]);
+      }
+#pragma unroll
+      for (int i8 = 0; i8 < kIn / 8; ++i8) {  // 8 inputs at a time: one 16-byte x load a token
+        float w[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          if (Bits == 8) {
+            const int byte = i8 * 8 + i;
+            w[i] = static_cast<float>(static_cast<int8_t>(words[byte / 4] >> (8 * (byte % 4))));
+          } else {
+            const int nib = i8 * 8 + i;
+            const float q = static_cast<float>((words[nib / 8] >> (4 * (nib % 8))) & 15u);
+            w[i] = (q - z4) * s4;
+          }
+        }
+#pragma unroll
+        for (int t = 0; t < TT; ++t) {
+          const uint4 xv = *reinterpret_cast<const uint4*>(&xs[t][kl + i8 * 8]);
+          const uint32_t xw[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            const uint32_t half = (xw[i / 2] >> (16 * (i % 2))) & 0xffffu;
+            acc[r][t] += w[i] * __uint_as_float(half << 16);
+          }
+        }
+      }
+    }
+  }
+  // Warp sums in a fixed butterfly order; lane r * TT + t (mod 32) writes (row r, token t).
+#pragma unroll
+  for (int r = 0; r < kGemvRowsPerWarp; ++r)
+#pragma unroll
+    for (int t = 0; t < TT; ++t)
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], off);
+#pragma unroll
+  for (int r = 0; r < kGemvRowsPerWarp; ++r) {
+#pragma unroll
+    for (int t = 0; t < TT; ++t) {
+      const int64_t n = n0 + r;
+      if (lane != (r * TT + t) % 32 || t >= a.T || n >= a.N) continue;
+      float v = acc[r][t];
+      if (a.partial != nullptr) {
+        a.partial[(static_cast<int64_t>(blockIdx.y) * a.T + t) * a.N + n] = v;
+      } else {
+        if (Bits == 8) v *= a.scales[n];
+        if (a.bias != nullptr) v += __bfloat162float(a.bias[n]);
+        a.y[t * a.N + n] = __float2bfloat16_rn(v);
+      }
+    }
+  }
+}
+
+template <int Bits, int TT>
+void launch_gemv(const CudaContext& ctx, GemvArgs a) {
+  const int64_t blocks = ceil_div(a.N, kGemvRows);
+  const int chunks = static_cast<int>(ceil_div(a.K, kGemvChunk<Bits>));
+  VERL_CUDA_REQUIRE(blocks < (int64_t{1} << 31), "quant_linear_forward (gemv): too many rows");
+  // Split K while the grid holds fewer than four blocks an SM, each split at least two chunks and
+  // the partial sums inside the workspace.
+  const int64_t fill = int64_t{4} * cuda_sm_count();
+  int64_t splits = 1;
+  if (blocks < fill && ctx.workspace != nullptr) {
+    const int64_t fit = static_cast<int64_t>(ctx.workspace_bytes / (sizeof(float) * a.T * a.N));
+    splits = std::max<int64_t>(1, std::min({ceil_div(fill, blocks), int64_t{chunks / 2}, fit, int64_t{16}}));
+  }
+  a.chunks_per_split = static_cast<int>(ceil_div(chunks, splits));
+  splits = ceil_div(chunks, a.chunks_per_split);
+  a.partial = splits > 1 ? static_cast<float*>(ctx.workspace) : nullptr;
+  quant_gemv_kernel<Bits, TT><<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(splits)),
+                                kGemvThreads, 0, ctx.stream>>>(a);
+  VERL_CUDA_CHECK_LAUNCH();
+  if (splits > 1) {
+    quant_split_sum_kernel<<<grid_for(a.T * a.N, 256), 256, 0, ctx.stream>>>(
+        a.y, a.partial, Bits == 8 ? a.scales : nullptr, a.bias, a.T, a.N, static_cast<int>(splits));
+    VERL_CUDA_CHECK_LAUNCH();
+  }
+}
+
+template <int Bits>
+void run_gemv(const CudaContext& ctx, const GemvArgs& a) {
+  if (a.T <= 1) {
+    launch_gemv<Bits, 1>(ctx, a);
+  } else if (a.T <= 2) {
+    launch_gemv<Bits, 2>(ctx, a);
+  } else if (a.T <= 4) {
+    launch_gemv<Bits, 4>(ctx, a);
+  } else {
+    launch_gemv<Bits, 8>(ctx, a);
+  }
+}
+
 bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
@@ -422,6 +591,11 @@ void check_view(const char* op, const QuantMatrixView& w) {
 
 }  // namespace
 
+bool quant_gemv_supported(const QuantMatrixView& w, int64_t T, const bf16* x) {
+  return T >= 1 && T <= detail::kGemvMaxTokens && w.cols % 8 == 0 && detail::aligned16(x) &&
+         (w.bits == 8 || w.group % 32 == 0 || w.groups() == 1);
+}
+
 void quant_dequantize(const CudaContext& ctx, bf16* out, const QuantMatrixView& w) {
   check_view("quant_dequantize", w);
   const int64_t total = w.rows * ((w.cols + 7) / 8);
@@ -445,6 +619,32 @@ void quant_linear_forward(const CudaContext& ctx, bf16* y, const bf16* x, const 
                     detail::shape_str(op, {T, K, N, w.rows, w.cols}) +
                         " = (T, K, N, rows, cols): the matrix must be [N, K]");
   if (T == 0) return;
+  if (path == QuantPath::Gemv) {
+    VERL_CUDA_REQUIRE(quant_gemv_supported(w, T, x),
+                      detail::shape_str(op, {T, K, N, w.group}) +
+                          " = (T, K, N, group): the GEMV kernel takes at most 8 tokens, K a "
+                          "multiple of 8 with 16-byte aligned x, and int4 groups of a multiple of "
+                          "32 inputs (or one group a row)");
+    detail::GemvArgs g{};
+    g.x = x;
+    g.y = y;
+    g.bias = b;
+    g.codes = w.codes;
+    g.scales = w.scales;
+    g.zeros = w.zeros;
+    g.T = T;
+    g.N = N;
+    g.ld = w.ld;
+    g.K = static_cast<int>(K);
+    g.group = static_cast<int>(std::min<int64_t>(w.group, K));
+    g.groups = static_cast<int>(w.groups());
+    if (w.bits == 8) {
+      detail::run_gemv<8>(ctx, g);
+    } else {
+      detail::run_gemv<4>(ctx, g);
+    }
+    return;
+  }
   // int4 chunks of 8 inputs must sit in one group for the fused kernel's per-chunk scale (a row
   // of one group, group = K after model::quantize_matrix's clamp, has no boundary to straddle).
   const bool fusable = w.bits == 8 || w.group % 8 == 0 || w.groups() == 1;

@@ -53,7 +53,15 @@ struct QuantMatrixView {
 // The device row stride of the codes: the row's bytes rounded up to 16.
 int64_t quant_codes_stride(int bits, int64_t cols);
 
-enum class QuantPath { Auto, Fused, Dequant };
+// Gemv: at most 8 tokens (quant_gemv_supported), the codes streamed from global memory into
+// registers, dequantised there and multiplied with an x chunk staged in shared memory: no
+// shared-memory round trip for the weights (quant_linear.cu). Only when asked for: Auto does not
+// take it until it is measured against the fused kernel on a GPU.
+enum class QuantPath { Auto, Fused, Dequant, Gemv };
+
+// Whether QuantPath::Gemv takes this product: 1 <= T <= 8, K a multiple of 8 with x 16-byte
+// aligned, int8, or int4 with groups of a multiple of 32 inputs (or one group a row).
+bool quant_gemv_supported(const QuantMatrixView& w, int64_t T, const bf16* x);
 
 // Auto's default crossover: at most this many tokens take the fused kernel. Measured on the H200
 // (`verl bench quant-linear`, 1.5B and 7B matrices, docs/benchmarks.md): the fused kernel beats
