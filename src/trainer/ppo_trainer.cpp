@@ -1010,7 +1010,6 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
   const bool parallel = cfg_.get<bool>("trainer.actor_reward_parallel") && !command_reward_ &&
                         (!reward_model_ || !reward_model_->offloaded());
   double reward_start = -1, reward_end = -1;  // the reward worker's alone
-  std::optional<RowWorker> scorer, piper;
   std::vector<int64_t> rm_rows;  // finished rows waiting for the reward model's next forward
   int64_t rm_tokens = 0;
   const auto score_rm_rows = [&] {
@@ -1021,6 +1020,13 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
     if (reward_start < 0) reward_start = t0;
     reward_end = timer.now_s();
   };
+  // trainer.token_level_pipeline: finished rows gather into micro-batches of the passes' budget,
+  // each run as soon as it is full; what is left runs once generation ends.
+  std::vector<int64_t> pending;
+  int64_t pending_tokens = 0;
+  // Declared after the state their flushes use: a worker's destructor (an error in generation)
+  // still runs its flush, which must find that state alive.
+  std::optional<RowWorker> scorer, piper;
   if (parallel && reward_model_) {
     scorer.emplace(
         [&](int64_t b) {
@@ -1038,10 +1044,6 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
       reward_end = timer.now_s();
     });
   }
-  // trainer.token_level_pipeline: finished rows gather into micro-batches of the passes' budget,
-  // each run as soon as it is full; what is left runs once generation ends.
-  std::vector<int64_t> pending;
-  int64_t pending_tokens = 0;
   if (pipe != nullptr && pipe->any()) {
     for (auto* rows : {&pipe->old_rows, &pipe->ref_rows, &pipe->value_rows}) rows->assign(B, {});
     if (pipe->ref) ref_->wake();
