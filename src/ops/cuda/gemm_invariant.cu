@@ -161,23 +161,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) gemm_invariant_kernel(const Arg
       // Chunks at or past K are skipped (block-uniform): the chain has ceil(K/16) steps whatever
       // kBK is (header comment).
       if (k0 + kk * 16 < K) {
-        uint32_t af[kMT][4], bfr[kNT / 2][4];
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          ldsm_x4(af[mt], base + x_off + 2u * static_cast<uint32_t>(mt * 16 * kLds + kk * 16));
-        }
-#pragma unroll
-        for (int np = 0; np < kNT / 2; ++np) {
-          ldsm_x4(bfr[np], base + w_off + 2u * static_cast<uint32_t>(np * 16 * kLds + kk * 16));
-        }
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-          for (int np = 0; np < kNT / 2; ++np) {
-            mma_bf16(acc[mt][2 * np], af[mt], bfr[np][0], bfr[np][1]);
-            mma_bf16(acc[mt][2 * np + 1], af[mt], bfr[np][2], bfr[np][3]);
-          }
-        }
+        mma_k16_step(acc, base + x_off, base + w_off, kLds, kk);
       }
     }
   }

@@ -40,6 +40,32 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// One 16-input k-step of a warp's MT x NT tile of 16 x 8 accumulators over bf16 tiles in shared
+// memory with row stride lds (elements): the A tile (rows = tokens) at shared address a, the B
+// tile (rows = features) at b, each with the warp's and the lane's ldmatrix offsets added; inputs
+// 16kk..16kk+15. The inner step of the batch-invariant and the quantised GEMMs.
+template <int MT, int NT>
+__device__ __forceinline__ void mma_k16_step(float (&acc)[MT][NT][4], uint32_t a, uint32_t b,
+                                             int lds, int kk) {
+  uint32_t af[MT][4], bfr[NT / 2][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    ldsm_x4(af[mt], a + 2u * static_cast<uint32_t>(mt * 16 * lds + kk * 16));
+  }
+#pragma unroll
+  for (int np = 0; np < NT / 2; ++np) {
+    ldsm_x4(bfr[np], b + 2u * static_cast<uint32_t>(np * 16 * lds + kk * 16));
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      mma_bf16(acc[mt][2 * np], af[mt], bfr[np][0], bfr[np][1]);
+      mma_bf16(acc[mt][2 * np + 1], af[mt], bfr[np][2], bfr[np][3]);
+    }
+  }
+}
+
 // Two fp32 -> one register of two bf16 (round to nearest even); lo is the lower column.
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);

@@ -80,7 +80,7 @@ struct QuantArgs {
   const uint8_t* zeros;
   int64_t T, N, ld;
   int K, group, groups;
-  int tiles_per_split;
+  int units_per_split;  // k units a split: k-tiles (fused kernel) or warp-step chunks (GEMV)
   bool vec_x;  // 16-byte cp.async of x rows (K % 8 == 0, x aligned)
 };
 
@@ -147,8 +147,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) quant_gemm_kernel(const QuantAr
   const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kBM;
   const int K = a.K;
   const int ktiles = (K + kBK - 1) / kBK;
-  const int kt0 = static_cast<int>(blockIdx.z) * a.tiles_per_split;
-  const int ntiles = min(ktiles, kt0 + a.tiles_per_split) - kt0;  // >= 1 (the host's split)
+  const int kt0 = static_cast<int>(blockIdx.z) * a.units_per_split;
+  const int ntiles = min(ktiles, kt0 + a.units_per_split) - kt0;  // >= 1 (the host's split)
 
   auto load = [&](int stage, int kt) {
     unsigned char* base = smem + stage * Cfg::kStageBytes;
@@ -238,23 +238,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) quant_gemm_kernel(const QuantAr
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; ++kk) {
       if (k0 + kk * 16 < K) {  // block-uniform: 16-input steps past K add nothing
-        uint32_t af[kMT][4], bfr[kNT / 2][4];
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          ldsm_x4(af[mt], xs + 2u * static_cast<uint32_t>(mt * 16 * kLds + kk * 16));
-        }
-#pragma unroll
-        for (int np = 0; np < kNT / 2; ++np) {
-          ldsm_x4(bfr[np], w_base + 2u * static_cast<uint32_t>(np * 16 * kLds + kk * 16));
-        }
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-#pragma unroll
-          for (int np = 0; np < kNT / 2; ++np) {
-            mma_bf16(acc[mt][2 * np], af[mt], bfr[np][0], bfr[np][1]);
-            mma_bf16(acc[mt][2 * np + 1], af[mt], bfr[np][2], bfr[np][3]);
-          }
-        }
+        mma_k16_step(acc, xs, w_base, kLds, kk);
       }
     }
   }
@@ -347,6 +331,30 @@ __global__ void quant_dequantize_kernel(bf16_t* out, const uint8_t* codes, const
   }
 }
 
+// K split over blocks while a grid of `blocks` blocks holds fewer than `fill`: as many splits as
+// bring it there, each at least two of the `units` k units, the fp32 partial sums inside
+// ctx.workspace, at most 16. Sets a.units_per_split and a.partial; returns the split count (no
+// split empty).
+int64_t plan_k_split(const CudaContext& ctx, QuantArgs& a, int64_t blocks, int64_t fill, int units) {
+  int64_t splits = 1;
+  if (blocks < fill && ctx.workspace != nullptr) {
+    const int64_t fit = static_cast<int64_t>(ctx.workspace_bytes / (sizeof(float) * a.T * a.N));
+    splits = std::max<int64_t>(1, std::min({ceil_div(fill, blocks), int64_t{units / 2}, fit, int64_t{16}}));
+  }
+  a.units_per_split = static_cast<int>(ceil_div(units, splits));
+  splits = ceil_div(units, a.units_per_split);
+  a.partial = splits > 1 ? static_cast<float*>(ctx.workspace) : nullptr;
+  return splits;
+}
+
+// After a split kernel: the splits' partial sums added in order, int8's row scale, the bias.
+void sum_k_splits(const CudaContext& ctx, const QuantArgs& a, int64_t splits, int bits) {
+  if (splits <= 1) return;
+  quant_split_sum_kernel<<<grid_for(a.T * a.N, 256), 256, 0, ctx.stream>>>(
+      a.y, a.partial, bits == 8 ? a.scales : nullptr, a.bias, a.T, a.N, static_cast<int>(splits));
+  VERL_CUDA_CHECK_LAUNCH();
+}
+
 // ---- the GEMV kernel (QuantPath::Gemv): up to 8 tokens --------------------------------------------
 // A warp owns kGemvRowsPerWarp output rows; each lane reads 16 code bytes of each row per step
 // (int8: 16 inputs, int4: 32; a warp step covers kGemvChunk inputs, coalesced 512 bytes a row),
@@ -367,29 +375,16 @@ constexpr int kGemvInputsPerLane = Bits == 8 ? 16 : 32;
 template <int Bits>
 constexpr int kGemvChunk = 32 * kGemvInputsPerLane<Bits>;  // inputs a warp step
 
-struct GemvArgs {
-  const bf16_t* x;  // [T][K], 16-byte aligned rows (K % 8 == 0)
-  bf16_t* y;        // [T][N] (one split)
-  float* partial;   // [splits][T][N] (several splits)
-  const bf16_t* bias;
-  const uint8_t* codes;
-  const float* scales;
-  const uint8_t* zeros;
-  int64_t T, N, ld;
-  int K, group, groups;
-  int chunks_per_split;
-};
-
 // Block (row block blockIdx.x, k split blockIdx.y); TT >= T tokens computed (x rows past T are 0).
 template <int Bits, int TT>
-__global__ void __launch_bounds__(kGemvThreads) quant_gemv_kernel(const GemvArgs a) {
+__global__ void __launch_bounds__(kGemvThreads) quant_gemv_kernel(const QuantArgs a) {
   constexpr int kIn = kGemvInputsPerLane<Bits>, kChunk = kGemvChunk<Bits>;
   __shared__ __align__(16) bf16_t xs[TT][kChunk];
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kGemvRows + warp * kGemvRowsPerWarp;
   const int chunks = (a.K + kChunk - 1) / kChunk;
-  const int c_begin = static_cast<int>(blockIdx.y) * a.chunks_per_split;
-  const int c_end = min(chunks, c_begin + a.chunks_per_split);
+  const int c_begin = static_cast<int>(blockIdx.y) * a.units_per_split;
+  const int c_end = min(chunks, c_begin + a.units_per_split);
   float acc[kGemvRowsPerWarp][TT];
 #pragma unroll
   for (int r = 0; r < kGemvRowsPerWarp; ++r)
@@ -478,33 +473,20 @@ __global__ void __launch_bounds__(kGemvThreads) quant_gemv_kernel(const GemvArgs
 }
 
 template <int Bits, int TT>
-void launch_gemv(const CudaContext& ctx, GemvArgs a) {
+void launch_gemv(const CudaContext& ctx, QuantArgs a) {
   const int64_t blocks = ceil_div(a.N, kGemvRows);
   const int chunks = static_cast<int>(ceil_div(a.K, kGemvChunk<Bits>));
   VERL_CUDA_REQUIRE(blocks < (int64_t{1} << 31), "quant_linear_forward (gemv): too many rows");
-  // Split K while the grid holds fewer than four blocks an SM, each split at least two chunks and
-  // the partial sums inside the workspace.
-  const int64_t fill = int64_t{4} * cuda_sm_count();
-  int64_t splits = 1;
-  if (blocks < fill && ctx.workspace != nullptr) {
-    const int64_t fit = static_cast<int64_t>(ctx.workspace_bytes / (sizeof(float) * a.T * a.N));
-    splits = std::max<int64_t>(1, std::min({ceil_div(fill, blocks), int64_t{chunks / 2}, fit, int64_t{16}}));
-  }
-  a.chunks_per_split = static_cast<int>(ceil_div(chunks, splits));
-  splits = ceil_div(chunks, a.chunks_per_split);
-  a.partial = splits > 1 ? static_cast<float*>(ctx.workspace) : nullptr;
+  // K split while the grid holds fewer than four blocks an SM.
+  const int64_t splits = plan_k_split(ctx, a, blocks, int64_t{4} * cuda_sm_count(), chunks);
   quant_gemv_kernel<Bits, TT><<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(splits)),
                                 kGemvThreads, 0, ctx.stream>>>(a);
   VERL_CUDA_CHECK_LAUNCH();
-  if (splits > 1) {
-    quant_split_sum_kernel<<<grid_for(a.T * a.N, 256), 256, 0, ctx.stream>>>(
-        a.y, a.partial, Bits == 8 ? a.scales : nullptr, a.bias, a.T, a.N, static_cast<int>(splits));
-    VERL_CUDA_CHECK_LAUNCH();
-  }
+  sum_k_splits(ctx, a, splits, Bits);
 }
 
 template <int Bits>
-void run_gemv(const CudaContext& ctx, const GemvArgs& a) {
+void run_gemv(const CudaContext& ctx, const QuantArgs& a) {
   if (a.T <= 1) {
     launch_gemv<Bits, 1>(ctx, a);
   } else if (a.T <= 2) {
@@ -526,30 +508,15 @@ void launch_fused(const CudaContext& ctx, QuantArgs a, const char* what) {
   const int ktiles = static_cast<int>(ceil_div(a.K, kBK));
   VERL_CUDA_REQUIRE(gx < (int64_t{1} << 31) && gy <= 65535,
                     shape_str(what, {a.T, a.K, a.N}) + ": more blocks than one grid holds");
-  // Split K while the grid fills the GPU less than twice, keeping at least two k-tiles a split
-  // and the partial sums inside the workspace.
-  const int64_t blocks = gx * gy, fill = int64_t{2} * cuda_sm_count();
-  int64_t splits = 1;
-  if (blocks < fill && ctx.workspace != nullptr) {
-    const int64_t fit = static_cast<int64_t>(ctx.workspace_bytes / (sizeof(float) * a.T * a.N));
-    splits = std::min({ceil_div(fill, blocks), int64_t{ktiles / 2}, fit, int64_t{16}});
-    splits = std::max<int64_t>(splits, 1);
-  }
-  a.tiles_per_split = static_cast<int>(ceil_div(ktiles, splits));
-  splits = ceil_div(ktiles, a.tiles_per_split);  // no empty split
-  a.partial = splits > 1 ? static_cast<float*>(ctx.workspace) : nullptr;
+  // K split while the grid fills the GPU less than twice.
+  const int64_t splits = plan_k_split(ctx, a, gx * gy, int64_t{2} * cuda_sm_count(), ktiles);
   const auto kernel = quant_gemm_kernel<Cfg>;
   allow_dynamic_smem(kernel, Cfg::kSmem);
   kernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy),
                 static_cast<unsigned>(splits)),
            Cfg::kThreads, Cfg::kSmem, ctx.stream>>>(a);
   VERL_CUDA_CHECK_LAUNCH();
-  if (splits > 1) {
-    quant_split_sum_kernel<<<grid_for(a.T * a.N, 256), 256, 0, ctx.stream>>>(
-        a.y, a.partial, Cfg::kBits == 8 ? a.scales : nullptr, a.bias, a.T, a.N,
-        static_cast<int>(splits));
-    VERL_CUDA_CHECK_LAUNCH();
-  }
+  sum_k_splits(ctx, a, splits, Cfg::kBits);
 }
 
 template <int Bits>
@@ -619,29 +586,31 @@ void quant_linear_forward(const CudaContext& ctx, bf16* y, const bf16* x, const 
                     detail::shape_str(op, {T, K, N, w.rows, w.cols}) +
                         " = (T, K, N, rows, cols): the matrix must be [N, K]");
   if (T == 0) return;
+  // The kernels' arguments (the GEMV and the fused kernel take the same).
+  detail::QuantArgs a{};
+  a.x = x;
+  a.y = y;
+  a.bias = b;
+  a.codes = w.codes;
+  a.scales = w.scales;
+  a.zeros = w.zeros;
+  a.T = T;
+  a.N = N;
+  a.ld = w.ld;
+  a.K = static_cast<int>(K);
+  a.group = static_cast<int>(std::min<int64_t>(w.group, K));
+  a.groups = static_cast<int>(w.groups());
+  a.vec_x = K % 8 == 0 && detail::aligned16(x);
   if (path == QuantPath::Gemv) {
     VERL_CUDA_REQUIRE(quant_gemv_supported(w, T, x),
                       detail::shape_str(op, {T, K, N, w.group}) +
                           " = (T, K, N, group): the GEMV kernel takes at most 8 tokens, K a "
                           "multiple of 8 with 16-byte aligned x, and int4 groups of a multiple of "
                           "32 inputs (or one group a row)");
-    detail::GemvArgs g{};
-    g.x = x;
-    g.y = y;
-    g.bias = b;
-    g.codes = w.codes;
-    g.scales = w.scales;
-    g.zeros = w.zeros;
-    g.T = T;
-    g.N = N;
-    g.ld = w.ld;
-    g.K = static_cast<int>(K);
-    g.group = static_cast<int>(std::min<int64_t>(w.group, K));
-    g.groups = static_cast<int>(w.groups());
     if (w.bits == 8) {
-      detail::run_gemv<8>(ctx, g);
+      detail::run_gemv<8>(ctx, a);
     } else {
-      detail::run_gemv<4>(ctx, g);
+      detail::run_gemv<4>(ctx, a);
     }
     return;
   }
@@ -665,20 +634,6 @@ void quant_linear_forward(const CudaContext& ctx, bf16* y, const bf16* x, const 
     linear_forward(ctx, y, x, scratch, b, T, K, N);
     return;
   }
-  detail::QuantArgs a{};
-  a.x = x;
-  a.y = y;
-  a.bias = b;
-  a.codes = w.codes;
-  a.scales = w.scales;
-  a.zeros = w.zeros;
-  a.T = T;
-  a.N = N;
-  a.ld = w.ld;
-  a.K = static_cast<int>(K);
-  a.group = static_cast<int>(std::min<int64_t>(w.group, K));
-  a.groups = static_cast<int>(w.groups());
-  a.vec_x = K % 8 == 0 && detail::aligned16(x);
   if (w.bits == 8) {
     detail::run_fused<8>(ctx, a, op);
   } else {
