@@ -20,13 +20,12 @@ PackedResponses::PackedResponses(const Experience& exp, std::vector<int64_t> row
   batch_ = model::PackedBatch::from_sequences(seqs);
   base_.resize(rows_.size());
   len_.resize(rows_.size());
+  // The passes read the log-probs of the positions that predict response tokens only: those are
+  // the LM head's rows (head_rows).
   for (size_t i = 0; i < rows_.size(); ++i) {
     const int64_t b = rows_[i];
     base_[i] = batch_.cu_seqlens[i] + static_cast<int64_t>(exp.sample[b]->prompt_ids.size()) - 1;
     len_[i] = static_cast<int64_t>(exp.response[b].size());
-  }
-  // The passes read the log-probs of the positions that predict response tokens only.
-  for (size_t i = 0; i < rows_.size(); ++i) {
     for (int64_t j = 0; j < len_[i]; ++j) batch_.head_rows.push_back(static_cast<int32_t>(base_[i] + j));
   }
 }

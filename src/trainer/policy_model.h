@@ -134,7 +134,6 @@ class PolicyModel {
     virtual ~RolloutSnapshot() = default;
     virtual std::unique_ptr<rollout::StepRunner> make_rollout_runner(
         const rollout::SchedulerConfig& sched, const RolloutRunnerOptions& opts) = 0;
-    virtual size_t device_bytes() const = 0;
   };
   virtual std::unique_ptr<RolloutSnapshot> rollout_snapshot() { return nullptr; }
 

@@ -49,6 +49,23 @@ model::Weights without_linear_matrices(const model::Weights& w) {
   return rest;
 }
 
+// The GPU rollout over bf16 weights `w` (flat in `layout` order) on ctx's stream: the scheduler's
+// blocks, capped by gpu_memory_utilization of the device (vLLM's rule: what is in use now, the
+// trainer's state included, counts against the share; kv_sizing.h).
+std::unique_ptr<rollout::StepRunner> rollout_runner(const ops::cuda::CudaContext& ctx,
+                                                    const model::ModelConfig& cfg,
+                                                    const model::ParamLayout& layout,
+                                                    const ops::cuda::bf16* w,
+                                                    const rollout::SchedulerConfig& sched,
+                                                    const RolloutRunnerOptions& opts, Numerics numerics) {
+  rollout::cuda::CudaRunnerOptions ro;
+  ro.kv_blocks = sched.num_blocks;
+  ro.gpu_memory_utilization = opts.gpu_memory_utilization;
+  ro.enforce_eager = opts.enforce_eager;
+  ro.numerics = numerics;
+  return std::make_unique<rollout::cuda::CudaModelRunner>(ctx, cfg, layout, w, sched, ro);
+}
+
 class CudaPolicy final : public PolicyModel {
  public:
   CudaPolicy(model::Weights w, const PolicyOptions& opts)
@@ -149,15 +166,8 @@ class CudaPolicy final : public PolicyModel {
     VERL_CHECK(
         !quant_,
         "internal: the GPU rollout runs on a trained policy's bf16 weights, not a quantised model");
-    rollout::cuda::CudaRunnerOptions ro;
-    // The scheduler's blocks, capped by gpu_memory_utilization of the device (vLLM's rule: what
-    // is in use now, the trainer's state included, counts against the share; kv_sizing.h).
-    ro.kv_blocks = sched.num_blocks;
-    ro.gpu_memory_utilization = opts.gpu_memory_utilization;
-    ro.enforce_eager = opts.enforce_eager;
-    ro.numerics = numerics_;
-    return std::make_unique<rollout::cuda::CudaModelRunner>(
-        session_.ctx(), host_.config, host_.layout, state_->weights_bf16(), sched, ro);
+    return rollout_runner(session_.ctx(), host_.config, host_.layout, state_->weights_bf16(), sched, opts,
+                          numerics_);
   }
 
   // The bf16 weights copied on this policy's stream (after the work already queued on it, such as
@@ -173,15 +183,8 @@ class CudaPolicy final : public PolicyModel {
     }
     std::unique_ptr<rollout::StepRunner> make_rollout_runner(const rollout::SchedulerConfig& sched,
                                                              const RolloutRunnerOptions& opts) override {
-      rollout::cuda::CudaRunnerOptions ro;
-      ro.kv_blocks = sched.num_blocks;
-      ro.gpu_memory_utilization = opts.gpu_memory_utilization;
-      ro.enforce_eager = opts.enforce_eager;
-      ro.numerics = numerics_;
-      return std::make_unique<rollout::cuda::CudaModelRunner>(session_.ctx(), config_, layout_, w_.data(),
-                                                              sched, ro);
+      return rollout_runner(session_.ctx(), config_, layout_, w_.data(), sched, opts, numerics_);
     }
-    size_t device_bytes() const override { return w_.bytes(); }
 
    private:
     model::ModelConfig config_;

@@ -16,11 +16,8 @@
 #include <vector>
 
 #include "config/config.h"
-#include "core/file.h"
 #include "core/rng.h"
 #include "dist/communicator.h"
-#include "model/config.h"
-#include "model/hf_files.h"
 #include "model/batch.h"
 #include "model/weights.h"
 #include "test_util.h"
@@ -29,6 +26,7 @@
 #include "trainer/core_algos.h"
 #include "trainer/policy_model.h"
 #include "trainer/ppo_trainer.h"
+#include "../trainer/demo_reward_model.h"
 
 namespace verl::ops::cuda::test {
 namespace {
@@ -410,7 +408,9 @@ TEST_F(TrainerCudaTest, OneStepOffPolicyOnTheGpu) {
     EXPECT_EQ(o[i]["rollout/staleness"].get<double>(), i == 0 ? 0.0 : 1.0) << "step " << i + 1;
     EXPECT_EQ(o[i]["rollout/weights_step"].get<double>(), i == 0 ? 0.0 : static_cast<double>(i - 1))
         << "step " << i + 1;
-    if (i > 0) ASSERT_TRUE(o[i].contains("timing_s/gen_wait")) << "step " << i + 1;  // waited for the prefetch
+    if (i > 0) {  // waited for the prefetch
+      ASSERT_TRUE(o[i].contains("timing_s/gen_wait")) << "step " << i + 1;
+    }
   }
   for (const char* k : {"critic/score/mean", "response_length/mean"})
     EXPECT_EQ(o[0][k].get<double>(), p[0][k].get<double>()) << k;
@@ -439,16 +439,7 @@ TEST_F(TrainerCudaTest, RewardModelScoresDuringGeneration) {
   const fs::path tmp = fs::temp_directory_path() / "verl_test_trainer_cuda_rm";
   fs::remove_all(tmp);
   const fs::path rm = tmp / "rm";
-  {
-    nlohmann::json c = nlohmann::json::parse(read_file(kRoot + "/assets/demo/model/config.json", "demo config"));
-    c["architectures"] = {"Qwen2ForSequenceClassification"};
-    c["num_labels"] = 1;
-    model::Weights w = model::Weights::from_config(model::parse_model_config(c.dump(), "demo reward model"));
-    Rng rng(5);
-    for (float& x : w.data) x = 0.05f * static_cast<float>(rng.normal());
-    w.save(rm.string());
-    model::copy_tokenizer_files(kRoot + "/assets/demo/model", rm.string());
-  }
+  verl::test::make_demo_reward_model(rm);
   for (const char* bits : {"16", "8"}) {
     SCOPED_TRACE(std::string("reward_model.quantization_bits=") + bits);
     const std::vector<std::string> common = {

@@ -25,6 +25,7 @@
 #include "model/weights.h"
 #include "trainer/ppo_trainer.h"
 #include "trainer/sft.h"
+#include "demo_reward_model.h"
 
 namespace verl::trainer {
 namespace {
@@ -101,19 +102,6 @@ config::Config demo_config(const std::string& out, std::vector<std::string> extr
   };
   o.insert(o.end(), extra.begin(), extra.end());
   return config::load_config(kRoot + "/configs/demo.yaml", o);
-}
-
-// A reward model of the demo's shape (Qwen2ForSequenceClassification, random weights) in `dir`.
-std::string make_demo_reward_model(const fs::path& dir) {
-  nlohmann::json c = nlohmann::json::parse(read_file(kRoot + "/assets/demo/model/config.json", "demo config"));
-  c["architectures"] = {"Qwen2ForSequenceClassification"};
-  c["num_labels"] = 1;
-  model::Weights w = model::Weights::from_config(model::parse_model_config(c.dump(), "demo reward model"));
-  Rng rng(5);
-  for (float& x : w.data) x = 0.05f * rng.normal();
-  w.save(dir.string());
-  model::copy_tokenizer_files(kRoot + "/assets/demo/model", dir.string());
-  return dir.string();
 }
 
 TEST(ConfigReads, EverySupportedPpoKeyIsRead) {
@@ -197,7 +185,7 @@ TEST(ConfigReads, EverySupportedPpoKeyIsRead) {
   // A reward model scores the responses (micro-batches by sequence count, a length cap).
   config::Config rm = demo_config((tmp / "rm").string(),
                                   {"reward_model.enable=true",
-                                   "reward_model.model.path=" + make_demo_reward_model(tmp / "rm_model"),
+                                   "reward_model.model.path=" + test::make_demo_reward_model(tmp / "rm_model"),
                                    "reward_model.use_dynamic_bsz=false", "reward_model.micro_batch_size_per_gpu=3",
                                    "reward_model.max_length=64", "trainer.val_before_train=false",
                                    "data.val_files=null"});

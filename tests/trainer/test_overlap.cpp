@@ -15,11 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/config.h"
-#include "core/file.h"
-#include "core/rng.h"
-#include "model/config.h"
-#include "model/hf_files.h"
-#include "model/weights.h"
+#include "demo_reward_model.h"
 #include "trainer/ppo_trainer.h"
 
 namespace verl::trainer {
@@ -219,16 +215,7 @@ TEST(Overlap, OneStepOffPolicyTrainsOnRolloutsOneUpdateOld) {
 TEST(Overlap, RewardModelScoresWhileGenerationRuns) {
   const fs::path rm = fs::temp_directory_path() / "verl_test_overlap_rm_model";
   fs::remove_all(rm);
-  {
-    nlohmann::json c = nlohmann::json::parse(read_file(kRoot + "/assets/demo/model/config.json", "demo config"));
-    c["architectures"] = {"Qwen2ForSequenceClassification"};
-    c["num_labels"] = 1;
-    model::Weights w = model::Weights::from_config(model::parse_model_config(c.dump(), "demo reward model"));
-    Rng rng(5);
-    for (float& x : w.data) x = 0.05f * rng.normal();
-    w.save(rm.string());
-    model::copy_tokenizer_files(kRoot + "/assets/demo/model", rm.string());
-  }
+  test::make_demo_reward_model(rm);
   const std::vector<std::string> common = {"reward_model.enable=true", "reward_model.model.path=" + rm.string(),
                                            "reward_model.forward_max_token_len_per_gpu=448",
                                            "algorithm.adv_estimator=grpo", "critic.enable=false"};
