@@ -17,6 +17,27 @@ grpo_model() {
   echo "$model"
 }
 
+# grpo_reward_model SHAPE: a random-weight reward model (Qwen2ForSequenceClassification, one label)
+# of tests/fixtures/configs/SHAPE.json with the benchmark's tokenizer (out/models/SHAPE-rm), made
+# once; prints its directory.
+grpo_reward_model() {
+  local data=$root/out/grpo_bench model=$root/out/models/$1-rm
+  grpo_model "$1" > /dev/null || return 1
+  if [ ! -f "$model/config.json" ]; then
+    mkdir -p "$model.cfg" || return 1
+    "$python" - "$root/tests/fixtures/configs/$1.json" "$model.cfg/config.json" <<'PY' || return 1
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["architectures"] = ["Qwen2ForSequenceClassification"]
+c["num_labels"] = 1
+json.dump(c, open(sys.argv[2], "w"), indent=1)
+PY
+    "$verl" init-model --config "$model.cfg/config.json" --tokenizer "$data/tokenizer" --seed 7 \
+      --out "$model" >&2 || return 1
+  fi
+  echo "$model"
+}
+
 # grpo_run WORK NAME ARGS...: `verl bench grpo-step ARGS...` (run from the repository root); its
 # JSON line goes to WORK/NAME.json and stdout, or, when it printed none, a line with the exit
 # status and the first error line of WORK/NAME.err.

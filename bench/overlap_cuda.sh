@@ -7,7 +7,10 @@
 #
 #   bench/overlap_cuda.sh SHAPE [key=value ...]
 #
-# Settings (SETTINGS, default all seven): grpo (GRPO, switches off), grpo_pipe (+ token_level_pipeline),
+# Settings (SETTINGS, default all ten): grpo (GRPO, switches off), grpo_serial (GRPO with
+# actor_reward_parallel=false: rewards scored after generation), grpo_rm (GRPO scored by a reward
+# model of the same shape, random weights: scoring overlaps generation), grpo_rm_serial (the same,
+# actor_reward_parallel=false), grpo_pipe (+ token_level_pipeline),
 # grpo_osp (+ one_step_off_policy: the next step's rollout beside this step's training),
 # ppo (PPO with a critic, off), ppo_pipe (+ token_level_pipeline), ppo_critic (+ critic_actor_overlap),
 # ppo_all (+ both).
@@ -22,7 +25,7 @@ shift
 verl=${VERL:-$root/build/bin/verl}
 python=${PYTHON:-python3}
 work=${WORK:-$root/out/overlap_cuda/$shape}
-settings=${SETTINGS:-grpo grpo_pipe grpo_osp ppo ppo_pipe ppo_critic ppo_all}
+settings=${SETTINGS:-grpo grpo_serial grpo_rm grpo_rm_serial grpo_pipe grpo_osp ppo ppo_pipe ppo_critic ppo_all}
 mkdir -p "$work" && work=$(cd "$work" && pwd)
 # shellcheck source=bench/grpo_lib.sh
 . "$root/bench/grpo_lib.sh"
@@ -31,9 +34,20 @@ long=(data.max_response_length=1024 actor_rollout_ref.rollout.response_length=10
 ppo=(algorithm.adv_estimator=gae critic.model.path="$model" critic.ppo_max_token_len_per_gpu=8192
   critic.model.enable_gradient_checkpointing=false)
 on=(trainer.token_level_pipeline=true)
+rm=()
+case " $settings " in
+  # input_tokenizer=null: the policy's tokens are scored as they are (the reward model has the
+  # policy's tokenizer; re-rendering random token ids as text and encoding it again with the
+  # benchmark's merge-less tokenizer would make every response several times longer).
+  *" grpo_rm"*) rm=(reward_model.enable=true reward_model.model.path="$(grpo_reward_model "$shape")"
+    reward_model.model.input_tokenizer=null) || exit 1 ;;
+esac
 for s in $settings; do
   case $s in
     grpo) args=() ;;
+    grpo_serial) args=(trainer.actor_reward_parallel=false) ;;
+    grpo_rm) args=("${rm[@]}") ;;
+    grpo_rm_serial) args=("${rm[@]}" trainer.actor_reward_parallel=false) ;;
     grpo_pipe) args=("${on[@]}") ;;
     grpo_osp) args=(trainer.one_step_off_policy=true) ;;
     ppo) args=("${ppo[@]}") ;;
@@ -65,7 +79,7 @@ for s, v in r.items():
     for k, x in m.items():
         if k.endswith("_overlap_gen") or k.endswith("_overlap_actor"):
             row[k.split("/", 1)[1]] = round(x, 3)
-    base = r.get(s.split("_")[0])
+    base = r.get("grpo_rm" if s == "grpo_rm_serial" else s.split("_")[0])
     if base is not None and "error" not in base and base is not v:
         row["step_vs_off"] = round(v["step_s"] / base["step_s"], 3)
     out[s] = row

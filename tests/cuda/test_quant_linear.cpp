@@ -174,6 +174,36 @@ TEST_F(QuantLinear, GemvMatchesTheCpuReference) {
   EXPECT_GE(taken, 25);  // 6 of the cases, 5 token counts
 }
 
+// Auto takes the GEMV kernel up to quant_gemv_auto_max_tokens, the fused kernel up to
+// kQuantFusedMaxTokens, then dequantise + cuBLASLt (quant_auto_path), and its output is that
+// path's bit for bit.
+TEST_F(QuantLinear, AutoTakesTheMeasuredPathForEachTokenCount) {
+  for (const Case& c : {Case{8, 0, 1000, 384}, Case{4, 32, 1024, 256}}) {
+    for (int64_t T : {1, 2, 3, 4, 8, 32, 33, 100}) {
+      const Problem p = make_problem(c, T, 77 + static_cast<uint64_t>(T));
+      DeviceQuant dq(p.q);
+      DeviceBuffer<bf16> x = upload_bf16(p.x), scratch(static_cast<size_t>(c.N * c.K));
+      const QuantPath want = T <= quant_gemv_auto_max_tokens(c.bits) ? QuantPath::Gemv
+                             : T <= kQuantFusedMaxTokens             ? QuantPath::Fused
+                                                                     : QuantPath::Dequant;
+      const QuantPath got = quant_auto_path(dq.view, T, x.data(), true);
+      EXPECT_EQ(static_cast<int>(got), static_cast<int>(want)) << name(c) << " T=" << T;
+      auto run = [&](QuantPath path) {
+        DeviceBuffer<bf16> y(static_cast<size_t>(T * c.N));
+        quant_linear_forward(ctx(), y.data(), x.data(), dq.view, nullptr, T, c.K, c.N,
+                             scratch.data(), path);
+        sync();
+        return download_bf16(y);
+      };
+      EXPECT_EQ(run(QuantPath::Auto), run(want)) << name(c) << " T=" << T;
+    }
+  }
+  // Without a scratch buffer Auto stays on the fused kernel at any T.
+  const DeviceQuant dq(make_problem(Case{8, 0, 1000, 384}, 1, 3).q);
+  EXPECT_EQ(static_cast<int>(quant_auto_path(dq.view, 600, nullptr, false)),
+            static_cast<int>(QuantPath::Fused));
+}
+
 TEST_F(QuantLinear, GroupsNotAMultipleOfEightTakeTheDequantPath) {
   const Case c{4, 6, 50, 40};
   for (int64_t T : {1, 100}) {

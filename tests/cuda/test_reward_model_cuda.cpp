@@ -162,11 +162,12 @@ TEST_F(RewardModelCudaTest, QuantisedWiderModelScoresMatch) {
 // The device bytes of a quantised model are the bf16 model's less what the codes save: each
 // quantised matrix's 2 bytes a weight, less its codes, scales and zero points (ops::cuda::
 // QuantMatrixView::bytes, rows padded to 16 bytes), up to the 256-byte alignment of each array.
-// A plan of at most 128 tokens takes the fused kernel only (no dequantisation scratch).
+// A plan of at most kQuantFusedMaxTokens tokens takes the fused kernel only (no dequantisation
+// scratch); a larger plan adds the bf16 scratch of the largest matrix.
 TEST_F(RewardModelCudaTest, QuantisedModelHoldsLessDeviceMemory) {
   for (int bits : {8, 4}) {
     model::Weights w = wider_model();
-    trainer::RewardModel bf16_rm(Device::Cuda, w, kRm, 128, 8);
+    trainer::RewardModel bf16_rm(Device::Cuda, w, kRm, kQuantFusedMaxTokens, 8);
     model::QuantizeOptions opt;
     opt.calibration_samples = 0;
     opt.bits = bits;
@@ -185,7 +186,8 @@ TEST_F(RewardModelCudaTest, QuantisedModelHoldsLessDeviceMemory) {
         arrays += bits == 4 ? 3 : 2;
       }
     }
-    trainer::RewardModel q_rm(Device::Cuda, w, kRm, 128, 8, false, std::move(layers));
+    trainer::RewardModel q_rm(Device::Cuda, w, kRm, kQuantFusedMaxTokens, 8, false,
+                              std::move(layers));
     const auto full = static_cast<int64_t>(bf16_rm.device_bytes());
     const auto quant = static_cast<int64_t>(q_rm.device_bytes());
     std::printf("int%d: device bytes %lld (bf16 %lld): %.2f of it; the codes save %lld bytes\n",

@@ -563,6 +563,20 @@ bool quant_gemv_supported(const QuantMatrixView& w, int64_t T, const bf16* x) {
          (w.bits == 8 || w.group % 32 == 0 || w.groups() == 1);
 }
 
+// int4 chunks of 8 inputs must sit in one group for the fused kernel's per-chunk scale (a row of
+// one group, group = K after model::quantize_matrix's clamp, has no boundary to straddle).
+bool quant_fusable(const QuantMatrixView& w) {
+  return w.bits == 8 || w.group % 8 == 0 || w.groups() == 1;
+}
+
+QuantPath quant_auto_path(const QuantMatrixView& w, int64_t T, const bf16* x, bool have_scratch,
+                          int64_t fused_max_tokens) {
+  if (T <= quant_gemv_auto_max_tokens(w.bits) && quant_gemv_supported(w, T, x))
+    return QuantPath::Gemv;
+  if (!quant_fusable(w)) return QuantPath::Dequant;
+  return T <= fused_max_tokens || !have_scratch ? QuantPath::Fused : QuantPath::Dequant;
+}
+
 void quant_dequantize(const CudaContext& ctx, bf16* out, const QuantMatrixView& w) {
   check_view("quant_dequantize", w);
   const int64_t total = w.rows * ((w.cols + 7) / 8);
@@ -601,6 +615,7 @@ void quant_linear_forward(const CudaContext& ctx, bf16* y, const bf16* x, const 
   a.group = static_cast<int>(std::min<int64_t>(w.group, K));
   a.groups = static_cast<int>(w.groups());
   a.vec_x = K % 8 == 0 && detail::aligned16(x);
+  if (path == QuantPath::Auto) path = quant_auto_path(w, T, x, scratch != nullptr, fused_max_tokens);
   if (path == QuantPath::Gemv) {
     VERL_CUDA_REQUIRE(quant_gemv_supported(w, T, x),
                       detail::shape_str(op, {T, K, N, w.group}) +
@@ -614,18 +629,10 @@ void quant_linear_forward(const CudaContext& ctx, bf16* y, const bf16* x, const 
     }
     return;
   }
-  // int4 chunks of 8 inputs must sit in one group for the fused kernel's per-chunk scale (a row
-  // of one group, group = K after model::quantize_matrix's clamp, has no boundary to straddle).
-  const bool fusable = w.bits == 8 || w.group % 8 == 0 || w.groups() == 1;
-  bool fused = path == QuantPath::Fused ||
-               (path == QuantPath::Auto && (T <= fused_max_tokens || scratch == nullptr));
-  if (!fusable) {
-    VERL_CUDA_REQUIRE(path != QuantPath::Fused,
-                      std::string(op) +
-                          ": the fused kernel takes int4 groups that are a multiple of 8, not " +
-                          std::to_string(w.group));
-    fused = false;
-  }
+  const bool fused = path == QuantPath::Fused;
+  VERL_CUDA_REQUIRE(!fused || quant_fusable(w),
+                    std::string(op) + ": the fused kernel takes int4 groups that are a multiple "
+                                      "of 8, not " + std::to_string(w.group));
   if (!fused) {
     VERL_CUDA_REQUIRE(
         scratch != nullptr,

@@ -55,9 +55,16 @@ int64_t quant_codes_stride(int bits, int64_t cols);
 
 // Gemv: at most 8 tokens (quant_gemv_supported), the codes streamed from global memory into
 // registers, dequantised there and multiplied with an x chunk staged in shared memory: no
-// shared-memory round trip for the weights (quant_linear.cu). Only when asked for: Auto does not
-// take it until it is measured against the fused kernel on a GPU.
+// shared-memory round trip for the weights (quant_linear.cu). Auto takes it up to
+// quant_gemv_auto_max_tokens tokens.
 enum class QuantPath { Auto, Fused, Dequant, Gemv };
+
+// Auto's GEMV crossover: int8 up to 4 tokens, int4 up to 2. Measured on the H200 (`verl bench
+// quant-linear --tokens 1 2 4 8`, the 1.5B and 7B matrices, docs/benchmarks.md 2026-12-04): at
+// T = 1 the GEMV kernel takes 0.42-0.98x bf16 cuBLASLt's time for int8 and 0.44-1.19x for int4
+// (the fused kernel 0.74-1.90x), and it is faster than the fused kernel at every matrix up to
+// T = 2; at T = 4 int8 still wins at all eight, int4 at five; at T = 8 it loses at seven of eight.
+inline constexpr int64_t quant_gemv_auto_max_tokens(int bits) { return bits == 8 ? 4 : 2; }
 
 // Whether QuantPath::Gemv takes this product: 1 <= T <= 8, K a multiple of 8 with x 16-byte
 // aligned, int8, or int4 with groups of a multiple of 32 inputs (or one group a row).
@@ -67,6 +74,16 @@ bool quant_gemv_supported(const QuantMatrixView& w, int64_t T, const bf16* x);
 // (`verl bench quant-linear`, 1.5B and 7B matrices, docs/benchmarks.md): the fused kernel beats
 // dequantise + cuBLASLt at every matrix up to T = 32 (by 1.3-4x) and loses at T = 128 at most.
 inline constexpr int64_t kQuantFusedMaxTokens = 32;
+
+// Whether the fused kernel takes this matrix: int8, or int4 groups of a multiple of 8 inputs (or
+// one group a row).
+bool quant_fusable(const QuantMatrixView& w);
+
+// The path QuantPath::Auto takes for T tokens: the GEMV kernel up to quant_gemv_auto_max_tokens
+// where it applies, the fused kernel up to fused_max_tokens (or with no scratch), else
+// dequantise + cuBLASLt (always for a matrix the fused kernel does not take).
+QuantPath quant_auto_path(const QuantMatrixView& w, int64_t T, const bf16* x, bool have_scratch,
+                          int64_t fused_max_tokens = kQuantFusedMaxTokens);
 
 // y[T,N] = x[T,K] deq(w)^T (+ b[N]), overwritten. w.rows == N and w.cols == K. scratch: a bf16
 // [N*K] buffer for the Dequant path (may be null when only Fused can be taken). The fused kernel
