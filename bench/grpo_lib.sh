@@ -24,16 +24,19 @@ grpo_reward_model() {
   local data=$root/out/grpo_bench model=$root/out/models/$1-rm
   grpo_model "$1" > /dev/null || return 1
   if [ ! -f "$model/config.json" ]; then
-    mkdir -p "$model.cfg" || return 1
-    "$python" - "$root/tests/fixtures/configs/$1.json" "$model.cfg/config.json" <<'PY' || return 1
+    local cfg
+    cfg=$(mktemp --suffix=.json) || return 1
+    "$python" - "$root/tests/fixtures/configs/$1.json" "$cfg" <<'PY' &&
 import json, sys
 c = json.load(open(sys.argv[1]))
 c["architectures"] = ["Qwen2ForSequenceClassification"]
 c["num_labels"] = 1
 json.dump(c, open(sys.argv[2], "w"), indent=1)
 PY
-    "$verl" init-model --config "$model.cfg/config.json" --tokenizer "$data/tokenizer" --seed 7 \
-      --out "$model" >&2 || return 1
+      "$verl" init-model --config "$cfg" --tokenizer "$data/tokenizer" --seed 7 --out "$model" >&2
+    local rc=$?
+    rm -f "$cfg"
+    [ $rc -eq 0 ] || return 1
   fi
   echo "$model"
 }
