@@ -73,6 +73,8 @@ class Engine {
                                    const GenerateHooks& hooks = {});
 
   const EngineStats& stats() const { return stats_; }
+  // The runner's own counts (steps, CUDA graphs and their capture time).
+  StepRunnerStats runner_stats() const { return runner_->stats(); }
   const SchedulerConfig& scheduler_config() const { return sched_cfg_; }
 
  private:

@@ -15,9 +15,20 @@
 
 namespace verl::rollout {
 
+// What a runner's steps did since it was built (the trainer logs them per rollout: docs/metrics.md).
+struct StepRunnerStats {
+  int64_t steps = 0;            // step() calls
+  int64_t decode_steps = 0;     // steps of one token and one sample a sequence
+  int64_t graph_steps = 0;      // decode steps replayed from a CUDA graph (GPU only)
+  int64_t graphs_captured = 0;  // CUDA graphs captured (GPU only: one a decode batch bucket)
+  double graph_capture_s = 0;   // host seconds capturing and instantiating them
+};
+
 class StepRunner {
  public:
   virtual ~StepRunner() = default;
+
+  virtual StepRunnerStats stats() const = 0;
 
   // The KV pool this runner holds: the scheduler must plan with exactly these.
   virtual int32_t num_blocks() const = 0;
@@ -43,10 +54,12 @@ class CpuStepRunner final : public StepRunner {
   int32_t num_blocks() const override { return cache_.num_blocks(); }
   int32_t block_size() const override { return cache_.block_size(); }
   int64_t vocab_size() const override { return sampler_.vocab_size(); }
+  StepRunnerStats stats() const override { return stats_; }
   void step(const ScheduledBatch& batch, std::span<int32_t> tokens,
             std::span<float> logprobs) override;
 
  private:
+  StepRunnerStats stats_;
   KVCache cache_;
   CpuModelRunner runner_;
   Sampler sampler_;

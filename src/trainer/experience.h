@@ -13,6 +13,7 @@
 #include "data/rl_dataset.h"
 #include "dist/communicator.h"
 #include "model/batch.h"
+#include "rollout/step_runner.h"
 #include "trainer/core_algos.h"
 
 namespace verl::trainer {
@@ -34,6 +35,8 @@ struct Experience {
   std::vector<float> token_level_scores, token_level_rewards;   // [B, L]
   std::vector<float> old_log_prob, ref_log_prob, values;        // [B, L] (empty when unused)
   std::vector<float> advantages, returns;                       // [B, L]
+  // What the rollout engine's runner did for these rows on this rank (steps, CUDA graphs).
+  rollout::StepRunnerStats runner_stats;
   Shape shape() const { return {B, L}; }
   // Row b's prompt + response tokens (its sequence's length in a packed batch).
   int64_t tokens(int64_t b) const {

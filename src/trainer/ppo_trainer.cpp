@@ -972,14 +972,21 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
   RolloutRunnerOptions ro;
   ro.gpu_memory_utilization = cfg_.get<double>("actor_rollout_ref.rollout.gpu_memory_utilization");
   ro.enforce_eager = cfg_.get<bool>("actor_rollout_ref.rollout.enforce_eager");
+  // timing_s/gen_setup: the runner's KV cache, its plan and the engine, before the first step.
+  std::optional<metrics::StageTimer::Scope> setup;
+  setup.emplace(timer, "gen_setup");
   std::unique_ptr<rollout::StepRunner> runner =
       opts.snapshot ? opts.snapshot->make_rollout_runner(ec.scheduler, ro)
       : opts.weights ? nullptr
                      : actor_.model->make_rollout_runner(ec.scheduler, ro);
   std::optional<FullWeights> full;  // ZeRO-3: the rollout reads whole weights, gathered here
   if (!runner && !opts.weights && !opts.snapshot && !actor_.model->state().has_full_weights()) {
-    auto s = timer.scope("reshard");
-    full.emplace(*actor_.model, reshard_bucket_);
+    setup.reset();  // the gather is timing_s/reshard's
+    {
+      auto s = timer.scope("reshard");
+      full.emplace(*actor_.model, reshard_bucket_);
+    }
+    setup.emplace(timer, "gen_setup");
   }
   std::optional<rollout::Engine> engine_holder;
   if (runner) {
@@ -989,6 +996,7 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
     engine_holder.emplace(opts.weights ? *opts.weights : actor_.model->weights(), ec);
   }
   rollout::Engine& engine = *engine_holder;
+  setup.reset();
 
   const int64_t B = static_cast<int64_t>(samples.size()) * n;
   exp = Experience{};
@@ -1079,6 +1087,7 @@ void PpoTrainer::generate(const std::vector<data::Sample>& samples, int64_t firs
     auto gen = timer.scope("gen");
     engine.generate(reqs, hooks);
   }
+  exp.runner_stats = engine.runner_stats();
   // Device memory with the rollout's KV cache still held (the gen phase's peak), then the cache is
   // given back before the log-prob and update phases.
   gen_device_bytes_ = device_memory_in_use();
@@ -1742,6 +1751,16 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
   for (const auto& r : exp.response)
     for (int32_t id : r) out_of_vocab += id >= tok_->vocab_size() ? 1 : 0;
   m.set("rollout/out_of_vocab_tokens", static_cast<double>(comm_->sum(out_of_vocab)));
+  // This rank's rollout engine: its steps, and on the GPU the decode steps replayed from CUDA
+  // graphs and the graphs it captured (a runner lives one rollout, so they are captured anew each
+  // step) with the host time that took.
+  m.set("rollout/engine_steps", static_cast<double>(exp.runner_stats.steps));
+  m.set("rollout/decode_steps", static_cast<double>(exp.runner_stats.decode_steps));
+  if (device_ == Device::Cuda) {
+    m.set("rollout/graph_steps", static_cast<double>(exp.runner_stats.graph_steps));
+    m.set("rollout/graphs_captured", static_cast<double>(exp.runner_stats.graphs_captured));
+    m.set("timing_s/gen_graph_capture", exp.runner_stats.graph_capture_s);
+  }
   // verl's _balance_batch: the ranks swap rows so each holds a similar workload for the passes
   // and updates that follow (one rank has nothing to balance).
   double exchange_bytes = 0;
@@ -1878,13 +1897,14 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
 
   add_data_metrics(exp, m);
   add_reward_extra_metrics(exp, m);
-  for (const char* stage : {"gen", "reshard", "reward", "balance", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor", "step"}) {
+  for (const char* stage : {"gen", "gen_setup", "reshard", "reward", "balance", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor", "step"}) {
     const double s = timer.seconds(stage);
     if (s > 0 || std::string(stage) == "gen" || std::string(stage) == "step") m.set(std::string("timing_s/") + stage, s);
   }
   m.set("timing_s/reward_overlap_gen", timer.overlap("gen", "reward"));
   if (ready) {  // the rollout ran during the last step: its own times, and how long this one waited
     m.set("timing_s/gen", ready->timer.seconds("gen"));
+    m.set("timing_s/gen_setup", ready->timer.seconds("gen_setup"));
     m.set("timing_s/reward", ready->timer.seconds("reward"));
     m.set("timing_s/reward_overlap_gen", ready->timer.overlap("gen", "reward"));
     m.set("timing_s/gen_wait", gen_wait);

@@ -294,6 +294,14 @@ TEST_F(TrainerCudaTest, GrpoRunOnDemoConfig) {
       EXPECT_TRUE(std::isfinite(m[k].get<double>())) << k << " = " << m[k];
     }
     EXPECT_GT(m["perf/device_memory_gib/update_actor"].get<double>(), 0.0);
+    // The rollout engine's counts: graph replays are decode steps, decode steps engine steps.
+    for (const char* k : {"rollout/engine_steps", "rollout/decode_steps", "rollout/graph_steps",
+                          "rollout/graphs_captured", "timing_s/gen_graph_capture", "timing_s/gen_setup"})
+      ASSERT_TRUE(m.contains(k)) << k << " missing at step " << m["step"];
+    EXPECT_LE(m["rollout/graph_steps"].get<double>(), m["rollout/decode_steps"].get<double>());
+    EXPECT_LE(m["rollout/decode_steps"].get<double>(), m["rollout/engine_steps"].get<double>());
+    EXPECT_GE(m["rollout/engine_steps"].get<double>(), m["response_length/max"].get<double>());
+    EXPECT_GE(m["timing_s/gen_graph_capture"].get<double>(), 0.0);
   }
   // Step 1 generates from the same weights on both runs (the rollout engine is on the CPU).
   EXPECT_EQ(g[1]["critic/score/mean"], c[1]["critic/score/mean"]);

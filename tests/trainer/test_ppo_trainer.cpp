@@ -72,6 +72,16 @@ TEST(PpoTrainer, GrpoStepsEmitVerlMetricsAndRewardOverlapsGeneration) {
   expect_finite(m, {"actor/kl_loss", "timing_s/ref", "val-core/arith/reward/mean@1"});
   // Samples finish at different lengths: the first are scored while others still decode.
   EXPECT_GT(m.get("timing_s/reward_overlap_gen"), 0.0);
+  // The rollout engine's steps: each response token comes from one, so at least the longest
+  // response's count; the decode steps (one token a sequence) are most of them but not the
+  // prefills. No CUDA graph counts on the CPU.
+  expect_finite(m, {"rollout/engine_steps", "rollout/decode_steps", "timing_s/gen_setup"});
+  EXPECT_GE(m.get("rollout/engine_steps"), m.get("response_length/max"));
+  EXPECT_GT(m.get("rollout/decode_steps"), 0.0);
+  EXPECT_LT(m.get("rollout/decode_steps"), m.get("rollout/engine_steps"));
+  EXPECT_GE(m.get("timing_s/gen_setup"), 0.0);
+  EXPECT_LT(m.get("timing_s/gen_setup"), m.get("timing_s/step"));
+  EXPECT_FALSE(m.contains("rollout/graphs_captured"));
 }
 
 TEST(PpoTrainer, PpoWithCriticEmitsValueMetrics) {

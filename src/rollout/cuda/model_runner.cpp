@@ -336,6 +336,7 @@ void CudaModelRunner::forward(int64_t T, int64_t B, int64_t S, const PagedAttent
 }
 
 void CudaModelRunner::capture(size_t bucket) {
+  const auto t0 = std::chrono::steady_clock::now();
   const int64_t Bp = buckets_[bucket];
   cudaGraph_t graph = nullptr;
   VERL_CUDA_CHECK(cudaStreamBeginCapture(ctx_.stream, cudaStreamCaptureModeThreadLocal));
@@ -354,6 +355,7 @@ void CudaModelRunner::capture(size_t bucket) {
   VERL_CUDA_CHECK(e);
   graphs_[bucket] = exec;
   ++counters_.graphs_captured;
+  counters_.capture_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void CudaModelRunner::step(const rollout::ScheduledBatch& b, std::span<int32_t> tokens,

@@ -82,6 +82,7 @@ struct CudaRunnerOptions {
 struct CudaRunnerCounters {
   int64_t steps = 0, decode_steps = 0, graph_steps = 0, graphs_captured = 0;
   int64_t training_prefill_steps = 0;  // steps whose prefill attention ran attention_forward_paged
+  double capture_s = 0;                // host seconds in capture(): capture and instantiation
 };
 
 // One step as a profiling observer sees it (the benchmarks' accumulation lives with them, in
@@ -128,6 +129,10 @@ class CudaModelRunner final : public rollout::StepRunner {
   const CudaKVCache& cache() const { return *cache_; }
   size_t scratch_bytes() const { return scratch_bytes_; }
   const CudaRunnerCounters& counters() const { return counters_; }
+  rollout::StepRunnerStats stats() const override {
+    return {counters_.steps, counters_.decode_steps, counters_.graph_steps,
+            counters_.graphs_captured, counters_.capture_s};
+  }
   void reset_counters() { counters_ = CudaRunnerCounters{}; }
   // Reports every step to `observer` from now on (null: none); with sections, also the GPU time
   // per section, which makes the steps run eagerly.
