@@ -65,6 +65,33 @@ check "the failure names both keys" grep -qE \
 check "a missing data file exits 1" test $? -eq 1
 check "a missing data file FAILs naming it" grep -qE '^FAIL  data\.train_files .*/nonexistent/train\.jsonl' "$work/nodata.txt"
 
+# reward_model.model.input_tokenizer: a reward model with the policy's own tokenizer and template
+# (init-model copies the demo's) warns naming the key and null; null passes; another template passes.
+python3 - "$root/assets/demo/model/config.json" "$work/rm_config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["architectures"] = ["Qwen2ForSequenceClassification"]
+c["num_labels"] = 1
+json.dump(c, open(sys.argv[2], "w"))
+PY
+"$verl" init-model --config "$work/rm_config.json" --tokenizer "$root/assets/demo/model" --out "$work/rm" > /dev/null 2>&1
+rm_args=(reward_model.enable=true reward_model.model.path="$work/rm")
+"$verl" doctor --config $demo "${rm_args[@]}" > "$work/rm_same.txt" 2>&1
+check "a reward model with the policy's tokenizer warns naming input_tokenizer=null" \
+  grep -qE '^WARN  reward_model\.model\.input_tokenizer .*policy.s tokenizer and chat template.*input_tokenizer=null' "$work/rm_same.txt"
+"$verl" doctor --config $demo "${rm_args[@]}" reward_model.model.input_tokenizer=null > "$work/rm_null.txt" 2>&1
+check "input_tokenizer=null passes" grep -qE '^PASS  reward_model\.model\.input_tokenizer +null' "$work/rm_null.txt"
+cp -r "$work/rm" "$work/rm_other"
+python3 - "$work/rm_other/tokenizer_config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["chat_template"] = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+json.dump(c, open(sys.argv[1], "w"))
+PY
+"$verl" doctor --config $demo reward_model.enable=true reward_model.model.path="$work/rm_other" > "$work/rm_other.txt" 2>&1
+check "a reward model with its own template passes (the re-render)" \
+  grep -qE "^PASS  reward_model\.model\.input_tokenizer .*re-rendered with .*rm_other's chat template" "$work/rm_other.txt"
+
 # A finished run: mean perf/gpu_util_mean against 85%.
 mkdir -p "$work/run_low" "$work/run_high" "$work/run_cpu"
 for s in 1 2 3; do
