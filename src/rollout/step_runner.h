@@ -22,6 +22,7 @@ struct StepRunnerStats {
   int64_t graph_steps = 0;      // decode steps replayed from a CUDA graph (GPU only)
   int64_t graphs_captured = 0;  // CUDA graphs captured (GPU only: one a decode batch bucket)
   double graph_capture_s = 0;   // host seconds capturing and instantiating them
+  bool gpu = false;             // a GPU runner (the graph counts apply)
 };
 
 class StepRunner {

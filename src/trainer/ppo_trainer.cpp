@@ -1756,7 +1756,7 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
   // step) with the host time that took.
   m.set("rollout/engine_steps", static_cast<double>(exp.runner_stats.steps));
   m.set("rollout/decode_steps", static_cast<double>(exp.runner_stats.decode_steps));
-  if (device_ == Device::Cuda) {
+  if (exp.runner_stats.gpu) {
     m.set("rollout/graph_steps", static_cast<double>(exp.runner_stats.graph_steps));
     m.set("rollout/graphs_captured", static_cast<double>(exp.runner_stats.graphs_captured));
     m.set("timing_s/gen_graph_capture", exp.runner_stats.graph_capture_s);

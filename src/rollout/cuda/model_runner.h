@@ -131,7 +131,7 @@ class CudaModelRunner final : public rollout::StepRunner {
   const CudaRunnerCounters& counters() const { return counters_; }
   rollout::StepRunnerStats stats() const override {
     return {counters_.steps, counters_.decode_steps, counters_.graph_steps,
-            counters_.graphs_captured, counters_.capture_s};
+            counters_.graphs_captured, counters_.capture_s, true};
   }
   void reset_counters() { counters_ = CudaRunnerCounters{}; }
   // Reports every step to `observer` from now on (null: none); with sections, also the GPU time
