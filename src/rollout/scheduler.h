@@ -61,6 +61,10 @@ struct ScheduledBatch {
   int32_t num_seqs() const { return static_cast<int32_t>(items.size()); }
   int32_t num_samples() const { return static_cast<int32_t>(sample_seqs.size()); }
   bool empty() const { return items.empty() && sample_seqs.empty(); }
+  // A pure decode step: every item one new token and one sample.
+  bool decode() const {
+    return num_tokens() > 0 && num_tokens() == num_seqs() && num_samples() == num_seqs();
+  }
   void clear();
 };
 

@@ -17,8 +17,7 @@ void CpuStepRunner::step(const ScheduledBatch& batch, std::span<int32_t> tokens,
              "CpuStepRunner: {} samples, {} token and {} log-prob slots", S, tokens.size(),
              logprobs.size());
   ++stats_.steps;
-  if (batch.num_tokens() > 0 && batch.num_tokens() == batch.num_seqs() && S == batch.num_seqs())
-    ++stats_.decode_steps;
+  if (batch.decode()) ++stats_.decode_steps;
   runner_.run(batch, logits_);
   if (S > 0) sampler_.sample(logits_.data(), batch.sample_seqs, tokens.data(), logprobs.data());
 }

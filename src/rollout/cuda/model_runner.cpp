@@ -355,7 +355,7 @@ void CudaModelRunner::capture(size_t bucket) {
   VERL_CUDA_CHECK(e);
   graphs_[bucket] = exec;
   ++counters_.graphs_captured;
-  counters_.capture_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  counters_.graph_capture_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void CudaModelRunner::step(const rollout::ScheduledBatch& b, std::span<int32_t> tokens,
@@ -382,7 +382,7 @@ void CudaModelRunner::step(const rollout::ScheduledBatch& b, std::span<int32_t> 
   }
 
   // A pure decode step (one token and one sample per item, in item order) replays a graph.
-  bool decode = T == B && S == B;
+  bool decode = b.decode();
   for (int64_t s = 0; decode && s < S; ++s) decode = b.sample_token_indices[s] == s;
   size_t bucket = buckets_.size();
   if (decode && !opts_.enforce_eager && !timer_ && ctx_.stream != nullptr) {

@@ -78,11 +78,11 @@ struct CudaRunnerOptions {
   Numerics numerics = Numerics::Fast;
 };
 
-// Counts of what the steps did (cheap integers, kept always; tests check them).
-struct CudaRunnerCounters {
-  int64_t steps = 0, decode_steps = 0, graph_steps = 0, graphs_captured = 0;
+// Counts of what the steps did (cheap integers, kept always; tests check them): the runner's
+// StepRunnerStats and the GPU's own.
+struct CudaRunnerCounters : rollout::StepRunnerStats {
+  CudaRunnerCounters() { gpu = true; }
   int64_t training_prefill_steps = 0;  // steps whose prefill attention ran attention_forward_paged
-  double capture_s = 0;                // host seconds in capture(): capture and instantiation
 };
 
 // One step as a profiling observer sees it (the benchmarks' accumulation lives with them, in
@@ -129,10 +129,7 @@ class CudaModelRunner final : public rollout::StepRunner {
   const CudaKVCache& cache() const { return *cache_; }
   size_t scratch_bytes() const { return scratch_bytes_; }
   const CudaRunnerCounters& counters() const { return counters_; }
-  rollout::StepRunnerStats stats() const override {
-    return {counters_.steps, counters_.decode_steps, counters_.graph_steps,
-            counters_.graphs_captured, counters_.capture_s, true};
-  }
+  rollout::StepRunnerStats stats() const override { return counters_; }
   void reset_counters() { counters_ = CudaRunnerCounters{}; }
   // Reports every step to `observer` from now on (null: none); with sections, also the GPU time
   // per section, which makes the steps run eagerly.
