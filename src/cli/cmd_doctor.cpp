@@ -46,6 +46,7 @@
 #include "model/config.h"
 #include "model/weights.h"
 #include "rollout/kv_sizing.h"
+#include "tokenizer/tokenizer.h"
 
 // Set by CMake on the verl target; a build without them still compiles.
 #ifndef VERL_CUDA_ARCHS
@@ -1090,56 +1091,6 @@ void check_dynamic_batching(Report& r, const config::Config& cfg) {
 // int8 1 byte a weight, int4 half a byte plus a 4-byte scale and a zero-point byte a group; the
 // CPU keeps fp32 whatever the bits. Returns the bytes resident on the GPU beside the training
 // state (0 without a reward model or on the CPU).
-// The chat template a tokenizer directory renders with: tokenizer_config.json's chat_template (a
-// string, or a list of named templates), else chat_template.jinja; empty when it has neither.
-std::string chat_template_of(const std::filesystem::path& dir) {
-  const std::filesystem::path cfg = dir / "tokenizer_config.json", jinja = dir / "chat_template.jinja";
-  if (std::filesystem::exists(cfg)) {
-    const nlohmann::json j = nlohmann::json::parse(read_file(cfg.string(), "tokenizer config"));
-    if (j.contains("chat_template") && !j["chat_template"].is_null()) return j["chat_template"].dump();
-  }
-  return std::filesystem::exists(jinja) ? read_file(jinja.string(), "chat template") : std::string();
-}
-
-// reward_model.model.input_tokenizer: set (verl's default, the policy's path) and the reward
-// model's directory holding a tokenizer.json, the trainer decodes every response and renders and
-// encodes it again with the reward model's template (docs/reward_model.md). Worth it when the two
-// tokenizers or templates differ; with the policy's own it only adds the template's end of the
-// assistant's turn, for a decode and an encode of every response.
-void check_reward_input(Report& r, const config::Config& cfg) {
-  const std::string key = "reward_model.model.input_tokenizer";
-  if (!cfg.get<bool>("reward_model.enable")) return;
-  const auto input = cfg.get<std::optional<std::string>>(key);
-  if (!input) {
-    r.pass(key, "null: the policy's prompt and response tokens are scored as they are");
-    return;
-  }
-  const std::filesystem::path rm = data::expand_user(cfg.get<std::string>("reward_model.model.path"));
-  const std::filesystem::path policy = data::expand_user(*input);
-  if (!std::filesystem::exists(rm / "tokenizer.json")) {
-    r.pass(key, fmt::format("{}/tokenizer.json absent: the policy's tokens are scored as they are", rm.string()));
-    return;
-  }
-  try {
-    const bool same_vocab = read_file((rm / "tokenizer.json").string(), "reward model tokenizer") ==
-                            read_file((policy / "tokenizer.json").string(), "policy tokenizer");
-    if (same_vocab && chat_template_of(rm) == chat_template_of(policy)) {
-      r.warn(key,
-             fmt::format("{}: the reward model ({}) has the policy's tokenizer and chat template, yet "
-                         "every response is decoded, rendered and encoded again",
-                         *input, rm.string()),
-             fmt::format("{}=null scores the policy's tokens as they are (without the template's end "
-                         "of the assistant's turn)", key));
-    } else {
-      r.pass(key, fmt::format("{}: responses re-rendered with {}'s {} (verl's switch of chat template)",
-                              *input, rm.string(), same_vocab ? "chat template" : "tokenizer and chat template"));
-    }
-  } catch (const std::exception& e) {
-    r.warn(key, fmt::format("{}: {}", *input, message_of(e)),
-           fmt::format("point {} at the policy's model directory, or null", key));
-  }
-}
-
 double check_reward_model(Report& r, const config::Config& cfg, const Machine& m, bool on_cuda) {
   const std::string key = "reward_model.quantization_bits";
   if (!cfg.get<bool>("reward_model.enable")) {
@@ -1183,6 +1134,48 @@ double check_reward_model(Report& r, const config::Config& cfg, const Machine& m
     r.pass(key, fmt::format("16: the reward model's weights take {} ({})", size_of(bytes), where));
   }
   return on_cuda ? bytes : 0;
+}
+
+// reward_model.model.input_tokenizer: set (verl's default, the policy's path) and the reward
+// model's directory holding a tokenizer.json, the trainer decodes every response and renders and
+// encodes it again with the reward model's template (docs/reward_model.md). Worth it when the two
+// tokenizers or templates differ; with the policy's own it only adds the template's end of the
+// assistant's turn, for a decode and an encode of every response.
+void check_reward_input(Report& r, const config::Config& cfg) {
+  const std::string key = "reward_model.model.input_tokenizer";
+  if (!cfg.get<bool>("reward_model.enable")) return;
+  const auto input = cfg.get<std::optional<std::string>>(key);
+  if (!input) {
+    r.pass(key, "null: the policy's prompt and response tokens are scored as they are");
+    return;
+  }
+  const std::filesystem::path rm = data::expand_user(cfg.get<std::string>("reward_model.model.path"));
+  const std::filesystem::path policy = data::expand_user(*input);
+  if (!std::filesystem::exists(rm / "tokenizer.json")) {
+    r.pass(key, fmt::format("{}/tokenizer.json absent: the policy's tokens are scored as they are", rm.string()));
+    return;
+  }
+  try {
+    const bool same_vocab = read_file((rm / "tokenizer.json").string(), "reward model tokenizer") ==
+                            read_file((policy / "tokenizer.json").string(), "policy tokenizer");
+    const auto template_of = [](const std::filesystem::path& dir) {
+      return tokenizer::load_tokenizer_config(dir.string()).value("chat_template", nlohmann::json());
+    };
+    if (same_vocab && template_of(rm) == template_of(policy)) {
+      r.warn(key,
+             fmt::format("{}: the reward model ({}) has the policy's tokenizer and chat template, yet "
+                         "every response is decoded, rendered and encoded again",
+                         *input, rm.string()),
+             fmt::format("{}=null scores the policy's tokens as they are (without the template's end "
+                         "of the assistant's turn)", key));
+    } else {
+      r.pass(key, fmt::format("{}: responses re-rendered with {}'s {} (verl's switch of chat template)",
+                              *input, rm.string(), same_vocab ? "chat template" : "tokenizer and chat template"));
+    }
+  } catch (const std::exception& e) {
+    r.warn(key, fmt::format("{}: {}", *input, message_of(e)),
+           fmt::format("point {} at the policy's model directory, or null", key));
+  }
 }
 
 // The rollout's KV cache gets gpu_memory_utilization x the GPU minus what is in use when it is

@@ -65,11 +65,8 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
-Tokenizer Tokenizer::load(const std::string& dir) {
+nlohmann::json load_tokenizer_config(const std::string& dir) {
   namespace fs = std::filesystem;
-  const fs::path tj = fs::path(dir) / "tokenizer.json";
-  VERL_CHECK(fs::exists(tj), "{}: no tokenizer.json in this directory (only HF fast-tokenizer "
-             "files are supported)", dir);
   nlohmann::json config = nlohmann::json::object();
   const fs::path tc = fs::path(dir) / "tokenizer_config.json";
   if (fs::exists(tc)) config = read_json(tc.string());
@@ -82,6 +79,14 @@ Tokenizer Tokenizer::load(const std::string& dir) {
     ss << f.rdbuf();
     config["chat_template"] = ss.str();
   }
+  return config;
+}
+
+Tokenizer Tokenizer::load(const std::string& dir) {
+  const std::filesystem::path tj = std::filesystem::path(dir) / "tokenizer.json";
+  VERL_CHECK(std::filesystem::exists(tj), "{}: no tokenizer.json in this directory (only HF "
+             "fast-tokenizer files are supported)", dir);
+  const nlohmann::json config = load_tokenizer_config(dir);
   return from_json(read_json(tj.string()), config, tj.string());
 }
 

@@ -23,6 +23,10 @@ class Normalizer;
 class PreTokenizer;
 class ChatTemplate;
 
+// DIR/tokenizer_config.json (an empty object when there is none), with DIR/chat_template.jinja as
+// its chat_template when it names none: the configuration Tokenizer::load reads.
+nlohmann::json load_tokenizer_config(const std::string& dir);
+
 class Tokenizer {
  public:
   // Reads DIR/tokenizer.json and, when present, DIR/tokenizer_config.json (special tokens, chat
