@@ -67,14 +67,7 @@ check "a missing data file FAILs naming it" grep -qE '^FAIL  data\.train_files .
 
 # reward_model.model.input_tokenizer: a reward model with the policy's own tokenizer and template
 # (init-model copies the demo's) warns naming the key and null; null passes; another template passes.
-python3 - "$root/assets/demo/model/config.json" "$work/rm_config.json" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1]))
-c["architectures"] = ["Qwen2ForSequenceClassification"]
-c["num_labels"] = 1
-json.dump(c, open(sys.argv[2], "w"))
-PY
-"$verl" init-model --config "$work/rm_config.json" --tokenizer "$root/assets/demo/model" --out "$work/rm" > /dev/null 2>&1
+demo_reward_model "$work/rm"
 rm_args=(reward_model.enable=true reward_model.model.path="$work/rm")
 "$verl" doctor --config $demo "${rm_args[@]}" > "$work/rm_same.txt" 2>&1
 check "a reward model with the policy's tokenizer warns naming input_tokenizer=null" \

@@ -6,6 +6,19 @@ check() {
   shift
   if "$@"; then pass=$((pass + 1)); else echo "FAIL: $what"; fail=$((fail + 1)); fi
 }
+# demo_reward_model DIR: a reward model of the demo's shape (Qwen2ForSequenceClassification, one
+# label, random weights of seed 7) with the demo's tokenizer files, by the caller's $verl (needs
+# $root); DIR.json holds its config.
+demo_reward_model() {
+  python3 - "$root/assets/demo/model/config.json" "$1.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["architectures"] = ["Qwen2ForSequenceClassification"]
+c["num_labels"] = 1
+json.dump(c, open(sys.argv[2], "w"))
+PY
+  "$verl" init-model --config "$1.json" --tokenizer "$root/assets/demo/model" --out "$1" --seed 7 > /dev/null 2>&1
+}
 # The data-parallel checks' demo run (needs $root): 16 prompts x 4 samples a step, no shuffling,
 # the JSONL log, and the per-step metrics they compare.
 demo_dp=(actor_rollout_ref.model.path="$root/assets/demo/model" data.train_files="[$root/assets/demo/train.jsonl]"

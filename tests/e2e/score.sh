@@ -122,14 +122,7 @@ check "a missing model directory" fails "$verl" score --model "$work/nope" --inp
 
 # GRPO on the demo with a reward model of the demo's shape (random weights): the rewards are its
 # scores (continuous, not the arithmetic scorer's 0/1).
-python3 - "$root/assets/demo/model/config.json" "$work/rm_config.json" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1]))
-c["architectures"] = ["Qwen2ForSequenceClassification"]
-c["num_labels"] = 1
-json.dump(c, open(sys.argv[2], "w"))
-PY
-"$verl" init-model --config "$work/rm_config.json" --tokenizer "$root/assets/demo/model" --out "$work/rm" --seed 7 > /dev/null 2>&1
+demo_reward_model "$work/rm"
 check "a demo-shaped reward model" test -f "$work/rm/model.safetensors"
 OMP_NUM_THREADS=1 "$verl" train "$root/configs/demo.yaml" actor_rollout_ref.model.path="$root/assets/demo/model" \
   data.train_files="[$root/assets/demo/train.jsonl]" data.val_files="[$root/assets/demo/val.jsonl]" \
