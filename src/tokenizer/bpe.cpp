@@ -62,8 +62,10 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& model,
   m->vocab_.reserve(vocab.size());
   int32_t max_id = -1;
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    VERL_CHECK(it.value().is_number_integer() && it.value().get<int64_t>() >= 0,
-               "{}: model.vocab[\"{}\"] must be a non-negative integer id", where, it.key());
+    VERL_CHECK(it.value().is_number_integer() && it.value().get<int64_t>() >= 0 &&
+                   it.value().get<int64_t>() < kMaxTokenId,
+               "{}: model.vocab[\"{}\"] must be an integer id in [0, {}), got {}", where, it.key(),
+               kMaxTokenId, it.value().dump());
     const auto id = static_cast<int32_t>(it.value().get<int64_t>());
     m->vocab_.emplace(it.key(), id);
     max_id = std::max(max_id, id);

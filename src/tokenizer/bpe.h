@@ -55,6 +55,10 @@ class MergeTable {
   size_t mask_ = 0, size_ = 0;
 };
 
+// Token ids of a tokenizer file (vocabulary and added tokens) must lie in [0, kMaxTokenId): per-id
+// tables are sized by the largest id, and the largest real vocabularies hold a few hundred thousand.
+inline constexpr int64_t kMaxTokenId = int64_t{1} << 24;
+
 class BpeModel {
  public:
   // `model` is tokenizer.json's "model" object; `where` names the file in errors.

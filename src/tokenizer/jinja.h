@@ -21,6 +21,10 @@ inline constexpr int kMaxCallDepth = 100;                 // macro calls in prog
 inline constexpr int64_t kMaxLoopIterations = 1'000'000;  // for-loop iterations in one render
 inline constexpr int64_t kMaxRangeLength = 100'000;       // items one range() may produce
 inline constexpr size_t kMaxStringBytes = 64u << 20;      // the output or any string (bytes), or a list (items)
+// Nesting levels while parsing: brackets, unary operators, blocks inside blocks, and each operand of
+// a chain (a + b + c ... or x|f|g ...) count one each, so both the parser's recursion and the depth
+// of the trees the renderer walks recursively stay bounded.
+inline constexpr int kMaxNesting = 256;
 
 struct Value;
 using ValueList = std::vector<Value>;

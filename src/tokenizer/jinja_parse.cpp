@@ -125,10 +125,22 @@ class Lexer {
     off = std::min(off, src_.size());
     const size_t line = static_cast<size_t>(
         std::upper_bound(line_starts_.begin(), line_starts_.end(), off) - line_starts_.begin());
+    // Columns count code points from the line's start; the lexer asks in increasing order, so
+    // count on from the last answer on the same line (once per line, not once per token: a
+    // template of one long line was quadratic).
+    size_t from = line_starts_[line - 1];
+    int col = 1;
+    if (memo_line_ == line && memo_off_ <= off) {
+      from = memo_off_;
+      col = memo_col_;
+    }
+    col += static_cast<int>(count_code_points(std::string_view(src_).substr(from, off - from)));
+    memo_line_ = line;
+    memo_off_ = off;
+    memo_col_ = col;
     Pos p;
     p.line = static_cast<int>(line);
-    p.col = 1 + static_cast<int>(count_code_points(std::string_view(src_).substr(
-                    line_starts_[line - 1], off - line_starts_[line - 1])));
+    p.col = col;
     return p;
   }
 
@@ -345,6 +357,8 @@ class Lexer {
   size_t pos_ = 0;
   std::vector<Tok> toks_;
   mutable std::vector<size_t> line_starts_;
+  mutable size_t memo_line_ = 0, memo_off_ = 0;  // pos_at's last answer: line, offset and column
+  mutable int memo_col_ = 1;
 };
 
 class Parser {
@@ -391,6 +405,28 @@ class Parser {
     if (cur().type != Tok::kBlockEnd) fail(cur().pos, fmt::format("expected '%}}', got {}", describe(cur())));
     ++i_;
   }
+
+  // Levels this parse function entered (one per recursion, one per chained operand), given back
+  // when it returns. Past kMaxNesting the template is refused at the construct that went too deep,
+  // before the parser's recursion, or the renderer's over the tree, can exhaust the stack.
+  class Nesting {
+   public:
+    explicit Nesting(Parser& p) : p_(p) {}
+    Nesting(Parser& p, const Pos& at) : p_(p) { add(at); }
+    ~Nesting() { p_.depth_ -= n_; }
+    Nesting(const Nesting&) = delete;
+    Nesting& operator=(const Nesting&) = delete;
+    void add(const Pos& at) {
+      ++n_;
+      if (++p_.depth_ > kMaxNesting) {
+        p_.fail(at, fmt::format("expressions or blocks nested more than {} levels deep", kMaxNesting));
+      }
+    }
+
+   private:
+    Parser& p_;
+    int n_ = 0;
+  };
 
   // Parses nodes until a block tag whose keyword is in `ends` (consumed up to the keyword, which is
   // returned in `end`), or the end of the template when `ends` is empty.
@@ -439,6 +475,7 @@ class Parser {
 
   // `tag` is where the statement's {% starts: errors point there.
   NodePtr parse_statement(const Tok& kw, Pos tag) {
+    Nesting nest(*this, tag);
     auto n = std::make_unique<Node>();
     n->pos = tag;
     const std::string& k = kw.text;
@@ -579,6 +616,7 @@ class Parser {
   // Comma-separated expressions: a tuple when there is a comma.
   ExprPtr parse_tuple(bool with_condexpr = true) {
     const Pos p = cur().pos;
+    Nesting nest(*this, p);
     ExprPtr first = with_condexpr ? parse_expr() : parse_or();
     if (!is_op(",")) return first;
     auto t = make(Expr::Kind::kTuple, p);
@@ -592,9 +630,11 @@ class Parser {
   }
 
   ExprPtr parse_expr() {  // condexpr
+    Nesting nest(*this, cur().pos);
     ExprPtr e = parse_or();
     while (is_name("if")) {
       const Pos p = cur().pos;
+      nest.add(p);
       ++i_;
       auto c = make(Expr::Kind::kCond, p);
       ExprPtr test = parse_or();
@@ -620,18 +660,22 @@ class Parser {
   }
 
   ExprPtr parse_or() {
+    Nesting nest(*this);
     ExprPtr l = parse_and();
     while (is_name("or")) {
       const Pos p = cur().pos;
+      nest.add(p);
       ++i_;
       l = binary("or", std::move(l), parse_and(), p);
     }
     return l;
   }
   ExprPtr parse_and() {
+    Nesting nest(*this);
     ExprPtr l = parse_not();
     while (is_name("and")) {
       const Pos p = cur().pos;
+      nest.add(p);
       ++i_;
       l = binary("and", std::move(l), parse_not(), p);
     }
@@ -640,6 +684,7 @@ class Parser {
   ExprPtr parse_not() {
     if (is_name("not")) {
       const Pos p = cur().pos;
+      Nesting nest(*this, p);
       ++i_;
       auto n = make(Expr::Kind::kNot, p);
       n->kids.push_back(parse_not());
@@ -676,36 +721,44 @@ class Parser {
     return cmp ? std::move(cmp) : std::move(first);
   }
   ExprPtr parse_math1() {
+    Nesting nest(*this);
     ExprPtr l = parse_concat();
     while (is_op("+") || is_op("-")) {
       const Pos p = cur().pos;
+      nest.add(p);
       const std::string op = toks_[i_++].text;
       l = binary(op, std::move(l), parse_concat(), p);
     }
     return l;
   }
   ExprPtr parse_concat() {
+    Nesting nest(*this);
     ExprPtr l = parse_math2();
     while (is_op("~")) {
       const Pos p = cur().pos;
+      nest.add(p);
       ++i_;
       l = binary("~", std::move(l), parse_math2(), p);
     }
     return l;
   }
   ExprPtr parse_math2() {
+    Nesting nest(*this);
     ExprPtr l = parse_pow();
     while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
       const Pos p = cur().pos;
+      nest.add(p);
       const std::string op = toks_[i_++].text;
       l = binary(op, std::move(l), parse_pow(), p);
     }
     return l;
   }
   ExprPtr parse_pow() {
+    Nesting nest(*this);
     ExprPtr l = parse_unary(true);
     while (is_op("**")) {
       const Pos p = cur().pos;
+      nest.add(p);
       ++i_;
       l = binary("**", std::move(l), parse_unary(true), p);
     }
@@ -713,8 +766,10 @@ class Parser {
   }
   ExprPtr parse_unary(bool with_filter) {
     ExprPtr e;
+    Nesting nest(*this);
     if (is_op("-") || is_op("+")) {
       const Pos p = cur().pos;
+      nest.add(p);
       const bool neg = cur().text == "-";
       ++i_;
       e = make(neg ? Expr::Kind::kNeg : Expr::Kind::kPos, p);
@@ -794,7 +849,9 @@ class Parser {
   }
 
   ExprPtr parse_postfix(ExprPtr e) {
+    Nesting nest(*this);
     while (true) {
+      if (is_op(".") || is_op("[") || is_op("(")) nest.add(cur().pos);
       if (is_op(".")) {
         const Pos p = cur().pos;
         ++i_;
@@ -871,7 +928,9 @@ class Parser {
   }
 
   ExprPtr parse_filters(ExprPtr e) {
+    Nesting nest(*this);
     while (true) {
+      if (is_op("|") || is_name("is") || is_op("(")) nest.add(cur().pos);
       if (is_op("|")) {
         ++i_;
         const Pos p = cur().pos;
@@ -929,6 +988,7 @@ class Parser {
   std::vector<Tok> toks_;
   std::string name_;
   size_t i_ = 0;
+  int depth_ = 0;  // Nesting levels entered (kMaxNesting)
 };
 
 }  // namespace

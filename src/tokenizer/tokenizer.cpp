@@ -92,6 +92,17 @@ Tokenizer Tokenizer::load(const std::string& dir) {
 
 Tokenizer Tokenizer::from_json(const nlohmann::json& tj, const nlohmann::json& config_in,
                                const std::string& where) {
+  // The checks below name what they expect; a value of another JSON type that slips past them
+  // still becomes an error naming the file, not nlohmann's bare message.
+  try {
+    return build(tj, config_in, where);
+  } catch (const nlohmann::json::exception& e) {
+    VERL_FAIL("{} (or its tokenizer_config.json): a value of an unexpected type: {}", where, e.what());
+  }
+}
+
+Tokenizer Tokenizer::build(const nlohmann::json& tj, const nlohmann::json& config_in,
+                           const std::string& where) {
   VERL_CHECK(tj.is_object(), "{}: must hold a JSON object", where);
   VERL_CHECK(config_in.is_object() || config_in.is_null(),
              "tokenizer_config.json: must hold a JSON object");
@@ -120,14 +131,20 @@ Tokenizer Tokenizer::from_json(const nlohmann::json& tj, const nlohmann::json& c
     VERL_CHECK(e.is_object() && e.contains("content") && e["content"].is_string(),
                "{}: added token must be an object with a string \"content\", got {}", ctx,
                e.dump());
+    VERL_CHECK(id >= 0 && id < kMaxTokenId, "{}: the id must be in [0, {}), got {}", ctx, kMaxTokenId, id);
+    const auto flag = [&](const char* key, bool dflt) {
+      if (!e.contains(key) || e[key].is_null()) return dflt;
+      VERL_CHECK(e[key].is_boolean(), "{}: \"{}\" must be true or false, got {}", ctx, key, e[key].dump());
+      return e[key].get<bool>();
+    };
     AddedToken a;
     a.id = static_cast<int32_t>(id);
     a.content = e["content"].get<std::string>();
-    a.special = e.value("special", false);
-    a.lstrip = e.value("lstrip", false);
-    a.rstrip = e.value("rstrip", false);
-    a.normalized = e.value("normalized", !a.special);
-    a.single_word = e.value("single_word", false);
+    a.special = flag("special", false);
+    a.lstrip = flag("lstrip", false);
+    a.rstrip = flag("rstrip", false);
+    a.normalized = flag("normalized", !a.special);
+    a.single_word = flag("single_word", false);
     t.added_->add(a);
   };
   if (tj.contains("added_tokens")) {
@@ -148,6 +165,8 @@ Tokenizer Tokenizer::from_json(const nlohmann::json& tj, const nlohmann::json& c
       } catch (...) {
         VERL_FAIL("{}: added_tokens_decoder key \"{}\" is not an integer id", where, it.key());
       }
+      VERL_CHECK(id >= 0 && id < kMaxTokenId, "tokenizer_config.json: added_tokens_decoder[\"{}\"]: the id "
+                 "must be in [0, {})", it.key(), kMaxTokenId);
       if (!t.added_->by_id(static_cast<int32_t>(id)))
         add_from(it.value(), id, fmt::format("tokenizer_config.json: added_tokens_decoder[{}]", id));
     }

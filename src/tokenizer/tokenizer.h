@@ -80,6 +80,9 @@ class Tokenizer {
 
  private:
   Tokenizer();
+  // from_json's body; from_json turns JSON type errors into errors naming the file.
+  static Tokenizer build(const nlohmann::json& tokenizer_json, const nlohmann::json& tokenizer_config,
+                         const std::string& where);
   void encode_segment(std::string_view text, std::vector<int32_t>& ids) const;
   void encode_normalized(std::string_view text, std::vector<int32_t>& ids) const;
 

@@ -123,6 +123,30 @@ TEST(Jinja, RenderIsBounded) {
   has("{{ 'ab' * 100000000 }}", "str repeated 100000000 times is over the limit");
   has("{% set ns = namespace(s='x' * 1000000) %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
       "a string grew past 67108864 bytes");
+  // Nesting is bounded while parsing (100000 brackets were a stack overflow in the parser, found
+  // by tools/fuzz/fuzz_jinja.cpp): brackets, unary operators, chained operands and blocks alike.
+  has("{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}",
+      "tmpl:1:132: expressions or blocks nested more than 256 levels deep");
+  has("{{ " + std::string(100000, '-') + "1 }}", "nested more than 256 levels deep");
+  std::string chain = "{{ 1";
+  for (int i = 0; i < 100000; ++i) chain += " + 1";
+  has(chain + " }}", "nested more than 256 levels deep");
+  std::string blocks;
+  for (int i = 0; i < 1000; ++i) blocks += "{% if true %}";
+  has(blocks + "x", "nested more than 256 levels deep");
+  // Nesting real templates use is far below the bound, and a macro recursing at depth renders.
+  std::string ifs, endifs;
+  for (int i = 0; i < 50; ++i) {
+    ifs += "{% if true %}";
+    endifs += "{% endif %}";
+  }
+  EXPECT_EQ(jinja::Template(ifs + "{{ " + std::string(60, '(') + "'a' ~ 'b' ~ 'c'" + std::string(60, ')') + " }}" + endifs,
+                            "ok").render(nlohmann::ordered_json::object()),
+            "abc");
+  EXPECT_EQ(jinja::Template("{% macro f(n) %}{{ " + std::string(100, '(') + "(f(n - 1) if n > 0 else 0)" +
+                                std::string(100, ')') + " }}{% endmacro %}{{ f(99) }}",
+                            "ok").render(nlohmann::ordered_json::object()),
+            "0");
   // Recursion that ends, ranges and loops of ordinary size still render.
   EXPECT_EQ(jinja::Template("{% macro f(n) %}{% if n > 0 %}{{ n }}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(5) }}",
                             "ok").render(nlohmann::ordered_json::object()),

@@ -164,6 +164,36 @@ TEST(Errors, BadTokenizerFilesNameTheProblem) {
   EXPECT_NE(error_of([&] { Tokenizer::from_json(t, {{"eos_token", "<nope>"}}, "x.json"); }).find("eos_token \"<nope>\""), std::string::npos);
 }
 
+// Ids far past any vocabulary and values of the wrong JSON type (found by
+// tools/fuzz/fuzz_tokenizer.cpp: an id of 1.1e14 asked for a 9.8 GB table, a negative added-token
+// id wrote before the per-id table, "special": "yes" was nlohmann's bare type error).
+TEST(Errors, TokenIdsAndFlagsAreChecked) {
+  const auto err = [](const nlohmann::json& t, const nlohmann::json& cfg = nlohmann::json::object()) {
+    return error_of([&] { Tokenizer::from_json(t, cfg, "x.json"); });
+  };
+  const auto has = [](const std::string& msg, const std::string& want) {
+    EXPECT_NE(msg.find(want), std::string::npos) << msg;
+  };
+  nlohmann::json t = tiny_tokenizer(false);
+  t["model"]["vocab"]["zz"] = 111111111111146LL;
+  has(err(t), "x.json: model.vocab[\"zz\"] must be an integer id in [0, 16777216), got 111111111111146");
+  t = tiny_tokenizer(false);
+  t["model"]["vocab"]["zz"] = 3000000000LL;  // was cast to a negative int32
+  has(err(t), "must be an integer id in [0, 16777216), got 3000000000");
+  t = tiny_tokenizer(false);
+  t["added_tokens"] = {{{"id", -1}, {"content", "<x>"}, {"special", true}}};
+  has(err(t), "x.json: added_tokens[0]: the id must be in [0, 16777216), got -1");
+  t = tiny_tokenizer(false);
+  t["added_tokens"] = {{{"id", 400}, {"content", "<x>"}, {"special", "yes"}}};
+  has(err(t), "x.json: added_tokens[0]: \"special\" must be true or false, got \"yes\"");
+  t = tiny_tokenizer(false);
+  has(err(t, {{"added_tokens_decoder", {{"-5", {{"content", "<y>"}}}}}}),
+      "tokenizer_config.json: added_tokens_decoder[\"-5\"]: the id must be in [0, 16777216)");
+  t = tiny_tokenizer(false);
+  t["decoder"] = {{"type", 5}};  // a type error no check names: still the file's error
+  has(err(t), "x.json (or its tokenizer_config.json): a value of an unexpected type");
+}
+
 TEST(Errors, MalformedJsonNamesTheFile) {
   const std::string dir = std::string(VERL_BINARY_DIR) + "/tokenizer_bad_json";
   std::filesystem::create_directories(dir);

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Builds one libFuzzer target of tools/fuzz/ with clang (AddressSanitizer + UBSan) and runs it on
+# a seed corpus made from the repository's fixtures; inputs that crash, leak, hang or end in an
+# exception other than verl::Error land in out/fuzz/TARGET/crash-*. Not part of `make test`: it
+# runs as long as asked (docs/design.md#fuzzing).
+#
+#   tools/fuzz/run.sh parquet|jinja|tokenizer [SECONDS (default 180)] [libFuzzer flags...]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+target=${1:?usage: tools/fuzz/run.sh parquet|jinja|tokenizer [SECONDS] [flags...]}
+seconds=${2:-180}
+shift $(( $# >= 2 ? 2 : 1 ))
+src=$root/src
+case $target in
+  parquet) files=("$src"/data/parquet*.cpp) libs=(-lsnappy -lzstd -lz -lfmt) max_len=65536 ;;
+  jinja) files=("$src"/tokenizer/jinja_*.cpp "$src"/tokenizer/utf8.cpp) libs=(-lfmt -licuuc) max_len=16384 ;;
+  tokenizer) files=("$src"/tokenizer/*.cpp "$src"/core/file.cpp) libs=(-lfmt -licuuc -licui18n -lpcre2-8) max_len=20000 ;;
+  *) echo "unknown target $target (parquet, jinja or tokenizer)" >&2; exit 2 ;;
+esac
+work=$root/out/fuzz/$target
+mkdir -p "$work/corpus"
+bin=$work/fuzz_$target
+clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$src" \
+  "$root/tools/fuzz/fuzz_$target.cpp" "${files[@]}" "$src/core/error.cpp" -o "$bin" "${libs[@]}"
+# Seeds: the fixtures' Parquet files; the chat templates of the fixtures' tokenizer configs; the
+# demo tokenizer with a prompt as the text to encode.
+python3 - "$root" "$target" "$work/corpus" <<'PY'
+import glob, hashlib, json, os, sys
+root, target, out = sys.argv[1:]
+def put(data):
+    open(os.path.join(out, hashlib.sha1(data).hexdigest()), "wb").write(data)
+if target == "parquet":
+    for f in glob.glob(f"{root}/tests/fixtures/parquet/**/*.parquet", recursive=True):
+        put(open(f, "rb").read())
+elif target == "jinja":
+    for f in glob.glob(f"{root}/tests/fixtures/**/tokenizer_config.json", recursive=True) + [f"{root}/assets/demo/tokenizer_config.json"]:
+        t = json.load(open(f)).get("chat_template")
+        for s in [t] if isinstance(t, str) else [x.get("template", "") for x in t or []]:
+            if s:
+                put(s.encode())
+else:
+    put(b"What is 47 + 38? <|im_end|> h\xc3\xa9llo\n" + open(f"{root}/assets/demo/tokenizer.json", "rb").read())
+PY
+cd "$work"
+"$bin" corpus -max_total_time="$seconds" -max_len=$max_len -timeout=10 -rss_limit_mb=2560 \
+  -artifact_prefix="$work/" -print_final_stats=1 "$@"
