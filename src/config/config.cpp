@@ -303,12 +303,24 @@ class Loader {
     }
   }
 
+  // JSON text of a value. YAML is UTF-8: a string that is not (a stray Latin-1 byte) would make
+  // every later dump of the config throw (the checkpoint's copy, the logs), so it is refused here,
+  // naming the key.
+  static std::string utf8_text(const Json& v, const KeySpec& spec, const std::string& origin) {
+    try {
+      return v.dump();
+    } catch (const nlohmann::json::type_error& e) {
+      detail::raise(fmt::format("{}: {}: the value is not valid UTF-8 ({})", origin, spec.path, e.what()));
+    }
+  }
+
   void set_leaf(const KeySpec& spec, const YAML::Node& v, const std::string& origin, const std::string& written_as) {
     size_t i = index(spec);
     Slot& slot = slots_[i];
     std::string text;
     try {
       if (v.IsScalar() && detail::has_interpolation(v.Scalar())) {
+        utf8_text(Json(v.Scalar()), spec, origin);
         text = v.Scalar();
         slot.pending = true;
         slot.interp = text;
@@ -322,7 +334,7 @@ class Loader {
           c = detail::convert_node(v, spec, origin);
         }
         detail::check_value(c, spec, origin);
-        text = c.dump();
+        text = utf8_text(c, spec, origin);
         slot.pending = false;
         slot.value = std::move(c);
       }

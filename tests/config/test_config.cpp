@@ -278,6 +278,19 @@ TEST(ConfigErrors, WrongTypeNamesKeyValueAndType) {
   EXPECT_HAS(m, "user.yaml:2: data.max_prompt_length expects an int (type int), got [1, 2]");
 }
 
+// A string that is not UTF-8 (a Latin-1 byte in a file or an override) is refused at load, naming
+// the key; it used to pass and make nlohmann's dump() throw a bare type_error (found by
+// tools/fuzz/fuzz_config.cpp), which a checkpoint's copy of the config would have met too.
+TEST(ConfigErrors, NonUtf8StringsNameTheKey) {
+  std::string m = error_of([] { load({}, "trainer:\n  experiment_name: caf\xe9\n"); });
+  EXPECT_HAS(m, "user.yaml:2: trainer.experiment_name: the value is not valid UTF-8");
+  m = error_of([] { load({"trainer.project_name=\xbfx"}); });
+  EXPECT_HAS(m, "trainer.project_name: the value is not valid UTF-8");
+  m = error_of([] { load({}, "trainer:\n  experiment_name: \"\xe9${trainer.project_name}\"\n"); });
+  EXPECT_HAS(m, "trainer.experiment_name: the value is not valid UTF-8");
+  EXPECT_EQ(load({"trainer.experiment_name=caf\xc3\xa9"}).get<std::string>("trainer.experiment_name"), "caf\xc3\xa9");
+}
+
 TEST(ConfigErrors, ValuesOutsideTheAllowedSet) {
   std::string m = error_of([] { load({"algorithm.adv_estimator=ppo"}); });
   EXPECT_HAS(m, "algorithm.adv_estimator = ppo is not allowed");

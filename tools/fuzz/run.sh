@@ -4,10 +4,10 @@
 # exception other than verl::Error land in out/fuzz/TARGET/crash-*. Not part of `make test`: it
 # runs as long as asked (docs/design.md#fuzzing).
 #
-#   tools/fuzz/run.sh parquet|jinja|tokenizer [SECONDS (default 180)] [libFuzzer flags...]
+#   tools/fuzz/run.sh parquet|jinja|tokenizer|config|model_config [SECONDS (default 180)] [flags...]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-target=${1:?usage: tools/fuzz/run.sh parquet|jinja|tokenizer [SECONDS] [flags...]}
+target=${1:?usage: tools/fuzz/run.sh parquet|jinja|tokenizer|config|model_config [SECONDS] [flags...]}
 seconds=${2:-180}
 shift $(( $# >= 2 ? 2 : 1 ))
 src=$root/src
@@ -15,7 +15,10 @@ case $target in
   parquet) files=("$src"/data/parquet*.cpp) libs=(-lsnappy -lzstd -lz -lfmt) max_len=65536 ;;
   jinja) files=("$src"/tokenizer/jinja_*.cpp "$src"/tokenizer/utf8.cpp) libs=(-lfmt -licuuc) max_len=16384 ;;
   tokenizer) files=("$src"/tokenizer/*.cpp "$src"/core/file.cpp) libs=(-lfmt -licuuc -licui18n -lpcre2-8) max_len=20000 ;;
-  *) echo "unknown target $target (parquet, jinja or tokenizer)" >&2; exit 2 ;;
+  config) files=("$src"/config/*.cpp "$src"/core/file.cpp "$src"/core/log.cpp) libs=(-lfmt -lyaml-cpp) max_len=8192
+    export VERL_CONFIG_DEFAULTS=$root/configs/ppo_trainer.yaml ;;
+  model_config) files=("$src"/model/config.cpp "$src"/core/file.cpp "$src"/core/log.cpp) libs=(-lfmt) max_len=8192 ;;
+  *) echo "unknown target $target (parquet, jinja, tokenizer, config or model_config)" >&2; exit 2 ;;
 esac
 work=$root/out/fuzz/$target
 mkdir -p "$work/corpus"
@@ -38,8 +41,14 @@ elif target == "jinja":
         for s in [t] if isinstance(t, str) else [x.get("template", "") for x in t or []]:
             if s:
                 put(s.encode())
-else:
+elif target == "tokenizer":
     put(b"What is 47 + 38? <|im_end|> h\xc3\xa9llo\n" + open(f"{root}/assets/demo/tokenizer.json", "rb").read())
+elif target == "config":  # one override, then the file
+    for f in [f"{root}/configs/demo.yaml", f"{root}/configs/demo/sft.yaml"] + glob.glob(f"{root}/configs/examples/*.yaml"):
+        put(b"trainer.total_epochs=2\n" + open(f, "rb").read())
+else:
+    for f in glob.glob(f"{root}/tests/fixtures/**/config.json", recursive=True) + [f"{root}/assets/demo/model/config.json"]:
+        put(open(f, "rb").read())
 PY
 cd "$work"
 "$bin" corpus -max_total_time="$seconds" -max_len=$max_len -timeout=10 -rss_limit_mb=2560 \
