@@ -4,10 +4,10 @@
 # exception other than verl::Error land in out/fuzz/TARGET/crash-*. Not part of `make test`: it
 # runs as long as asked (docs/design.md#fuzzing).
 #
-#   tools/fuzz/run.sh parquet|jinja|tokenizer|config|model_config [SECONDS (default 180)] [flags...]
+#   tools/fuzz/run.sh parquet|jinja|tokenizer|config|model_config|rl_dataset [SECONDS (default 180)] [flags...]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-target=${1:?usage: tools/fuzz/run.sh parquet|jinja|tokenizer|config|model_config [SECONDS] [flags...]}
+target=${1:?usage: tools/fuzz/run.sh parquet|jinja|tokenizer|config|model_config|rl_dataset [SECONDS] [flags...]}
 seconds=${2:-180}
 shift $(( $# >= 2 ? 2 : 1 ))
 src=$root/src
@@ -18,7 +18,11 @@ case $target in
   config) files=("$src"/config/*.cpp "$src"/core/file.cpp "$src"/core/log.cpp) libs=(-lfmt -lyaml-cpp) max_len=8192
     export VERL_CONFIG_DEFAULTS=$root/configs/ppo_trainer.yaml ;;
   model_config) files=("$src"/model/config.cpp "$src"/core/file.cpp "$src"/core/log.cpp) libs=(-lfmt) max_len=8192 ;;
-  *) echo "unknown target $target (parquet, jinja, tokenizer, config or model_config)" >&2; exit 2 ;;
+  rl_dataset) files=("$src"/data/rl_dataset.cpp "$src"/data/parquet*.cpp "$src"/tokenizer/*.cpp "$src"/config/*.cpp
+      "$src"/core/file.cpp "$src"/core/log.cpp)
+    libs=(-DVERL_DEMO_DIR="\"$root/assets/demo\"" -lfmt -lyaml-cpp -licuuc -licui18n -lpcre2-8 -lsnappy -lzstd -lz)
+    max_len=8192 ;;
+  *) echo "unknown target $target (parquet, jinja, tokenizer, config, model_config or rl_dataset)" >&2; exit 2 ;;
 esac
 work=$root/out/fuzz/$target
 mkdir -p "$work/corpus"
@@ -46,6 +50,8 @@ elif target == "tokenizer":
 elif target == "config":  # one override, then the file
     for f in [f"{root}/configs/demo.yaml", f"{root}/configs/demo/sft.yaml"] + glob.glob(f"{root}/configs/examples/*.yaml"):
         put(b"trainer.total_epochs=2\n" + open(f, "rb").read())
+elif target == "rl_dataset":  # the demo's first rows
+    put(b"".join(open(f"{root}/assets/demo/train.jsonl", "rb").readlines()[:12]))
 else:
     for f in glob.glob(f"{root}/tests/fixtures/**/config.json", recursive=True) + [f"{root}/assets/demo/model/config.json"]:
         put(open(f, "rb").read())
