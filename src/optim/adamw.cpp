@@ -61,7 +61,9 @@ double AdamW::step(TrainState& state, float lr, dist::Communicator& comm) const 
   state.count_sync_call(false);
   double sq = state.grad_sum_squares();
   if (!state.whole()) sq = comm.sum(sq);  // each rank holds a shard's gradients
-  const double norm = std::sqrt(sq) / world;
+  double norm = std::sqrt(sq) / world;
+  // Tests make an update's norm NaN (VERL_FAULT_INJECT=grad_norm:<update>:nan) to reach the skip.
+  if (fault_requested("grad_norm", state.steps(), "nan")) norm = std::nan("");
   if (!std::isfinite(norm)) return norm;  // every rank sees the same norm: all skip together
   state.adamw_update(cfg_, lr, clip_scale(norm, cfg_.grad_clip) / static_cast<float>(world));
   if (!state.whole()) state.gather_weights(comm);

@@ -27,6 +27,7 @@ namespace verl::reward {
 namespace {
 
 constexpr size_t kMaxLineBytes = 1 << 20;  // an answer line longer than this is a protocol error
+constexpr double kMaxScore = 1e9;  // |score| beyond this fails the row (docs/rewards.md)
 
 std::string excerpt(std::string_view line) {
   constexpr size_t kMax = 200;
@@ -221,8 +222,13 @@ CommandBatchResult CommandRewardFn::score(std::span<const RewardRow> rows) {
       ++n_answered;
       if (!j.contains("score") || !j["score"].is_number()) {
         row_error[idx] = fmt::format("the answer has no numeric \"score\": {}", excerpt(line));
+      } else if (const double v = j["score"].get<double>(); !(std::abs(v) <= kMaxScore)) {
+        // Rewards are float32 in training, and sums and variances of them must stay finite: a
+        // score past this turned a whole step's advantages into NaN, and every update was skipped.
+        row_error[idx] = fmt::format("the score {} is outside [-{:g}, {:g}]: {}", v, kMaxScore, kMaxScore,
+                                     excerpt(line));
       } else {
-        res.scores[idx] = j["score"].get<double>();
+        res.scores[idx] = v;
       }
     }
     if (failure.empty() && pending_.size() > kMaxLineBytes)

@@ -1315,7 +1315,8 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
   PolicyModel& actor = *actor_.model;
   std::vector<float> lp_tok, ent_tok;  // [T] of one micro-batch
   double pg_loss = 0, pg_clipfrac = 0, ppo_kl = 0, clip_lower = 0, ent = 0, kl_loss = 0, gnorm_sum = 0;
-  int64_t updates = 0, applied = 0;  // mini-batches; updates applied (not kept for a later sync)
+  // Mini-batches; updates applied (not kept for a later sync); of those, skipped (non-finite norm).
+  int64_t updates = 0, applied = 0, skipped = 0;
   size_t pass_peak = 0, optimizer_peak = 0;  // tracked device memory at its most (core/device.h)
   std::vector<int64_t> order(exp.B);
   std::iota(order.begin(), order.end(), 0);
@@ -1380,9 +1381,11 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
       if (!actor.state().step_deferred()) {
         gnorm_sum += gnorm;
         ++applied;
+        if (!std::isfinite(gnorm)) ++skipped;
       }
     }
   }
+  warn_skipped_updates("actor", skipped, applied);
   actor.release_activations();
   // The phase's memory: the micro-batches' peak (forward and backward) and the optimizer steps'
   // (an offloaded state's staging slots), apart.
@@ -1415,6 +1418,14 @@ void PpoTrainer::update_actor(Experience& exp, metrics::Metrics& m) {
   }
   if (applied > 0) m.set("actor/grad_norm", gnorm_sum / static_cast<double>(applied));
   m.set("actor/lr", lr);
+}
+
+void PpoTrainer::warn_skipped_updates(const char* role, int64_t skipped, int64_t applied) const {
+  // Every rank saw the same norm; one line is enough.
+  if (skipped == 0 || comm_->rank() != 0) return;
+  log::warn("step {}: the {}'s gradient norm was not finite in {} of its {} optimizer steps; those updates "
+            "were skipped, as verl does (the weights did not change). Check the rewards (critic/score/*) and "
+            "the learning rate", global_step_ + 1, role, skipped, applied);
 }
 
 std::pair<size_t, size_t> PpoTrainer::host_state_bytes() const {
@@ -1546,7 +1557,7 @@ void PpoTrainer::update_critic(Experience& exp, metrics::Metrics& m) {
   const int64_t num_mini = (exp.B + mini - 1) / mini;
   std::vector<float> values_tok;
   double vf_loss = 0, vf_clipfrac = 0, gnorm_sum = 0;
-  int64_t updates = 0, applied = 0;
+  int64_t updates = 0, applied = 0, skipped = 0;
   for (int64_t ep = 0; ep < epochs; ++ep) {
     for (int64_t mb = 0; mb < num_mini; ++mb) {
       std::vector<int64_t> idx;
@@ -1581,9 +1592,11 @@ void PpoTrainer::update_critic(Experience& exp, metrics::Metrics& m) {
       if (!critic_->model->state().step_deferred()) {
         gnorm_sum += gnorm;
         ++applied;
+        if (!std::isfinite(gnorm)) ++skipped;
       }
     }
   }
+  warn_skipped_updates("critic", skipped, applied);
   const double u = static_cast<double>(std::max<int64_t>(1, updates));
   vf_loss = comm_->mean(vf_loss);  // as the actor's losses: dp_size x the global normaliser
   vf_clipfrac = comm_->sum(vf_clipfrac);

@@ -151,6 +151,8 @@ class PpoTrainer {
   // The states' bytes and the gather buffers' peak since the last call.
   std::pair<size_t, size_t> host_state_bytes() const;
   void update_critic(Experience& exp, metrics::Metrics& m);
+  // A warning naming the step when `skipped` of the role's `applied` updates had a non-finite norm.
+  void warn_skipped_updates(const char* role, int64_t skipped, int64_t applied) const;
   // The two updates of a step: the critic's (when warm-up allows both) beside the actor's on a
   // thread of its own with trainer.critic_actor_overlap and one process, else one after the other.
   void run_updates(Experience& exp, metrics::Metrics& m, metrics::StageTimer& timer);

@@ -143,6 +143,19 @@ check "val_kwargs.top_p=1.5 names the key" grep -q "actor_rollout_ref.rollout.va
   trainer.default_local_dir="$work/generr" > /dev/null 2> "$work/err_gen.txt")
 check "generation error exits 1" test $? -eq 1
 check "generation error says why" grep -q "injected fault at gen:1" "$work/err_gen.txt"
+# An update whose gradient norm is not finite is skipped (as verl does) and says so, naming the
+# step; the weights stay as they were (the next step's log-probs of the same batch agree).
+# shellcheck disable=SC2086
+(cd "$root" && VERL_FAULT_INJECT=grad_norm:1:nan "$verl" train configs/demo.yaml $quick trainer.total_training_steps=2 \
+  trainer.default_local_dir="$work/nangrad" > /dev/null 2> "$work/err_nangrad.txt")
+check "a non-finite gradient norm does not stop the run" test $? -eq 0
+check "the skipped update is reported with its step" grep -q \
+  "step 2: the actor's gradient norm was not finite in 1 of its 1 optimizer steps; those updates were skipped" \
+  "$work/err_nangrad.txt"
+check "the skipped step's grad_norm is NaN, the first step's finite" python3 -c "
+import json, math
+m = [json.loads(l) for l in open('$work/nangrad/metrics.jsonl')]
+assert len(m) == 2 and math.isfinite(m[0]['actor/grad_norm']) and m[1]['actor/grad_norm'] is None, m"
 
 # A model whose embedding has more rows than the tokenizer has tokens (as Qwen2.5's): sampled ids
 # past the vocabulary decode to nothing and are counted; training goes on.

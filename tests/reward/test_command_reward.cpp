@@ -208,6 +208,24 @@ for line in sys.stdin:
   EXPECT_NE(r.errors[1].message.find("index 99"), std::string::npos) << r.errors[1].message;
 }
 
+// A score beyond 1e9 fails its row: 1e308 used to pass, become inf as a float32 reward, and turn
+// the whole step's advantages into NaN (every update skipped, rc 0).
+TEST_F(CommandReward, HugeScoresFailTheirRow) {
+  std::string cmd = py("huge.py", R"(
+for line in sys.stdin:
+    row = json.loads(line)
+    print(json.dumps({"index": row["index"], "score": [1e308, -2e9, 1e9, -0.5][row["index"]]}), flush=True)
+)");
+  CommandRewardFn fn({cmd, 10.0, OnError::Continue});
+  CommandBatchResult r = fn.score(rows(4));
+  EXPECT_EQ(r.scores, (std::vector<double>{0, 0, 1e9, -0.5}));
+  ASSERT_EQ(r.errors.size(), 2u);
+  EXPECT_EQ(r.errors[0].index, 0);
+  EXPECT_NE(r.errors[0].message.find("the score 1e+308 is outside [-1e+09, 1e+09]"), std::string::npos)
+      << r.errors[0].message;
+  EXPECT_EQ(r.errors[1].index, 1);
+}
+
 TEST_F(CommandReward, BadConfig) {
   EXPECT_THROW(CommandRewardFn({"", 1.0, OnError::Stop}), Error);
   EXPECT_THROW(CommandRewardFn({"true", 0.0, OnError::Stop}), Error);
