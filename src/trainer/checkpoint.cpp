@@ -111,6 +111,14 @@ int64_t metadata_int(const model::SafetensorsFile& f, const char* key) {
   }
 }
 
+// The file is the kind the loader expects (its metadata "format", written by the savers above).
+void check_format(const model::SafetensorsFile& f, const char* want) {
+  auto it = f.metadata().find("format");
+  VERL_CHECK(it != f.metadata().end() && it->second == want,
+             "{}: metadata 'format' is {}, expected '{}'; the file is damaged or not this checkpoint's", f.path(),
+             it == f.metadata().end() ? "missing" : "'" + it->second + "'", want);
+}
+
 // Copies elements [lo, hi) of tensor `name` (holding elements from `first`) into out[lo - base ..].
 void copy_moments(const model::SafetensorsFile& f, int64_t first, int64_t count, int64_t lo, int64_t hi,
                   AdamWState& out, int64_t base) {
@@ -130,6 +138,7 @@ void load_moments(const fs::path& dir, int64_t n, const optim::ShardSpec& want, 
   opt.exp_avg_sq.assign(static_cast<size_t>(want.size()), 0.0f);
   if (fs::exists(dir / "optim.safetensors")) {
     auto st = model::SafetensorsFile::open((dir / "optim.safetensors").string());
+    check_format(*st, "verl.cpp-adamw");
     copy_moments(*st, 0, n, want.begin, want.end, opt, want.begin);
     opt.step = metadata_int(*st, "step");
     return;
@@ -144,6 +153,7 @@ void load_moments(const fs::path& dir, int64_t n, const optim::ShardSpec& want, 
     VERL_CHECK(fs::exists(path), "{}: shard {} of {} is missing; the checkpoint is incomplete", path.string(), r,
                world);
     auto st = model::SafetensorsFile::open(path.string());
+    check_format(*st, "verl.cpp-adamw-shard");
     const int64_t b = metadata_int(*st, "begin"), e = metadata_int(*st, "end"), total = metadata_int(*st, "numel");
     VERL_CHECK(total == n && 0 <= b && b <= e && e <= n, "{}: a shard [{}, {}) of {} elements for a model of {}",
                path.string(), b, e, total, n);
@@ -176,7 +186,12 @@ std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& root)
   for (const auto& e : fs::directory_iterator(root)) {
     std::smatch mt;
     std::string name = e.path().filename().string();
-    if (e.is_directory() && std::regex_match(name, mt, re)) out.emplace_back(std::stoll(mt[1]), e.path());
+    // A step past int64 (a stray directory name) is not a checkpoint of this run: named, not a crash.
+    if (e.is_directory() && std::regex_match(name, mt, re)) {
+      VERL_CHECK(mt[1].length() <= 18, "{}: not a checkpoint step this trainer writes (too large); rename or "
+                 "remove it", e.path().string());
+      out.emplace_back(std::stoll(mt[1]), e.path());
+    }
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -271,6 +286,7 @@ std::optional<SyncCarry> load_sync_carry(const std::string& model_dir, int64_t n
     VERL_CHECK(fs::exists(path), "{}: carry {} of {} is missing; the checkpoint is incomplete", path.string(), r,
                saved);
     auto st = model::SafetensorsFile::open(path.string());
+    check_format(*st, "verl.cpp-sync-carry");
     const model::TensorInfo* t = st->find("carry");
     VERL_CHECK(t && t->dtype == DType::F32 && t->numel() == numel,
                "{}: tensor carry missing or of the wrong size (want {} f32 for the model's parameters)", path.string(),

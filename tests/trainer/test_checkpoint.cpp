@@ -11,6 +11,7 @@
 
 #include "config/config.h"
 #include "core/error.h"
+#include "model/safetensors.h"
 #include "trainer/checkpoint.h"
 #include "trainer/ppo_trainer.h"
 
@@ -224,6 +225,47 @@ TEST(Checkpoint, OptimizerShardsReshardOnLoad) {
     err = e.what();
   }
   EXPECT_NE(err.find("optim_world_size_2_rank_1.safetensors: shard 1 of 2 is missing"), std::string::npos) << err;
+  fs::remove_all(tmp);
+}
+
+// A file of another kind in the optimizer's place (its metadata "format" says so: a corrupted
+// header used to load as long as the tensors fit), and a global_step_N directory whose N overflows
+// int64 (was "error: stoll"), are errors naming the path.
+TEST(Checkpoint, ForeignFilesAndStepNamesAreNamed) {
+  const fs::path tmp = fs::temp_directory_path() / "verl_test_ckpt_foreign";
+  fs::remove_all(tmp);
+  model::Weights w = model::Weights::load(kRoot + "/assets/demo/model");
+  const int64_t n = w.layout.total;
+  AdamWState opt;
+  opt.exp_avg.assign(static_cast<size_t>(n), 0.0f);
+  opt.exp_avg_sq.assign(static_cast<size_t>(n), 0.0f);
+  const std::string dir = save_checkpoint(tmp.string(), 1, ModelState{&w, &opt, std::nullopt, 0}, std::nullopt,
+                                          {{"dataloader", {}}}, "", 0);
+  const fs::path optim = fs::path(dir) / "actor" / "optim.safetensors";
+  model::write_safetensors(optim.string(),
+                           {{"exp_avg", DType::F32, {n}, opt.exp_avg.data()},
+                            {"exp_avg_sq", DType::F32, {n}, opt.exp_avg_sq.data()}},
+                           {{"format", "9erl.cpp-adamw"}, {"step", "1"}});
+  model::Weights back{w.config, w.layout, {}};
+  std::string err;
+  try {
+    load_checkpoint(dir, back, opt, nullptr, nullptr);
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  EXPECT_NE(err.find(optim.string() + ": metadata 'format' is '9erl.cpp-adamw', expected 'verl.cpp-adamw'"),
+            std::string::npos)
+      << err;
+  fs::create_directories(tmp / "global_step_99999999999999999999999");
+  err.clear();
+  try {
+    check_fresh_run_dir(tmp.string());
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  EXPECT_NE(err.find("global_step_99999999999999999999999: not a checkpoint step this trainer writes"),
+            std::string::npos)
+      << err;
   fs::remove_all(tmp);
 }
 
