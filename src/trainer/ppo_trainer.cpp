@@ -1170,7 +1170,15 @@ void PpoTrainer::score_all(Experience& exp) {
     rows[b] = {s.data_source, tok_->decode(exp.response[b], true), s.ground_truth_json, s.extra_info};
   }
   reward::CommandBatchResult r = command_reward_->score(rows);
-  for (const auto& e : r.errors) log::warn("custom reward, row {} of step {}: {}", e.index, global_step_, e.message);
+  // The first few failed rows by index (the reward command's own line above has the count): a broken
+  // program used to print one line per row of every batch.
+  constexpr size_t kShown = 3;
+  for (size_t i = 0; i < r.errors.size() && i < kShown; ++i) {
+    log::warn("custom reward, step {}, row {}: {}", global_step_ + 1, r.errors[i].index, r.errors[i].message);
+  }
+  if (r.errors.size() > kShown) {
+    log::warn("custom reward, step {}: {} more rows failed", global_step_ + 1, r.errors.size() - kShown);
+  }
   // A command's score is a float: verl's dapo manager reports it as acc too.
   for (int64_t b = 0; b < exp.B; ++b) exp.scores[b] = manager_reward(exp, b, r.scores[b], r.scores[b]);
 }
