@@ -1211,6 +1211,7 @@ class Renderer {
     if (f == "attr") return get_attr(v, to_str(a.get(0, "name")), p, "value");
     if (f == "indent") {
       const Value w = a.get(0, "width", Value::integer(4));
+      check_size(w.is_string() ? 0 : static_cast<size_t>(std::max<int64_t>(0, w.i)), p, "indent's width");
       const std::string pad = w.is_string() ? w.s : std::string(static_cast<size_t>(std::max<int64_t>(0, w.i)), ' ');
       const bool first = a.get(1, "first", Value::boolean(false)).truthy();
       const bool blank = a.get(2, "blank", Value::boolean(false)).truthy();
@@ -1226,6 +1227,7 @@ class Renderer {
         const bool indent_it = first_line ? first : (blank || !py_strip(line, Value::undefined(), true, true).empty());
         if (indent_it) out += pad;
         out += line;
+        check_size(out.size(), p, "indent's output");
         if (last) break;
         out += '\n';
         b = e + 1;
@@ -1238,6 +1240,7 @@ class Renderer {
       const std::string s = to_str(v);
       const auto n = static_cast<int64_t>(count_code_points(s));
       if (n >= width) return Value::string(s);
+      check_size(static_cast<size_t>(width), p, "center's width");
       const int64_t total = width - n, left = total / 2 + (total & width & 1);
       return Value::string(std::string(static_cast<size_t>(left), ' ') + s + std::string(static_cast<size_t>(total - left), ' '));
     }

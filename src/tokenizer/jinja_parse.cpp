@@ -58,6 +58,12 @@ class Lexer {
       }
     }
     if (!src_.empty() && src_.back() == '\n') src_.pop_back();
+    // Templates are UTF-8 text; string methods walk code points and would read past a string
+    // holding a broken sequence (found by tools/fuzz/fuzz_jinja.cpp: a heap overflow).
+    if (const size_t bad = find_invalid_utf8(src_); bad != kUtf8Valid) {
+      fail(bad, fmt::format("byte 0x{:02X} is not valid UTF-8 (a template is UTF-8 text)",
+                            static_cast<unsigned char>(src_[bad])));
+    }
   }
 
   std::vector<Tok> run() {

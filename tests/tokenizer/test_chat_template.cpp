@@ -134,6 +134,13 @@ TEST(Jinja, RenderIsBounded) {
   std::string blocks;
   for (int i = 0; i < 1000; ++i) blocks += "{% if true %}";
   has(blocks + "x", "nested more than 256 levels deep");
+  // Widths of indent and center are bounded like any string (indent(794565170) ran out of time).
+  has("{{ 'a\nb' | indent(794565170) }}", "indent's width grew past 67108864 bytes");
+  has("{{ ('x' * 1000 ~ '\n' ~ 'y\n' * 100000) | indent(1000, true) }}", "indent's output grew past");
+  has("{{ 'x' | center(1000000000) }}", "center's width grew past 67108864 bytes");
+  // A template that is not UTF-8 is refused where the broken byte is (string methods walked code
+  // points past the end of such a literal: a heap overflow under AddressSanitizer, found by fuzzing).
+  has("{{ 'ok' }}\n{{ 'ab\xff\xff'.isalnum() }}", "tmpl:2:7: byte 0xFF is not valid UTF-8");
   // Nesting real templates use is far below the bound, and a macro recursing at depth renders.
   std::string ifs, endifs;
   for (int i = 0; i < 50; ++i) {

