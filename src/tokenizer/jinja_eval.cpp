@@ -1211,8 +1211,9 @@ class Renderer {
     if (f == "attr") return get_attr(v, to_str(a.get(0, "name")), p, "value");
     if (f == "indent") {
       const Value w = a.get(0, "width", Value::integer(4));
-      check_size(w.is_string() ? 0 : static_cast<size_t>(std::max<int64_t>(0, w.i)), p, "indent's width");
-      const std::string pad = w.is_string() ? w.s : std::string(static_cast<size_t>(std::max<int64_t>(0, w.i)), ' ');
+      const size_t spaces = w.is_string() ? 0 : static_cast<size_t>(std::max<int64_t>(0, w.i));
+      check_size(spaces, p, "indent's width");
+      const std::string pad = w.is_string() ? w.s : std::string(spaces, ' ');
       const bool first = a.get(1, "first", Value::boolean(false)).truthy();
       const bool blank = a.get(2, "blank", Value::boolean(false)).truthy();
       const std::string s = to_str(v);

@@ -39,6 +39,20 @@ std::string rank_file_name(std::string_view stem, int64_t world, int64_t rank) {
 }
 std::string shard_file_name(int64_t world, int64_t rank) { return rank_file_name("optim", world, rank); }
 
+// The metadata "format" of each file kind: written by the savers, checked by the loaders.
+constexpr const char* kOptimFormat = "verl.cpp-adamw";
+constexpr const char* kOptimShardFormat = "verl.cpp-adamw-shard";
+constexpr const char* kCarryFormat = "verl.cpp-sync-carry";
+
+// A step number as the trainer writes it (global_step_<N>, the tracker file): decimal digits, at
+// most 18 of them so that any value fits int64; nullopt for anything else.
+std::optional<int64_t> parse_step(std::string_view text) {
+  const bool digits = !text.empty() && text.size() <= 18 &&
+                      std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits) return std::nullopt;
+  return std::stoll(std::string(text));
+}
+
 // The world size W of the <stem>_world_size_W_rank_R files in `dir` (-1: none); files of two world
 // sizes are an error naming `what`.
 int64_t saved_world_size(const fs::path& dir, std::string_view stem, std::string_view what) {
@@ -70,7 +84,7 @@ void save_model(const fs::path& dir, const ModelState& s, const std::string& tok
   model::write_safetensors((dir / "optim.safetensors").string(),
                            {{"exp_avg", DType::F32, {n}, opt.exp_avg.data()},
                             {"exp_avg_sq", DType::F32, {n}, opt.exp_avg_sq.data()}},
-                           {{"format", "verl.cpp-adamw"}, {"step", std::to_string(opt.step)}});
+                           {{"format", kOptimFormat}, {"step", std::to_string(opt.step)}});
 }
 
 // Every rank of a sharded state: its slice [begin, end) of the moments and where it lies.
@@ -85,7 +99,7 @@ void save_shard(const fs::path& dir, const ModelState& s, int64_t numel, int64_t
   model::write_safetensors((dir / shard_file_name(world, rank)).string(),
                            {{"exp_avg", DType::F32, {sh.size()}, opt.exp_avg.data()},
                             {"exp_avg_sq", DType::F32, {sh.size()}, opt.exp_avg_sq.data()}},
-                           {{"format", "verl.cpp-adamw-shard"},
+                           {{"format", kOptimShardFormat},
                             {"step", std::to_string(opt.step)},
                             {"begin", std::to_string(sh.begin)},
                             {"end", std::to_string(sh.end)},
@@ -98,7 +112,7 @@ void save_carry(const fs::path& dir, const ModelState& s, int64_t world, int64_t
   fs::create_directories(dir);
   model::write_safetensors((dir / carry_file_name(world, rank)).string(),
                            {{"carry", DType::F32, {static_cast<int64_t>(s.carry->size())}, s.carry->data()}},
-                           {{"format", "verl.cpp-sync-carry"}, {"sync_calls", std::to_string(s.sync_calls)}});
+                           {{"format", kCarryFormat}, {"sync_calls", std::to_string(s.sync_calls)}});
 }
 
 int64_t metadata_int(const model::SafetensorsFile& f, const char* key) {
@@ -138,7 +152,7 @@ void load_moments(const fs::path& dir, int64_t n, const optim::ShardSpec& want, 
   opt.exp_avg_sq.assign(static_cast<size_t>(want.size()), 0.0f);
   if (fs::exists(dir / "optim.safetensors")) {
     auto st = model::SafetensorsFile::open((dir / "optim.safetensors").string());
-    check_format(*st, "verl.cpp-adamw");
+    check_format(*st, kOptimFormat);
     copy_moments(*st, 0, n, want.begin, want.end, opt, want.begin);
     opt.step = metadata_int(*st, "step");
     return;
@@ -153,7 +167,7 @@ void load_moments(const fs::path& dir, int64_t n, const optim::ShardSpec& want, 
     VERL_CHECK(fs::exists(path), "{}: shard {} of {} is missing; the checkpoint is incomplete", path.string(), r,
                world);
     auto st = model::SafetensorsFile::open(path.string());
-    check_format(*st, "verl.cpp-adamw-shard");
+    check_format(*st, kOptimShardFormat);
     const int64_t b = metadata_int(*st, "begin"), e = metadata_int(*st, "end"), total = metadata_int(*st, "numel");
     VERL_CHECK(total == n && 0 <= b && b <= e && e <= n, "{}: a shard [{}, {}) of {} elements for a model of {}",
                path.string(), b, e, total, n);
@@ -188,9 +202,10 @@ std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& root)
     std::string name = e.path().filename().string();
     // A step past int64 (a stray directory name) is not a checkpoint of this run: named, not a crash.
     if (e.is_directory() && std::regex_match(name, mt, re)) {
-      VERL_CHECK(mt[1].length() <= 18, "{}: not a checkpoint step this trainer writes (too large); rename or "
+      const std::optional<int64_t> step = parse_step(mt[1].str());
+      VERL_CHECK(step.has_value(), "{}: not a checkpoint step this trainer writes (too large); rename or "
                  "remove it", e.path().string());
-      out.emplace_back(std::stoll(mt[1]), e.path());
+      out.emplace_back(*step, e.path());
     }
   }
   std::sort(out.begin(), out.end());
@@ -255,11 +270,10 @@ std::string find_latest_checkpoint(const std::string& root) {
   std::ifstream f(tracker);
   std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
-  const bool is_step = !text.empty() && text.size() <= 18 &&
-                       std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
-  VERL_CHECK(is_step, "{} should hold a step number but holds '{}'; fix or delete it (the checkpoints are the "
-             "global_step_N directories beside it)", tracker.string(), text.substr(0, 40));
-  const int64_t step = std::stoll(text);
+  const std::optional<int64_t> parsed = parse_step(text);
+  VERL_CHECK(parsed.has_value(), "{} should hold a step number but holds '{}'; fix or delete it (the checkpoints "
+             "are the global_step_N directories beside it)", tracker.string(), text.substr(0, 40));
+  const int64_t step = *parsed;
   const fs::path dir = fs::path(root) / fmt::format("global_step_{}", step);
   VERL_CHECK(fs::exists(dir / "trainer_state.json"), "{} names step {} but {} is missing or incomplete",
              tracker.string(), step, dir.string());
@@ -286,7 +300,7 @@ std::optional<SyncCarry> load_sync_carry(const std::string& model_dir, int64_t n
     VERL_CHECK(fs::exists(path), "{}: carry {} of {} is missing; the checkpoint is incomplete", path.string(), r,
                saved);
     auto st = model::SafetensorsFile::open(path.string());
-    check_format(*st, "verl.cpp-sync-carry");
+    check_format(*st, kCarryFormat);
     const model::TensorInfo* t = st->find("carry");
     VERL_CHECK(t && t->dtype == DType::F32 && t->numel() == numel,
                "{}: tensor carry missing or of the wrong size (want {} f32 for the model's parameters)", path.string(),

@@ -47,6 +47,14 @@ std::vector<nlohmann::json> read_metrics(const std::string& dir) {
   return out;
 }
 
+// AdamW moments of n parameters, all zero (a state to save when the values do not matter).
+AdamWState zero_moments(int64_t n) {
+  AdamWState opt;
+  opt.exp_avg.assign(static_cast<size_t>(n), 0.0f);
+  opt.exp_avg_sq.assign(static_cast<size_t>(n), 0.0f);
+  return opt;
+}
+
 // Metrics that must repeat exactly (timings and throughput do not).
 void expect_same_learning(const nlohmann::json& a, const nlohmann::json& b) {
   for (const char* k : {"critic/score/mean", "actor/pg_loss", "actor/grad_norm", "actor/entropy",
@@ -139,9 +147,7 @@ TEST(Checkpoint, RetentionNeverDeletesTheCheckpointJustWritten) {
     std::ofstream(tmp / ("global_step_" + std::to_string(s)) / "trainer_state.json") << "{}";
   }
   const model::Weights w = model::Weights::load(kRoot + "/assets/demo/model");
-  AdamWState opt;
-  opt.exp_avg.assign(static_cast<size_t>(w.layout.total), 0.0f);
-  opt.exp_avg_sq.assign(static_cast<size_t>(w.layout.total), 0.0f);
+  AdamWState opt = zero_moments(w.layout.total);
   const std::string dir = save_checkpoint(tmp.string(), 2, ModelState{&w, &opt, std::nullopt, 0}, std::nullopt,
                                           nlohmann::json::object(), "", /*keep=*/2);
   EXPECT_EQ(dir, (tmp / "global_step_2").string());
@@ -236,9 +242,7 @@ TEST(Checkpoint, ForeignFilesAndStepNamesAreNamed) {
   fs::remove_all(tmp);
   model::Weights w = model::Weights::load(kRoot + "/assets/demo/model");
   const int64_t n = w.layout.total;
-  AdamWState opt;
-  opt.exp_avg.assign(static_cast<size_t>(n), 0.0f);
-  opt.exp_avg_sq.assign(static_cast<size_t>(n), 0.0f);
+  AdamWState opt = zero_moments(n);
   const std::string dir = save_checkpoint(tmp.string(), 1, ModelState{&w, &opt, std::nullopt, 0}, std::nullopt,
                                           {{"dataloader", {}}}, "", 0);
   const fs::path optim = fs::path(dir) / "actor" / "optim.safetensors";

@@ -3,23 +3,19 @@
 // trainer asks for it. A malformed row must end in verl::Error naming the file and line; a crash,
 // a sanitizer report, a hang or another exception is a bug. Build and run: tools/fuzz/run.sh
 // rl_dataset (docs/design.md#fuzzing).
-#include <unistd.h>
-
 #include <cstdint>
-#include <cstdio>
 #include <string>
 
 #include "core/error.h"
 #include "data/rl_dataset.h"
 #include "tokenizer/tokenizer.h"
 
+#include "input_file.h"  // tools/fuzz/
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const verl::tokenizer::Tokenizer tok = verl::tokenizer::Tokenizer::load(VERL_DEMO_DIR);
-  static const std::string path = "/dev/shm/verl_fuzz_rows_" + std::to_string(getpid()) + ".jsonl";
-  FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) return 0;
-  std::fwrite(data, 1, size, f);
-  std::fclose(f);
+  const std::string path = write_input_file(data, size, ".jsonl");
+  if (path.empty()) return 0;
   verl::data::DatasetOptions opt;
   opt.max_prompt_length = 64;
   opt.truncation = verl::data::Truncation::Left;
