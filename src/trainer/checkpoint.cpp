@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -24,10 +26,10 @@ void write_text_atomic(const fs::path& path, const std::string& text) {
   tmp += ".tmp";
   {
     std::ofstream f(tmp, std::ios::trunc);
-    VERL_CHECK(f.good(), "cannot write {}", tmp.string());
+    VERL_CHECK(f.good(), "cannot write {}: {}", tmp.string(), std::strerror(errno));
     f << text;
     f.flush();
-    VERL_CHECK(f.good(), "error writing {}", tmp.string());
+    VERL_CHECK(f.good(), "error writing {}: {}", tmp.string(), std::strerror(errno));
   }
   fs::rename(tmp, path);
 }
@@ -212,17 +214,11 @@ std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& root)
   return out;
 }
 
-}  // namespace
-
-std::string save_checkpoint(const std::string& root, int64_t step, const ModelState& actor,
-                            const std::optional<ModelState>& critic, const nlohmann::json& trainer_state,
-                            const std::string& tokenizer_dir, int64_t keep, dist::Communicator* comm,
-                            int64_t keep_critic) {
-  dist::SingleProcess alone;
-  dist::Communicator& c = comm ? *comm : alone;
+std::string write_checkpoint(const std::string& root, int64_t step, const fs::path& final_dir, const fs::path& tmp,
+                             const ModelState& actor, const std::optional<ModelState>& critic,
+                             const nlohmann::json& trainer_state, const std::string& tokenizer_dir, int64_t keep,
+                             dist::Communicator& c, int64_t keep_critic) {
   const bool lead = c.rank() == 0;
-  const fs::path final_dir = fs::path(root) / fmt::format("global_step_{}", step);
-  const fs::path tmp = fs::path(root) / fmt::format(".tmp_global_step_{}", step);
   if (lead) {
     fs::remove_all(tmp);
     fs::create_directories(tmp);
@@ -262,6 +258,45 @@ std::string save_checkpoint(const std::string& root, int64_t step, const ModelSt
     for (size_t i = 0; i + static_cast<size_t>(keep_critic) - 1 < all.size(); ++i) fs::remove_all(all[i].second / "critic");
   }
   return final_dir.string();
+}
+
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& root, int64_t step, const ModelState& actor,
+                            const std::optional<ModelState>& critic, const nlohmann::json& trainer_state,
+                            const std::string& tokenizer_dir, int64_t keep, dist::Communicator* comm,
+                            int64_t keep_critic) {
+  dist::SingleProcess alone;
+  dist::Communicator& c = comm ? *comm : alone;
+  const bool lead = c.rank() == 0;
+  const fs::path final_dir = fs::path(root) / fmt::format("global_step_{}", step);
+  const fs::path tmp = fs::path(root) / fmt::format(".tmp_global_step_{}", step);
+  try {
+    return write_checkpoint(root, step, final_dir, tmp, actor, critic, trainer_state, tokenizer_dir, keep, c,
+                            keep_critic);
+  } catch (const std::exception& e) {
+    // A full disk or a vanished directory: the partial files go (they would only hold the space a
+    // retry needs), and the message says what is still there to resume from. A rank other than 0
+    // only reports: rank 0 owns the directory.
+    std::string latest;
+    if (lead) {
+      std::error_code ec;
+      fs::remove_all(tmp, ec);
+      try {
+        latest = find_latest_checkpoint(root);
+      } catch (const std::exception&) {
+      }
+    }
+    const std::string cause = e.what();
+    const bool full = cause.find(std::strerror(ENOSPC)) != std::string::npos;
+    VERL_FAIL("the checkpoint of step {} was not written: {}\n  {}{}", step, cause,
+              !lead              ? fmt::format("rank {} failed; rank 0 removes the partial files", c.rank())
+              : latest.empty()   ? std::string("its partial files are removed; no earlier checkpoint is complete")
+                                 : fmt::format("its partial files are removed; the last complete checkpoint is {} "
+                                               "(trainer.resume_mode=auto continues from it)", latest),
+              full ? fmt::format("; free space in {}, or keep fewer (trainer.max_actor_ckpt_to_keep)", root) : "");
+  }
 }
 
 std::string find_latest_checkpoint(const std::string& root) {

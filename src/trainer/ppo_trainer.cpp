@@ -2207,7 +2207,18 @@ void PpoTrainer::fit() {
     if (val_set_ && test_freq > 0 && (global_step_ % test_freq == 0 || last)) m.merge(validate());
     if (save_freq > 0 && (global_step_ % save_freq == 0 || last)) {
       Timer t;
-      const std::string dir = save();  // every rank (each writes its shard of a sharded state)
+      std::string dir;
+      try {
+        dir = save();  // every rank (each writes its shard of a sharded state)
+      } catch (const std::exception&) {
+        // The step trained: its metrics go to the logs before the save's error ends the run.
+        try {
+          log_metrics(m);
+          if (logger_) logger_->flush();
+        } catch (const std::exception&) {  // the save's error is the one to report (a full disk fails both)
+        }
+        throw;
+      }
       if (lead) last_checkpoint_ = dir;
       m.set("timing_s/save", t.seconds());
     }

@@ -262,10 +262,22 @@ std::string run_sft(const config::Config& cfg) {
   const uint64_t seed = static_cast<uint64_t>(cfg.get<int64_t>("trainer.seed"));
   const bool shuffle = cfg.get<bool>("data.shuffle");
 
+  // A model directory appears whole under its final name (written beside it, then renamed); one
+  // that cannot be written (a full disk) leaves nothing behind and names the step.
   auto save = [&](int64_t step) {
     const std::string dir = fmt::format("{}/global_step_{}", out_root, step);
-    state.weights().save(dir);
-    model::copy_tokenizer_files(model_dir, dir);
+    const std::string tmp = fmt::format("{}/.tmp_global_step_{}", out_root, step);
+    try {
+      std::filesystem::remove_all(tmp);
+      state.weights().save(tmp);
+      model::copy_tokenizer_files(model_dir, tmp);
+      std::filesystem::remove_all(dir);
+      std::filesystem::rename(tmp, dir);
+    } catch (const std::exception& e) {
+      std::error_code ec;
+      std::filesystem::remove_all(tmp, ec);
+      VERL_FAIL("the model of step {} was not saved: {}\n  its partial files are removed", step, e.what());
+    }
     log::info("saved {}", dir);
     return dir;
   };
@@ -314,13 +326,11 @@ std::string run_sft(const config::Config& cfg) {
       m.set("training/epoch", double(epoch));
       m.set("perf/throughput", st.tokens / secs);
       m.set("perf/time_per_step", secs);
-      if (test_freq > 0 && step % test_freq == 0) validate(m);
-      if (save_freq > 0 && step % save_freq == 0) last_dir = save(step);
-      if (step == total) {
-        if (test_freq <= 0 || step % test_freq != 0) validate(m);
-        if (save_freq <= 0 || step % save_freq != 0) last_dir = save(step);
-      }
+      // Validated every test_freq steps and saved every save_freq, both at the last step too; the
+      // step is logged before its save, so a save that fails loses no metrics.
+      if ((test_freq > 0 && step % test_freq == 0) || step == total) validate(m);
       logger.log(step, m);
+      if ((save_freq > 0 && step % save_freq == 0) || step == total) last_dir = save(step);
     }
   }
   logger.close();

@@ -3,6 +3,7 @@
 # error naming the line or key. Usage: cli.sh VERL_BINARY REPO_ROOT WORK_DIR
 set -uo pipefail
 verl=$1 root=$2 work=$3
+umount "$work/ck_full" 2> /dev/null  # a tmpfs an interrupted run left mounted (the full-disk check)
 rm -rf "$work" && mkdir -p "$work"
 pass=0 fail=0
 check() {  # check NAME COMMAND...: passes when the command exits 0
@@ -214,6 +215,49 @@ mkdir -p "$work/full" && ln -sf /dev/full "$work/full/metrics.jsonl"
 (cd "$root" && "$verl" train configs/demo.yaml $quick trainer.default_local_dir="$work/full" > /dev/null 2> "$work/err_full.txt")
 check "full disk exits 1" test $? -eq 1
 check "full disk names metrics.jsonl" grep -q "jsonl: write to '$work/full/metrics.jsonl' failed: No space left on device" "$work/err_full.txt"
+
+# A checkpoint that cannot be written: the run stops naming the step and the last complete
+# checkpoint, the partial directory is gone, and the trained step's metrics are in the log. First an
+# error injected into step 2's save, then (where a tmpfs can be mounted: root on Linux) a real full
+# disk of 16 MiB, which holds one of the demo's 10 MiB checkpoints.
+ck_fail() {  # ck_fail DIR STEP_THAT_FAILS ERR_FILE: the checks common to both
+  check "failed save exits 1 ($1)" test "$(cat "$1.rc")" -eq 1
+  check "failed save names the step ($1)" grep -q "the checkpoint of step $2 was not written" "$3"
+  check "failed save names the last checkpoint ($1)" grep -q "the last complete checkpoint is $1/global_step_$(($2 - 1)) (trainer.resume_mode=auto continues from it)" "$3"
+  check "failed save leaves no partial files ($1)" test ! -e "$1/.tmp_global_step_$2"
+  check "failed save keeps the tracker ($1)" test "$(cat "$1/latest_checkpointed_iteration.txt")" = $(($2 - 1))
+  check "failed save logs the step ($1)" test "$(wc -l < "$1/metrics.jsonl")" -eq "$2"
+}
+ck_args=(trainer.total_training_steps=3 trainer.save_freq=1)
+# shellcheck disable=SC2086
+(cd "$root" && VERL_FAULT_INJECT=save:2:error "$verl" train configs/demo.yaml $quick "${ck_args[@]}" \
+  trainer.default_local_dir="$work/ck_err" > /dev/null 2> "$work/err_ck.txt"; echo $? > "$work/ck_err.rc")
+ck_fail "$work/ck_err" 2 "$work/err_ck.txt"
+check "failed save gives the cause" grep -q "injected fault at save:2" "$work/err_ck.txt"
+mkdir -p "$work/ck_full"
+if mount -t tmpfs -o size=16m tmpfs "$work/ck_full" 2> /dev/null; then
+  # shellcheck disable=SC2086
+  (cd "$root" && "$verl" train configs/demo.yaml $quick "${ck_args[@]}" trainer.default_local_dir="$work/ck_full/run" \
+    > /dev/null 2> "$work/err_ck_full.txt"; echo $? > "$work/ck_full/run.rc")
+  ck_fail "$work/ck_full/run" 2 "$work/err_ck_full.txt"
+  check "full disk at a save says so" grep -q "No space left on device" "$work/err_ck_full.txt"
+  check "full disk at a save says what to do" grep -q "free space in $work/ck_full/run, or keep fewer (trainer.max_actor_ckpt_to_keep)" "$work/err_ck_full.txt"
+  umount "$work/ck_full"
+  # `verl sft` on a disk that holds one of its 3.4 MiB models: the step-2 save fails whole.
+  mount -t tmpfs -o size=5m tmpfs "$work/ck_full"
+  "$verl" init-model --config "$root/configs/demo/model_config.json" --tokenizer "$root/assets/demo" --out "$work/sft_init" > /dev/null 2>&1
+  (cd "$root" && OMP_NUM_THREADS=1 "$verl" sft configs/demo/sft.yaml model.partial_pretrain="$work/sft_init" \
+    data.train_batch_size=8 trainer.total_training_steps=3 trainer.save_freq=1 trainer.logger=[jsonl] \
+    trainer.default_local_dir="$work/ck_full/sft" > /dev/null 2> "$work/err_sft_full.txt")
+  check "sft full disk exits 1" test $? -eq 1
+  check "sft full disk names the step" grep -q "the model of step 2 was not saved: .*No space left on device" "$work/err_sft_full.txt"
+  check "sft full disk leaves step 1 whole" test -f "$work/ck_full/sft/global_step_1/model.safetensors"
+  check "sft full disk leaves no partial files" test ! -e "$work/ck_full/sft/.tmp_global_step_2" -a ! -e "$work/ck_full/sft/global_step_2"
+  check "sft full disk logs the step" test "$(wc -l < "$work/ck_full/sft/metrics.jsonl")" -eq 2
+  umount "$work/ck_full"
+else
+  echo "note: no tmpfs could be mounted here; the real full-disk save is not checked"
+fi
 
 # Rows a built-in scorer cannot score fail when the dataset loads, naming file:line.
 good_row=$(head -1 "$root/assets/demo/train.jsonl")

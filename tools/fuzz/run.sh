@@ -4,10 +4,10 @@
 # exception other than verl::Error land in out/fuzz/TARGET/crash-*. Not part of `make test`: it
 # runs as long as asked (docs/design.md#fuzzing).
 #
-#   tools/fuzz/run.sh parquet|jinja|tokenizer|config|model_config|rl_dataset [SECONDS (default 180)] [flags...]
+#   tools/fuzz/run.sh parquet|jinja|tokenizer|config|model_config|rl_dataset|reward [SECONDS (default 180)] [flags...]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-target=${1:?usage: tools/fuzz/run.sh parquet|jinja|tokenizer|config|model_config|rl_dataset [SECONDS] [flags...]}
+target=${1:?usage: tools/fuzz/run.sh parquet|jinja|tokenizer|config|model_config|rl_dataset|reward [SECONDS] [flags...]}
 seconds=${2:-180}
 shift $(( $# >= 2 ? 2 : 1 ))
 src=$root/src
@@ -22,7 +22,8 @@ case $target in
       "$src"/core/file.cpp "$src"/core/log.cpp)
     libs=(-DVERL_DEMO_DIR="\"$root/assets/demo\"" -lfmt -lyaml-cpp -licuuc -licui18n -lpcre2-8 -lsnappy -lzstd -lz)
     max_len=8192 ;;
-  *) echo "unknown target $target (parquet, jinja, tokenizer, config, model_config or rl_dataset)" >&2; exit 2 ;;
+  reward) files=("$src"/reward/{score,arith,countdown,gsm8k,math_dapo,math_dataset}.cpp) libs=(-lfmt) max_len=4096 ;;
+  *) echo "unknown target $target (parquet, jinja, tokenizer, config, model_config, rl_dataset or reward)" >&2; exit 2 ;;
 esac
 work=$root/out/fuzz/$target
 mkdir -p "$work/corpus"
@@ -71,6 +72,18 @@ elif target == "tokenizer":
 elif target == "config":  # one override, then the file
     for f in [f"{root}/configs/demo.yaml", f"{root}/configs/demo/sft.yaml"] + glob.glob(f"{root}/configs/examples/*.yaml"):
         put(b"trainer.total_epochs=2\n" + open(f, "rb").read())
+elif target == "reward":  # one response per scorer, in the shapes the tests score
+    sources = ["openai/gsm8k", "lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval", "HuggingFaceH4/MATH-500",
+               "math_dapo", "math", "math_dapo_reasoning", "aime*", "countdown", "arith"]
+    cases = {"openai/gsm8k": (b"72", b"She sold 48 + 24 = 72 clips.\n#### 72"),
+             "lighteval/MATH": (b"\\frac{1}{2}", b"So the answer is $\\boxed{\\dfrac{1}{2}}$. \\text{ cm}^2"),
+             "math_dapo": (b"34", b"Thus\nAnswer: $\\boxed{34}$ \\left( 3, \\sqrt{2} \\right)"),
+             "countdown": (b'{"target": 24, "numbers": [3, 4, 2, 1]}', b"Assistant: <answer>(3 * 4) * (2 // 1) ** 1</answer>"),
+             "arith": (b"85", b"47 + 38 = 85\n#### 85")}
+    for i, src in enumerate(sources):
+        key = src if src in cases else ("lighteval/MATH" if "MATH" in src else "math_dapo")
+        gt, resp = cases[key]
+        put(bytes([i]) + gt + b"\0" + resp)
 elif target == "rl_dataset":  # the demo's first rows
     put(b"".join(open(f"{root}/assets/demo/train.jsonl", "rb").readlines()[:12]))
 else:
