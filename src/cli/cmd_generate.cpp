@@ -2,6 +2,8 @@
 // to the terminal; --input takes JSON lines ("prompt" text, "messages" chat, or "prompt_tokens"
 // ids) and writes one JSON line per sample, in input order. --device cuda (or auto with a GPU)
 // runs the steps on the GPU (rollout::cuda::CudaModelRunner over the model's bf16 weights).
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -48,6 +50,8 @@ int run(const Opts& o) {
   VERL_CHECK(o.n >= 1 && o.n <= kMaxSamples, "--n must be in [1, {}] (samples a run holds at most), got {}",
              kMaxSamples, o.n);
   VERL_CHECK(o.max_tokens >= 1, "--max-tokens must be >= 1, got {}", o.max_tokens);
+  VERL_CHECK(o.kv_cache_mb >= 1 && o.kv_cache_mb <= (int64_t{1} << 30), "--kv-cache-mb must be in [1, {}], got {}",
+             int64_t{1} << 30, o.kv_cache_mb);
   model::Weights w = model::Weights::load(o.model);
   std::string tok_dir = o.tokenizer.empty() ? o.model : o.tokenizer;
   std::unique_ptr<tokenizer::Tokenizer> tok;
@@ -127,6 +131,12 @@ int run(const Opts& o) {
     engine_holder.emplace(*gpu_runner, ecfg);
 #endif
   } else {
+    // The CPU engine's cache is host memory: more than the machine has is named here, not as a
+    // failed allocation.
+    const int64_t host_mb = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) >> 20;
+    VERL_CHECK(host_mb <= 0 || o.kv_cache_mb <= host_mb,
+               "--kv-cache-mb {} is more than this machine's {} MiB of memory (the CPU engine keeps its KV cache "
+               "there)", o.kv_cache_mb, host_mb);
     engine_holder.emplace(w, ecfg);
   }
   rollout::Engine& engine = *engine_holder;

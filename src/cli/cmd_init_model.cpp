@@ -1,5 +1,6 @@
 // `verl init-model`: a new HF model directory with random weights from a config.json (plus the
 // tokenizer files of --tokenizer), the starting point for training from scratch.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -25,6 +26,7 @@ struct Opts {
 };
 
 int run(const Opts& o) {
+  VERL_CHECK(std::isfinite(o.std) && o.std >= 0, "--std must be a finite number >= 0, got {}", o.std);
   model::Weights w = model::Weights::from_config(model::parse_model_config(read_file(o.config, "--config"), o.config));
   if (!o.tokenizer.empty()) {
     // A token without an embedding row could never be encoded nor sampled; more rows than tokens

@@ -43,6 +43,7 @@ std::vector<int32_t> parse_tokens_line(const nlohmann::json& j, const std::strin
 
 int run(const Opts& o) {
   VERL_CHECK(o.temperature > 0, "--temperature must be > 0, got {}", o.temperature);
+  VERL_CHECK(o.max_batch_tokens > 0, "--max-batch-tokens must be positive, got {}", o.max_batch_tokens);
   model::Weights w = model::Weights::load(o.model);
   VERL_CHECK(w.config.head == model::HeadKind::CausalLM,
              "{}: logprobs needs a causal LM, but config.json has {}", o.model,

@@ -8,6 +8,7 @@
 #include "cli/command.h"
 #include "cli/io.h"
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "reward/command_reward.h"
 #include "reward/score.h"
 
@@ -21,6 +22,7 @@ struct Opts {
 };
 
 reward::RewardRow parse_row(const std::string& line, const std::string& src, int64_t lineno) {
+  check_json_depth(line, fmt::format("{}:{}", src, lineno));
   nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
   VERL_CHECK(!j.is_discarded(), "{}:{}: not valid JSON", src, lineno);
   VERL_CHECK(j.is_object(), "{}:{}: expected a JSON object", src, lineno);

@@ -70,8 +70,9 @@ int run(const Opts& o) {
   model::Weights w = model::Weights::load(o.model);
   trainer::require_reward_model(w.config, o.model);
   const int bits = o.quantize == "int8" ? 8 : o.quantize == "int4" ? 4 : 16;
-  VERL_CHECK(o.calibration_samples >= 0, "--calibration-samples {}: want 0 (round to nearest) or more",
-             o.calibration_samples);
+  VERL_CHECK(o.calibration_samples >= 0 && o.calibration_samples <= model::kMaxCalibrationSamples,
+             "--calibration-samples {}: want 0 (round to nearest) to {}", o.calibration_samples,
+             model::kMaxCalibrationSamples);
   model::QuantizeOptions qo;
   qo.bits = bits;
   qo.group = o.group_size;

@@ -10,6 +10,7 @@
 #include "cli/command.h"
 #include "core/error.h"
 #include "core/file.h"
+#include "core/json_depth.h"
 #include "tokenizer/tokenizer.h"
 
 namespace verl::cli {
@@ -72,6 +73,7 @@ int run(const TokenizeOptions& o) {
     ++lineno;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;  // blank lines
+    check_json_depth(line, fmt::format("line {}", lineno));
     nlohmann::ordered_json row;
     try {
       row = nlohmann::ordered_json::parse(line);

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/json_depth.h"
 
 namespace verl::cli {
 
@@ -28,6 +29,7 @@ bool InputLines::next(std::string& line) {
 std::string InputLines::where() const { return fmt::format("{}:{}", source_, lineno_); }
 
 nlohmann::json InputLines::json(const std::string& line) const {
+  check_json_depth(line, where());
   try {
     return nlohmann::json::parse(line);
   } catch (const nlohmann::json::exception& e) {

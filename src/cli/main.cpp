@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <exception>
 #include <map>
+#include <new>
 
 #include "cli/command.h"
 #include "core/error.h"
@@ -43,6 +44,12 @@ int main(int argc, char** argv) {
     }
   } catch (const verl::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // A size from the config or a flag (a KV-cache budget, a batch, a sequence length) asked for
+    // more host memory than the machine could give.
+    std::fprintf(stderr, "error: out of host memory: an allocation failed (std::bad_alloc); lower the sizes "
+                         "the config or flags ask for (batch sizes, sequence lengths, KV-cache budget)\n");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -199,6 +199,15 @@ class Loader {
   }
 
   void set_path(const std::string& path, const YAML::Node& v, const std::string& origin, const OriginFn& origin_of) {
+    try {
+      set_path_unguarded(path, v, origin, origin_of);
+    } catch (const detail::TooLarge& e) {
+      problems_.push_back(fmt::format("{}: {}: {}", origin, path, e.what()));
+    }
+  }
+
+  void set_path_unguarded(const std::string& path, const YAML::Node& v, const std::string& origin,
+                          const OriginFn& origin_of) {
     const KeySpec* spec = schema_->find(path);
     if (!spec) {
       if (set_inside_map(path, v, origin)) return;
@@ -338,6 +347,9 @@ class Loader {
         slot.pending = false;
         slot.value = std::move(c);
       }
+    } catch (const detail::TooLarge& e) {
+      problems_.push_back(fmt::format("{}: {}: {}", origin, spec.path, e.what()));
+      return;
     } catch (const detail::Issue& e) {
       problems_.push_back(e.what());
       return;

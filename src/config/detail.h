@@ -21,6 +21,10 @@ struct Issue : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 [[noreturn]] void raise(std::string msg);
+// A value too large to expand (generic's bound); the caller adds where it was written.
+struct TooLarge : Issue {
+  using Issue::Issue;
+};
 
 bool is_null_text(const std::string& s);
 std::optional<bool> parse_bool(const std::string& s);
@@ -31,6 +35,7 @@ std::optional<double> parse_float(const std::string& s);
 bool is_quoted(const YAML::Node& n);
 
 // YAML -> JSON without a schema: plain scalars become null/bool/int/float/string by their text.
+// A value expanding past 2^16 nodes or 256 levels (nested aliases) throws TooLarge.
 Json generic(const YAML::Node& n);
 
 // YAML -> the key's type. `origin` says where the value came from (file:line or command line).

@@ -55,7 +55,19 @@ std::optional<double> parse_float(const std::string& s) {
 
 bool is_quoted(const YAML::Node& n) { return n.IsScalar() && n.Tag() == "!"; }
 
-Json generic(const YAML::Node& n) {
+namespace {
+
+// YAML aliases share a node, and a value can name an alias of an alias ... ten times over ("billion
+// laughs"): a few lines that expand to 10^9 values. Expanded, no config value comes near these.
+constexpr int64_t kMaxValueNodes = int64_t{1} << 16;
+constexpr int kMaxValueDepth = 256;
+
+Json generic_bounded(const YAML::Node& n, int64_t& budget, int depth) {
+  if (--budget < 0) {
+    throw TooLarge(fmt::format("the value expands to more than {} YAML nodes (aliases inside aliases?); no "
+                               "config value is that large", kMaxValueNodes));
+  }
+  if (depth > kMaxValueDepth) throw TooLarge(fmt::format("the value nests more than {} levels deep", kMaxValueDepth));
   if (!n.IsDefined() || n.IsNull()) return nullptr;
   if (n.IsScalar()) {
     const std::string& s = n.Scalar();
@@ -68,12 +80,19 @@ Json generic(const YAML::Node& n) {
   }
   if (n.IsSequence()) {
     Json a = Json::array();
-    for (const auto& e : n) a.push_back(generic(e));
+    for (const auto& e : n) a.push_back(generic_bounded(e, budget, depth + 1));
     return a;
   }
   Json o = Json::object();
-  for (const auto& kv : n) o[kv.first.Scalar()] = generic(kv.second);
+  for (const auto& kv : n) o[kv.first.Scalar()] = generic_bounded(kv.second, budget, depth + 1);
   return o;
+}
+
+}  // namespace
+
+Json generic(const YAML::Node& n) {
+  int64_t budget = kMaxValueNodes;
+  return generic_bounded(n, budget, 0);
 }
 
 std::string format_float(double d) {

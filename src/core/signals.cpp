@@ -11,7 +11,7 @@ namespace {
 
 constexpr int kMaxGroups = 16;
 std::atomic<pid_t> g_groups[kMaxGroups];
-std::atomic<int64_t> g_step{-1};  // the step running or last finished; -1: none yet
+std::atomic<int64_t> g_step{-1};  // the step running or last finished; -1: no training loop
 std::atomic<bool> g_in_step{false};
 
 void put(const char* s) {
@@ -44,7 +44,9 @@ void on_stop_signal(int sig) {
   put(sig == SIGINT ? "\nverl: SIGINT" : "\nverl: SIGTERM");
   const int64_t step = g_step.load();
   if (step < 0) {
-    put(" before the first training step finished");
+    // Not a training loop (verl score, generate, ...): nothing to say about steps.
+  } else if (step == 0 && !g_in_step.load()) {
+    put(" before the first training step started");
   } else if (g_in_step.load()) {
     put(": step ");
     put_int(step);

@@ -17,7 +17,8 @@ void install_stop_handlers();
 void register_child_group(pid_t pgid);
 void unregister_child_group(pid_t pgid);
 
-// The trainer's progress, for the handler's line: step `step` is running (in_progress) or done.
+// The trainer's progress, for the handler's line: step `step` is running (in_progress) or done;
+// a loop calls note_step(first_step - 1, false) before it starts (0 for a fresh run).
 void note_step(int64_t step, bool in_progress);
 
 }  // namespace verl

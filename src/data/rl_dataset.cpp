@@ -15,6 +15,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "core/file.h"
+#include "core/json_depth.h"
 #include "core/log.h"
 #include "data/parquet.h"
 #include "tokenizer/tokenizer.h"
@@ -243,6 +244,7 @@ RLDataset RLDataset::load(const std::vector<std::string>& files, const tokenizer
     if (ends_with(path, ".json")) {
       // One JSON array of rows; "line" is then the 1-based element number.
       std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      check_json_depth(text, path);
       nlohmann::ordered_json arr;
       try {
         arr = nlohmann::ordered_json::parse(text);
@@ -259,6 +261,7 @@ RLDataset RLDataset::load(const std::vector<std::string>& files, const tokenizer
         ++lineno;
         if (!line.empty() && line.back() == '\r') line.pop_back();
         if (line.find_first_not_of(" \t") == std::string::npos) continue;
+        check_json_depth(line, fmt::format("{}:{}", path, lineno));
         nlohmann::ordered_json row;
         try {
           row = nlohmann::ordered_json::parse(line);

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "core/log.h"
 
 namespace verl::metrics {
@@ -206,7 +207,9 @@ void repair_jsonl(const std::string& path, int64_t resume_step) {
     pos = nl + 1;
     bool keep = true;
     if (resume_step >= 0 && !line.empty()) {
-      const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      // A line nested past the bound is not one of ours: dropped like any other broken line.
+      const auto j = json_depth_ok(line) ? nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false)
+                                         : nlohmann::json(nlohmann::json::value_t::discarded);
       keep = j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
              j["step"].get<int64_t>() <= resume_step;
     }

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/json_depth.h"
 
 namespace verl::model {
 
@@ -137,6 +138,7 @@ RopeScaling parse_rope(const json& obj, const std::string& source, const std::st
 }  // namespace
 
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source) {
+  check_json_depth(json_text, source);
   json j;
   try {
     j = json::parse(json_text);

@@ -6,6 +6,8 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/file.h"
+#include "core/json_depth.h"
 
 namespace verl::model {
 
@@ -16,10 +18,11 @@ std::vector<int32_t> generation_eos_ids(const std::string& model_dir, const Mode
   for (int64_t e : cfg.eos_token_ids) ids.insert(static_cast<int32_t>(e));
   fs::path gen = fs::path(model_dir) / "generation_config.json";
   if (fs::exists(gen)) {
-    std::ifstream f(gen);
+    const std::string text = read_file(gen.string(), "generation config");
+    check_json_depth(text, gen.string());
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(f);
+      j = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
       VERL_FAIL("{}: not valid JSON: {}", gen.string(), e.what());
     }

@@ -18,6 +18,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 
 namespace verl::model {
 
@@ -130,6 +131,7 @@ void SafetensorsFile::parse(const uint8_t* bytes, size_t size) {
   const uint64_t data_size = size - 8 - n;
   const char* hbegin = reinterpret_cast<const char*>(bytes + 8);
 
+  check_json_depth(std::string_view(hbegin, n), src + ": header");
   json header;
   try {
     header = json::parse(hbegin, hbegin + n);
@@ -256,6 +258,7 @@ SafetensorsDir SafetensorsDir::open(const std::string& model_dir) {
   while ((got = std::fread(buf, 1, sizeof buf, fp)) > 0) text.append(buf, got);
   std::fclose(fp);
 
+  check_json_depth(text, ipath);
   json j;
   try {
     j = json::parse(text);

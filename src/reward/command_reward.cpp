@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "core/log.h"
 #include "core/signals.h"
 
@@ -196,6 +197,11 @@ CommandBatchResult CommandRewardFn::score(std::span<const RewardRow> rows) {
       pending_.erase(0, nl + 1);
       if (!line.empty() && line.back() == '\r') line.pop_back();
       if (line.find_first_not_of(" \t") == std::string::npos) continue;  // blank lines are noise
+      if (!json_depth_ok(line)) {
+        failure = fmt::format("the reward command printed JSON nested more than {} levels deep: '{}'",
+                              kMaxJsonDepth, excerpt(line));
+        return;
+      }
       nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
       if (j.is_discarded()) {
         failure =

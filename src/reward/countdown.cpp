@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 
 namespace verl::reward {
 namespace {
@@ -294,6 +295,7 @@ ScoreResult countdown_compute_score(std::string_view solution_str,
                                     double score) {
   nlohmann::json gt = ground_truth;
   if (gt.is_string()) {
+    check_json_depth(gt.get_ref<const std::string&>(), "countdown: ground_truth");
     try {
       gt = nlohmann::json::parse(gt.get<std::string>());
     } catch (const nlohmann::json::exception&) {

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/json_depth.h"
 #include "tokenizer/added_vocab.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/byte_level.h"
@@ -24,6 +25,7 @@ namespace {
 
 nlohmann::json read_json(const std::string& path) {
   const std::string text = read_file(path, "tokenizer file");
+  check_json_depth(text, path);
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {

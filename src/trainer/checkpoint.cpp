@@ -13,6 +13,8 @@
 
 #include "core/error.h"
 #include "core/fault.h"
+#include "core/file.h"
+#include "core/json_depth.h"
 #include "core/log.h"
 #include "model/hf_files.h"
 #include "model/safetensors.h"
@@ -360,11 +362,12 @@ nlohmann::json load_checkpoint(const std::string& dir, model::Weights& actor, Ad
                                model::Weights* critic, AdamWState* critic_opt,
                                const optim::ShardSpec* actor_shard, const optim::ShardSpec* critic_shard) {
   const fs::path d(dir);
-  std::ifstream f(d / "trainer_state.json");
-  VERL_CHECK(f.good(), "{}: no trainer_state.json; not a verl.cpp checkpoint", dir);
+  VERL_CHECK(fs::exists(d / "trainer_state.json"), "{}: no trainer_state.json; not a verl.cpp checkpoint", dir);
+  const std::string state_text = read_file((d / "trainer_state.json").string(), "trainer state");
+  check_json_depth(state_text, (d / "trainer_state.json").string());
   nlohmann::json st;
   try {
-    st = nlohmann::json::parse(f);
+    st = nlohmann::json::parse(state_text);
   } catch (const nlohmann::json::exception& e) {
     VERL_FAIL("{}/trainer_state.json: not valid JSON: {}", dir, e.what());
   }

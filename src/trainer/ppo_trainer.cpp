@@ -336,8 +336,9 @@ std::vector<model::QuantizedLayer> quantize_as_configured(const config::Config& 
   const int64_t group = cfg.get<int64_t>(prefix + "quantization_group_size");
   VERL_CHECK(bits != 4 || group % 2 == 0, "{}quantization_group_size={}: must be even", prefix, group);
   const int64_t samples = cfg.get<int64_t>(prefix + "quantization_calibration_samples");
-  VERL_CHECK(samples >= 0, "{}quantization_calibration_samples={}: want 0 (round to nearest) or more", prefix,
-             samples);
+  VERL_CHECK(samples >= 0 && samples <= model::kMaxCalibrationSamples,
+             "{}quantization_calibration_samples={}: want 0 (round to nearest) to {}", prefix, samples,
+             model::kMaxCalibrationSamples);
   model::QuantizeOptions opt;
   opt.bits = bits;
   opt.group = group;
@@ -2196,6 +2197,7 @@ void PpoTrainer::fit() {
     log_metrics(v);
     if (cfg_.get<bool>("trainer.val_only")) return;
   }
+  note_step(global_step_, /*in_progress=*/false);  // 0, or the step resumed from
   while (global_step_ < total_steps_) {
     std::optional<data::Batch> batch = next_batch();
     if (!batch) break;

@@ -10,9 +10,11 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/json_depth.h"
 #include "core/log.h"
-#include "core/run_lock.h"
 #include "core/rng.h"
+#include "core/run_lock.h"
+#include "core/signals.h"
 #include "core/timer.h"
 #include "data/parquet.h"
 #include "dist/communicator.h"
@@ -110,6 +112,7 @@ std::vector<SftExample> load_sft_examples(const std::string& path, const tokeniz
       ++lineno;
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
       const std::string where = fmt::format("{}:{}", path, lineno);
+      check_json_depth(line, where);
       nlohmann::json j;
       try {
         j = nlohmann::json::parse(line);
@@ -302,6 +305,7 @@ std::string run_sft(const config::Config& cfg) {
   std::vector<size_t> order(train.size());
   std::string last_dir;
   int64_t step = 0;
+  note_step(0, /*in_progress=*/false);  // for the line a signal prints
   for (int64_t epoch = 0; epoch < epochs && step < total; ++epoch) {
     std::iota(order.begin(), order.end(), 0);
     if (shuffle) {  // Fisher-Yates from (seed, epoch): the same order on every run
@@ -310,6 +314,7 @@ std::string run_sft(const config::Config& cfg) {
     }
     for (int64_t b = 0; b < steps_per_epoch && step < total; ++b) {
       Timer timer;
+      note_step(step + 1, /*in_progress=*/true);
       std::vector<const SftExample*> batch;
       for (int64_t i = 0; i < batch_size; ++i) batch.push_back(&train[order[b * batch_size + i]]);
       state.zero_grad();
@@ -331,6 +336,7 @@ std::string run_sft(const config::Config& cfg) {
       if ((test_freq > 0 && step % test_freq == 0) || step == total) validate(m);
       logger.log(step, m);
       if ((save_freq > 0 && step % save_freq == 0) || step == total) last_dir = save(step);
+      note_step(step, /*in_progress=*/false);
     }
   }
   logger.close();

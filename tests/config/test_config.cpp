@@ -291,6 +291,25 @@ TEST(ConfigErrors, NonUtf8StringsNameTheKey) {
   EXPECT_EQ(load({"trainer.experiment_name=caf\xc3\xa9"}).get<std::string>("trainer.experiment_name"), "caf\xc3\xa9");
 }
 
+// Aliases of aliases ("billion laughs": 9 lines that expand to 10^9 values) and deep nesting in a
+// free-form mapping: refused naming the key, in bounded time and memory (this one took 44 s and
+// 3 GB before failing to allocate).
+TEST(ConfigErrors, ValuesThatExpandWithoutBoundNameTheKey) {
+  std::string bomb = "data:\n  apply_chat_template_kwargs:\n    a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 9; ++i) {
+    bomb += fmt::format("    a{}: &a{} [", i, i);
+    for (int k = 0; k < 10; ++k) bomb += fmt::format("{}*a{}", k ? ", " : "", i - 1);
+    bomb += "]\n";
+  }
+  std::string m = error_of([&] { load({}, bomb); });
+  EXPECT_HAS(m, "user.yaml:2: data.apply_chat_template_kwargs: the value expands to more than 65536 YAML nodes");
+  m = error_of([] { load({"data.apply_chat_template_kwargs={a: " + std::string(300, '[') + std::string(300, ']') + "}"}); });
+  EXPECT_HAS(m, "data.apply_chat_template_kwargs: the value nests more than 256 levels deep");
+  // An alias used the ordinary way still loads.
+  const Config c = load({}, "data:\n  apply_chat_template_kwargs: {x: &v [1, 2], y: *v}\n");
+  EXPECT_EQ(c.get<Json>("data.apply_chat_template_kwargs").dump(), R"({"x":[1,2],"y":[1,2]})");
+}
+
 TEST(ConfigErrors, ValuesOutsideTheAllowedSet) {
   std::string m = error_of([] { load({"algorithm.adv_estimator=ppo"}); });
   EXPECT_HAS(m, "algorithm.adv_estimator = ppo is not allowed");

@@ -1,5 +1,6 @@
-// Reading files (a directory given as a file is an error naming it) and the run lock (a second
-// run on a directory gets an error naming the holder's pid; the lock goes with its holder).
+// Reading files (a directory given as a file is an error naming it), the nesting bound on JSON
+// text, and the run lock (a second run on a directory gets an error naming the holder's pid; the
+// lock goes with its holder).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/file.h"
+#include "core/json_depth.h"
 #include "core/run_lock.h"
 
 namespace verl {
@@ -45,6 +47,21 @@ TEST(ReadFile, ADirectoryIsAnErrorNamingIt) {
   std::ofstream(d / "a.txt") << "hello\n";
   EXPECT_EQ(read_file((d / "a.txt").string(), "x"), "hello\n");
   fs::remove_all(d);
+}
+
+// Brackets count outside strings only; escaped quotes do not end a string; the bound is inclusive.
+TEST(JsonDepth, CountsBracketsOutsideStrings) {
+  const auto nest = [](int n) { return std::string(n, '[') + std::string(n, ']'); };
+  EXPECT_TRUE(json_depth_ok(nest(kMaxJsonDepth)));
+  EXPECT_FALSE(json_depth_ok(nest(kMaxJsonDepth + 1)));
+  EXPECT_FALSE(json_depth_ok("{\"a\": " + nest(kMaxJsonDepth) + "}"));
+  // Brackets inside a string, with an escaped quote and an escaped backslash before its end.
+  const std::string in_string = "{\"s\": \"" + std::string(1000, '[') + "\\\" \\\\\"}";
+  EXPECT_TRUE(json_depth_ok(in_string));
+  EXPECT_TRUE(json_depth_ok("[\"\\\\\", " + nest(kMaxJsonDepth - 1) + "]"));
+  EXPECT_FALSE(json_depth_ok("[\"\\\\\", " + nest(kMaxJsonDepth) + "]"));
+  EXPECT_TRUE(error_of([&] { check_json_depth(nest(100000), "rows.jsonl:7"); })
+                  .starts_with("rows.jsonl:7: JSON nested more than 512 levels deep"));
 }
 
 TEST(RunLock, SecondHolderGetsAnErrorNamingThePid) {

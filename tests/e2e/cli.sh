@@ -278,23 +278,60 @@ check "empty validation file does not blame train_batch_size" bash -c "! grep -q
 python3 -c "import json; print(json.dumps({'tokens': [1] * 300}))" | "$verl" logprobs --model "$golden" > /dev/null 2> "$work/err_long.txt"
 check "logprobs too long exits 1" test $? -eq 1
 check "logprobs too long names the limit" grep -q "<stdin>:1: 300 tokens are more than the model's max_position_embeddings 256" "$work/err_long.txt"
-
-# SIGTERM while a reward command runs: the command is killed with the run, and the log says the
-# step was abandoned. The command writes its pid, then sleeps (exec: the pid is the sleep's).
-printf '#!/bin/sh\necho $$ > "%s/reward.pid"\nexec sleep 300\n' "$work" > "$work/slow_reward.sh"
-rm -f "$work/reward.pid"
+# Sizes and numbers given as flags are checked before anything is allocated or computed.
+flag_err() {  # flag_err NAME EXPECTED COMMAND...: exits 1 and prints EXPECTED
+  "${@:3}" < /dev/null > /dev/null 2> "$work/err_flag.txt"
+  check "$1 exits 1" test $? -eq 1
+  check "$1 names it" grep -q -- "$2" "$work/err_flag.txt"
+}
+flag_err "generate --kv-cache-mb -1" "--kv-cache-mb must be in \[1, 1073741824\], got -1" "$verl" generate --model "$demo" --prompt x --device cpu --kv-cache-mb -1
+flag_err "generate --kv-cache-mb past the host" "--kv-cache-mb 1073741824 is more than this machine's" "$verl" generate --model "$demo" --prompt x --device cpu --kv-cache-mb 1073741824
+flag_err "logprobs --max-batch-tokens 0" "--max-batch-tokens must be positive, got 0" "$verl" logprobs --model "$golden" --max-batch-tokens 0
+flag_err "init-model --std nan" "--std must be a finite number >= 0, got nan" "$verl" init-model --config "$demo/config.json" --out "$work/im" --std nan
+flag_err "score --calibration-samples 10^8" "--calibration-samples 100000000: want 0 (round to nearest) to 16384" "$verl" score --model "$root/tests/fixtures/score/qwen2_rm" --quantize int4 --calibration-samples 100000000
+# JSON nested 100000 deep (a dataset row's extra_info crashed the trainer when copied; an input
+# line): refused naming the line.
+python3 - "$root/assets/demo/train.jsonl" "$work/deep.jsonl" <<'PY'
+import json, sys
+row = json.loads(open(sys.argv[1]).readline())
+row["extra_info"] = {"x": "REPLACE"}
+open(sys.argv[2], "w").write(json.dumps(row).replace('"REPLACE"', "[" * 100000 + "]" * 100000) + "\n")
+PY
 # shellcheck disable=SC2086
-(cd "$root" && exec "$verl" train configs/demo.yaml $quick custom_reward_function.command="sh $work/slow_reward.sh" \
-  custom_reward_function.timeout_s=300 trainer.default_local_dir="$work/sig" > /dev/null 2> "$work/err_sig.txt") &
-train_pid=$!
-for _ in $(seq 1 600); do [ -s "$work/reward.pid" ] && break; sleep 0.2; done
-kill -TERM "$train_pid"
-wait "$train_pid"
-check "SIGTERM ends the run with the signal's status" test $? -eq 143
+(cd "$root" && "$verl" train configs/demo.yaml $quick data.train_files="[$work/deep.jsonl]" data.train_batch_size=1 \
+  actor_rollout_ref.actor.ppo_mini_batch_size=1 trainer.default_local_dir="$work/deep" > /dev/null 2> "$work/err_deep.txt")
+check "deep dataset row exits 1" test $? -eq 1
+check "deep dataset row names the line" grep -q "$work/deep.jsonl:1: JSON nested more than 512 levels deep" "$work/err_deep.txt"
+python3 -c "print('{\"tokens\": ' + '[' * 9999 + ']' * 9999 + '}')" > "$work/deep_tokens.jsonl"
+flag_err "logprobs deep line" "$work/deep_tokens.jsonl:1: JSON nested more than 512 levels deep" "$verl" logprobs --model "$golden" --input "$work/deep_tokens.jsonl"
+# SIGTERM while a reward command runs. term_during_reward NAME COMMAND...: COMMAND's reward command
+# is `sh $work/NAME.sh`, which writes its pid to $work/NAME.pid, then sleeps (exec: the pid is the
+# sleep's); once it runs, COMMAND gets SIGTERM. Its stderr goes to $work/err_NAME.txt, its exit
+# status to $term_rc.
+term_during_reward() {
+  printf '#!/bin/sh\necho $$ > "%s/%s.pid"\nexec sleep 300\n' "$work" "$1" > "$work/$1.sh"
+  rm -f "$work/$1.pid"
+  "${@:2}" > /dev/null 2> "$work/err_$1.txt" &
+  local pid=$!
+  for _ in $(seq 1 600); do [ -s "$work/$1.pid" ] && break; sleep 0.2; done
+  kill -TERM "$pid"
+  wait "$pid"
+  term_rc=$?
+}
+# A training run: the command is killed with the run, and the log says the step was abandoned.
+# shellcheck disable=SC2086
+term_during_reward sig env -C "$root" "$verl" train configs/demo.yaml $quick custom_reward_function.command="sh $work/sig.sh" \
+  custom_reward_function.timeout_s=300 trainer.default_local_dir="$work/sig"
+check "SIGTERM ends the run with the signal's status" test "$term_rc" -eq 143
 check "SIGTERM says the step was abandoned" grep -q "verl: SIGTERM: step 1 was in progress and is abandoned" "$work/err_sig.txt"
-reward_pid=$(cat "$work/reward.pid" 2> /dev/null || echo 0)
+reward_pid=$(cat "$work/sig.pid" 2> /dev/null || echo 0)
 for _ in $(seq 1 50); do kill -0 "$reward_pid" 2> /dev/null || break; sleep 0.1; done
 check "SIGTERM kills the reward command" bash -c "! kill -0 $reward_pid 2> /dev/null"
+# A command that is not a training loop: no word about training steps.
+printf '%s\n' '{"data_source": "arith", "solution_str": "1", "ground_truth": "1"}' > "$work/reward_rows.jsonl"
+term_during_reward sig2 "$verl" reward --input "$work/reward_rows.jsonl" --command "sh $work/sig2.sh" --timeout 300
+check "SIGTERM to verl reward exits 143" test "$term_rc" -eq 143
+check "SIGTERM to verl reward says nothing of steps" grep -qx "verl: SIGTERM; killed 1 child program group(s); stopping" "$work/err_sig2.txt"
 
 # verl's launch scripts (tests/fixtures/verl_scripts, README there): each override list, with only
 # its paths substituted, loads through `verl config` (the loader `verl train` and `verl sft` use).
