@@ -8,6 +8,7 @@
 #include "cli/command.h"
 #include "cli/io.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/json_depth.h"
 #include "reward/command_reward.h"
 #include "reward/score.h"
@@ -64,6 +65,12 @@ int run(const Opts& o) {
     } catch (const Error& e) {
       VERL_FAIL("{}: lines {}-{} (rows are numbered from 0 in the batch): {}", src,
                 batch_lines.front(), batch_lines.back(), e.what());
+    }
+    if (!r.errors.empty()) {
+      const reward::RowError& first = r.errors.front();
+      log::warn("{}: lines {}-{}: the reward command failed {} of {} rows, which score 0 (each has an \"error\" "
+                "in the output); the first, line {}: {}", src, batch_lines.front(), batch_lines.back(),
+                r.errors.size(), batch.size(), batch_lines[first.index], first.message);
     }
     size_t e = 0;
     for (size_t i = 0; i < batch.size(); ++i) {

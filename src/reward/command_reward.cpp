@@ -19,7 +19,6 @@
 
 #include "core/error.h"
 #include "core/json_depth.h"
-#include "core/log.h"
 #include "core/signals.h"
 
 extern char** environ;
@@ -312,9 +311,7 @@ CommandBatchResult CommandRewardFn::score(std::span<const RewardRow> rows) {
       res.errors.size() > 1 ? fmt::format(" ({} more rows failed)", res.errors.size() - 1) : "";
   if (cfg_.on_error == OnError::Stop)
     VERL_FAIL("reward command '{}': row {}: {}{}", cfg_.command, first.index, first.message, more);
-  log::warn("reward command '{}': {} of {} rows scored 0; row {}: {}", cfg_.command,
-            res.errors.size(), n, first.index, first.message);
-  return res;
+  return res;  // the caller reports the failed rows (the trainer with its step, `verl reward` by line)
 }
 
 }  // namespace verl::reward

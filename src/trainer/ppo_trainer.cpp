@@ -1171,8 +1171,8 @@ void PpoTrainer::score_all(Experience& exp) {
     rows[b] = {s.data_source, tok_->decode(exp.response[b], true), s.ground_truth_json, s.extra_info};
   }
   reward::CommandBatchResult r = command_reward_->score(rows);
-  // The first few failed rows by index (the reward command's own line above has the count): a broken
-  // program used to print one line per row of every batch.
+  // The first few failed rows by index, then a count: a broken program would otherwise print one
+  // line per row of every batch.
   constexpr size_t kShown = 3;
   for (size_t i = 0; i < r.errors.size() && i < kShown; ++i) {
     log::warn("custom reward, step {}, row {}: {}", global_step_ + 1, r.errors[i].index, r.errors[i].message);
