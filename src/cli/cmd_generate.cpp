@@ -2,8 +2,6 @@
 // to the terminal; --input takes JSON lines ("prompt" text, "messages" chat, or "prompt_tokens"
 // ids) and writes one JSON line per sample, in input order. --device cuda (or auto with a GPU)
 // runs the steps on the GPU (rollout::cuda::CudaModelRunner over the model's bf16 weights).
-#include <unistd.h>
-
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -17,6 +15,7 @@
 #include "core/error.h"
 #include "model/generation_config.h"
 #include "rollout/engine.h"
+#include "rollout/kv_sizing.h"
 #include "tokenizer/tokenizer.h"
 
 #ifdef VERL_HAVE_CUDA
@@ -133,7 +132,7 @@ int run(const Opts& o) {
   } else {
     // The CPU engine's cache is host memory: more than the machine has is named here, not as a
     // failed allocation.
-    const int64_t host_mb = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE) >> 20;
+    const int64_t host_mb = rollout::host_memory_bytes() >> 20;
     VERL_CHECK(host_mb <= 0 || o.kv_cache_mb <= host_mb,
                "--kv-cache-mb {} is more than this machine's {} MiB of memory (the CPU engine keeps its KV cache "
                "there)", o.kv_cache_mb, host_mb);

@@ -3,6 +3,7 @@
 #include "data/dataloader.h"
 
 #include <algorithm>
+#include <system_error>
 
 #include "config/config.h"
 #include "core/error.h"
@@ -132,7 +133,14 @@ void DataLoader::worker_loop() {
 void DataLoader::start_workers() {
   if (!workers_.empty() || opts_.num_workers == 0) return;
   stop_ = false;
-  for (int64_t w = 0; w < opts_.num_workers; ++w) workers_.emplace_back([this] { worker_loop(); });
+  try {
+    for (int64_t w = 0; w < opts_.num_workers; ++w) workers_.emplace_back([this] { worker_loop(); });
+  } catch (const std::system_error& e) {  // a process or container limit on threads
+    const size_t started = workers_.size();
+    stop_workers();
+    VERL_FAIL("data loader: could start only {} of {} worker threads ({}); lower data.dataloader_num_workers",
+              started, opts_.num_workers, e.what());
+  }
 }
 
 void DataLoader::stop_workers() {

@@ -3,16 +3,28 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/timer.h"
 #include "rollout/kv_sizing.h"
 
 namespace verl::rollout {
 
 Engine::Engine(const model::Weights& weights, const EngineConfig& config) : sched_cfg_(config.scheduler) {
-  // A byte budget, when given, decides the pool (kv_sizing.h); else the scheduler's block count.
-  sched_cfg_.num_blocks = kv_pool_blocks(
-      config.kv_cache_bytes > 0 ? 0 : sched_cfg_.num_blocks, config.kv_cache_bytes,
-      kv_block_bytes(weights.config, sched_cfg_.block_size, sizeof(float)), sched_cfg_.block_size);
+  // A byte budget, when given, decides the pool (kv_sizing.h); else the scheduler's block count,
+  // capped at half of the host's memory: past that, sequences wait for blocks (or are preempted),
+  // and one that could never fit is an error naming its length, not a failed allocation.
+  const int64_t block_bytes = kv_block_bytes(weights.config, sched_cfg_.block_size, sizeof(float));
+  int64_t budget = config.kv_cache_bytes;
+  const int64_t host_half = host_memory_bytes() / 2;
+  if (budget <= 0 && host_half > 0 && sched_cfg_.num_blocks > host_half / block_bytes) {
+    budget = host_half;
+    log::warn("rollout: a KV cache for every sequence at once needs {:.1f} GiB; the CPU engine holds {:.1f} GiB "
+              "(half of this machine's memory), so sequences take turns",
+              static_cast<double>(sched_cfg_.num_blocks) * block_bytes / (1 << 30),
+              static_cast<double>(host_half) / (1 << 30));
+  }
+  sched_cfg_.num_blocks = kv_pool_blocks(config.kv_cache_bytes > 0 ? 0 : sched_cfg_.num_blocks, budget,
+                                         block_bytes, sched_cfg_.block_size);
   owned_runner_ = std::make_unique<CpuStepRunner>(weights, sched_cfg_.num_blocks, sched_cfg_.block_size);
   runner_ = owned_runner_.get();
   vocab_ = runner_->vocab_size();

@@ -1,5 +1,7 @@
 #include "rollout/kv_sizing.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "core/device.h"
@@ -35,6 +37,11 @@ int32_t kv_pool_blocks(int64_t wanted_blocks, int64_t budget_bytes, int64_t bloc
     blocks = wanted_blocks > 0 ? std::min(wanted_blocks, fit) : fit;
   }
   return static_cast<int32_t>(std::min<int64_t>(blocks, INT32_MAX));
+}
+
+int64_t host_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
 }
 
 int64_t kv_budget_from_utilization(double fraction) {

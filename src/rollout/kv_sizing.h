@@ -28,6 +28,9 @@ int64_t kv_blocks_to_hold(const std::vector<Request>& requests, int32_t block_si
 int32_t kv_pool_blocks(int64_t wanted_blocks, int64_t budget_bytes, int64_t block_bytes,
                        int32_t block_size);
 
+// This machine's physical memory in bytes (0 when unknown): the CPU engine's cap.
+int64_t host_memory_bytes();
+
 // verl's actor_rollout_ref.rollout.gpu_memory_utilization as a KV byte budget, as vLLM sizes its
 // cache: the rollout may hold `fraction` of the device's memory in total, and what is in use now
 // (weights, the trainer's state, the runner's scratch, other processes) counts against it:

@@ -552,6 +552,16 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
     tok_->set_chat_template(*tpl, "actor_rollout_ref.model.custom_chat_template");
   eos_ids_ = model::generation_eos_ids(model_path, actor_weights.config, tok_->eos_token_id());
   n_ = cfg_.get<int64_t>("actor_rollout_ref.rollout.n");
+  {
+    // A rank holds every sequence of its share of a step at once (prompt, tokens, log-probs): more
+    // than 2^20 (a typo in n, say) would take turns in the KV cache for hours before failing.
+    constexpr int64_t kMaxRankSequences = int64_t{1} << 20;
+    const int64_t gen = cfg_.get<int64_t>("data.gen_batch_size");
+    VERL_CHECK(gen / comm_->world_size() <= kMaxRankSequences / n_,
+               "data.gen_batch_size {} x actor_rollout_ref.rollout.n {} = {} sequences a step over {} rank(s), "
+               "more than the {} a rank holds; lower one of them", gen, n_, gen * n_, comm_->world_size(),
+               kMaxRankSequences);
+  }
   reshard_bucket_ = cfg_.get<int64_t>("actor_rollout_ref.rollout.update_weights_bucket_megabytes") * (1 << 20) /
                     static_cast<int64_t>(sizeof(float));
   temperature_ = static_cast<float>(cfg_.get<double>("actor_rollout_ref.rollout.temperature"));

@@ -289,6 +289,15 @@ flag_err "generate --kv-cache-mb past the host" "--kv-cache-mb 1073741824 is mor
 flag_err "logprobs --max-batch-tokens 0" "--max-batch-tokens must be positive, got 0" "$verl" logprobs --model "$golden" --max-batch-tokens 0
 flag_err "init-model --std nan" "--std must be a finite number >= 0, got nan" "$verl" init-model --config "$demo/config.json" --out "$work/im" --std nan
 flag_err "score --calibration-samples 10^8" "--calibration-samples 100000000: want 0 (round to nearest) to 16384" "$verl" score --model "$root/tests/fixtures/score/qwen2_rm" --quantize int4 --calibration-samples 100000000
+# Sizes in a config that no machine holds: named before anything is allocated, or (a response
+# longer than the whole CPU KV cache, half of the host's memory) when the rollout plans it.
+# shellcheck disable=SC2086
+flag_err "rollout.n 10^8" "data.gen_batch_size 4 x actor_rollout_ref.rollout.n 100000000 = 400000000 sequences a step over 1 rank(s), more than the 1048576 a rank holds" \
+  env -C "$root" "$verl" train configs/demo.yaml $quick actor_rollout_ref.rollout.n=100000000 trainer.default_local_dir="$work/big1"
+# shellcheck disable=SC2086
+flag_err "max_response_length 10^9" "prompt [0-9]* + max_tokens 1000000000 = [0-9]* tokens need 62500002 KV blocks" \
+  env -C "$root" "$verl" train configs/demo.yaml $quick data.max_response_length=1000000000 trainer.default_local_dir="$work/big2"
+check "max_response_length 10^9 warns of the cap" grep -q "the CPU engine holds .* GiB (half of this machine's memory)" "$work/err_flag.txt"
 # JSON nested 100000 deep (a dataset row's extra_info crashed the trainer when copied; an input
 # line): refused naming the line.
 python3 - "$root/assets/demo/train.jsonl" "$work/deep.jsonl" <<'PY'
