@@ -47,6 +47,9 @@
 #include "model/weights.h"
 #include "rollout/kv_sizing.h"
 #include "tokenizer/tokenizer.h"
+#ifdef VERL_HAVE_CUDA
+#include "ops/cuda/cublaslt_lazy.h"
+#endif
 
 // Set by CMake on the verl target; a build without them still compiles.
 #ifndef VERL_CUDA_ARCHS
@@ -438,10 +441,14 @@ void check_cuda_libraries(Report& r) {
     return v >= 10000 ? fmt::format("{}.{}.{}", v / 10000, v / 100 % 100, v % 100)
                       : fmt::format("{}.{}.{}", v / 1000, v / 100 % 10, v % 100);
   };
-  const long lt = static_cast<long>(cublasLtGetVersion());
+  // The library is opened on first use (ops/cuda/cublaslt_lazy.h): opened here, or named as missing.
+  const long lt = ops::cuda::cublaslt_load_problem().empty() ? static_cast<long>(cublasLtGetVersion()) : -1;
   const std::string lt_found =
-      fmt::format("cuBLASLt {} (built against {})", version(lt), version(CUBLAS_VERSION));
-  if (lt < CUBLAS_VERSION) {
+      lt < 0 ? ops::cuda::cublaslt_load_problem()
+             : fmt::format("cuBLASLt {} (built against {})", version(lt), version(CUBLAS_VERSION));
+  if (lt < 0) {
+    r.fail("cublaslt", lt_found, "GEMMs on the GPU need it");
+  } else if (lt < CUBLAS_VERSION) {
     r.warn("cublaslt", lt_found,
            "an older libcublasLt than the build's is loaded: check LD_LIBRARY_PATH");
   } else {

@@ -278,6 +278,8 @@ check "empty validation file does not blame train_batch_size" bash -c "! grep -q
 python3 -c "import json; print(json.dumps({'tokens': [1] * 300}))" | "$verl" logprobs --model "$golden" > /dev/null 2> "$work/err_long.txt"
 check "logprobs too long exits 1" test $? -eq 1
 check "logprobs too long names the limit" grep -q "<stdin>:1: 300 tokens are more than the model's max_position_embeddings 256" "$work/err_long.txt"
+# cuBLASLt is opened at the first GEMM, not at start (docs/cuda.md): `verl --help` never loads it.
+check "verl --help does not load cuBLASLt" bash -c "! LD_DEBUG=libs '$verl' --help 2>&1 | grep -q 'calling init: .*libcublasLt'"
 # Sizes and numbers given as flags are checked before anything is allocated or computed.
 flag_err() {  # flag_err NAME EXPECTED COMMAND...: exits 1 and prints EXPECTED
   "${@:3}" < /dev/null > /dev/null 2> "$work/err_flag.txt"
