@@ -63,7 +63,9 @@ void Scheduler::add_group(std::span<Sequence* const> samples) {
     const int32_t need = blocks_.blocks_for_tokens(longest);
     VERL_CHECK(need <= blocks_.num_blocks(),
                "scheduler: sequence {} can never fit: prompt {} + max_tokens {} = {} tokens need {} KV blocks "
-               "of {} tokens, but the whole pool has {} blocks",
+               "of {} tokens, but the whole pool has {} blocks; generate fewer tokens (data.max_response_length "
+               "in training, --max-tokens in verl generate) or give the KV cache more memory (rollout."
+               "gpu_memory_utilization on a GPU, --kv-cache-mb in verl generate)",
                s->id(), prompt, s->params().max_tokens, longest, need, blocks_.block_size(), blocks_.num_blocks());
   }
   if (!config_.enable_prefix_sharing) {
