@@ -69,11 +69,8 @@ int run(const Opts& o) {
   sp.seed = o.seed;
   sp.stop_token_ids = model::generation_eos_ids(o.model, w.config, tok ? tok->eos_token_id() : -1);
 
-  auto encode_prompt = [&](const nlohmann::json& line, const std::string& where) {
-    if (line.contains("prompt_tokens")) {
-      VERL_CHECK(line["prompt_tokens"].is_array(), "{}: \"prompt_tokens\" must be a list of ids", where);
-      return line["prompt_tokens"].get<std::vector<int32_t>>();
-    }
+  auto encode_prompt_unnamed = [&](const nlohmann::json& line, const std::string& where) {
+    if (line.contains("prompt_tokens")) return token_ids(line, "prompt_tokens", where, w.config.vocab_size);
     VERL_CHECK(tok != nullptr, "{}: text prompts need a tokenizer (--tokenizer DIR)", where);
     if (line.contains("messages")) {
       return tok->encode(tok->apply_chat_template(line["messages"], /*add_generation_prompt=*/true));
@@ -86,6 +83,16 @@ int run(const Opts& o) {
       return tok->encode(tok->apply_chat_template(msgs, true));
     }
     return tok->encode(text);
+  };
+  // The chat template's own errors (a content it cannot render) name the input line too.
+  auto encode_prompt = [&](const nlohmann::json& line, const std::string& where) {
+    try {
+      return encode_prompt_unnamed(line, where);
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      if (what.starts_with(where)) throw;
+      VERL_FAIL("{}: {}", where, what);
+    }
   };
 
   std::vector<rollout::Request> reqs;

@@ -22,18 +22,8 @@ struct Opts {
 
 std::vector<int32_t> parse_tokens_line(const nlohmann::json& j, const std::string& where, int64_t vocab,
                                        int64_t max_positions, const std::string& model) {
-  VERL_CHECK(j.is_object() && j.contains("tokens") && j["tokens"].is_array(),
-             "{}: expected an object with a \"tokens\" array of ids", where);
-  std::vector<int32_t> ids;
-  for (size_t i = 0; i < j["tokens"].size(); ++i) {
-    const auto& v = j["tokens"][i];
-    VERL_CHECK(v.is_number_integer(), "{}: tokens[{}] is not an integer", where, i);
-    int64_t id = v.get<int64_t>();
-    VERL_CHECK(id >= 0 && id < vocab, "{}: tokens[{}] = {} is outside the vocabulary [0, {})", where, i, id,
-               vocab);
-    ids.push_back(static_cast<int32_t>(id));
-  }
-  VERL_CHECK(!ids.empty(), "{}: \"tokens\" is empty", where);
+  VERL_CHECK(j.is_object() && j.contains("tokens"), "{}: expected an object with a \"tokens\" array of ids", where);
+  std::vector<int32_t> ids = token_ids(j, "tokens", where, vocab);
   // Positions past the rotary table were never trained: the log-probs would be meaningless.
   VERL_CHECK(max_positions <= 0 || static_cast<int64_t>(ids.size()) <= max_positions,
              "{}: {} tokens are more than the model's max_position_embeddings {} ({}/config.json); shorten the "

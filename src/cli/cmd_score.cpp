@@ -32,16 +32,7 @@ std::vector<int32_t> parse_line(const nlohmann::json& j, const std::string& wher
   VERL_CHECK(j.is_object() && (j.contains("tokens") || j.contains("messages")),
              "{}: expected {{\"tokens\": [ids...]}} or {{\"messages\": [...]}}", where);
   if (j.contains("tokens")) {
-    const nlohmann::json& t = j["tokens"];
-    VERL_CHECK(t.is_array() && !t.empty(), "{}: \"tokens\" must be a non-empty array of ids", where);
-    std::vector<int32_t> ids;
-    for (size_t i = 0; i < t.size(); ++i) {
-      VERL_CHECK(t[i].is_number_integer(), "{}: tokens[{}] is not an integer", where, i);
-      const auto id = t[i].get<int64_t>();
-      VERL_CHECK(id >= 0 && id <= INT32_MAX, "{}: tokens[{}] = {} is not a token id", where, i, id);
-      ids.push_back(static_cast<int32_t>(id));
-    }
-    return ids;
+    return token_ids(j, "tokens", where, /*vocab=*/0);  // the model checks its vocabulary
   }
   VERL_CHECK(j["messages"].is_array() && !j["messages"].empty(),
              "{}: \"messages\" must be a non-empty array of {{\"role\", \"content\"}}", where);

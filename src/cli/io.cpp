@@ -28,6 +28,26 @@ bool InputLines::next(std::string& line) {
 
 std::string InputLines::where() const { return fmt::format("{}:{}", source_, lineno_); }
 
+std::vector<int32_t> token_ids(const nlohmann::json& j, const char* key, const std::string& where, int64_t vocab) {
+  VERL_CHECK(j.contains(key) && j[key].is_array() && !j[key].empty(), "{}: \"{}\" must be a non-empty array of ids",
+             where, key);
+  const nlohmann::json& t = j[key];
+  const int64_t limit = vocab > 0 ? vocab : int64_t{INT32_MAX} + 1;
+  std::vector<int32_t> ids;
+  ids.reserve(t.size());
+  for (size_t i = 0; i < t.size(); ++i) {
+    VERL_CHECK(t[i].is_number_integer(), "{}: {}[{}] is not an integer: {}", where, key, i, t[i].dump());
+    const int64_t id = t[i].get<int64_t>();
+    if (vocab > 0) {
+      VERL_CHECK(id >= 0 && id < limit, "{}: {}[{}] = {} is outside the vocabulary [0, {})", where, key, i, id, vocab);
+    } else {
+      VERL_CHECK(id >= 0 && id < limit, "{}: {}[{}] = {} is not a token id", where, key, i, id);
+    }
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  return ids;
+}
+
 nlohmann::json InputLines::json(const std::string& line) const {
   check_json_depth(line, where());
   try {

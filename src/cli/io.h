@@ -31,6 +31,10 @@ class InputLines {
   int64_t lineno_ = 0;
 };
 
+// The non-empty array `j[key]` of an input line as token ids: integers in [0, vocab) (vocab <= 0:
+// any id an int32 holds); errors name `where`, the key and the element.
+std::vector<int32_t> token_ids(const nlohmann::json& j, const char* key, const std::string& where, int64_t vocab);
+
 // `path` ("-": stdout) opened for writing.
 class Output {
  public:

@@ -32,21 +32,31 @@ namespace fs = std::filesystem;
 SftExample tokenize_chat(const nlohmann::json& messages, const tokenizer::Tokenizer& tok,
                          const std::string& where) {
   VERL_CHECK(messages.is_array() && !messages.empty(), "{}: messages must be a non-empty list", where);
-  SftExample ex;
-  ex.tokens = tok.encode(tok.apply_chat_template(messages, /*add_generation_prompt=*/false));
-  ex.loss_mask.assign(ex.tokens.size(), 0);
-  bool any = false;
   for (size_t i = 0; i < messages.size(); ++i) {
     const auto& m = messages[i];
     VERL_CHECK(m.is_object() && m.contains("role") && m["role"].is_string() && m.contains("content"),
                "{}: message {} needs \"role\" and \"content\"", where, i);
-    if (m["role"] != "assistant") continue;
+  }
+  // The template's own errors (a content it cannot concatenate, a raise_exception) name the row too.
+  auto render = [&](const nlohmann::json& msgs, bool generation_prompt) {
+    try {
+      return tok.encode(tok.apply_chat_template(msgs, generation_prompt));
+    } catch (const Error& e) {
+      VERL_FAIL("{}: {}", where, e.what());
+    }
+  };
+  SftExample ex;
+  ex.tokens = render(messages, /*generation_prompt=*/false);
+  ex.loss_mask.assign(ex.tokens.size(), 0);
+  bool any = false;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (messages[i]["role"] != "assistant") continue;
     // The assistant turn spans from the end of the prompt rendered with a generation prompt to
     // the end of the conversation rendered up to and including this turn.
     nlohmann::json before(messages.begin(), messages.begin() + static_cast<long>(i));
     nlohmann::json upto(messages.begin(), messages.begin() + static_cast<long>(i) + 1);
-    std::vector<int32_t> a = tok.encode(tok.apply_chat_template(before, true));
-    std::vector<int32_t> b = tok.encode(tok.apply_chat_template(upto, false));
+    std::vector<int32_t> a = render(before, true);
+    std::vector<int32_t> b = render(upto, false);
     VERL_CHECK(a.size() <= b.size() && std::equal(a.begin(), a.end(), b.begin()) &&
                    b.size() <= ex.tokens.size() && std::equal(b.begin(), b.end(), ex.tokens.begin()),
                "{}: the chat template does not render message {} as a prefix of the conversation; "

@@ -300,6 +300,17 @@ flag_err "rollout.n 10^8" "data.gen_batch_size 4 x actor_rollout_ref.rollout.n 1
 flag_err "max_response_length 10^9" "prompt [0-9]* + max_tokens 1000000000 = [0-9]* tokens need 62500002 KV blocks" \
   env -C "$root" "$verl" train configs/demo.yaml $quick data.max_response_length=1000000000 trainer.default_local_dir="$work/big2"
 check "max_response_length 10^9 warns of the cap" grep -q "the CPU engine holds .* GiB (half of this machine's memory)" "$work/err_flag.txt"
+# An input line the chat template cannot render, and ids that are not ids: named by line.
+printf '%s\n' '{"messages": [{"role": "user", "content": "ok"}]}' '{"messages": [{"role": "user", "content": 5}]}' > "$work/gen_bad.jsonl"
+flag_err "generate template error" "$work/gen_bad.jsonl:2: chat_template:2:45: can only concatenate str (not \"int\") to str" \
+  "$verl" generate --model "$demo" --input "$work/gen_bad.jsonl" --max-tokens 2 --device cpu
+printf '%s\n' '{"prompt_tokens": [5, 1e20]}' > "$work/gen_ids.jsonl"
+flag_err "generate float id" "$work/gen_ids.jsonl:1: prompt_tokens\[1\] is not an integer: 1e+20" \
+  "$verl" generate --model "$demo" --input "$work/gen_ids.jsonl" --max-tokens 2 --device cpu
+printf '%s\n' '{"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}, {"role": "assistant", "content": "x"}]}' > "$work/sft_bad.jsonl"
+flag_err "sft template error" "$work/sft_bad.jsonl:1: chat_template:2:45: can only concatenate str (not \"list\") to str" \
+  env -C "$root" "$verl" sft configs/demo/sft.yaml model.partial_pretrain="$root/assets/demo/model" data.train_files="$work/sft_bad.jsonl" \
+  data.val_files=null data.train_batch_size=1 trainer.total_training_steps=1 trainer.default_local_dir="$work/sft_bad"
 # JSON nested 100000 deep (a dataset row's extra_info crashed the trainer when copied; an input
 # line): refused naming the line.
 python3 - "$root/assets/demo/train.jsonl" "$work/deep.jsonl" <<'PY'
