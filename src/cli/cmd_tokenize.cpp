@@ -37,12 +37,16 @@ nlohmann::ordered_json process_line(const tokenizer::Tokenizer& tok, const Token
     std::vector<int32_t> ids;
     for (size_t i = 0; i < row["ids"].size(); ++i) {
       const auto& v = row["ids"][i];
-      VERL_CHECK(v.is_number_integer(), "ids[{}] is not an integer", i);
-      ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
+      VERL_CHECK(v.is_number_integer(), "ids[{}] is not an integer: {}", i, v.dump());
+      const int64_t id = v.get<int64_t>();
+      VERL_CHECK(id >= 0 && id <= INT32_MAX, "ids[{}] = {} is not a token id", i, id);
+      ids.push_back(static_cast<int32_t>(id));
     }
     out["text"] = tok.decode(ids, o.skip_special_tokens);
   } else if (o.chat) {
     VERL_CHECK(row.contains("messages") && row["messages"].is_array(), "expected key \"messages\" with an array");
+    VERL_CHECK(!row.contains("add_generation_prompt") || row["add_generation_prompt"].is_boolean(),
+               "\"add_generation_prompt\" must be true or false, got {}", dump(row["add_generation_prompt"]));
     const bool gen = row.value("add_generation_prompt", true);
     nlohmann::ordered_json extra = nlohmann::ordered_json::object();
     for (auto it = row.begin(); it != row.end(); ++it)
@@ -73,17 +77,18 @@ int run(const TokenizeOptions& o) {
     ++lineno;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;  // blank lines
-    check_json_depth(line, fmt::format("line {}", lineno));
+    const std::string where = fmt::format("{}:{}", source, lineno);
+    check_json_depth(line, where);
     nlohmann::ordered_json row;
     try {
       row = nlohmann::ordered_json::parse(line);
     } catch (const nlohmann::json::parse_error& e) {
-      VERL_FAIL("{} line {}: malformed JSON: {}", source, lineno, e.what());
+      VERL_FAIL("{}: malformed JSON: {}", where, e.what());
     }
     try {
       std::cout << dump(process_line(tok, o, row)) << '\n';
     } catch (const Error& e) {
-      VERL_FAIL("{} line {}: {}", source, lineno, e.what());
+      VERL_FAIL("{}: {}", where, e.what());
     }
   }
   std::cout.flush();
