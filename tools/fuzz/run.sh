@@ -29,7 +29,7 @@ work=$root/out/fuzz/$target
 mkdir -p "$work/corpus"
 bin=$work/fuzz_$target
 clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I"$src" \
-  "$root/tools/fuzz/fuzz_$target.cpp" "${files[@]}" "$src/core/error.cpp" -o "$bin" "${libs[@]}"
+  "$root/tools/fuzz/fuzz_$target.cpp" "${files[@]}" "$src/core/error.cpp" "$src/core/json_depth.cpp" -o "$bin" "${libs[@]}"
 # Seeds: the fixtures' Parquet files; the chat templates of the fixtures' tokenizer configs; the
 # demo tokenizer with a prompt as the text to encode.
 python3 - "$root" "$target" "$work/corpus" <<'PY'
