@@ -442,10 +442,10 @@ void check_cuda_libraries(Report& r) {
                       : fmt::format("{}.{}.{}", v / 1000, v / 100 % 10, v % 100);
   };
   // The library is opened on first use (ops/cuda/cublaslt_lazy.h): opened here, or named as missing.
-  const long lt = ops::cuda::cublaslt_load_problem().empty() ? static_cast<long>(cublasLtGetVersion()) : -1;
+  const std::string lt_problem = ops::cuda::cublaslt_load_problem();
+  const long lt = lt_problem.empty() ? static_cast<long>(cublasLtGetVersion()) : -1;
   const std::string lt_found =
-      lt < 0 ? ops::cuda::cublaslt_load_problem()
-             : fmt::format("cuBLASLt {} (built against {})", version(lt), version(CUBLAS_VERSION));
+      lt < 0 ? lt_problem : fmt::format("cuBLASLt {} (built against {})", version(lt), version(CUBLAS_VERSION));
   if (lt < 0) {
     r.fail("cublaslt", lt_found, "GEMMs on the GPU need it");
   } else if (lt < CUBLAS_VERSION) {

@@ -69,30 +69,24 @@ int run(const Opts& o) {
   sp.seed = o.seed;
   sp.stop_token_ids = model::generation_eos_ids(o.model, w.config, tok ? tok->eos_token_id() : -1);
 
-  auto encode_prompt_unnamed = [&](const nlohmann::json& line, const std::string& where) {
+  // Encoded with the chat template; the template's own errors (a content it cannot render) name
+  // the input line too.
+  auto render = [&](const nlohmann::json& msgs, const std::string& where) {
+    try {
+      return tok->encode(tok->apply_chat_template(msgs, /*add_generation_prompt=*/true));
+    } catch (const Error& e) {
+      VERL_FAIL("{}: {}", where, e.what());
+    }
+  };
+  auto encode_prompt = [&](const nlohmann::json& line, const std::string& where) {
     if (line.contains("prompt_tokens")) return token_ids(line, "prompt_tokens", where, w.config.vocab_size);
     VERL_CHECK(tok != nullptr, "{}: text prompts need a tokenizer (--tokenizer DIR)", where);
-    if (line.contains("messages")) {
-      return tok->encode(tok->apply_chat_template(line["messages"], /*add_generation_prompt=*/true));
-    }
+    if (line.contains("messages")) return render(line["messages"], where);
     VERL_CHECK(line.contains("prompt") && line["prompt"].is_string(),
                "{}: expected \"prompt\" (text), \"messages\" (chat) or \"prompt_tokens\" (ids)", where);
     const std::string text = line["prompt"].get<std::string>();
-    if (o.chat) {
-      nlohmann::json msgs = nlohmann::json::array({{{"role", "user"}, {"content", text}}});
-      return tok->encode(tok->apply_chat_template(msgs, true));
-    }
+    if (o.chat) return render(nlohmann::json::array({{{"role", "user"}, {"content", text}}}), where);
     return tok->encode(text);
-  };
-  // The chat template's own errors (a content it cannot render) name the input line too.
-  auto encode_prompt = [&](const nlohmann::json& line, const std::string& where) {
-    try {
-      return encode_prompt_unnamed(line, where);
-    } catch (const Error& e) {
-      const std::string what = e.what();
-      if (what.starts_with(where)) throw;
-      VERL_FAIL("{}: {}", where, what);
-    }
   };
 
   std::vector<rollout::Request> reqs;

@@ -8,8 +8,8 @@
 #include "cli/command.h"
 #include "cli/io.h"
 #include "core/error.h"
-#include "core/log.h"
 #include "core/json_depth.h"
+#include "core/log.h"
 #include "reward/command_reward.h"
 #include "reward/score.h"
 
