@@ -79,16 +79,7 @@ void save_model(const fs::path& dir, const ModelState& s, const std::string& tok
   s.weights->save((dir / "huggingface").string());
   if (!tokenizer_dir.empty()) model::copy_tokenizer_files(tokenizer_dir, (dir / "huggingface").string());
   if (s.shard) return;  // every rank writes its slice (save_shard)
-  // The moments share the parameters' flat layout: two 1-D tensors plus the step count.
-  const int64_t n = s.weights->layout.total;
-  const AdamWState& opt = *s.opt;
-  VERL_CHECK(static_cast<int64_t>(opt.exp_avg.size()) == n && static_cast<int64_t>(opt.exp_avg_sq.size()) == n,
-             "{}: optimizer moments of {} and {} floats for a model of {} parameters", dir.string(),
-             opt.exp_avg.size(), opt.exp_avg_sq.size(), n);
-  model::write_safetensors((dir / "optim.safetensors").string(),
-                           {{"exp_avg", DType::F32, {n}, opt.exp_avg.data()},
-                            {"exp_avg_sq", DType::F32, {n}, opt.exp_avg_sq.data()}},
-                           {{"format", kOptimFormat}, {"step", std::to_string(opt.step)}});
+  save_optimizer_state(dir.string(), *s.opt, s.weights->layout.total);
 }
 
 // Every rank of a sharded state: its slice [begin, end) of the moments and where it lies.
@@ -216,7 +207,7 @@ std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& root)
   return out;
 }
 
-std::string write_checkpoint(const std::string& root, int64_t step, const fs::path& final_dir, const fs::path& tmp,
+std::string write_checkpoint(const std::string& root, int64_t step, const fs::path& tmp,
                              const ModelState& actor, const std::optional<ModelState>& critic,
                              const nlohmann::json& trainer_state, const std::string& tokenizer_dir, int64_t keep,
                              dist::Communicator& c, int64_t keep_critic) {
@@ -239,27 +230,13 @@ std::string write_checkpoint(const std::string& root, int64_t step, const fs::pa
   if (sharded) c.barrier();  // every shard is on disk before rank 0 publishes
   if (!lead) return "";
   fault_point("save", step);  // tests kill the process here: half a checkpoint on disk
-  nlohmann::json st = trainer_state;
-  st["version"] = kCheckpointVersion;
-  st["global_step"] = step;
-  write_text_atomic(tmp / "trainer_state.json", st.dump(2));
-  // Publish: a complete directory appears under its final name in one rename.
-  fs::remove_all(final_dir);
-  fs::rename(tmp, final_dir);
-  write_text_atomic(fs::path(root) / "latest_checkpointed_iteration.txt", std::to_string(step));
-  if (keep > 0) {
-    // The checkpoint just written always stays (the tracker names it), even when older runs left
-    // higher steps here; of the others, the newest keep - 1 stay.
-    auto all = list_checkpoints(root);
-    std::erase_if(all, [&](const auto& c) { return c.first == step; });
-    for (size_t i = 0; i + static_cast<size_t>(keep) - 1 < all.size(); ++i) fs::remove_all(all[i].second);
-  }
+  std::string dir = publish_checkpoint(root, step, tmp.string(), trainer_state, keep);
   if (keep_critic > 0) {
     auto all = list_checkpoints(root);
     std::erase_if(all, [&](const auto& c) { return c.first == step; });
     for (size_t i = 0; i + static_cast<size_t>(keep_critic) - 1 < all.size(); ++i) fs::remove_all(all[i].second / "critic");
   }
-  return final_dir.string();
+  return dir;
 }
 
 
@@ -271,34 +248,92 @@ std::string save_checkpoint(const std::string& root, int64_t step, const ModelSt
                             int64_t keep_critic) {
   dist::SingleProcess alone;
   dist::Communicator& c = comm ? *comm : alone;
-  const bool lead = c.rank() == 0;
-  const fs::path final_dir = fs::path(root) / fmt::format("global_step_{}", step);
   const fs::path tmp = fs::path(root) / fmt::format(".tmp_global_step_{}", step);
   try {
-    return write_checkpoint(root, step, final_dir, tmp, actor, critic, trainer_state, tokenizer_dir, keep, c,
+    return write_checkpoint(root, step, tmp, actor, critic, trainer_state, tokenizer_dir, keep, c,
                             keep_critic);
   } catch (const std::exception& e) {
-    // A full disk or a vanished directory: the partial files go (they would only hold the space a
-    // retry needs), and the message says what is still there to resume from. A rank other than 0
-    // only reports: rank 0 owns the directory.
-    std::string latest;
-    if (lead) {
-      std::error_code ec;
-      fs::remove_all(tmp, ec);
-      try {
-        latest = find_latest_checkpoint(root);
-      } catch (const std::exception&) {
-      }
-    }
-    const std::string cause = e.what();
-    const bool full = cause.find(std::strerror(ENOSPC)) != std::string::npos;
-    VERL_FAIL("the checkpoint of step {} was not written: {}\n  {}{}", step, cause,
-              !lead              ? fmt::format("rank {} failed; rank 0 removes the partial files", c.rank())
-              : latest.empty()   ? std::string("its partial files are removed; no earlier checkpoint is complete")
-                                 : fmt::format("its partial files are removed; the last complete checkpoint is {} "
-                                               "(trainer.resume_mode=auto continues from it)", latest),
-              full ? fmt::format("; free space in {}, or keep fewer (trainer.max_actor_ckpt_to_keep)", root) : "");
+    fail_checkpoint_save(root, step, tmp.string(), e.what(), "trainer.max_actor_ckpt_to_keep", c.rank());
   }
+}
+
+void save_optimizer_state(const std::string& dir, const AdamWState& opt, int64_t numel) {
+  // The moments share the parameters' flat layout: two 1-D tensors plus the step count.
+  VERL_CHECK(static_cast<int64_t>(opt.exp_avg.size()) == numel && static_cast<int64_t>(opt.exp_avg_sq.size()) == numel,
+             "{}: optimizer moments of {} and {} floats for a model of {} parameters", dir, opt.exp_avg.size(),
+             opt.exp_avg_sq.size(), numel);
+  model::write_safetensors((fs::path(dir) / "optim.safetensors").string(),
+                           {{"exp_avg", DType::F32, {numel}, opt.exp_avg.data()},
+                            {"exp_avg_sq", DType::F32, {numel}, opt.exp_avg_sq.data()}},
+                           {{"format", kOptimFormat}, {"step", std::to_string(opt.step)}});
+}
+
+AdamWState load_optimizer_state(const std::string& dir, int64_t numel) {
+  AdamWState opt;
+  load_moments(dir, numel, optim::ShardSpec{0, numel}, opt);
+  return opt;
+}
+
+std::string publish_checkpoint(const std::string& root, int64_t step, const std::string& tmp,
+                               const nlohmann::json& trainer_state, int64_t keep) {
+  const fs::path final_dir = fs::path(root) / fmt::format("global_step_{}", step);
+  nlohmann::json st = trainer_state;
+  st["version"] = kCheckpointVersion;
+  st["global_step"] = step;
+  write_text_atomic(fs::path(tmp) / "trainer_state.json", st.dump(2));
+  // Publish: a complete directory appears under its final name in one rename.
+  fs::remove_all(final_dir);
+  fs::rename(tmp, final_dir);
+  write_text_atomic(fs::path(root) / "latest_checkpointed_iteration.txt", std::to_string(step));
+  if (keep > 0) {
+    // The checkpoint just written always stays (the tracker names it), even when older runs left
+    // higher steps here; of the others, the newest keep - 1 stay.
+    auto all = list_checkpoints(root);
+    std::erase_if(all, [&](const auto& c) { return c.first == step; });
+    for (size_t i = 0; i + static_cast<size_t>(keep) - 1 < all.size(); ++i) fs::remove_all(all[i].second);
+  }
+  return final_dir.string();
+}
+
+void fail_checkpoint_save(const std::string& root, int64_t step, const std::string& tmp, const std::string& cause,
+                          std::string_view keep_key, int rank) {
+  // A full disk or a vanished directory: the partial files go (they would only hold the space a
+  // retry needs), and the message says what is still there to resume from. A rank other than 0
+  // only reports: rank 0 owns the directory.
+  std::string latest;
+  const bool lead = rank == 0;
+  if (lead) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    try {
+      latest = find_latest_checkpoint(root);
+    } catch (const std::exception&) {
+    }
+  }
+  const bool full = cause.find(std::strerror(ENOSPC)) != std::string::npos;
+  VERL_FAIL("the checkpoint of step {} was not written: {}\n  {}{}", step, cause,
+            !lead            ? fmt::format("rank {} failed; rank 0 removes the partial files", rank)
+            : latest.empty() ? std::string("its partial files are removed; no earlier checkpoint is complete")
+                             : fmt::format("its partial files are removed; the last complete checkpoint is {} "
+                                           "(trainer.resume_mode=auto continues from it)", latest),
+            full ? fmt::format("; free space in {}, or keep fewer ({})", root, keep_key) : "");
+}
+
+nlohmann::json read_trainer_state(const std::string& dir) {
+  const fs::path path = fs::path(dir) / "trainer_state.json";
+  VERL_CHECK(fs::exists(path), "{}: no trainer_state.json; not a verl.cpp checkpoint", dir);
+  const std::string text = read_file(path.string(), "trainer state");
+  check_json_depth(text, path.string());
+  nlohmann::json st;
+  try {
+    st = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    VERL_FAIL("{}: not valid JSON: {}", path.string(), e.what());
+  }
+  VERL_CHECK(st.is_object(), "{}: expected a JSON object", path.string());
+  VERL_CHECK(st.value("version", -1) == kCheckpointVersion, "{}: checkpoint version {} but this build reads version {}",
+             path.string(), st.value("version", -1), kCheckpointVersion);
+  return st;
 }
 
 std::string find_latest_checkpoint(const std::string& root) {
@@ -315,6 +350,21 @@ std::string find_latest_checkpoint(const std::string& root) {
   VERL_CHECK(fs::exists(dir / "trainer_state.json"), "{} names step {} but {} is missing or incomplete",
              tracker.string(), step, dir.string());
   return dir.string();
+}
+
+std::string resume_checkpoint_dir(const std::string& mode, const std::string& root,
+                                  const std::optional<std::string>& from, bool warn) {
+  if (from && mode != "resume_path" && warn)
+    log::warn("trainer.resume_from_path is set but trainer.resume_mode is {}: the path is used with resume_path only",
+              mode);
+  if (mode == "auto") return find_latest_checkpoint(root);
+  if (mode == "resume_path") {
+    VERL_CHECK(from.has_value() && !from->empty(), "trainer.resume_mode=resume_path needs trainer.resume_from_path");
+    return *from;
+  }
+  VERL_CHECK(mode == "disable", "trainer.resume_mode must be auto, disable or resume_path, got '{}'", mode);
+  check_fresh_run_dir(root);
+  return "";
 }
 
 void check_fresh_run_dir(const std::string& root) {
@@ -362,18 +412,10 @@ nlohmann::json load_checkpoint(const std::string& dir, model::Weights& actor, Ad
                                model::Weights* critic, AdamWState* critic_opt,
                                const optim::ShardSpec* actor_shard, const optim::ShardSpec* critic_shard) {
   const fs::path d(dir);
-  VERL_CHECK(fs::exists(d / "trainer_state.json"), "{}: no trainer_state.json; not a verl.cpp checkpoint", dir);
-  const std::string state_text = read_file((d / "trainer_state.json").string(), "trainer state");
-  check_json_depth(state_text, (d / "trainer_state.json").string());
-  nlohmann::json st;
-  try {
-    st = nlohmann::json::parse(state_text);
-  } catch (const nlohmann::json::exception& e) {
-    VERL_FAIL("{}/trainer_state.json: not valid JSON: {}", dir, e.what());
-  }
-  VERL_CHECK(st.value("version", -1) == kCheckpointVersion,
-             "{}/trainer_state.json: checkpoint version {} but this build reads version {}", dir,
-             st.value("version", -1), kCheckpointVersion);
+  nlohmann::json st = read_trainer_state(dir);
+  VERL_CHECK(st.value("trainer", "") != "sft",
+             "{}: a `verl sft` checkpoint; `verl train` resumes from its own checkpoints (start from the SFT model "
+             "with actor_rollout_ref.model.path={})", dir, dir);
   load_model(d / "actor", actor, actor_opt, actor_shard);
   if (critic) {
     VERL_CHECK(fs::exists(d / "critic"), "{}: the run uses a critic but the checkpoint has none", dir);

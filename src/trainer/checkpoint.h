@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dist/communicator.h"
@@ -73,9 +74,35 @@ std::string save_checkpoint(const std::string& root, int64_t step, const ModelSt
 // tracker that does not hold a step number is an Error naming it.
 std::string find_latest_checkpoint(const std::string& root);
 
+// The checkpoint a run continues from, by trainer.resume_mode: `mode` auto, the latest under `root`
+// (or "" when there is none); resume_path, `from` (trainer.resume_from_path, required); disable,
+// none ("", after check_fresh_run_dir). A `from` given with another mode is warned about (`warn`).
+std::string resume_checkpoint_dir(const std::string& mode, const std::string& root,
+                                  const std::optional<std::string>& from, bool warn = true);
+
 // A fresh run (trainer.resume_mode=disable) in `root`: an Error naming the directory and its steps
 // when it already holds checkpoints, so that one run never mixes with (or prunes) another's.
 void check_fresh_run_dir(const std::string& root);
+
+// The pieces every trainer's checkpoints share (`verl sft` writes its own directories with them:
+// the HF model files at the top of global_step_<N>/, so that the directory is also a model path).
+//
+// `dir`/optim.safetensors: AdamW's moments over `numel` parameters and its step count.
+void save_optimizer_state(const std::string& dir, const AdamWState& opt, int64_t numel);
+AdamWState load_optimizer_state(const std::string& dir, int64_t numel);
+// Adds trainer_state.json (`trainer_state` with "version" and "global_step") to the finished
+// temporary directory `tmp`, renames it to <root>/global_step_<step> in one step, updates the
+// tracker, and removes the oldest checkpoints beyond `keep` (<= 0: none), never this one. Returns
+// the directory.
+std::string publish_checkpoint(const std::string& root, int64_t step, const std::string& tmp,
+                               const nlohmann::json& trainer_state, int64_t keep);
+// A save of step `step` failed with `cause`: removes `tmp` (rank 0) and throws an Error naming the
+// step, the cause and the last complete checkpoint; on a full disk also `keep_key`, the setting
+// that keeps fewer.
+[[noreturn]] void fail_checkpoint_save(const std::string& root, int64_t step, const std::string& tmp,
+                                       const std::string& cause, std::string_view keep_key, int rank = 0);
+// `dir`/trainer_state.json, checked: valid JSON of this build's checkpoint version.
+nlohmann::json read_trainer_state(const std::string& dir);
 
 // Restores weights (their `data`, checked against their layout) and optimizer state (resized to
 // the layout, or to `*_shard`'s slice when given) from a checkpoint directory; returns

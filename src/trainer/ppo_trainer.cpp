@@ -2064,19 +2064,10 @@ metrics::Metrics PpoTrainer::validate() {
 }
 
 void PpoTrainer::resume() {
-  const std::string mode = cfg_.get<std::string>("trainer.resume_mode");
-  const std::string root = cfg_.get<std::string>("trainer.default_local_dir");
-  std::string dir;
-  if (mode == "auto") {
-    dir = find_latest_checkpoint(root);
-  } else if (mode == "resume_path") {
-    auto p = cfg_.get<std::optional<std::string>>("trainer.resume_from_path");
-    VERL_CHECK(p.has_value(), "trainer.resume_mode=resume_path needs trainer.resume_from_path");
-    dir = *p;
-  } else {
-    VERL_CHECK(mode == "disable", "trainer.resume_mode must be auto, disable or resume_path, got '{}'", mode);
-    check_fresh_run_dir(root);
-  }
+  const std::string dir = resume_checkpoint_dir(cfg_.get<std::string>("trainer.resume_mode"),
+                                                cfg_.get<std::string>("trainer.default_local_dir"),
+                                                cfg_.get<std::optional<std::string>>("trainer.resume_from_path"),
+                                                /*warn=*/comm_->rank() == 0);
   if (dir.empty()) return;
   // The checkpoint's files do not depend on the device: load on the host, then hand the actor's
   // weights and AdamW state to its model (on cuda: uploaded).

@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "core/fault.h"
 #include "core/file.h"
 #include "core/json_depth.h"
 #include "core/log.h"
@@ -23,6 +24,7 @@
 #include "model/transformer.h"
 #include "optim/adamw.h"
 #include "optim/train_state.h"
+#include "trainer/checkpoint.h"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -198,6 +200,40 @@ int64_t count_targets(const std::vector<const SftExample*>& batch) {
   return n;
 }
 
+// trainer.resume_mode: restores the model, the AdamW state and the step from the latest
+// checkpoint under `out_root` (auto), from trainer.resume_from_path (resume_path), or from none
+// (disable: `out_root` must not hold checkpoints). Returns the step to continue after (0: a fresh
+// run); `dir` becomes the checkpoint's directory.
+int64_t resume_sft(const config::Config& cfg, const std::string& out_root, optim::CpuTrainState& state,
+                   const nlohmann::json& data_order, std::string& dir) {
+  dir = resume_checkpoint_dir(cfg.get<std::string>("trainer.resume_mode"), out_root,
+                              cfg.get<std::optional<std::string>>("trainer.resume_from_path"));
+  if (dir.empty()) return 0;
+  const nlohmann::json st = read_trainer_state(dir);
+  VERL_CHECK(st.value("trainer", "") == "sft",
+             "{}: not a `verl sft` checkpoint (a `verl train` one resumes with `verl train`); to fine-tune its model, "
+             "set model.partial_pretrain to its actor/huggingface and trainer.resume_mode=disable", dir);
+  VERL_CHECK(st.contains("global_step") && st["global_step"].is_number_integer() && st["global_step"].get<int64_t>() >= 0,
+             "{}/trainer_state.json: global_step should be a step number", dir);
+  const int64_t step = st["global_step"].get<int64_t>();
+  model::Weights saved = model::Weights::load(dir);
+  const model::Weights& now = state.weights();
+  bool same = saved.layout.params.size() == now.layout.params.size();
+  for (size_t i = 0; same && i < now.layout.params.size(); ++i)
+    same = saved.layout.params[i].shape == now.layout.params[i].shape;
+  VERL_CHECK(same, "{}: the checkpoint's model ({}, {} parameters) is not the shape of model.partial_pretrain ({}, {} "
+             "parameters); resume with the model the run started from, or set trainer.resume_mode=disable",
+             dir, saved.config.architecture, saved.layout.total, now.config.architecture, now.layout.total);
+  const optim::AdamWState opt = load_optimizer_state(dir, state.numel());
+  state.upload(saved.data, &opt);
+  for (const auto& [key, value] : data_order.items())
+    if (st.contains(key) && st[key] != value)
+      log::warn("{} was saved with {} = {}, this run has {}: the steps after it see another data order than the "
+                "saved run would have", dir, key, st[key].dump(), value.dump());
+  log::info("resuming from {} (step {})", dir, step);
+  return step;
+}
+
 }  // namespace
 
 std::string run_sft(const config::Config& cfg) {
@@ -275,24 +311,29 @@ std::string run_sft(const config::Config& cfg) {
   const uint64_t seed = static_cast<uint64_t>(cfg.get<int64_t>("trainer.seed"));
   const bool shuffle = cfg.get<bool>("data.shuffle");
 
-  // A model directory appears whole under its final name (written beside it, then renamed); one
-  // that cannot be written (a full disk) leaves nothing behind and names the step.
+  const int64_t keep = cfg.get<std::optional<int64_t>>("trainer.max_ckpt_to_keep").value_or(0);
+  // What a checkpoint records of the data order, to warn when a resumed run's order differs.
+  const nlohmann::json data_order = {{"training rows", train.size()}, {"data.train_batch_size", batch_size},
+                                     {"trainer.seed", seed}, {"data.shuffle", shuffle}};
+  // A checkpoint is the HF model directory (a later run's model.partial_pretrain) plus the AdamW
+  // moments and trainer_state.json: written beside its final name, then renamed whole, so a save
+  // that fails (a full disk) leaves nothing behind and names the step.
   auto save = [&](int64_t step) {
-    const std::string dir = fmt::format("{}/global_step_{}", out_root, step);
     const std::string tmp = fmt::format("{}/.tmp_global_step_{}", out_root, step);
     try {
-      std::filesystem::remove_all(tmp);
+      fs::remove_all(tmp);
       state.weights().save(tmp);
       model::copy_tokenizer_files(model_dir, tmp);
-      std::filesystem::remove_all(dir);
-      std::filesystem::rename(tmp, dir);
+      save_optimizer_state(tmp, state.download_optimizer_state(), state.numel());
+      nlohmann::json st = data_order;
+      st["trainer"] = "sft";
+      fault_point("save", step);  // tests kill the process here: half a checkpoint on disk
+      const std::string dir = publish_checkpoint(out_root, step, tmp, st, keep);
+      log::info("saved {}", dir);
+      return dir;
     } catch (const std::exception& e) {
-      std::error_code ec;
-      std::filesystem::remove_all(tmp, ec);
-      VERL_FAIL("the model of step {} was not saved: {}\n  its partial files are removed", step, e.what());
+      fail_checkpoint_save(out_root, step, tmp, e.what(), "trainer.max_ckpt_to_keep");
     }
-    log::info("saved {}", dir);
-    return dir;
   };
   auto validate = [&](metrics::Metrics& m) {
     if (val.empty()) return;
@@ -305,24 +346,32 @@ std::string run_sft(const config::Config& cfg) {
 
   log::info("SFT: {} rows, {} steps of {} sequences, {} parameters", train.size(), total, batch_size,
             state.numel());
+  const RunLock run_lock(out_root);  // one run per directory
+  std::string last_dir;
+  const int64_t start = resume_sft(cfg, out_root, state, data_order, last_dir);
+  if (start >= total) {
+    log::info("{} is at step {} of {}: nothing left to train", last_dir, start, total);
+    return last_dir;
+  }
   metrics::LoggerOptions lo;
   lo.experiment_dir = out_root;
-  const RunLock run_lock(out_root);  // one run per directory
+  lo.resume_step = start;  // metrics.jsonl lines after the checkpoint's step go
   lo.total_steps = total;
   lo.logging_steps = cfg.get<int64_t>("trainer.logging_steps");
   metrics::MultiLogger logger(cfg.get<std::vector<std::string>>("trainer.logger"), lo);
   model::Activations acts;
   std::vector<size_t> order(train.size());
-  std::string last_dir;
-  int64_t step = 0;
-  note_step(0, /*in_progress=*/false);  // for the line a signal prints
-  for (int64_t epoch = 0; epoch < epochs && step < total; ++epoch) {
+  int64_t step = start;
+  note_step(step, /*in_progress=*/false);  // for the line a signal prints
+  // A resumed run continues inside the epoch where the checkpoint was: each epoch's order depends
+  // on (seed, epoch) only.
+  for (int64_t epoch = start / steps_per_epoch; epoch < epochs && step < total; ++epoch) {
     std::iota(order.begin(), order.end(), 0);
     if (shuffle) {  // Fisher-Yates from (seed, epoch): the same order on every run
       Rng rng(seed, static_cast<uint64_t>(epoch));
       for (size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[rng.below(i + 1)]);
     }
-    for (int64_t b = 0; b < steps_per_epoch && step < total; ++b) {
+    for (int64_t b = step - epoch * steps_per_epoch; b < steps_per_epoch && step < total; ++b) {
       Timer timer;
       note_step(step + 1, /*in_progress=*/true);
       std::vector<const SftExample*> batch;
@@ -330,6 +379,7 @@ std::string run_sft(const config::Config& cfg) {
       state.zero_grad();
       const int64_t n_targets = count_targets(batch);
       LossStats st = run_batch(tf, batch, budget, micro_seqs, std::max<int64_t>(1, n_targets), acts, state.grads());
+      fault_point("train", step + 1);  // tests kill the process in the middle of a step
       const float lr = opt.lr_at(step);
       const double gnorm = opt.step(state, lr, comm);
       ++step;

@@ -243,14 +243,16 @@ if mount -t tmpfs -o size=16m tmpfs "$work/ck_full" 2> /dev/null; then
   check "full disk at a save says so" grep -q "No space left on device" "$work/err_ck_full.txt"
   check "full disk at a save says what to do" grep -q "free space in $work/ck_full/run, or keep fewer (trainer.max_actor_ckpt_to_keep)" "$work/err_ck_full.txt"
   umount "$work/ck_full"
-  # `verl sft` on a disk that holds one of its 3.4 MiB models: the step-2 save fails whole.
-  mount -t tmpfs -o size=5m tmpfs "$work/ck_full"
+  # `verl sft` on a disk that holds one of its 10.2 MiB checkpoints (a 3.4 MiB model and its AdamW
+  # moments): the step-2 save fails whole.
+  mount -t tmpfs -o size=12m tmpfs "$work/ck_full"
   "$verl" init-model --config "$root/configs/demo/model_config.json" --tokenizer "$root/assets/demo" --out "$work/sft_init" > /dev/null 2>&1
   (cd "$root" && OMP_NUM_THREADS=1 "$verl" sft configs/demo/sft.yaml model.partial_pretrain="$work/sft_init" \
     data.train_batch_size=8 trainer.total_training_steps=3 trainer.save_freq=1 trainer.logger=[jsonl] \
     trainer.default_local_dir="$work/ck_full/sft" > /dev/null 2> "$work/err_sft_full.txt")
   check "sft full disk exits 1" test $? -eq 1
-  check "sft full disk names the step" grep -q "the model of step 2 was not saved: .*No space left on device" "$work/err_sft_full.txt"
+  check "sft full disk names the step" grep -q "the checkpoint of step 2 was not written: .*No space left on device" "$work/err_sft_full.txt"
+  check "sft full disk names what is left" grep -q "the last complete checkpoint is $work/ck_full/sft/global_step_1 (trainer.resume_mode=auto continues from it); free space in $work/ck_full/sft, or keep fewer (trainer.max_ckpt_to_keep)" "$work/err_sft_full.txt"
   check "sft full disk leaves step 1 whole" test -f "$work/ck_full/sft/global_step_1/model.safetensors"
   check "sft full disk leaves no partial files" test ! -e "$work/ck_full/sft/.tmp_global_step_2" -a ! -e "$work/ck_full/sft/global_step_2"
   check "sft full disk logs the step" test "$(wc -l < "$work/ck_full/sft/metrics.jsonl")" -eq 2

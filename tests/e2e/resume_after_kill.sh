@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Kill -9 a GRPO run in the middle of a step and, in another run, in the middle of a checkpoint
 # save; resume each with resume_mode=auto and check that the following steps' metrics equal an
-# uninterrupted run's. Usage: resume_after_kill.sh VERL_BINARY REPO_ROOT WORK_DIR
+# uninterrupted run's. The same for `verl sft`, whose final model must also be the same bits.
+# Usage: resume_after_kill.sh VERL_BINARY REPO_ROOT WORK_DIR
 set -euo pipefail
 verl=$1 root=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
@@ -9,6 +10,33 @@ common=(actor_rollout_ref.model.path="$root/assets/demo/model" data.train_files=
   data.val_files=null data.train_batch_size=4 actor_rollout_ref.actor.ppo_mini_batch_size=2
   actor_rollout_ref.rollout.n=2 trainer.total_training_steps=6 trainer.save_freq=2 trainer.logger=[jsonl])
 run() { OMP_NUM_THREADS=1 "$verl" train "$root/configs/demo.yaml" "${common[@]}" trainer.default_local_dir="$1" > "$1.log" 2>&1; }
+
+# same_metrics FULL KEYS RUN...: each run's metrics.jsonl (the last line of each step: a resumed run's
+# re-run steps replace the killed run's lines) equals FULL's at every step, on the comma-separated KEYS.
+same_metrics() {
+  python3 - "$@" <<'PY'
+import json, sys
+full_dir, keys, runs = sys.argv[1], sys.argv[2].split(","), sys.argv[3:]
+def last_per_step(path):
+    rows = {}
+    for line in open(path):
+        r = json.loads(line)
+        rows[r["step"]] = r
+    return rows
+full = last_per_step(f"{full_dir}/metrics.jsonl")
+bad = 0
+for run in runs:
+    got = last_per_step(f"{run}/metrics.jsonl")
+    assert sorted(got) == sorted(full), (run, sorted(got))
+    for step in sorted(full):
+        for k in keys:
+            if got[step][k] != full[step][k]:
+                print(f"FAIL {run} step {step} {k}: {got[step][k]} != {full[step][k]}"); bad += 1
+print(f"checked {len(full)} steps x {len(runs)} interrupted runs:", "1 passed, 0 failed" if bad == 0 else "0 passed, 1 failed")
+sys.exit(1 if bad else 0)
+PY
+}
+
 
 run "$work/full"
 # Killed during training (step 5, after the save at 4) and during the save of step 4.
@@ -18,25 +46,41 @@ for point in train:5 save:4; do
   echo "killed at $point; checkpoints: $(ls "$dir" | tr '\n' ' ')"
   run "$dir"  # resume_mode=auto is the default
 done
-python3 - "$work" <<'PY'
-import json, sys
-work = sys.argv[1]
-def last_per_step(path):
-    rows = {}
-    for line in open(path):
-        r = json.loads(line)
-        rows[r["step"]] = r  # after a resume the re-run steps replace the killed run's lines
-    return rows
-full = last_per_step(f"{work}/full/metrics.jsonl")
-keys = ["critic/score/mean", "actor/pg_loss", "actor/grad_norm", "actor/entropy", "response_length/mean"]
-bad = 0
-for name in ["train_5", "save_4"]:
-    got = last_per_step(f"{work}/{name}/metrics.jsonl")
-    assert sorted(got) == sorted(full), (name, sorted(got))
-    for step in sorted(full):
-        for k in keys:
-            if got[step][k] != full[step][k]:
-                print(f"FAIL {name} step {step} {k}: {got[step][k]} != {full[step][k]}"); bad += 1
-print("checked", len(full), "steps x 2 interrupted runs:", "1 passed, 0 failed" if bad == 0 else "0 passed, 1 failed")
-sys.exit(1 if bad else 0)
-PY
+same_metrics "$work/full" "critic/score/mean,actor/pg_loss,actor/grad_norm,actor/entropy,response_length/mean" \
+  "$work/train_5" "$work/save_4"
+
+# verl sft: 6 steps of 8 rows, a checkpoint every 2; killed in step 5 and in the save of step 4.
+sft_run() {
+  OMP_NUM_THREADS=1 "$verl" sft "$root/configs/demo/sft.yaml" model.partial_pretrain="$root/assets/demo/model" \
+    data.train_files="[$root/assets/demo/sft.jsonl]" data.train_batch_size=8 data.shuffle=true \
+    trainer.total_training_steps=6 trainer.save_freq=2 trainer.logger=[jsonl] trainer.default_local_dir="$1" "${@:2}" \
+    > "$1.log" 2>&1
+}
+sft_run "$work/sft_full"
+for point in train:5 save:4; do
+  dir="$work/sft_${point/:/_}"
+  if VERL_FAULT_INJECT=$point sft_run "$dir"; then echo "FAIL: the sft run with $point was not killed"; exit 1; fi
+  echo "sft killed at $point; checkpoints: $(ls "$dir" | tr '\n' ' ')"
+  sft_run "$dir"
+  grep -q "resuming from $dir/global_step_[24] (step [24])" "$dir.log" || { echo "FAIL: $dir did not resume"; cat "$dir.log"; exit 1; }
+  cmp "$work/sft_full/global_step_6/model.safetensors" "$dir/global_step_6/model.safetensors" ||
+    { echo "FAIL: sft $point: the resumed run's final model differs from the uninterrupted run's"; exit 1; }
+  cmp "$work/sft_full/global_step_6/optim.safetensors" "$dir/global_step_6/optim.safetensors" ||
+    { echo "FAIL: sft $point: the resumed run's AdamW state differs"; exit 1; }
+done
+[ "$(grep -c . "$work/sft_full/metrics.jsonl")" -eq 6 ] || { echo "FAIL: the sft run logged $(grep -c . "$work/sft_full/metrics.jsonl") steps, not 6"; exit 1; }
+same_metrics "$work/sft_full" "train/loss,train/grad_norm,train/lr" "$work/sft_train_5" "$work/sft_save_4"
+# A finished run resumed again trains nothing; resume_mode=disable refuses a directory with checkpoints;
+# a `verl train` checkpoint is not an SFT one; max_ckpt_to_keep keeps the newest.
+sft_run "$work/sft_full"
+grep -q "global_step_6 is at step 6 of 6: nothing left to train" "$work/sft_full.log" || { echo "FAIL: finished sft run"; cat "$work/sft_full.log"; exit 1; }
+if sft_run "$work/sft_full" trainer.resume_mode=disable; then echo "FAIL: disable over checkpoints ran"; exit 1; fi
+grep -q "trainer.resume_mode=disable starts a fresh run, but $work/sft_full already holds checkpoints (steps 2, 4, 6)" "$work/sft_full.log" ||
+  { echo "FAIL: disable message"; cat "$work/sft_full.log"; exit 1; }
+if sft_run "$work/sft_from_ppo" trainer.resume_mode=resume_path trainer.resume_from_path="$work/full/global_step_6"; then
+  echo "FAIL: sft resumed from a verl train checkpoint"; exit 1; fi
+grep -q "global_step_6: not a \`verl sft\` checkpoint" "$work/sft_from_ppo.log" || { echo "FAIL: ppo checkpoint message"; cat "$work/sft_from_ppo.log"; exit 1; }
+sft_run "$work/sft_keep" trainer.max_ckpt_to_keep=2
+[ "$(ls -d "$work"/sft_keep/global_step_* | xargs -n1 basename | tr '\n' ' ')" = "global_step_4 global_step_6 " ] ||
+  { echo "FAIL: max_ckpt_to_keep=2 left $(ls "$work/sft_keep")"; exit 1; }
+echo "sft resume: finished run, disable, foreign checkpoint and retention checked"
