@@ -31,8 +31,8 @@ extern "C" void openblas_set_num_threads(int);
 namespace verl::trainer {
 namespace fs = std::filesystem;
 
-SftExample tokenize_chat(const nlohmann::json& messages, const tokenizer::Tokenizer& tok,
-                         const std::string& where) {
+SftExample tokenize_chat(const nlohmann::ordered_json& messages, const tokenizer::Tokenizer& tok,
+                         const std::string& where, const nlohmann::ordered_json& extra) {
   VERL_CHECK(messages.is_array() && !messages.empty(), "{}: messages must be a non-empty list", where);
   for (size_t i = 0; i < messages.size(); ++i) {
     const auto& m = messages[i];
@@ -40,9 +40,9 @@ SftExample tokenize_chat(const nlohmann::json& messages, const tokenizer::Tokeni
                "{}: message {} needs \"role\" and \"content\"", where, i);
   }
   // The template's own errors (a content it cannot concatenate, a raise_exception) name the row too.
-  auto render = [&](const nlohmann::json& msgs, bool generation_prompt) {
+  auto render = [&](const nlohmann::ordered_json& msgs, bool generation_prompt) {
     try {
-      return tok.encode(tok.apply_chat_template(msgs, generation_prompt));
+      return tok.encode(tok.apply_chat_template(msgs, generation_prompt, extra));
     } catch (const Error& e) {
       VERL_FAIL("{}: {}", where, e.what());
     }
@@ -55,8 +55,8 @@ SftExample tokenize_chat(const nlohmann::json& messages, const tokenizer::Tokeni
     if (messages[i]["role"] != "assistant") continue;
     // The assistant turn spans from the end of the prompt rendered with a generation prompt to
     // the end of the conversation rendered up to and including this turn.
-    nlohmann::json before(messages.begin(), messages.begin() + static_cast<long>(i));
-    nlohmann::json upto(messages.begin(), messages.begin() + static_cast<long>(i) + 1);
+    nlohmann::ordered_json before(messages.begin(), messages.begin() + static_cast<long>(i));
+    nlohmann::ordered_json upto(messages.begin(), messages.begin() + static_cast<long>(i) + 1);
     std::vector<int32_t> a = render(before, true);
     std::vector<int32_t> b = render(upto, false);
     VERL_CHECK(a.size() <= b.size() && std::equal(a.begin(), a.end(), b.begin()) &&
@@ -75,21 +75,46 @@ std::vector<SftExample> load_sft_examples(const std::string& path, const tokeniz
   std::vector<SftExample> out;
   int64_t truncated = 0;
   // One row (a JSONL line or a parquet row); `where` is "file:line" or "file:row".
-  auto add = [&](const nlohmann::json& j, const std::string& where) {
-    nlohmann::json messages;
+  // The string at row[key][path...]; errors name the row, the field and the setting.
+  auto text_at = [](const nlohmann::ordered_json& j, const std::string& key, const std::vector<std::string>& path,
+                    const char* key_setting, const char* path_setting, const std::string& where) {
+    VERL_CHECK(j.is_object() && j.contains(key), "{}: missing \"{}\" ({})", where, key, key_setting);
+    const nlohmann::ordered_json* v = &j[key];
+    std::string name = key;
+    for (const std::string& k : path) {
+      VERL_CHECK(v->is_object() && v->contains(k), "{}: \"{}\" has no key \"{}\" ({})", where, name, k, path_setting);
+      v = &(*v)[k];
+      name += "." + k;
+    }
+    VERL_CHECK(v->is_string(), "{}: \"{}\" should be a string, got {} ({}{})", where, name, v->type_name(), key_setting,
+               path.empty() ? "" : fmt::format(", {}", path_setting));
+    return v->get<std::string>();
+  };
+  auto add = [&](const nlohmann::ordered_json& j, const std::string& where) {
+    nlohmann::ordered_json messages;
+    nlohmann::ordered_json extra = opt.template_kwargs;
     if (opt.multiturn) {
       VERL_CHECK(j.contains(opt.messages_key), "{}: missing \"{}\" (data.multiturn.messages_key)", where,
                  opt.messages_key);
       messages = j[opt.messages_key];
+      if (j.contains(opt.tools_key) && !j[opt.tools_key].is_null()) extra["tools"] = j[opt.tools_key];
+      if (j.contains(opt.enable_thinking_key)) {  // a null field: no flag (verl: None), not the default
+        const nlohmann::ordered_json& t = j[opt.enable_thinking_key];
+        VERL_CHECK(t.is_boolean() || t.is_null(), "{}: \"{}\" (data.enable_thinking_key) should be true, false or "
+                   "null, got {}", where, opt.enable_thinking_key, t.dump().substr(0, 40));
+        if (t.is_boolean()) extra["enable_thinking"] = t;
+      } else if (opt.enable_thinking_default) {
+        extra["enable_thinking"] = *opt.enable_thinking_default;
+      }
     } else {
-      VERL_CHECK(j.contains(opt.prompt_key) && j[opt.prompt_key].is_string(),
-                 "{}: missing string \"{}\" (data.prompt_key)", where, opt.prompt_key);
-      VERL_CHECK(j.contains(opt.response_key) && j[opt.response_key].is_string(),
-                 "{}: missing string \"{}\" (data.response_key)", where, opt.response_key);
-      messages = nlohmann::json::array({{{"role", "user"}, {"content", j[opt.prompt_key]}},
-                                        {{"role", "assistant"}, {"content", j[opt.response_key]}}});
+      const std::string prompt =
+          text_at(j, opt.prompt_key, opt.prompt_dict_keys, "data.prompt_key", "data.prompt_dict_keys", where);
+      const std::string response =
+          text_at(j, opt.response_key, opt.response_dict_keys, "data.response_key", "data.response_dict_keys", where);
+      messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", prompt}},
+                                                {{"role", "assistant"}, {"content", response}}});
     }
-    SftExample ex = tokenize_chat(messages, tok, where);
+    SftExample ex = tokenize_chat(messages, tok, where, extra);
     const int64_t n = static_cast<int64_t>(ex.tokens.size());
     if (n > opt.max_length) {
       VERL_CHECK(opt.truncation != "error",
@@ -114,7 +139,7 @@ std::vector<SftExample> load_sft_examples(const std::string& path, const tokeniz
     int64_t rowno = 0;
     for (int g = 0; g < pf.num_row_groups(); ++g)
       for (const nlohmann::ordered_json& row : pf.read_row_group(g))
-        add(nlohmann::json::parse(row.dump()), fmt::format("{}:{}", path, ++rowno));
+        add(row, fmt::format("{}:{}", path, ++rowno));
   } else {
     std::ifstream f;
     open_for_reading(f, path, "SFT data file");
@@ -125,9 +150,9 @@ std::vector<SftExample> load_sft_examples(const std::string& path, const tokeniz
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
       const std::string where = fmt::format("{}:{}", path, lineno);
       check_json_depth(line, where);
-      nlohmann::json j;
+      nlohmann::ordered_json j;
       try {
-        j = nlohmann::json::parse(line);
+        j = nlohmann::ordered_json::parse(line);
       } catch (const nlohmann::json::exception& e) {
         VERL_FAIL("{}: not valid JSON: {}", where, e.what());
       }
@@ -258,6 +283,15 @@ std::string run_sft(const config::Config& cfg) {
   dopt.response_key = cfg.get<std::string>("data.response_key");
   dopt.max_length = cfg.get<int64_t>("data.max_length");
   dopt.truncation = cfg.get<std::string>("data.truncation");
+  dopt.prompt_dict_keys = cfg.get<std::optional<std::vector<std::string>>>("data.prompt_dict_keys").value_or(
+      std::vector<std::string>{});
+  dopt.response_dict_keys = cfg.get<std::optional<std::vector<std::string>>>("data.response_dict_keys").value_or(
+      std::vector<std::string>{});
+  if (const config::Json kw = cfg.get<config::Json>("data.apply_chat_template_kwargs"); kw.is_object())
+    dopt.template_kwargs = kw;
+  dopt.tools_key = cfg.get<std::string>("data.tools_key");
+  dopt.enable_thinking_key = cfg.get<std::string>("data.enable_thinking_key");
+  dopt.enable_thinking_default = cfg.get<std::optional<bool>>("data.enable_thinking_default");
   std::vector<SftExample> train;
   for (const auto& f : cfg.get<std::vector<std::string>>("data.train_files")) {
     auto part = load_sft_examples(f, tok, dopt);

@@ -83,5 +83,67 @@ TEST(Sft, BadRowNamesFileAndLine) {
   }
 }
 
+// A chat row's tools and enable_thinking fields and data.apply_chat_template_kwargs reach the
+// template (verl's MultiTurnSFTDataset), tools printed in the row's key order as Python would;
+// nested prompt/response fields follow data.prompt_dict_keys / response_dict_keys.
+TEST(Sft, RowFieldsAndTemplateVariablesReachTheTemplate) {
+  tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(kRoot + "/assets/demo");
+  tok.set_chat_template(
+      "{%- if tools %}<tools>{% for t in tools %}{{ t | tojson }}{% endfor %}</tools>\n{% endif %}"
+      "{%- if enable_thinking is defined %}[think={{ enable_thinking }}]\n{% endif %}"
+      "{%- if tag is defined %}[{{ tag }}]\n{% endif %}"
+      "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+      "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+      "test template");
+  const fs::path p = fs::temp_directory_path() / "verl_test_sft_fields.jsonl";
+  const std::string chat = R"("messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])";
+  std::ofstream(p) << "{" << chat << R"(, "tools": [{"name": "add", "description": "adds", "parameters": {"type": "object"}}], "enable_thinking": false})"
+                   << "\n{" << chat << R"(, "enable_thinking": null})"
+                   << "\n{" << chat << "}\n";
+  SftDataOptions opt;
+  opt.template_kwargs = {{"tag", "kw"}};
+  opt.enable_thinking_default = true;
+  const std::vector<SftExample> ex = load_sft_examples(p.string(), tok, opt);
+  ASSERT_EQ(ex.size(), 3u);
+  const std::string turns = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nyo<|im_end|>\n";
+  EXPECT_EQ(tok.decode(ex[0].tokens, false),
+            "<tools>{\"name\": \"add\", \"description\": \"adds\", \"parameters\": {\"type\": \"object\"}}</tools>\n"
+            "[think=False]\n[kw]\n" + turns);
+  EXPECT_EQ(tok.decode(ex[1].tokens, false), "[kw]\n" + turns);  // null: no flag, not the default
+  EXPECT_EQ(tok.decode(ex[2].tokens, false), "[think=True]\n[kw]\n" + turns);
+  std::vector<int32_t> target;
+  for (size_t i = 0; i < ex[0].tokens.size(); ++i)
+    if (ex[0].loss_mask[i]) target.push_back(ex[0].tokens[i]);
+  EXPECT_EQ(tok.decode(target, false), "yo<|im_end|>\n");
+
+  std::ofstream(p) << "{" << chat << R"(, "enable_thinking": "no"})" << "\n";
+  try {
+    load_sft_examples(p.string(), tok, opt);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(p.string() + ":1: \"enable_thinking\" (data.enable_thinking_key) should be "
+                                          "true, false or null, got \"no\""), std::string::npos) << e.what();
+  }
+
+  SftDataOptions flat;
+  flat.multiturn = false;
+  flat.prompt_key = "p";
+  flat.response_key = "r";
+  flat.prompt_dict_keys = {"q", "text"};
+  flat.response_dict_keys = {"a"};
+  std::ofstream(p) << R"({"p": {"q": {"text": "hi"}}, "r": {"a": "yo"}})" << "\n" << R"({"p": {"q": {}}, "r": {"a": "yo"}})" << "\n";
+  try {
+    load_sft_examples(p.string(), tok, flat);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(p.string() + ":2: \"p.q\" has no key \"text\" (data.prompt_dict_keys)"),
+              std::string::npos) << e.what();
+  }
+  std::ofstream(p) << R"({"p": {"q": {"text": "hi"}}, "r": {"a": "yo"}})" << "\n";
+  const std::vector<SftExample> nested = load_sft_examples(p.string(), tok, flat);
+  ASSERT_EQ(nested.size(), 1u);
+  EXPECT_EQ(tok.decode(nested[0].tokens, false), turns);
+}
+
 }  // namespace
 }  // namespace verl::trainer
