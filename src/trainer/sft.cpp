@@ -8,6 +8,7 @@
 #include <fstream>
 #include <numeric>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/fault.h"
 #include "core/file.h"
@@ -21,10 +22,10 @@
 #include "dist/communicator.h"
 #include "metrics/logger.h"
 #include "model/hf_files.h"
-#include "model/transformer.h"
 #include "optim/adamw.h"
 #include "optim/train_state.h"
 #include "trainer/checkpoint.h"
+#include "trainer/policy_model.h"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -191,29 +192,29 @@ struct LossStats {
   int64_t targets = 0, tokens = 0;
 };
 
-// Forward (and, when grads != null, backward with the token-mean scale 1/norm) over one batch.
-LossStats run_batch(const model::Transformer& tf, const std::vector<const SftExample*>& batch,
-                    int64_t budget, int64_t max_seqs, double norm, model::Activations& acts,
-                    float* grads) {
+// Forward (and, when `train`, backward with the token-mean scale 1/norm) over one batch.
+LossStats run_batch(PolicyModel& policy, const std::vector<const SftExample*>& batch, int64_t budget,
+                    int64_t max_seqs, double norm, bool train) {
   LossStats st;
+  std::vector<float> logprob;
   for (const auto& idx : pack(batch, budget, max_seqs)) {
     std::vector<std::vector<int32_t>> seqs;
     for (size_t i : idx) seqs.push_back(batch[i]->tokens);
     model::PackedBatch pb = model::PackedBatch::from_sequences(seqs);
-    tf.forward(pb, acts);
+    policy.forward(pb, /*temperature=*/1.0f, logprob, nullptr, /*for_backward=*/train);
     std::vector<float> d_lp(static_cast<size_t>(pb.num_tokens()), 0.0f);
     for (size_t s = 0; s < idx.size(); ++s) {
       const SftExample& ex = *batch[idx[s]];
       const int64_t base = pb.cu_seqlens[s];
       for (size_t t = 0; t + 1 < ex.tokens.size(); ++t) {
         if (!ex.loss_mask[t + 1]) continue;  // logprob[t] scores token t+1
-        st.loss_sum -= acts.logprob[base + t];
+        st.loss_sum -= logprob[static_cast<size_t>(base) + t];
         st.targets += 1;
-        d_lp[base + t] = static_cast<float>(-1.0 / norm);
+        d_lp[static_cast<size_t>(base) + t] = static_cast<float>(-1.0 / norm);
       }
     }
     st.tokens += pb.num_tokens();
-    if (grads) tf.backward(pb, acts, d_lp.data(), nullptr, nullptr, grads);
+    if (train) policy.backward(d_lp.data(), nullptr);
   }
   return st;
 }
@@ -229,7 +230,7 @@ int64_t count_targets(const std::vector<const SftExample*>& batch) {
 // checkpoint under `out_root` (auto), from trainer.resume_from_path (resume_path), or from none
 // (disable: `out_root` must not hold checkpoints). Returns the step to continue after (0: a fresh
 // run); `dir` becomes the checkpoint's directory.
-int64_t resume_sft(const config::Config& cfg, const std::string& out_root, optim::CpuTrainState& state,
+int64_t resume_sft(const config::Config& cfg, const std::string& out_root, PolicyModel& policy,
                    const nlohmann::json& data_order, std::string& dir) {
   dir = resume_checkpoint_dir(cfg.get<std::string>("trainer.resume_mode"), out_root,
                               cfg.get<std::optional<std::string>>("trainer.resume_from_path"));
@@ -242,15 +243,15 @@ int64_t resume_sft(const config::Config& cfg, const std::string& out_root, optim
              "{}/trainer_state.json: global_step should be a step number", dir);
   const int64_t step = st["global_step"].get<int64_t>();
   model::Weights saved = model::Weights::load(dir);
-  const model::Weights& now = state.weights();
+  const model::Weights& now = policy.weights();
   bool same = saved.layout.params.size() == now.layout.params.size();
   for (size_t i = 0; same && i < now.layout.params.size(); ++i)
     same = saved.layout.params[i].shape == now.layout.params[i].shape;
   VERL_CHECK(same, "{}: the checkpoint's model ({}, {} parameters) is not the shape of model.partial_pretrain ({}, {} "
              "parameters); resume with the model the run started from, or set trainer.resume_mode=disable",
              dir, saved.config.architecture, saved.layout.total, now.config.architecture, now.layout.total);
-  const optim::AdamWState opt = load_optimizer_state(dir, state.numel());
-  state.upload(saved.data, &opt);
+  optim::AdamWState opt = load_optimizer_state(dir, policy.state().numel());
+  policy.restore(std::move(saved.data), std::move(opt));
   for (const auto& [key, value] : data_order.items())
     if (st.contains(key) && st[key] != value)
       log::warn("{} was saved with {} = {}, this run has {}: the steps after it see another data order than the "
@@ -273,8 +274,6 @@ std::string run_sft(const config::Config& cfg) {
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(model_dir);
   if (auto tpl = cfg.get<std::optional<std::string>>("model.custom_chat_template"))
     tok.set_chat_template(*tpl, "model.custom_chat_template");
-  optim::CpuTrainState state(std::move(w), /*trainable=*/true);
-  model::Transformer tf(state.weights());  // reads the master weights the optimizer updates
 
   SftDataOptions dopt;
   dopt.multiturn = cfg.get<bool>("data.multiturn.enable");
@@ -336,8 +335,18 @@ std::string run_sft(const config::Config& cfg) {
   sched.num_cycles = cfg.get<double>("optim.num_cycles");
   // The flat training state (master weights = the model's weights, gradients, moments) and the one
   // optimizer over it; one process.
-  const optim::AdamW opt(ocfg, sched);
+  const optim::AdamW opt(ocfg, sched);  // the schedule's learning rate per step
   dist::SingleProcess comm;
+  // The model on trainer.device, planned (CUDA) for the largest micro-batch `pack` makes: the
+  // token budget, or one sequence of up to data.max_length beyond it.
+  PolicyOptions popt;
+  popt.optim = ocfg;
+  popt.max_tokens = budget > 0 ? std::max(budget, dopt.max_length) : micro_seqs * dopt.max_length;
+  popt.max_seqs = budget > 0 ? std::min(std::max(batch_size, static_cast<int64_t>(val.size())), popt.max_tokens)
+                             : micro_seqs;
+  popt.recompute = cfg.get<bool>("model.enable_gradient_checkpointing");
+  const Device device = resolve_device(cfg.get<std::string>("trainer.device"));
+  std::unique_ptr<PolicyModel> policy = make_policy(device, std::move(w), popt);
 
   const std::string out_root = cfg.get<std::string>("trainer.default_local_dir");
   const int64_t save_freq = cfg.get<int64_t>("trainer.save_freq");
@@ -356,9 +365,9 @@ std::string run_sft(const config::Config& cfg) {
     const std::string tmp = fmt::format("{}/.tmp_global_step_{}", out_root, step);
     try {
       fs::remove_all(tmp);
-      state.weights().save(tmp);
+      policy->weights().save(tmp);
       model::copy_tokenizer_files(model_dir, tmp);
-      save_optimizer_state(tmp, state.download_optimizer_state(), state.numel());
+      save_optimizer_state(tmp, policy->optimizer_state(), policy->state().numel());
       nlohmann::json st = data_order;
       st["trainer"] = "sft";
       fault_point("save", step);  // tests kill the process here: half a checkpoint on disk
@@ -373,16 +382,15 @@ std::string run_sft(const config::Config& cfg) {
     if (val.empty()) return;
     std::vector<const SftExample*> all;
     for (const auto& ex : val) all.push_back(&ex);
-    model::Activations acts;
-    LossStats st = run_batch(tf, all, budget, micro_seqs, 1.0, acts, nullptr);
+    LossStats st = run_batch(*policy, all, budget, micro_seqs, 1.0, /*train=*/false);
     m.set("val/loss", st.loss_sum / std::max<int64_t>(1, st.targets));
   };
 
-  log::info("SFT: {} rows, {} steps of {} sequences, {} parameters", train.size(), total, batch_size,
-            state.numel());
+  log::info("SFT on {}: {} rows, {} steps of {} sequences, {} parameters", to_string(device), train.size(), total,
+            batch_size, policy->state().numel());
   const RunLock run_lock(out_root);  // one run per directory
   std::string last_dir;
-  const int64_t start = resume_sft(cfg, out_root, state, data_order, last_dir);
+  const int64_t start = resume_sft(cfg, out_root, *policy, data_order, last_dir);
   if (start >= total) {
     log::info("{} is at step {} of {}: nothing left to train", last_dir, start, total);
     return last_dir;
@@ -393,7 +401,6 @@ std::string run_sft(const config::Config& cfg) {
   lo.total_steps = total;
   lo.logging_steps = cfg.get<int64_t>("trainer.logging_steps");
   metrics::MultiLogger logger(cfg.get<std::vector<std::string>>("trainer.logger"), lo);
-  model::Activations acts;
   std::vector<size_t> order(train.size());
   int64_t step = start;
   note_step(step, /*in_progress=*/false);  // for the line a signal prints
@@ -410,12 +417,12 @@ std::string run_sft(const config::Config& cfg) {
       note_step(step + 1, /*in_progress=*/true);
       std::vector<const SftExample*> batch;
       for (int64_t i = 0; i < batch_size; ++i) batch.push_back(&train[order[b * batch_size + i]]);
-      state.zero_grad();
+      policy->zero_grad();
       const int64_t n_targets = count_targets(batch);
-      LossStats st = run_batch(tf, batch, budget, micro_seqs, std::max<int64_t>(1, n_targets), acts, state.grads());
+      LossStats st = run_batch(*policy, batch, budget, micro_seqs, std::max<int64_t>(1, n_targets), /*train=*/true);
       fault_point("train", step + 1);  // tests kill the process in the middle of a step
       const float lr = opt.lr_at(step);
-      const double gnorm = opt.step(state, lr, comm);
+      const double gnorm = policy->optimizer_step(lr, comm);
       ++step;
       const double secs = timer.seconds();
       metrics::Metrics m;
