@@ -8,6 +8,7 @@
 #include "config/config.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/mpi_communicator.h"
 #include "trainer/sft.h"
 
 namespace verl::cli {
@@ -26,8 +27,14 @@ int run(const Opts& o) {
   config::LoadOptions lo;
   lo.defaults_path = (fs::path(config::default_config_path()).parent_path() / "sft_trainer.yaml").string();
   config::Config cfg = config::load_config(path, overrides, lo);
-  std::string final_dir = trainer::run_sft(cfg);
-  std::cout << "model: " << final_dir << "\n";
+  std::string final_dir;
+  try {
+    final_dir = trainer::run_sft(cfg);
+  } catch (const std::exception& e) {
+    dist::abort_job_on_error(e.what());  // a data-parallel job ends on every rank
+    throw;
+  }
+  if (!final_dir.empty()) std::cout << "model: " << final_dir << "\n";  // rank 0 saves
   return 0;
 }
 

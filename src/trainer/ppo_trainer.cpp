@@ -29,10 +29,6 @@
 #include "core/timer.h"
 #include "data/dynamic_batch.h"
 #include "data/seqlen_balancing.h"
-#include "dist/launch.h"
-#ifdef VERL_HAVE_CUDA
-#include "dist/cuda/nccl_communicator.h"
-#endif
 #include "metrics/gpu_monitor.h"
 #include "metrics/logger.h"
 #include "model/generation_config.h"
@@ -43,6 +39,7 @@
 #include "rollout/kv_sizing.h"
 #include "tokenizer/tokenizer.h"
 #include "trainer/checkpoint.h"
+#include "trainer/ranks.h"
 
 namespace verl::trainer {
 namespace {
@@ -508,38 +505,20 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
   // each rank takes its local rank's device and the device collectives go through NCCL.
   const std::string device = cfg_.get<std::string>("trainer.device");
   device_ = resolve_device(device);
-  const dist::LaunchInfo launch = dist::detect_launch();
-  const double timeout = cfg_.get<double>("actor_rollout_ref.nccl_timeout");
-  comm_ = dist::make_communicator(launch, timeout);
-  if (device_ == Device::Cuda && launch.launcher != "single") {
-    VERL_CHECK(launch.local_rank < cuda_device_count(),
-               "{}: local rank {} has no GPU (this node has {}); start at most that many ranks per node",
-               launch.launcher, launch.local_rank, cuda_device_count());
-    cuda_set_device(launch.local_rank);
-#ifdef VERL_HAVE_CUDA
-    comm_ = dist::make_nccl_communicator(std::move(comm_), timeout);
-#endif
-  }
+  RankRequest ranks;
+  ranks.device = device_;
+  ranks.timeout_s = cfg_.get<double>("actor_rollout_ref.nccl_timeout");
+  ranks.nnodes = cfg_.get<int64_t>("trainer.nnodes");
+  ranks.gpus_per_node = cfg_.get<int64_t>("trainer.n_gpus_per_node");
+  ranks.counts_set = cfg_.origin("trainer.nnodes") != "defaults" || cfg_.origin("trainer.n_gpus_per_node") != "defaults";
+  comm_ = start_ranks(ranks);
   const int world = comm_->world_size();
   if (world > 1) {
-    const int64_t nnodes = cfg_.get<int64_t>("trainer.nnodes"), per_node = cfg_.get<int64_t>("trainer.n_gpus_per_node");
-    VERL_CHECK(nnodes * per_node == world,
-               "trainer.nnodes ({}) x trainer.n_gpus_per_node ({}) = {} ranks, but the launcher started {}; set "
-               "them to match (e.g. trainer.nnodes=1 trainer.n_gpus_per_node={})",
-               nnodes, per_node, nnodes * per_node, world, world);
     for (const char* key : {"data.train_batch_size", "data.gen_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size"}) {
       const int64_t v = cfg_.get<int64_t>(key);
       VERL_CHECK(v % world == 0, "{}={} must be a multiple of the {} data-parallel ranks (each takes an equal share)",
                  key, v, world);
     }
-  } else {
-    // One process: a launch of nnodes x n_gpus_per_node ranks that the user asked for did not happen.
-    const int64_t nnodes = cfg_.get<int64_t>("trainer.nnodes"), per_node = cfg_.get<int64_t>("trainer.n_gpus_per_node");
-    const bool set = cfg_.origin("trainer.nnodes") != "defaults" || cfg_.origin("trainer.n_gpus_per_node") != "defaults";
-    if (set && nnodes * per_node > 1)
-      log::warn("trainer.nnodes={} x trainer.n_gpus_per_node={} asks for {} ranks, but no launcher started any: this "
-                "run uses one process (start {} with mpirun or torchrun, docs/distributed.md)",
-                nnodes, per_node, nnodes * per_node, nnodes * per_node);
   }
   const std::string model_path = cfg_.get<std::string>("actor_rollout_ref.model.path");
   model::Weights actor_weights = model::Weights::load(model_path);

@@ -26,6 +26,7 @@
 #include "optim/train_state.h"
 #include "trainer/checkpoint.h"
 #include "trainer/policy_model.h"
+#include "trainer/ranks.h"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -219,6 +220,22 @@ LossStats run_batch(PolicyModel& policy, const std::vector<const SftExample*>& b
   return st;
 }
 
+// Rank `rank`'s contiguous share of `rows` (sizes differ by at most one).
+std::vector<const SftExample*> rank_share(const std::vector<const SftExample*>& rows, int rank, int world) {
+  const size_t n = rows.size(), w = static_cast<size_t>(world), r = static_cast<size_t>(rank);
+  return {rows.begin() + static_cast<long>(n * r / w), rows.begin() + static_cast<long>(n * (r + 1) / w)};
+}
+
+// The ranks' sums (every rank gets them).
+void sum_over_ranks(LossStats& st, dist::Communicator& comm) {
+  if (comm.world_size() == 1) return;
+  std::vector<double> v = {st.loss_sum, static_cast<double>(st.targets), static_cast<double>(st.tokens)};
+  comm.all_reduce(std::span<double>(v), dist::ReduceOp::Sum);
+  st.loss_sum = v[0];
+  st.targets = static_cast<int64_t>(v[1]);
+  st.tokens = static_cast<int64_t>(v[2]);
+}
+
 int64_t count_targets(const std::vector<const SftExample*>& batch) {
   int64_t n = 0;
   for (const SftExample* ex : batch)
@@ -333,10 +350,23 @@ std::string run_sft(const config::Config& cfg) {
                                                          cfg.get<double>("optim.warmup_steps_ratio"), total);
   sched.min_lr_ratio = cfg.get<double>("optim.min_lr_ratio");
   sched.num_cycles = cfg.get<double>("optim.num_cycles");
-  // The flat training state (master weights = the model's weights, gradients, moments) and the one
-  // optimizer over it; one process.
   const optim::AdamW opt(ocfg, sched);  // the schedule's learning rate per step
-  dist::SingleProcess comm;
+  // Data parallel (mpirun / torchrun ranks, docs/distributed.md): every rank holds the same model
+  // and reads the same step's rows; each trains on its contiguous share of them, the loss scaled by
+  // the whole batch's target count, so the optimizer's all-reduced gradient is the one-process
+  // step's. Rank 0 logs and saves.
+  const Device device = resolve_device(cfg.get<std::string>("trainer.device"));
+  RankRequest ranks;
+  ranks.device = device;
+  ranks.nnodes = cfg.get<int64_t>("trainer.nnodes");
+  ranks.gpus_per_node = cfg.get<int64_t>("trainer.n_gpus_per_node");
+  ranks.counts_set = cfg.origin("trainer.nnodes") != "defaults" || cfg.origin("trainer.n_gpus_per_node") != "defaults";
+  const std::unique_ptr<dist::Communicator> comm = start_ranks(ranks);
+  const int world = comm->world_size(), rank = comm->rank();
+  const bool lead = rank == 0;
+  VERL_CHECK(batch_size % world == 0,
+             "data.train_batch_size={} must be a multiple of the {} data-parallel ranks (each takes an equal share)",
+             batch_size, world);
   // The model on trainer.device, planned (CUDA) for the largest micro-batch `pack` makes: the
   // token budget, or one sequence of up to data.max_length beyond it.
   PolicyOptions popt;
@@ -345,7 +375,6 @@ std::string run_sft(const config::Config& cfg) {
   popt.max_seqs = budget > 0 ? std::min(std::max(batch_size, static_cast<int64_t>(val.size())), popt.max_tokens)
                              : micro_seqs;
   popt.recompute = cfg.get<bool>("model.enable_gradient_checkpointing");
-  const Device device = resolve_device(cfg.get<std::string>("trainer.device"));
   std::unique_ptr<PolicyModel> policy = make_policy(device, std::move(w), popt);
 
   const std::string out_root = cfg.get<std::string>("trainer.default_local_dir");
@@ -382,25 +411,30 @@ std::string run_sft(const config::Config& cfg) {
     if (val.empty()) return;
     std::vector<const SftExample*> all;
     for (const auto& ex : val) all.push_back(&ex);
-    LossStats st = run_batch(*policy, all, budget, micro_seqs, 1.0, /*train=*/false);
+    LossStats st = run_batch(*policy, rank_share(all, rank, world), budget, micro_seqs, 1.0, /*train=*/false);
+    sum_over_ranks(st, *comm);
     m.set("val/loss", st.loss_sum / std::max<int64_t>(1, st.targets));
   };
 
-  log::info("SFT on {}: {} rows, {} steps of {} sequences, {} parameters", to_string(device), train.size(), total,
-            batch_size, policy->state().numel());
-  const RunLock run_lock(out_root);  // one run per directory
+  if (lead)
+    log::info("SFT on {}{}: {} rows, {} steps of {} sequences, {} parameters", to_string(device),
+              world > 1 ? fmt::format(" x {} ranks", world) : "", train.size(), total, batch_size,
+              policy->state().numel());
+  std::optional<RunLock> run_lock;  // one run per directory, held by rank 0
+  if (lead) run_lock.emplace(out_root);
   std::string last_dir;
   const int64_t start = resume_sft(cfg, out_root, *policy, data_order, last_dir);
   if (start >= total) {
-    log::info("{} is at step {} of {}: nothing left to train", last_dir, start, total);
-    return last_dir;
+    if (lead) log::info("{} is at step {} of {}: nothing left to train", last_dir, start, total);
+    return lead ? last_dir : "";
   }
   metrics::LoggerOptions lo;
   lo.experiment_dir = out_root;
   lo.resume_step = start;  // metrics.jsonl lines after the checkpoint's step go
   lo.total_steps = total;
   lo.logging_steps = cfg.get<int64_t>("trainer.logging_steps");
-  metrics::MultiLogger logger(cfg.get<std::vector<std::string>>("trainer.logger"), lo);
+  std::optional<metrics::MultiLogger> logger;
+  if (lead) logger.emplace(cfg.get<std::vector<std::string>>("trainer.logger"), lo);
   std::vector<size_t> order(train.size());
   int64_t step = start;
   note_step(step, /*in_progress=*/false);  // for the line a signal prints
@@ -419,10 +453,14 @@ std::string run_sft(const config::Config& cfg) {
       for (int64_t i = 0; i < batch_size; ++i) batch.push_back(&train[order[b * batch_size + i]]);
       policy->zero_grad();
       const int64_t n_targets = count_targets(batch);
-      LossStats st = run_batch(*policy, batch, budget, micro_seqs, std::max<int64_t>(1, n_targets), /*train=*/true);
+      // The optimizer takes the ranks' mean gradient (optim/adamw.cpp): each rank's loss carries
+      // world / the whole batch's target count, so the mean is the one-process gradient.
+      LossStats st = run_batch(*policy, rank_share(batch, rank, world), budget, micro_seqs,
+                               static_cast<double>(std::max<int64_t>(1, n_targets)) / world, /*train=*/true);
       fault_point("train", step + 1);  // tests kill the process in the middle of a step
       const float lr = opt.lr_at(step);
-      const double gnorm = policy->optimizer_step(lr, comm);
+      const double gnorm = policy->optimizer_step(lr, *comm);
+      sum_over_ranks(st, *comm);
       ++step;
       const double secs = timer.seconds();
       metrics::Metrics m;
@@ -435,12 +473,12 @@ std::string run_sft(const config::Config& cfg) {
       // Validated every test_freq steps and saved every save_freq, both at the last step too; the
       // step is logged before its save, so a save that fails loses no metrics.
       if ((test_freq > 0 && step % test_freq == 0) || step == total) validate(m);
-      logger.log(step, m);
-      if ((save_freq > 0 && step % save_freq == 0) || step == total) last_dir = save(step);
+      if (logger) logger->log(step, m);
+      if (lead && ((save_freq > 0 && step % save_freq == 0) || step == total)) last_dir = save(step);
       note_step(step, /*in_progress=*/false);
     }
   }
-  logger.close();
+  if (logger) logger->close();
   return last_dir;
 }
 

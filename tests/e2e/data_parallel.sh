@@ -8,7 +8,8 @@
 # trainer.one_step_off_policy; a
 # checkpoint saved at 2 ranks
 # resumed at 1 and the reverse; kill -9 of one rank (the job ends, the dead rank is named, the last
-# checkpoint resumes); a stuck rank (the other times out after nccl_timeout); a rank count that disagrees with trainer.nnodes x n_gpus_per_node.
+# checkpoint resumes); a stuck rank (the other times out after nccl_timeout); a rank count that disagrees with trainer.nnodes x n_gpus_per_node;
+# `verl sft` on two ranks against one process.
 # Usage: data_parallel.sh VERL_BINARY REPO_ROOT WORK_DIR
 set -uo pipefail
 verl=$1 root=$2 work=$3
@@ -247,6 +248,41 @@ mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 "$verl" tr
   "${common[@]}" trainer.n_gpus_per_node=8 trainer.default_local_dir="$work/bad" > "$work/bad.log" 2>&1
 check "a wrong rank count fails" test $? -ne 0
 check "the error names both keys" grep -q "trainer.nnodes (1) x trainer.n_gpus_per_node (8) = 8 ranks, but the launcher started 2" "$work/bad.log"
+
+# verl sft on two ranks: each takes half of a step's 16 rows, the loss scaled by the whole batch's
+# target count, so the steps equal one process's (validation split over the ranks too); rank 0
+# saves; a batch the ranks cannot split evenly is an error naming the key.
+sft_run() {
+  local ranks=$1 dir=$2
+  shift 2
+  local args=(sft "$root/configs/demo/sft.yaml" model.partial_pretrain="$root/assets/demo/model"
+    data.train_files="[$root/assets/demo/sft.jsonl]" data.val_files="[$root/assets/demo/sft.jsonl]"
+    data.val_max_samples=24 data.train_batch_size=16 trainer.total_training_steps=4 trainer.test_freq=2
+    trainer.logger=[jsonl] trainer.device=cpu trainer.n_gpus_per_node="$ranks" trainer.default_local_dir="$dir" "$@")
+  if [ "$ranks" = 1 ]; then
+    OMP_NUM_THREADS=1 "$verl" "${args[@]}" > "$dir.log" 2>&1
+  else
+    mpirun --allow-run-as-root --oversubscribe -np "$ranks" -x OMP_NUM_THREADS=1 "$verl" "${args[@]}" > "$dir.log" 2>&1
+  fi
+}
+sft_run 1 "$work/sft1"
+check "sft: one process runs" test $? -eq 0
+sft_run 2 "$work/sft2"
+check "sft: two ranks run" test $? -eq 0
+check "sft: 2 ranks = 1 process" compare "$work/sft1" "$work/sft2" 1,2,3,4 train/loss train/grad_norm train/lr
+check "sft: validation over 2 ranks = 1 process" compare "$work/sft1" "$work/sft2" 2,4 val/loss
+check "sft: rank 0 alone saves, once" test "$(grep -c "saved $work/sft2/global_step_4" "$work/sft2.log")" -eq 1
+echo '{"tokens": [510, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 300, 400, 500]}' > "$work/sft_tokens.jsonl"
+for r in sft1 sft2; do
+  "$verl" logprobs --model "$work/$r/global_step_4" --input "$work/sft_tokens.jsonl" > "$work/$r.lp" 2>/dev/null
+done
+check "sft: the saved models' log-probs within 1e-4" python3 -c "
+import json
+a, b = (json.loads(open('$work/' + r + '.lp').read())['logprobs'] for r in ('sft1', 'sft2'))
+assert len(a) == len(b) == 13 and max(abs(x - y) for x, y in zip(a, b)) <= 1e-4, (a, b)"
+sft_run 2 "$work/sft_odd" data.train_batch_size=15
+check "sft: an uneven batch fails" test $? -ne 0
+check "sft: the error names the key" grep -q "data.train_batch_size=15 must be a multiple of the 2 data-parallel ranks" "$work/sft_odd.log"
 
 echo "data_parallel: $pass passed, $fail failed"
 test "$fail" -eq 0
