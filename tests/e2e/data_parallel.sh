@@ -28,13 +28,17 @@ check "GRPO metrics: 2 ranks = 1 process" compare "$work/one" "$work/two" 1,2,3 
 check "validation split over 2 ranks = 1 process" compare "$work/one" "$work/two" 3 "val-core/arith/reward/mean@1"
 check "rank 0 alone writes the checkpoint" test -f "$work/two/global_step_3/actor/huggingface/model.safetensors"
 echo '{"tokens": [510, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 300, 400, 500]}' > "$work/tokens.jsonl"
-for r in one two; do
-  "$verl" logprobs --model "$work/$r/global_step_3/actor/huggingface" --input "$work/tokens.jsonl" > "$work/$r.lp" 2>/dev/null
-done
-check "exported models' log-probs within 1e-5" python3 -c "
+# same_logprobs MODEL_A MODEL_B TOL: the two models' log-probs of one 14-token sequence within TOL.
+same_logprobs() {
+  "$verl" logprobs --model "$1" --input "$work/tokens.jsonl" > "$work/a.lp" 2>/dev/null &&
+    "$verl" logprobs --model "$2" --input "$work/tokens.jsonl" > "$work/b.lp" 2>/dev/null &&
+    python3 -c "
 import json
-a, b = (json.loads(open('$work/' + r + '.lp').read())['logprobs'] for r in ('one', 'two'))
-assert len(a) == len(b) == 13 and max(abs(x - y) for x, y in zip(a, b)) <= 1e-5, (a, b)"
+a, b = (json.loads(open('$work/' + r + '.lp').read())['logprobs'] for r in ('a', 'b'))
+assert len(a) == len(b) == 13 and max(abs(x - y) for x, y in zip(a, b)) <= $3, (a, b)"
+}
+check "exported models' log-probs within 1e-5" same_logprobs "$work/one/global_step_3/actor/huggingface" \
+  "$work/two/global_step_3/actor/huggingface" 1e-5
 
 # torchrun-style variables without MPI (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT):
 # the TCP communicator, here with ZeRO-1; the same steps as one process.
@@ -272,14 +276,7 @@ check "sft: two ranks run" test $? -eq 0
 check "sft: 2 ranks = 1 process" compare "$work/sft1" "$work/sft2" 1,2,3,4 train/loss train/grad_norm train/lr
 check "sft: validation over 2 ranks = 1 process" compare "$work/sft1" "$work/sft2" 2,4 val/loss
 check "sft: rank 0 alone saves, once" test "$(grep -c "saved $work/sft2/global_step_4" "$work/sft2.log")" -eq 1
-echo '{"tokens": [510, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 300, 400, 500]}' > "$work/sft_tokens.jsonl"
-for r in sft1 sft2; do
-  "$verl" logprobs --model "$work/$r/global_step_4" --input "$work/sft_tokens.jsonl" > "$work/$r.lp" 2>/dev/null
-done
-check "sft: the saved models' log-probs within 1e-4" python3 -c "
-import json
-a, b = (json.loads(open('$work/' + r + '.lp').read())['logprobs'] for r in ('sft1', 'sft2'))
-assert len(a) == len(b) == 13 and max(abs(x - y) for x, y in zip(a, b)) <= 1e-4, (a, b)"
+check "sft: the saved models' log-probs within 1e-4" same_logprobs "$work/sft1/global_step_4" "$work/sft2/global_step_4" 1e-4
 sft_run 2 "$work/sft_odd" data.train_batch_size=15
 check "sft: an uneven batch fails" test $? -ne 0
 check "sft: the error names the key" grep -q "data.train_batch_size=15 must be a multiple of the 2 data-parallel ranks" "$work/sft_odd.log"
