@@ -288,7 +288,10 @@ std::string run_sft(const config::Config& cfg) {
   model::Weights w = model::Weights::load(model_dir);
   VERL_CHECK(w.config.head == model::HeadKind::CausalLM, "{}: SFT needs a causal LM, got {}", model_dir,
              w.config.architecture);
-  tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(model_dir);
+  // model.tokenizer_path: a tokenizer other than the one beside the model (copied into every
+  // checkpoint, so that each loads on its own).
+  const std::string tokenizer_dir = cfg.get<std::optional<std::string>>("model.tokenizer_path").value_or(model_dir);
+  tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(tokenizer_dir);
   if (auto tpl = cfg.get<std::optional<std::string>>("model.custom_chat_template"))
     tok.set_chat_template(*tpl, "model.custom_chat_template");
 
@@ -395,7 +398,7 @@ std::string run_sft(const config::Config& cfg) {
     try {
       fs::remove_all(tmp);
       policy->weights().save(tmp);
-      model::copy_tokenizer_files(model_dir, tmp);
+      model::copy_tokenizer_files(tokenizer_dir, tmp);
       save_optimizer_state(tmp, policy->optimizer_state(), policy->state().numel());
       nlohmann::json st = data_order;
       st["trainer"] = "sft";

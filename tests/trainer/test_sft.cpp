@@ -145,5 +145,25 @@ TEST(Sft, RowFieldsAndTemplateVariablesReachTheTemplate) {
   EXPECT_EQ(tok.decode(nested[0].tokens, false), turns);
 }
 
+// model.tokenizer_path: a model directory without tokenizer files trains with the tokenizer named
+// there, and the checkpoint gets its files (it loads on its own).
+TEST(Sft, TokenizerPathServesAModelWithoutOne) {
+  const fs::path tmp = fs::temp_directory_path() / "verl_test_sft_tokpath";
+  fs::remove_all(tmp);
+  model::Weights::load(kRoot + "/assets/demo/model").save((tmp / "bare").string());
+  ASSERT_FALSE(fs::exists(tmp / "bare" / "tokenizer.json"));
+  config::LoadOptions lo;
+  lo.defaults_path = kRoot + "/configs/sft_trainer.yaml";
+  config::Config cfg = config::load_config(
+      kRoot + "/configs/demo/sft.yaml",
+      {"model.partial_pretrain=" + (tmp / "bare").string(), "model.tokenizer_path=" + kRoot + "/assets/demo",
+       "data.train_batch_size=8", "trainer.total_training_steps=1", "trainer.logger=[jsonl]",
+       "trainer.device=cpu", "trainer.default_local_dir=" + (tmp / "out").string()},
+      lo);
+  const std::string dir = run_sft(cfg);
+  EXPECT_TRUE(fs::exists(fs::path(dir) / "tokenizer.json"));
+  EXPECT_EQ(tokenizer::Tokenizer::load(dir).encode("7 + 8"), tokenizer::Tokenizer::load(kRoot + "/assets/demo").encode("7 + 8"));
+}
+
 }  // namespace
 }  // namespace verl::trainer
