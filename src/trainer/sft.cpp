@@ -248,9 +248,9 @@ int64_t count_targets(const std::vector<const SftExample*>& batch) {
 // (disable: `out_root` must not hold checkpoints). Returns the step to continue after (0: a fresh
 // run); `dir` becomes the checkpoint's directory.
 int64_t resume_sft(const config::Config& cfg, const std::string& out_root, PolicyModel& policy,
-                   const nlohmann::json& data_order, std::string& dir) {
+                   const nlohmann::json& data_order, bool lead, std::string& dir) {
   dir = resume_checkpoint_dir(cfg.get<std::string>("trainer.resume_mode"), out_root,
-                              cfg.get<std::optional<std::string>>("trainer.resume_from_path"));
+                              cfg.get<std::optional<std::string>>("trainer.resume_from_path"), /*warn=*/lead);
   if (dir.empty()) return 0;
   const nlohmann::json st = read_trainer_state(dir);
   VERL_CHECK(st.value("trainer", "") == "sft",
@@ -269,6 +269,7 @@ int64_t resume_sft(const config::Config& cfg, const std::string& out_root, Polic
              dir, saved.config.architecture, saved.layout.total, now.config.architecture, now.layout.total);
   optim::AdamWState opt = load_optimizer_state(dir, policy.state().numel());
   policy.restore(std::move(saved.data), std::move(opt));
+  if (!lead) return step;  // every rank restores; rank 0 says so
   for (const auto& [key, value] : data_order.items())
     if (st.contains(key) && st[key] != value)
       log::warn("{} was saved with {} = {}, this run has {}: the steps after it see another data order than the "
@@ -426,7 +427,7 @@ std::string run_sft(const config::Config& cfg) {
   std::optional<RunLock> run_lock;  // one run per directory, held by rank 0
   if (lead) run_lock.emplace(out_root);
   std::string last_dir;
-  const int64_t start = resume_sft(cfg, out_root, *policy, data_order, last_dir);
+  const int64_t start = resume_sft(cfg, out_root, *policy, data_order, lead, last_dir);
   if (start >= total) {
     if (lead) log::info("{} is at step {} of {}: nothing left to train", last_dir, start, total);
     return lead ? last_dir : "";

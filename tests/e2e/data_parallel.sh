@@ -19,14 +19,6 @@ rm -rf "$work" && mkdir -p "$work"
 common=("${demo_dp[@]}")
 keys=("${dp_keys[@]}")
 
-# GRPO, 3 steps, validation and a checkpoint at the last one.
-run 1 "$work/one" trainer.total_training_steps=3 trainer.test_freq=3 trainer.save_freq=3
-check "one process runs" test $? -eq 0
-run 2 "$work/two" trainer.total_training_steps=3 trainer.test_freq=3 trainer.save_freq=3
-check "two ranks run" test $? -eq 0
-check "GRPO metrics: 2 ranks = 1 process" compare "$work/one" "$work/two" 1,2,3 "${keys[@]}"
-check "validation split over 2 ranks = 1 process" compare "$work/one" "$work/two" 3 "val-core/arith/reward/mean@1"
-check "rank 0 alone writes the checkpoint" test -f "$work/two/global_step_3/actor/huggingface/model.safetensors"
 echo '{"tokens": [510, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 300, 400, 500]}' > "$work/tokens.jsonl"
 # same_logprobs MODEL_A MODEL_B TOL: the two models' log-probs of one 14-token sequence within TOL.
 same_logprobs() {
@@ -37,6 +29,15 @@ import json
 a, b = (json.loads(open('$work/' + r + '.lp').read())['logprobs'] for r in ('a', 'b'))
 assert len(a) == len(b) == 13 and max(abs(x - y) for x, y in zip(a, b)) <= $3, (a, b)"
 }
+
+# GRPO, 3 steps, validation and a checkpoint at the last one.
+run 1 "$work/one" trainer.total_training_steps=3 trainer.test_freq=3 trainer.save_freq=3
+check "one process runs" test $? -eq 0
+run 2 "$work/two" trainer.total_training_steps=3 trainer.test_freq=3 trainer.save_freq=3
+check "two ranks run" test $? -eq 0
+check "GRPO metrics: 2 ranks = 1 process" compare "$work/one" "$work/two" 1,2,3 "${keys[@]}"
+check "validation split over 2 ranks = 1 process" compare "$work/one" "$work/two" 3 "val-core/arith/reward/mean@1"
+check "rank 0 alone writes the checkpoint" test -f "$work/two/global_step_3/actor/huggingface/model.safetensors"
 check "exported models' log-probs within 1e-5" same_logprobs "$work/one/global_step_3/actor/huggingface" \
   "$work/two/global_step_3/actor/huggingface" 1e-5
 
@@ -266,7 +267,8 @@ sft_run() {
   if [ "$ranks" = 1 ]; then
     OMP_NUM_THREADS=1 "$verl" "${args[@]}" > "$dir.log" 2>&1
   else
-    mpirun --allow-run-as-root --oversubscribe -np "$ranks" -x OMP_NUM_THREADS=1 "$verl" "${args[@]}" > "$dir.log" 2>&1
+    mpirun --allow-run-as-root --oversubscribe -np "$ranks" -x OMP_NUM_THREADS=1 ${VERL_FAULT_INJECT:+-x VERL_FAULT_INJECT} \
+      "$verl" "${args[@]}" > "$dir.log" 2>&1
   fi
 }
 sft_run 1 "$work/sft1"
@@ -277,6 +279,16 @@ check "sft: 2 ranks = 1 process" compare "$work/sft1" "$work/sft2" 1,2,3,4 train
 check "sft: validation over 2 ranks = 1 process" compare "$work/sft1" "$work/sft2" 2,4 val/loss
 check "sft: rank 0 alone saves, once" test "$(grep -c "saved $work/sft2/global_step_4" "$work/sft2.log")" -eq 1
 check "sft: the saved models' log-probs within 1e-4" same_logprobs "$work/sft1/global_step_4" "$work/sft2/global_step_4" 1e-4
+# Killed in step 3 on both ranks and resumed from step 2's checkpoint: the same bits as the
+# uninterrupted two-rank run.
+sft_run 2 "$work/sft_full2" trainer.save_freq=2 trainer.test_freq=-1
+VERL_FAULT_INJECT=train:3 sft_run 2 "$work/sft_kill" trainer.save_freq=2 trainer.test_freq=-1
+check "sft: the injected kill ends the job" test $? -ne 0
+sft_run 2 "$work/sft_kill" trainer.save_freq=2 trainer.test_freq=-1
+check "sft: the resumed job finishes" test $? -eq 0
+check "sft: rank 0 alone says it resumes" test "$(grep -c "resuming from $work/sft_kill/global_step_2 (step 2)" "$work/sft_kill.log")" -eq 1
+check "sft: resumed at 2 ranks = uninterrupted" cmp "$work/sft_full2/global_step_4/model.safetensors" \
+  "$work/sft_kill/global_step_4/model.safetensors"
 sft_run 2 "$work/sft_odd" data.train_batch_size=15
 check "sft: an uneven batch fails" test $? -ne 0
 check "sft: the error names the key" grep -q "data.train_batch_size=15 must be a multiple of the 2 data-parallel ranks" "$work/sft_odd.log"
