@@ -9,6 +9,43 @@
 
 #include "core/error.h"
 
+// Every cuBLASLt function the project calls: X(return type, name, (parameters), (arguments)).
+#define VERL_LT_FUNCTIONS(X) \
+  X(cublasStatus_t, cublasLtCreate, (cublasLtHandle_t * h), (h)) \
+  X(cublasStatus_t, cublasLtDestroy, (cublasLtHandle_t h), (h)) \
+  X(const char*, cublasLtGetStatusName, (cublasStatus_t s), (s)) \
+  X(const char*, cublasLtGetStatusString, (cublasStatus_t s), (s)) \
+  X(size_t, cublasLtGetVersion, (void), ()) \
+  X(cublasStatus_t, cublasLtMatmul, (cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void* alpha, \
+      const void* A, cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc, \
+      const void* beta, const void* C, cublasLtMatrixLayout_t Cdesc, void* D, cublasLtMatrixLayout_t Ddesc, \
+      const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes, cudaStream_t stream), (h, \
+      desc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, algo, workspace, workspace_bytes, stream)) \
+  X(cublasStatus_t, cublasLtMatmulAlgoCheck, (cublasLtHandle_t h, cublasLtMatmulDesc_t desc, \
+      cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc, cublasLtMatrixLayout_t Cdesc, \
+      cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t* algo, \
+      cublasLtMatmulHeuristicResult_t* result), (h, desc, Adesc, Bdesc, Cdesc, Ddesc, algo, result)) \
+  X(cublasStatus_t, cublasLtMatmulAlgoConfigGetAttribute, (const cublasLtMatmulAlgo_t* algo, \
+      cublasLtMatmulAlgoConfigAttributes_t attr, void* buf, size_t size, size_t* written), (algo, attr, buf, \
+      size, written)) \
+  X(cublasStatus_t, cublasLtMatmulAlgoGetHeuristic, (cublasLtHandle_t h, cublasLtMatmulDesc_t desc, \
+      cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc, cublasLtMatrixLayout_t Cdesc, \
+      cublasLtMatrixLayout_t Ddesc, cublasLtMatmulPreference_t pref, int requested, \
+      cublasLtMatmulHeuristicResult_t results[], int* returned), (h, desc, Adesc, Bdesc, Cdesc, Ddesc, pref, \
+      requested, results, returned)) \
+  X(cublasStatus_t, cublasLtMatmulDescCreate, (cublasLtMatmulDesc_t * desc, cublasComputeType_t compute, \
+      cudaDataType_t scale), (desc, compute, scale)) \
+  X(cublasStatus_t, cublasLtMatmulDescDestroy, (cublasLtMatmulDesc_t desc), (desc)) \
+  X(cublasStatus_t, cublasLtMatmulDescSetAttribute, (cublasLtMatmulDesc_t desc, \
+      cublasLtMatmulDescAttributes_t attr, const void* buf, size_t size), (desc, attr, buf, size)) \
+  X(cublasStatus_t, cublasLtMatmulPreferenceCreate, (cublasLtMatmulPreference_t * pref), (pref)) \
+  X(cublasStatus_t, cublasLtMatmulPreferenceDestroy, (cublasLtMatmulPreference_t pref), (pref)) \
+  X(cublasStatus_t, cublasLtMatmulPreferenceSetAttribute, (cublasLtMatmulPreference_t pref, \
+      cublasLtMatmulPreferenceAttributes_t attr, const void* buf, size_t size), (pref, attr, buf, size)) \
+  X(cublasStatus_t, cublasLtMatrixLayoutCreate, (cublasLtMatrixLayout_t * layout, cudaDataType type, \
+      uint64_t rows, uint64_t cols, int64_t ld), (layout, type, rows, cols, ld)) \
+  X(cublasStatus_t, cublasLtMatrixLayoutDestroy, (cublasLtMatrixLayout_t layout), (layout))
+
 namespace verl::ops::cuda {
 namespace {
 
@@ -54,12 +91,9 @@ F resolve(const char* name) {
 }
 
 // The functions forwarded below, for cublaslt_load_problem.
-constexpr const char* kFunctions[] = {
-    "cublasLtCreate", "cublasLtDestroy", "cublasLtGetStatusName", "cublasLtGetStatusString",
-    "cublasLtGetVersion", "cublasLtMatmul", "cublasLtMatmulAlgoCheck", "cublasLtMatmulAlgoConfigGetAttribute",
-    "cublasLtMatmulAlgoGetHeuristic", "cublasLtMatmulDescCreate", "cublasLtMatmulDescDestroy",
-    "cublasLtMatmulDescSetAttribute", "cublasLtMatmulPreferenceCreate", "cublasLtMatmulPreferenceDestroy",
-    "cublasLtMatmulPreferenceSetAttribute", "cublasLtMatrixLayoutCreate", "cublasLtMatrixLayoutDestroy"};
+#define VERL_LT_NAME(ret, name, params, args) #name,
+constexpr const char* kFunctions[] = {VERL_LT_FUNCTIONS(VERL_LT_NAME)};
+#undef VERL_LT_NAME
 
 }  // namespace
 
@@ -81,50 +115,5 @@ std::string cublaslt_load_problem() {
   }
 
 extern "C" {
-
-VERL_LT_FORWARD(cublasStatus_t, cublasLtCreate, (cublasLtHandle_t * h), (h))
-VERL_LT_FORWARD(cublasStatus_t, cublasLtDestroy, (cublasLtHandle_t h), (h))
-VERL_LT_FORWARD(const char*, cublasLtGetStatusName, (cublasStatus_t s), (s))
-VERL_LT_FORWARD(const char*, cublasLtGetStatusString, (cublasStatus_t s), (s))
-VERL_LT_FORWARD(size_t, cublasLtGetVersion, (void), ())
-VERL_LT_FORWARD(cublasStatus_t, cublasLtMatmul,
-                (cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void* alpha, const void* A,
-                 cublasLtMatrixLayout_t Adesc, const void* B, cublasLtMatrixLayout_t Bdesc, const void* beta,
-                 const void* C, cublasLtMatrixLayout_t Cdesc, void* D, cublasLtMatrixLayout_t Ddesc,
-                 const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes, cudaStream_t stream),
-                (h, desc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, algo, workspace, workspace_bytes,
-                 stream))
-VERL_LT_FORWARD(cublasStatus_t, cublasLtMatmulAlgoCheck,
-                (cublasLtHandle_t h, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t Adesc,
-                 cublasLtMatrixLayout_t Bdesc, cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
-                 const cublasLtMatmulAlgo_t* algo, cublasLtMatmulHeuristicResult_t* result),
-                (h, desc, Adesc, Bdesc, Cdesc, Ddesc, algo, result))
-VERL_LT_FORWARD(cublasStatus_t, cublasLtMatmulAlgoConfigGetAttribute,
-                (const cublasLtMatmulAlgo_t* algo, cublasLtMatmulAlgoConfigAttributes_t attr, void* buf,
-                 size_t size, size_t* written),
-                (algo, attr, buf, size, written))
-VERL_LT_FORWARD(cublasStatus_t, cublasLtMatmulAlgoGetHeuristic,
-                (cublasLtHandle_t h, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t Adesc,
-                 cublasLtMatrixLayout_t Bdesc, cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
-                 cublasLtMatmulPreference_t pref, int requested, cublasLtMatmulHeuristicResult_t results[],
-                 int* returned),
-                (h, desc, Adesc, Bdesc, Cdesc, Ddesc, pref, requested, results, returned))
-VERL_LT_FORWARD(cublasStatus_t, cublasLtMatmulDescCreate,
-                (cublasLtMatmulDesc_t * desc, cublasComputeType_t compute, cudaDataType_t scale),
-                (desc, compute, scale))
-VERL_LT_FORWARD(cublasStatus_t, cublasLtMatmulDescDestroy, (cublasLtMatmulDesc_t desc), (desc))
-VERL_LT_FORWARD(cublasStatus_t, cublasLtMatmulDescSetAttribute,
-                (cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const void* buf, size_t size),
-                (desc, attr, buf, size))
-VERL_LT_FORWARD(cublasStatus_t, cublasLtMatmulPreferenceCreate, (cublasLtMatmulPreference_t * pref), (pref))
-VERL_LT_FORWARD(cublasStatus_t, cublasLtMatmulPreferenceDestroy, (cublasLtMatmulPreference_t pref), (pref))
-VERL_LT_FORWARD(cublasStatus_t, cublasLtMatmulPreferenceSetAttribute,
-                (cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr, const void* buf,
-                 size_t size),
-                (pref, attr, buf, size))
-VERL_LT_FORWARD(cublasStatus_t, cublasLtMatrixLayoutCreate,
-                (cublasLtMatrixLayout_t * layout, cudaDataType type, uint64_t rows, uint64_t cols, int64_t ld),
-                (layout, type, rows, cols, ld))
-VERL_LT_FORWARD(cublasStatus_t, cublasLtMatrixLayoutDestroy, (cublasLtMatrixLayout_t layout), (layout))
-
+VERL_LT_FUNCTIONS(VERL_LT_FORWARD)
 }  // extern "C"
