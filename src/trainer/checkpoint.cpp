@@ -78,7 +78,7 @@ int64_t saved_world_size(const fs::path& dir, std::string_view stem, std::string
 void save_model(const fs::path& dir, const ModelState& s, const std::string& tokenizer_dir) {
   s.weights->save((dir / "huggingface").string());
   if (!tokenizer_dir.empty()) model::copy_tokenizer_files(tokenizer_dir, (dir / "huggingface").string());
-  if (s.shard) return;  // every rank writes its slice (save_shard)
+  if (s.shard || !s.optimizer) return;  // every rank writes its slice (save_shard), or none is kept
   save_optimizer_state(dir.string(), *s.opt, s.weights->layout.total);
 }
 
@@ -154,8 +154,10 @@ void load_moments(const fs::path& dir, int64_t n, const optim::ShardSpec& want, 
   }
   // Shards: optim_world_size_<W>_rank_<r>.safetensors for r = 0 .. W-1, together covering [0, n).
   const int64_t world = saved_world_size(dir, "optim", "optimizer shards");
-  VERL_CHECK(world > 0, "{}: neither optim.safetensors nor optimizer shards (optim_world_size_W_rank_R.safetensors); "
-             "the checkpoint is incomplete: resume from another one, or set trainer.resume_mode=disable", dir.string());
+  VERL_CHECK(world > 0, "{}: neither optim.safetensors nor optimizer shards (optim_world_size_W_rank_R.safetensors): "
+             "saved without \"optimizer\" in checkpoint.save_contents, or incomplete. Leave optimizer out of "
+             "checkpoint.load_contents to resume with fresh AdamW moments, resume from another checkpoint, or set "
+             "trainer.resume_mode=disable", dir.string());
   int64_t covered = 0, step = -1;
   for (int64_t r = 0; r < world; ++r) {
     const fs::path path = dir / shard_file_name(world, r);
@@ -177,7 +179,8 @@ void load_moments(const fs::path& dir, int64_t n, const optim::ShardSpec& want, 
   opt.step = step;
 }
 
-void load_model(const fs::path& dir, model::Weights& w, AdamWState& opt, const optim::ShardSpec* shard) {
+void load_model(const fs::path& dir, model::Weights& w, AdamWState& opt, const optim::ShardSpec* shard,
+                bool load_optimizer) {
   model::Weights loaded = dir.filename() == "critic" ? model::Weights::load_as_critic((dir / "huggingface").string())
                                                      : model::Weights::load((dir / "huggingface").string());
   const int64_t n = w.layout.total;
@@ -185,7 +188,9 @@ void load_model(const fs::path& dir, model::Weights& w, AdamWState& opt, const o
              "{}: the checkpoint's model has {} parameters but the configured one has {}; resume with the same "
              "model, or set trainer.resume_mode=disable", dir.string(), loaded.data.size(), n);
   w.data = std::move(loaded.data);
-  load_moments(dir, n, shard ? *shard : optim::ShardSpec{0, n}, opt);
+  const optim::ShardSpec want = shard ? *shard : optim::ShardSpec{0, n};
+  if (load_optimizer) load_moments(dir, n, want, opt);
+  else opt = fresh_optimizer_state(want.size());
 }
 
 std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& root) {
@@ -219,8 +224,9 @@ std::string write_checkpoint(const std::string& root, int64_t step, const fs::pa
   // The shards go into the directory rank 0 made; every rank writes its own at once.
   const bool sharded = actor.shard || (critic && critic->shard) || actor.carry || (critic && critic->carry);
   if (sharded) c.barrier();
-  if (actor.shard) save_shard(tmp / "actor", actor, actor.shard_numel, c.world_size(), c.rank());
-  if (critic && critic->shard) save_shard(tmp / "critic", *critic, critic->shard_numel, c.world_size(), c.rank());
+  if (actor.shard && actor.optimizer) save_shard(tmp / "actor", actor, actor.shard_numel, c.world_size(), c.rank());
+  if (critic && critic->shard && critic->optimizer)
+    save_shard(tmp / "critic", *critic, critic->shard_numel, c.world_size(), c.rank());
   if (actor.carry) save_carry(tmp / "actor", actor, c.world_size(), c.rank());
   if (critic && critic->carry) save_carry(tmp / "critic", *critic, c.world_size(), c.rank());
   if (lead) {
@@ -272,6 +278,27 @@ AdamWState load_optimizer_state(const std::string& dir, int64_t numel) {
   AdamWState opt;
   load_moments(dir, numel, optim::ShardSpec{0, numel}, opt);
   return opt;
+}
+
+AdamWState fresh_optimizer_state(int64_t numel) {
+  AdamWState opt;
+  opt.exp_avg.assign(static_cast<size_t>(numel), 0.0f);
+  opt.exp_avg_sq.assign(static_cast<size_t>(numel), 0.0f);
+  return opt;
+}
+
+CheckpointContents parse_checkpoint_contents(const std::vector<std::string>& list, const std::string& key) {
+  CheckpointContents c;
+  c.optimizer = false;
+  bool model = false;
+  for (const std::string& part : list) {
+    VERL_CHECK(part == "model" || part == "optimizer" || part == "extra" || part == "hf_model",
+               "{}: unknown part '{}' (model, optimizer, extra, hf_model)", key, part);
+    model = model || part == "model" || part == "hf_model";
+    c.optimizer = c.optimizer || part == "optimizer";
+  }
+  VERL_CHECK(model, "{}: a verl.cpp checkpoint is its model (an HF directory); include model or hf_model", key);
+  return c;
 }
 
 std::string publish_checkpoint(const std::string& root, int64_t step, const std::string& tmp,
@@ -410,16 +437,17 @@ std::optional<SyncCarry> load_sync_carry(const std::string& model_dir, int64_t n
 
 nlohmann::json load_checkpoint(const std::string& dir, model::Weights& actor, AdamWState& actor_opt,
                                model::Weights* critic, AdamWState* critic_opt,
-                               const optim::ShardSpec* actor_shard, const optim::ShardSpec* critic_shard) {
+                               const optim::ShardSpec* actor_shard, const optim::ShardSpec* critic_shard,
+                               CheckpointContents actor_load, CheckpointContents critic_load) {
   const fs::path d(dir);
   nlohmann::json st = read_trainer_state(dir);
   VERL_CHECK(st.value("trainer", "") != "sft",
              "{}: a `verl sft` checkpoint; `verl train` resumes from its own checkpoints (start from the SFT model "
              "with actor_rollout_ref.model.path={})", dir, dir);
-  load_model(d / "actor", actor, actor_opt, actor_shard);
+  load_model(d / "actor", actor, actor_opt, actor_shard, actor_load.optimizer);
   if (critic) {
     VERL_CHECK(fs::exists(d / "critic"), "{}: the run uses a critic but the checkpoint has none", dir);
-    load_model(d / "critic", *critic, *critic_opt, critic_shard);
+    load_model(d / "critic", *critic, *critic_opt, critic_shard, critic_load.optimizer);
   }
   return st;
 }

@@ -45,7 +45,19 @@ struct ModelState {
   // <model>/sync_carry_world_size_<W>_rank_<r>.safetensors.
   const std::vector<float>* carry = nullptr;
   int64_t sync_calls = 0;
+  // checkpoint.save_contents holds "optimizer": the moments are written (else only the model).
+  bool optimizer = true;
 };
+
+// What a checkpoint.save_contents or load_contents list asks for (verl's names: model, optimizer,
+// extra, hf_model). The model is always in a verl.cpp checkpoint (it is the HF directory), and so
+// is the trainer state ("extra": the step and data position a resume needs); only the optimizer
+// state is optional. A list without model or hf_model, or with another name, is an Error naming
+// `key`.
+struct CheckpointContents {
+  bool optimizer = true;
+};
+CheckpointContents parse_checkpoint_contents(const std::vector<std::string>& list, const std::string& key);
 
 // A rank's LightweightSync carry as a checkpoint's model directory (actor/ or critic/) holds it.
 struct SyncCarry {
@@ -90,6 +102,8 @@ void check_fresh_run_dir(const std::string& root);
 // `dir`/optim.safetensors: AdamW's moments over `numel` parameters and its step count.
 void save_optimizer_state(const std::string& dir, const AdamWState& opt, int64_t numel);
 AdamWState load_optimizer_state(const std::string& dir, int64_t numel);
+// Fresh AdamW state for `numel` parameters: zero moments, step 0 (load_contents without optimizer).
+AdamWState fresh_optimizer_state(int64_t numel);
 // Adds trainer_state.json (`trainer_state` with "version" and "global_step") to the finished
 // temporary directory `tmp`, renames it to <root>/global_step_<step> in one step, updates the
 // tracker, and removes the oldest checkpoints beyond `keep` (<= 0: none), never this one. Returns
@@ -107,10 +121,12 @@ nlohmann::json read_trainer_state(const std::string& dir);
 // Restores weights (their `data`, checked against their layout) and optimizer state (resized to
 // the layout, or to `*_shard`'s slice when given) from a checkpoint directory; returns
 // trainer_state.json. Mismatched shapes or a missing file are Errors naming the file and how to
-// fix it.
+// fix it. A part whose load_contents leaves out the optimizer (`*_load.optimizer` false) gets
+// fresh moments (zeros, step 0) instead.
 nlohmann::json load_checkpoint(const std::string& dir, model::Weights& actor, AdamWState& actor_opt,
                                model::Weights* critic, AdamWState* critic_opt,
                                const optim::ShardSpec* actor_shard = nullptr,
-                               const optim::ShardSpec* critic_shard = nullptr);
+                               const optim::ShardSpec* critic_shard = nullptr,
+                               CheckpointContents actor_load = {}, CheckpointContents critic_load = {});
 
 }  // namespace verl::trainer

@@ -512,6 +512,10 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
   ranks.gpus_per_node = cfg_.get<int64_t>("trainer.n_gpus_per_node");
   ranks.counts_set = cfg_.origin("trainer.nnodes") != "defaults" || cfg_.origin("trainer.n_gpus_per_node") != "defaults";
   comm_ = start_ranks(ranks);
+  // What checkpoints hold, checked before the first step rather than at the first save.
+  for (const char* key : {"actor_rollout_ref.actor.checkpoint.save_contents", "actor_rollout_ref.actor.checkpoint.load_contents",
+                          "critic.checkpoint.save_contents", "critic.checkpoint.load_contents"})
+    parse_checkpoint_contents(cfg_.get<std::vector<std::string>>(key), key);
   const int world = comm_->world_size();
   if (world > 1) {
     for (const char* key : {"data.train_batch_size", "data.gen_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size"}) {
@@ -2067,9 +2071,20 @@ void PpoTrainer::resume() {
   };
   const std::optional<optim::ShardSpec> actor_shard = slice(*actor_.model);
   const std::optional<optim::ShardSpec> critic_shard = critic_ ? slice(*critic_->model) : std::nullopt;
+  // checkpoint.load_contents: without optimizer, the moments start fresh.
+  auto load_parts = [&](const std::string& section) {
+    const std::string key = section + ".checkpoint.load_contents";
+    return parse_checkpoint_contents(cfg_.get<std::vector<std::string>>(key), key);
+  };
+  const CheckpointContents actor_load = load_parts("actor_rollout_ref.actor");
+  const CheckpointContents critic_load = critic_ ? load_parts("critic") : CheckpointContents{};
   nlohmann::json st = load_checkpoint(dir, actor_weights, actor_opt, critic_ ? &*critic_weights : nullptr,
                                       critic_ ? &critic_opt : nullptr, actor_shard ? &*actor_shard : nullptr,
-                                      critic_shard ? &*critic_shard : nullptr);
+                                      critic_shard ? &*critic_shard : nullptr, actor_load, critic_load);
+  if (comm_->rank() == 0)
+    for (const auto& [load, section] : {std::pair{actor_load, "actor_rollout_ref.actor"}, std::pair{critic_load, "critic"}})
+      if (!load.optimizer)
+        log::warn("{}: {}.checkpoint.load_contents leaves out the optimizer: AdamW's moments start fresh", dir, section);
   actor_.model->restore(std::move(actor_weights.data), std::move(actor_opt));
   if (critic_) critic_->model->restore(std::move(critic_weights->data), std::move(critic_opt));
   // LightweightSync: each rank's carry (the gradient it still owes) and the interval's phase.
@@ -2114,28 +2129,31 @@ std::string PpoTrainer::save() {
   std::optional<FullWeights> actor_full, critic_full;
   actor_full.emplace(*actor_.model, reshard_bucket_);
   if (critic_) critic_full.emplace(*critic_->model, reshard_bucket_);
-  auto part = [&](PolicyModel& p) {
+  // checkpoint.save_contents: the optimizer state is written unless the list leaves it out.
+  auto part = [&](PolicyModel& p, const std::string& section) {
     Part out;
     optim::TrainState& st = p.state();
     out.carry = st.download_carry();  // LightweightSync: every rank's own (checkpoint.h)
     out.ms.sync_calls = st.sync_calls();
+    const std::string key = section + ".checkpoint.save_contents";
+    out.ms.optimizer = parse_checkpoint_contents(cfg_.get<std::vector<std::string>>(key), key).optimizer;
     if (!st.whole()) {
-      out.opt = st.download_optimizer_shard();
+      if (out.ms.optimizer) out.opt = st.download_optimizer_shard();
       out.ms.shard = st.shard();
       out.ms.shard_numel = st.numel();
-    } else if (lead) {
+    } else if (lead && out.ms.optimizer) {
       out.opt = p.optimizer_state();  // host copies: on cuda downloaded here
     }
     if (lead) out.ms.weights = &p.weights();  // on cuda downloaded if stale
     return out;
   };
-  Part actor = part(*actor_.model);
+  Part actor = part(*actor_.model, "actor_rollout_ref.actor");
   actor.ms.opt = &actor.opt;
   if (!actor.carry.empty()) actor.ms.carry = &actor.carry;
   std::optional<Part> critic_part;
   std::optional<ModelState> critic;
   if (critic_) {
-    critic_part = part(*critic_->model);
+    critic_part = part(*critic_->model, "critic");
     critic_part->ms.opt = &critic_part->opt;
     if (!critic_part->carry.empty()) critic_part->ms.carry = &critic_part->carry;
     critic = critic_part->ms;

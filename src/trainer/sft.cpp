@@ -267,8 +267,13 @@ int64_t resume_sft(const config::Config& cfg, const std::string& out_root, Polic
   VERL_CHECK(same, "{}: the checkpoint's model ({}, {} parameters) is not the shape of model.partial_pretrain ({}, {} "
              "parameters); resume with the model the run started from, or set trainer.resume_mode=disable",
              dir, saved.config.architecture, saved.layout.total, now.config.architecture, now.layout.total);
-  optim::AdamWState opt = load_optimizer_state(dir, policy.state().numel());
+  const CheckpointContents load =
+      parse_checkpoint_contents(cfg.get<std::vector<std::string>>("checkpoint.load_contents"), "checkpoint.load_contents");
+  optim::AdamWState opt = load.optimizer ? load_optimizer_state(dir, policy.state().numel())
+                                         : fresh_optimizer_state(policy.state().numel());
   policy.restore(std::move(saved.data), std::move(opt));
+  if (lead && !load.optimizer)
+    log::warn("{}: checkpoint.load_contents leaves out the optimizer: AdamW's moments start fresh", dir);
   if (!lead) return step;  // every rank restores; rank 0 says so
   for (const auto& [key, value] : data_order.items())
     if (st.contains(key) && st[key] != value)
@@ -388,6 +393,9 @@ std::string run_sft(const config::Config& cfg) {
   const bool shuffle = cfg.get<bool>("data.shuffle");
 
   const int64_t keep = cfg.get<std::optional<int64_t>>("trainer.max_ckpt_to_keep").value_or(0);
+  const CheckpointContents save_parts =
+      parse_checkpoint_contents(cfg.get<std::vector<std::string>>("checkpoint.save_contents"), "checkpoint.save_contents");
+  parse_checkpoint_contents(cfg.get<std::vector<std::string>>("checkpoint.load_contents"), "checkpoint.load_contents");
   // What a checkpoint records of the data order, to warn when a resumed run's order differs.
   const nlohmann::json data_order = {{"training rows", train.size()}, {"data.train_batch_size", batch_size},
                                      {"trainer.seed", seed}, {"data.shuffle", shuffle}};
@@ -400,7 +408,7 @@ std::string run_sft(const config::Config& cfg) {
       fs::remove_all(tmp);
       policy->weights().save(tmp);
       model::copy_tokenizer_files(tokenizer_dir, tmp);
-      save_optimizer_state(tmp, policy->optimizer_state(), policy->state().numel());
+      if (save_parts.optimizer) save_optimizer_state(tmp, policy->optimizer_state(), policy->state().numel());
       nlohmann::json st = data_order;
       st["trainer"] = "sft";
       fault_point("save", step);  // tests kill the process here: half a checkpoint on disk

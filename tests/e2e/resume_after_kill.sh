@@ -9,7 +9,7 @@ rm -rf "$work" && mkdir -p "$work"
 common=(actor_rollout_ref.model.path="$root/assets/demo/model" data.train_files="[$root/assets/demo/train.jsonl]"
   data.val_files=null data.train_batch_size=4 actor_rollout_ref.actor.ppo_mini_batch_size=2
   actor_rollout_ref.rollout.n=2 trainer.total_training_steps=6 trainer.save_freq=2 trainer.logger=[jsonl])
-run() { OMP_NUM_THREADS=1 "$verl" train "$root/configs/demo.yaml" "${common[@]}" trainer.default_local_dir="$1" > "$1.log" 2>&1; }
+run() { OMP_NUM_THREADS=1 "$verl" train "$root/configs/demo.yaml" "${common[@]}" trainer.default_local_dir="$1" "${@:2}" > "$1.log" 2>&1; }
 
 # same_metrics FULL KEYS RUN...: each run's metrics.jsonl (the last line of each step: a resumed run's
 # re-run steps replace the killed run's lines) equals FULL's at every step, on the comma-separated KEYS.
@@ -83,4 +83,30 @@ grep -q "global_step_6: not a \`verl sft\` checkpoint" "$work/sft_from_ppo.log" 
 sft_run "$work/sft_keep" trainer.max_ckpt_to_keep=2
 [ "$(ls -d "$work"/sft_keep/global_step_* | xargs -n1 basename | tr '\n' ' ')" = "global_step_4 global_step_6 " ] ||
   { echo "FAIL: max_ckpt_to_keep=2 left $(ls "$work/sft_keep")"; exit 1; }
-echo "sft resume: finished run, disable, foreign checkpoint and retention checked"
+# checkpoint.save_contents without optimizer: no moments on disk, and the resume (load_contents
+# follows save_contents) starts them fresh with a warning; asking to load them then names the cause;
+# a list without the model is refused before training.
+sft_run "$work/sft_lean" 'checkpoint.save_contents=[model,extra]' trainer.total_training_steps=2 trainer.save_freq=1
+[ -f "$work/sft_lean/global_step_2/model.safetensors" ] && [ ! -e "$work/sft_lean/global_step_2/optim.safetensors" ] ||
+  { echo "FAIL: save_contents without optimizer"; ls "$work/sft_lean/global_step_2"; exit 1; }
+rm -r "$work/sft_lean/global_step_2" && echo 1 > "$work/sft_lean/latest_checkpointed_iteration.txt"
+sft_run "$work/sft_lean" 'checkpoint.save_contents=[model,extra]' trainer.total_training_steps=2 trainer.save_freq=1
+grep -q "global_step_1: checkpoint.load_contents leaves out the optimizer: AdamW's moments start fresh" "$work/sft_lean.log" ||
+  { echo "FAIL: lean resume"; cat "$work/sft_lean.log"; exit 1; }
+rm -r "$work/sft_lean/global_step_2" && echo 1 > "$work/sft_lean/latest_checkpointed_iteration.txt"
+if sft_run "$work/sft_lean" trainer.total_training_steps=2; then echo "FAIL: loaded missing moments"; exit 1; fi
+grep -q "saved without \"optimizer\" in checkpoint.save_contents" "$work/sft_lean.log" || { echo "FAIL: missing moments message"; cat "$work/sft_lean.log"; exit 1; }
+if sft_run "$work/sft_nomodel" 'checkpoint.save_contents=[optimizer]'; then echo "FAIL: save_contents without the model ran"; exit 1; fi
+grep -q "checkpoint.save_contents: a verl.cpp checkpoint is its model (an HF directory); include model or hf_model" "$work/sft_nomodel.log" ||
+  { echo "FAIL: no-model message"; cat "$work/sft_nomodel.log"; exit 1; }
+[ ! -e "$work/sft_nomodel/metrics.jsonl" ] || { echo "FAIL: trained before refusing save_contents"; exit 1; }
+# verl train alike: the actor's moments left out of a checkpoint, and a resume that starts them fresh.
+run "$work/ppo_lean" 'actor_rollout_ref.actor.checkpoint.save_contents=[hf_model]' trainer.total_training_steps=2 trainer.save_freq=1 ||
+  { echo "FAIL: lean verl train"; tail -3 "$work/ppo_lean.log"; exit 1; }
+[ -f "$work/ppo_lean/global_step_2/actor/huggingface/model.safetensors" ] && [ ! -e "$work/ppo_lean/global_step_2/actor/optim.safetensors" ] ||
+  { echo "FAIL: verl train save_contents without optimizer"; exit 1; }
+run "$work/ppo_lean" 'actor_rollout_ref.actor.checkpoint.save_contents=[hf_model]' trainer.total_training_steps=3 trainer.save_freq=1 ||
+  { echo "FAIL: lean verl train resume"; tail -3 "$work/ppo_lean.log"; exit 1; }
+grep -q "actor_rollout_ref.actor.checkpoint.load_contents leaves out the optimizer: AdamW's moments start fresh" "$work/ppo_lean.log" ||
+  { echo "FAIL: verl train lean resume warning"; exit 1; }
+echo "sft resume: finished run, disable, foreign checkpoint, retention and save_contents checked"

@@ -157,7 +157,7 @@ TEST(Sft, TokenizerPathServesAModelWithoutOne) {
   config::Config cfg = config::load_config(
       kRoot + "/configs/demo/sft.yaml",
       {"model.partial_pretrain=" + (tmp / "bare").string(), "model.tokenizer_path=" + kRoot + "/assets/demo",
-       "data.train_batch_size=8", "trainer.total_training_steps=1", "trainer.logger=[jsonl]",
+       "data.train_files=[" + kRoot + "/assets/demo/sft.jsonl]", "data.train_batch_size=8", "trainer.total_training_steps=1", "trainer.logger=[jsonl]",
        "trainer.device=cpu", "trainer.default_local_dir=" + (tmp / "out").string()},
       lo);
   const std::string dir = run_sft(cfg);
