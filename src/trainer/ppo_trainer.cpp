@@ -505,17 +505,15 @@ PpoTrainer::PpoTrainer(const config::Config& cfg) : cfg_(cfg) {
   // each rank takes its local rank's device and the device collectives go through NCCL.
   const std::string device = cfg_.get<std::string>("trainer.device");
   device_ = resolve_device(device);
-  RankRequest ranks;
-  ranks.device = device_;
-  ranks.timeout_s = cfg_.get<double>("actor_rollout_ref.nccl_timeout");
-  ranks.nnodes = cfg_.get<int64_t>("trainer.nnodes");
-  ranks.gpus_per_node = cfg_.get<int64_t>("trainer.n_gpus_per_node");
-  ranks.counts_set = cfg_.origin("trainer.nnodes") != "defaults" || cfg_.origin("trainer.n_gpus_per_node") != "defaults";
-  comm_ = start_ranks(ranks);
+  comm_ = start_ranks(cfg_, device_, cfg_.get<double>("actor_rollout_ref.nccl_timeout"));
   // What checkpoints hold, checked before the first step rather than at the first save.
-  for (const char* key : {"actor_rollout_ref.actor.checkpoint.save_contents", "actor_rollout_ref.actor.checkpoint.load_contents",
-                          "critic.checkpoint.save_contents", "critic.checkpoint.load_contents"})
-    parse_checkpoint_contents(cfg_.get<std::vector<std::string>>(key), key);
+  auto contents = [&](const std::string& key) {
+    return parse_checkpoint_contents(cfg_.get<std::vector<std::string>>(key), key);
+  };
+  actor_save_ = contents("actor_rollout_ref.actor.checkpoint.save_contents");
+  actor_load_ = contents("actor_rollout_ref.actor.checkpoint.load_contents");
+  critic_save_ = contents("critic.checkpoint.save_contents");
+  critic_load_ = contents("critic.checkpoint.load_contents");
   const int world = comm_->world_size();
   if (world > 1) {
     for (const char* key : {"data.train_batch_size", "data.gen_batch_size", "actor_rollout_ref.actor.ppo_mini_batch_size"}) {
@@ -2072,17 +2070,12 @@ void PpoTrainer::resume() {
   const std::optional<optim::ShardSpec> actor_shard = slice(*actor_.model);
   const std::optional<optim::ShardSpec> critic_shard = critic_ ? slice(*critic_->model) : std::nullopt;
   // checkpoint.load_contents: without optimizer, the moments start fresh.
-  auto load_parts = [&](const std::string& section) {
-    const std::string key = section + ".checkpoint.load_contents";
-    return parse_checkpoint_contents(cfg_.get<std::vector<std::string>>(key), key);
-  };
-  const CheckpointContents actor_load = load_parts("actor_rollout_ref.actor");
-  const CheckpointContents critic_load = critic_ ? load_parts("critic") : CheckpointContents{};
+  const CheckpointContents critic_load = critic_ ? critic_load_ : CheckpointContents{};
   nlohmann::json st = load_checkpoint(dir, actor_weights, actor_opt, critic_ ? &*critic_weights : nullptr,
                                       critic_ ? &critic_opt : nullptr, actor_shard ? &*actor_shard : nullptr,
-                                      critic_shard ? &*critic_shard : nullptr, actor_load, critic_load);
+                                      critic_shard ? &*critic_shard : nullptr, actor_load_, critic_load);
   if (comm_->rank() == 0)
-    for (const auto& [load, section] : {std::pair{actor_load, "actor_rollout_ref.actor"}, std::pair{critic_load, "critic"}})
+    for (const auto& [load, section] : {std::pair{actor_load_, "actor_rollout_ref.actor"}, std::pair{critic_load, "critic"}})
       if (!load.optimizer)
         log::warn("{}: {}.checkpoint.load_contents leaves out the optimizer: AdamW's moments start fresh", dir, section);
   actor_.model->restore(std::move(actor_weights.data), std::move(actor_opt));
@@ -2130,13 +2123,12 @@ std::string PpoTrainer::save() {
   actor_full.emplace(*actor_.model, reshard_bucket_);
   if (critic_) critic_full.emplace(*critic_->model, reshard_bucket_);
   // checkpoint.save_contents: the optimizer state is written unless the list leaves it out.
-  auto part = [&](PolicyModel& p, const std::string& section) {
+  auto part = [&](PolicyModel& p, const CheckpointContents& contents) {
     Part out;
     optim::TrainState& st = p.state();
     out.carry = st.download_carry();  // LightweightSync: every rank's own (checkpoint.h)
     out.ms.sync_calls = st.sync_calls();
-    const std::string key = section + ".checkpoint.save_contents";
-    out.ms.optimizer = parse_checkpoint_contents(cfg_.get<std::vector<std::string>>(key), key).optimizer;
+    out.ms.optimizer = contents.optimizer;
     if (!st.whole()) {
       if (out.ms.optimizer) out.opt = st.download_optimizer_shard();
       out.ms.shard = st.shard();
@@ -2147,13 +2139,13 @@ std::string PpoTrainer::save() {
     if (lead) out.ms.weights = &p.weights();  // on cuda downloaded if stale
     return out;
   };
-  Part actor = part(*actor_.model, "actor_rollout_ref.actor");
+  Part actor = part(*actor_.model, actor_save_);
   actor.ms.opt = &actor.opt;
   if (!actor.carry.empty()) actor.ms.carry = &actor.carry;
   std::optional<Part> critic_part;
   std::optional<ModelState> critic;
   if (critic_) {
-    critic_part = part(*critic_->model, "critic");
+    critic_part = part(*critic_->model, critic_save_);
     critic_part->ms.opt = &critic_part->opt;
     if (!critic_part->carry.empty()) critic_part->ms.carry = &critic_part->carry;
     critic = critic_part->ms;

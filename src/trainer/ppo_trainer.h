@@ -20,6 +20,7 @@
 #include "metrics/metrics.h"
 #include "model/transformer.h"
 #include "optim/lr_schedule.h"
+#include "trainer/checkpoint.h"
 #include "trainer/core_algos.h"
 #include "trainer/experience.h"
 #include "trainer/policy_model.h"
@@ -187,6 +188,9 @@ class PpoTrainer {
   std::unique_ptr<dist::Communicator> comm_;
   std::unique_ptr<tokenizer::Tokenizer> tok_;
   Device device_ = Device::Cpu;
+  // What checkpoints hold and what a resume restores (checkpoint.save_contents / load_contents of
+  // the actor and the critic), read once when the trainer starts.
+  CheckpointContents actor_save_, actor_load_, critic_save_, critic_load_;
   Numerics numerics_ = Numerics::Fast;  // the actor's and its rollout's (core/numerics.h)
   TrainedModel actor_;
   std::unique_ptr<PolicyModel> ref_;  // the frozen reference policy, forward only

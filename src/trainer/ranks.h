@@ -3,23 +3,18 @@
 // device collectives, and the check that the launcher started the ranks the config asks for.
 #pragma once
 
-#include <cstdint>
 #include <memory>
 
+#include "config/config.h"
 #include "core/device.h"
 #include "dist/communicator.h"
 
 namespace verl::trainer {
 
-struct RankRequest {
-  Device device = Device::Cpu;
-  double timeout_s = 600;       // bound of each collective
-  int64_t nnodes = 1, gpus_per_node = 1;  // trainer.nnodes, trainer.n_gpus_per_node
-  bool counts_set = false;      // either was set by the user (not the defaults)
-};
-
-// With more than one rank, nnodes x gpus_per_node must equal the ranks started (an error naming
-// both keys); with one process, counts that ask for more log a warning (no launcher started them).
-std::unique_ptr<dist::Communicator> start_ranks(const RankRequest& req);
+// The ranks of a run on `device`, each collective bounded by `timeout_s`. With more than one rank,
+// cfg's trainer.nnodes x trainer.n_gpus_per_node must equal the ranks started (an Error naming both
+// keys); with one process, counts the user set that ask for more log a warning (no launcher
+// started them).
+std::unique_ptr<dist::Communicator> start_ranks(const config::Config& cfg, Device device, double timeout_s);
 
 }  // namespace verl::trainer

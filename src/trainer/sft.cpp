@@ -220,6 +220,10 @@ LossStats run_batch(PolicyModel& policy, const std::vector<const SftExample*>& b
   return st;
 }
 
+// verl's SFT config has no collective timeout key: a rank that stops answering ends the job after
+// this long (verl.cpp's default actor_rollout_ref.nccl_timeout).
+constexpr double kSftCollectiveTimeoutS = 600;
+
 // Rank `rank`'s contiguous share of `rows` (sizes differ by at most one).
 std::vector<const SftExample*> rank_share(const std::vector<const SftExample*>& rows, int rank, int world) {
   const size_t n = rows.size(), w = static_cast<size_t>(world), r = static_cast<size_t>(rank);
@@ -248,7 +252,7 @@ int64_t count_targets(const std::vector<const SftExample*>& batch) {
 // (disable: `out_root` must not hold checkpoints). Returns the step to continue after (0: a fresh
 // run); `dir` becomes the checkpoint's directory.
 int64_t resume_sft(const config::Config& cfg, const std::string& out_root, PolicyModel& policy,
-                   const nlohmann::json& data_order, bool lead, std::string& dir) {
+                   const nlohmann::json& data_order, const CheckpointContents& load, bool lead, std::string& dir) {
   dir = resume_checkpoint_dir(cfg.get<std::string>("trainer.resume_mode"), out_root,
                               cfg.get<std::optional<std::string>>("trainer.resume_from_path"), /*warn=*/lead);
   if (dir.empty()) return 0;
@@ -260,15 +264,13 @@ int64_t resume_sft(const config::Config& cfg, const std::string& out_root, Polic
              "{}/trainer_state.json: global_step should be a step number", dir);
   const int64_t step = st["global_step"].get<int64_t>();
   model::Weights saved = model::Weights::load(dir);
-  const model::Weights& now = policy.weights();
-  bool same = saved.layout.params.size() == now.layout.params.size();
-  for (size_t i = 0; same && i < now.layout.params.size(); ++i)
-    same = saved.layout.params[i].shape == now.layout.params[i].shape;
+  // The configured model's layout from its config (on cuda, policy.weights() would download it).
+  const model::ParamLayout now = model::ParamLayout::build(policy.config());
+  bool same = saved.layout.params.size() == now.params.size();
+  for (size_t i = 0; same && i < now.params.size(); ++i) same = saved.layout.params[i].shape == now.params[i].shape;
   VERL_CHECK(same, "{}: the checkpoint's model ({}, {} parameters) is not the shape of model.partial_pretrain ({}, {} "
              "parameters); resume with the model the run started from, or set trainer.resume_mode=disable",
-             dir, saved.config.architecture, saved.layout.total, now.config.architecture, now.layout.total);
-  const CheckpointContents load =
-      parse_checkpoint_contents(cfg.get<std::vector<std::string>>("checkpoint.load_contents"), "checkpoint.load_contents");
+             dir, saved.config.architecture, saved.layout.total, policy.config().architecture, now.total);
   optim::AdamWState opt = load.optimizer ? load_optimizer_state(dir, policy.state().numel())
                                          : fresh_optimizer_state(policy.state().numel());
   policy.restore(std::move(saved.data), std::move(opt));
@@ -365,12 +367,7 @@ std::string run_sft(const config::Config& cfg) {
   // the whole batch's target count, so the optimizer's all-reduced gradient is the one-process
   // step's. Rank 0 logs and saves.
   const Device device = resolve_device(cfg.get<std::string>("trainer.device"));
-  RankRequest ranks;
-  ranks.device = device;
-  ranks.nnodes = cfg.get<int64_t>("trainer.nnodes");
-  ranks.gpus_per_node = cfg.get<int64_t>("trainer.n_gpus_per_node");
-  ranks.counts_set = cfg.origin("trainer.nnodes") != "defaults" || cfg.origin("trainer.n_gpus_per_node") != "defaults";
-  const std::unique_ptr<dist::Communicator> comm = start_ranks(ranks);
+  const std::unique_ptr<dist::Communicator> comm = start_ranks(cfg, device, kSftCollectiveTimeoutS);
   const int world = comm->world_size(), rank = comm->rank();
   const bool lead = rank == 0;
   VERL_CHECK(batch_size % world == 0,
@@ -395,7 +392,8 @@ std::string run_sft(const config::Config& cfg) {
   const int64_t keep = cfg.get<std::optional<int64_t>>("trainer.max_ckpt_to_keep").value_or(0);
   const CheckpointContents save_parts =
       parse_checkpoint_contents(cfg.get<std::vector<std::string>>("checkpoint.save_contents"), "checkpoint.save_contents");
-  parse_checkpoint_contents(cfg.get<std::vector<std::string>>("checkpoint.load_contents"), "checkpoint.load_contents");
+  const CheckpointContents load_parts =
+      parse_checkpoint_contents(cfg.get<std::vector<std::string>>("checkpoint.load_contents"), "checkpoint.load_contents");
   // What a checkpoint records of the data order, to warn when a resumed run's order differs.
   const nlohmann::json data_order = {{"training rows", train.size()}, {"data.train_batch_size", batch_size},
                                      {"trainer.seed", seed}, {"data.shuffle", shuffle}};
@@ -435,7 +433,7 @@ std::string run_sft(const config::Config& cfg) {
   std::optional<RunLock> run_lock;  // one run per directory, held by rank 0
   if (lead) run_lock.emplace(out_root);
   std::string last_dir;
-  const int64_t start = resume_sft(cfg, out_root, *policy, data_order, lead, last_dir);
+  const int64_t start = resume_sft(cfg, out_root, *policy, data_order, load_parts, lead, last_dir);
   if (start >= total) {
     if (lead) log::info("{} is at step {} of {}: nothing left to train", last_dir, start, total);
     return lead ? last_dir : "";

@@ -47,14 +47,6 @@ std::vector<nlohmann::json> read_metrics(const std::string& dir) {
   return out;
 }
 
-// AdamW moments of n parameters, all zero (a state to save when the values do not matter).
-AdamWState zero_moments(int64_t n) {
-  AdamWState opt;
-  opt.exp_avg.assign(static_cast<size_t>(n), 0.0f);
-  opt.exp_avg_sq.assign(static_cast<size_t>(n), 0.0f);
-  return opt;
-}
-
 // Metrics that must repeat exactly (timings and throughput do not).
 void expect_same_learning(const nlohmann::json& a, const nlohmann::json& b) {
   for (const char* k : {"critic/score/mean", "actor/pg_loss", "actor/grad_norm", "actor/entropy",
@@ -147,7 +139,7 @@ TEST(Checkpoint, RetentionNeverDeletesTheCheckpointJustWritten) {
     std::ofstream(tmp / ("global_step_" + std::to_string(s)) / "trainer_state.json") << "{}";
   }
   const model::Weights w = model::Weights::load(kRoot + "/assets/demo/model");
-  AdamWState opt = zero_moments(w.layout.total);
+  AdamWState opt = fresh_optimizer_state(w.layout.total);
   const std::string dir = save_checkpoint(tmp.string(), 2, ModelState{&w, &opt, std::nullopt, 0}, std::nullopt,
                                           nlohmann::json::object(), "", /*keep=*/2);
   EXPECT_EQ(dir, (tmp / "global_step_2").string());
@@ -242,7 +234,7 @@ TEST(Checkpoint, ForeignFilesAndStepNamesAreNamed) {
   fs::remove_all(tmp);
   model::Weights w = model::Weights::load(kRoot + "/assets/demo/model");
   const int64_t n = w.layout.total;
-  AdamWState opt = zero_moments(n);
+  AdamWState opt = fresh_optimizer_state(n);
   const std::string dir = save_checkpoint(tmp.string(), 1, ModelState{&w, &opt, std::nullopt, 0}, std::nullopt,
                                           {{"dataloader", {}}}, "", 0);
   const fs::path optim = fs::path(dir) / "actor" / "optim.safetensors";
