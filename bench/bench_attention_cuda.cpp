@@ -24,15 +24,17 @@
 
 namespace {
 
-[[noreturn]] void fail(const std::string& msg) { verl::bench::fail("attention_cuda", msg); }
+[[noreturn]] void fail(const std::string& msg) {
+  verl::bench::fail("attention_cuda", msg);
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   int64_t batch = 8, seq = 1024, iters = 20, warmup = 3;
-  verl::bench::parse_int_flags("attention_cuda", argc, argv,
-                               {{"--batch", &batch}, {"--seq", &seq}, {"--iters", &iters},
-                                {"--warmup", &warmup}});
+  verl::bench::parse_int_flags(
+      "attention_cuda", argc, argv,
+      {{"--batch", &batch}, {"--seq", &seq}, {"--iters", &iters}, {"--warmup", &warmup}});
   if (batch <= 0 || seq <= 0 || iters <= 0 || warmup < 0)
     fail("bad --batch/--seq/--iters/--warmup");
 

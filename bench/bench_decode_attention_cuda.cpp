@@ -31,7 +31,9 @@
 
 namespace {
 
-[[noreturn]] void fail(const std::string& msg) { verl::bench::fail("decode_attention_cuda", msg); }
+[[noreturn]] void fail(const std::string& msg) {
+  verl::bench::fail("decode_attention_cuda", msg);
+}
 
 constexpr double kHbmBytesPerS = 4.8e12;  // H200 HBM3e peak
 

@@ -31,7 +31,9 @@ namespace {
 
 constexpr double kCopyGBps = 4250.0;  // H200 device-to-device copy, measured
 
-[[noreturn]] void fail(const std::string& msg) { verl::bench::fail("glue_cuda", msg); }
+[[noreturn]] void fail(const std::string& msg) {
+  verl::bench::fail("glue_cuda", msg);
+}
 
 }  // namespace
 

@@ -67,15 +67,16 @@ int main(int argc, char** argv) {
   std::printf("%s\n", j.dump().c_str());
   engine.generate(make(groups, n));
   const rollout::EngineStats& g = engine.stats();
-  nlohmann::json k = {{"bench", "rollout_prefix_sharing_cpu"},
-                      {"prompts", groups},
-                      {"n", n},
-                      {"prompt_len", prompt_len},
-                      {"prompt_tokens_computed", g.prompt_tokens_computed},
-                      {"prompt_tokens_without_sharing", g.prompt_tokens_without_sharing},
-                      {"reduction", double(g.prompt_tokens_without_sharing) / g.prompt_tokens_computed},
-                      {"seconds", g.seconds},
-                      {"output_tokens_per_s", g.output_tokens / g.seconds}};
+  nlohmann::json k = {
+      {"bench", "rollout_prefix_sharing_cpu"},
+      {"prompts", groups},
+      {"n", n},
+      {"prompt_len", prompt_len},
+      {"prompt_tokens_computed", g.prompt_tokens_computed},
+      {"prompt_tokens_without_sharing", g.prompt_tokens_without_sharing},
+      {"reduction", double(g.prompt_tokens_without_sharing) / g.prompt_tokens_computed},
+      {"seconds", g.seconds},
+      {"output_tokens_per_s", g.output_tokens / g.seconds}};
   std::printf("%s\n", k.dump().c_str());
   return 0;
 }

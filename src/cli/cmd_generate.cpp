@@ -46,11 +46,11 @@ constexpr int64_t kMaxSamples = 1 << 20;
 
 int run(const Opts& o) {
   VERL_CHECK(o.prompt.empty() != o.input.empty(), "give exactly one of --prompt or --input");
-  VERL_CHECK(o.n >= 1 && o.n <= kMaxSamples, "--n must be in [1, {}] (samples a run holds at most), got {}",
-             kMaxSamples, o.n);
+  VERL_CHECK(o.n >= 1 && o.n <= kMaxSamples,
+             "--n must be in [1, {}] (samples a run holds at most), got {}", kMaxSamples, o.n);
   VERL_CHECK(o.max_tokens >= 1, "--max-tokens must be >= 1, got {}", o.max_tokens);
-  VERL_CHECK(o.kv_cache_mb >= 1 && o.kv_cache_mb <= (int64_t{1} << 30), "--kv-cache-mb must be in [1, {}], got {}",
-             int64_t{1} << 30, o.kv_cache_mb);
+  VERL_CHECK(o.kv_cache_mb >= 1 && o.kv_cache_mb <= (int64_t{1} << 30),
+             "--kv-cache-mb must be in [1, {}], got {}", int64_t{1} << 30, o.kv_cache_mb);
   model::Weights w = model::Weights::load(o.model);
   std::string tok_dir = o.tokenizer.empty() ? o.model : o.tokenizer;
   std::unique_ptr<tokenizer::Tokenizer> tok;
@@ -79,13 +79,16 @@ int run(const Opts& o) {
     }
   };
   auto encode_prompt = [&](const nlohmann::json& line, const std::string& where) {
-    if (line.contains("prompt_tokens")) return token_ids(line, "prompt_tokens", where, w.config.vocab_size);
+    if (line.contains("prompt_tokens"))
+      return token_ids(line, "prompt_tokens", where, w.config.vocab_size);
     VERL_CHECK(tok != nullptr, "{}: text prompts need a tokenizer (--tokenizer DIR)", where);
     if (line.contains("messages")) return render(line["messages"], where);
     VERL_CHECK(line.contains("prompt") && line["prompt"].is_string(),
-               "{}: expected \"prompt\" (text), \"messages\" (chat) or \"prompt_tokens\" (ids)", where);
+               "{}: expected \"prompt\" (text), \"messages\" (chat) or \"prompt_tokens\" (ids)",
+               where);
     const std::string text = line["prompt"].get<std::string>();
-    if (o.chat) return render(nlohmann::json::array({{{"role", "user"}, {"content", text}}}), where);
+    if (o.chat)
+      return render(nlohmann::json::array({{{"role", "user"}, {"content", text}}}), where);
     return tok->encode(text);
   };
 
@@ -99,9 +102,10 @@ int run(const Opts& o) {
     while (in.next(line)) {
       nlohmann::json j = in.json(line);
       VERL_CHECK(j.is_object(), "{}: expected a JSON object", in.where());
-      VERL_CHECK(static_cast<int64_t>(reqs.size() + 1) * o.n <= kMaxSamples,
-                 "{}: {} prompts x --n {} is over the limit of {} samples in one run; split the input",
-                 in.where(), reqs.size() + 1, o.n, kMaxSamples);
+      VERL_CHECK(
+          static_cast<int64_t>(reqs.size() + 1) * o.n <= kMaxSamples,
+          "{}: {} prompts x --n {} is over the limit of {} samples in one run; split the input",
+          in.where(), reqs.size() + 1, o.n, kMaxSamples);
       reqs.push_back({encode_prompt(j, in.where()), sp, o.n});
     }
   }
@@ -111,7 +115,8 @@ int run(const Opts& o) {
   ecfg.scheduler.max_num_seqs = o.max_num_seqs;
   ecfg.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
   int64_t longest = 0;
-  for (const auto& r : reqs) longest = std::max<int64_t>(longest, static_cast<int64_t>(r.prompt.size()));
+  for (const auto& r : reqs)
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(r.prompt.size()));
   ecfg.scheduler.max_model_len = static_cast<int32_t>(longest + o.max_tokens);
   // The GPU runner's pieces outlive the engine (declared first, destroyed last).
 #ifdef VERL_HAVE_CUDA
@@ -135,8 +140,10 @@ int run(const Opts& o) {
     // failed allocation.
     const int64_t host_mb = rollout::host_memory_bytes() >> 20;
     VERL_CHECK(host_mb <= 0 || o.kv_cache_mb <= host_mb,
-               "--kv-cache-mb {} is more than this machine's {} MiB of memory (the CPU engine keeps its KV cache "
-               "there)", o.kv_cache_mb, host_mb);
+               "--kv-cache-mb {} is more than this machine's {} MiB of memory (the CPU engine "
+               "keeps its KV cache "
+               "there)",
+               o.kv_cache_mb, host_mb);
     engine_holder.emplace(w, ecfg);
   }
   rollout::Engine& engine = *engine_holder;
@@ -186,29 +193,30 @@ int run(const Opts& o) {
   return 0;
 }
 
-Command reg("generate", "Sample from an HF model with the rollout engine", [](CLI::App& app) -> Action {
-  auto o = std::make_shared<Opts>();
-  app.add_option("--model", o->model, "HF model directory")->required();
-  app.add_option("--tokenizer", o->tokenizer, "tokenizer directory (default: the model's)");
-  app.add_option("--prompt", o->prompt, "one prompt; its output streams to the terminal");
-  app.add_option("--input", o->input, "JSONL of {prompt|messages|prompt_tokens}, - for stdin");
-  app.add_option("--output", o->output, "output JSONL (default stdout)");
-  app.add_flag("--chat", o->chat, "render text prompts with the chat template");
-  app.add_option("--n", o->n, "samples per prompt");
-  app.add_option("--temperature", o->temperature, "0 = greedy");
-  app.add_option("--top-p", o->top_p);
-  app.add_option("--top-k", o->top_k);
-  app.add_option("--max-tokens", o->max_tokens);
-  app.add_option("--seed", o->seed);
-  app.add_flag("--ignore-eos", o->ignore_eos);
-  app.add_option("--stop", o->stop, "stop string (repeatable)");
-  app.add_option("--kv-cache-mb", o->kv_cache_mb, "KV-cache budget in MiB");
-  app.add_option("--max-num-seqs", o->max_num_seqs);
-  app.add_option("--max-num-batched-tokens", o->max_num_batched_tokens);
-  app.add_option("--device", o->device,
-                 "cpu, cuda or auto (default: cuda when built with CUDA and a GPU is visible)");
-  return [o] { return run(*o); };
-});
+Command reg(
+    "generate", "Sample from an HF model with the rollout engine", [](CLI::App& app) -> Action {
+      auto o = std::make_shared<Opts>();
+      app.add_option("--model", o->model, "HF model directory")->required();
+      app.add_option("--tokenizer", o->tokenizer, "tokenizer directory (default: the model's)");
+      app.add_option("--prompt", o->prompt, "one prompt; its output streams to the terminal");
+      app.add_option("--input", o->input, "JSONL of {prompt|messages|prompt_tokens}, - for stdin");
+      app.add_option("--output", o->output, "output JSONL (default stdout)");
+      app.add_flag("--chat", o->chat, "render text prompts with the chat template");
+      app.add_option("--n", o->n, "samples per prompt");
+      app.add_option("--temperature", o->temperature, "0 = greedy");
+      app.add_option("--top-p", o->top_p);
+      app.add_option("--top-k", o->top_k);
+      app.add_option("--max-tokens", o->max_tokens);
+      app.add_option("--seed", o->seed);
+      app.add_flag("--ignore-eos", o->ignore_eos);
+      app.add_option("--stop", o->stop, "stop string (repeatable)");
+      app.add_option("--kv-cache-mb", o->kv_cache_mb, "KV-cache budget in MiB");
+      app.add_option("--max-num-seqs", o->max_num_seqs);
+      app.add_option("--max-num-batched-tokens", o->max_num_batched_tokens);
+      app.add_option("--device", o->device,
+                     "cpu, cuda or auto (default: cuda when built with CUDA and a GPU is visible)");
+      return [o] { return run(*o); };
+    });
 
 }  // namespace
 }  // namespace verl::cli

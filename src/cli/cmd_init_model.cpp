@@ -26,14 +26,17 @@ struct Opts {
 };
 
 int run(const Opts& o) {
-  VERL_CHECK(std::isfinite(o.std) && o.std >= 0, "--std must be a finite number >= 0, got {}", o.std);
-  model::Weights w = model::Weights::from_config(model::parse_model_config(read_file(o.config, "--config"), o.config));
+  VERL_CHECK(std::isfinite(o.std) && o.std >= 0, "--std must be a finite number >= 0, got {}",
+             o.std);
+  model::Weights w = model::Weights::from_config(
+      model::parse_model_config(read_file(o.config, "--config"), o.config));
   if (!o.tokenizer.empty()) {
     // A token without an embedding row could never be encoded nor sampled; more rows than tokens
     // (a padded embedding) are fine.
     const int64_t tokens = tokenizer::Tokenizer::load(o.tokenizer).vocab_size();
     VERL_CHECK(w.config.vocab_size >= tokens,
-               "--config {}: vocab_size {} is smaller than the tokenizer's {} tokens (--tokenizer {}); set "
+               "--config {}: vocab_size {} is smaller than the tokenizer's {} tokens (--tokenizer "
+               "{}); set "
                "vocab_size to at least {}",
                o.config, w.config.vocab_size, tokens, o.tokenizer, tokens);
   }
@@ -48,7 +51,8 @@ Command reg("init-model", "Create an HF model directory with random weights from
             [](CLI::App& app) -> Action {
               auto o = std::make_shared<Opts>();
               app.add_option("--config", o->config, "HF config.json to build")->required();
-              app.add_option("--tokenizer", o->tokenizer, "directory whose tokenizer files to copy");
+              app.add_option("--tokenizer", o->tokenizer,
+                             "directory whose tokenizer files to copy");
               app.add_option("--out", o->out, "output directory")->required();
               app.add_option("--seed", o->seed);
               app.add_option("--std", o->std, "std of the normal init of matrices");

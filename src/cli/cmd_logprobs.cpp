@@ -20,20 +20,25 @@ struct Opts {
   int64_t max_batch_tokens = 8192;
 };
 
-std::vector<int32_t> parse_tokens_line(const nlohmann::json& j, const std::string& where, int64_t vocab,
-                                       int64_t max_positions, const std::string& model) {
-  VERL_CHECK(j.is_object() && j.contains("tokens"), "{}: expected an object with a \"tokens\" array of ids", where);
+std::vector<int32_t> parse_tokens_line(const nlohmann::json& j, const std::string& where,
+                                       int64_t vocab, int64_t max_positions,
+                                       const std::string& model) {
+  VERL_CHECK(j.is_object() && j.contains("tokens"),
+             "{}: expected an object with a \"tokens\" array of ids", where);
   std::vector<int32_t> ids = token_ids(j, "tokens", where, vocab);
   // Positions past the rotary table were never trained: the log-probs would be meaningless.
   VERL_CHECK(max_positions <= 0 || static_cast<int64_t>(ids.size()) <= max_positions,
-             "{}: {} tokens are more than the model's max_position_embeddings {} ({}/config.json); shorten the "
-             "sequence", where, ids.size(), max_positions, model);
+             "{}: {} tokens are more than the model's max_position_embeddings {} ({}/config.json); "
+             "shorten the "
+             "sequence",
+             where, ids.size(), max_positions, model);
   return ids;
 }
 
 int run(const Opts& o) {
   VERL_CHECK(o.temperature > 0, "--temperature must be > 0, got {}", o.temperature);
-  VERL_CHECK(o.max_batch_tokens > 0, "--max-batch-tokens must be positive, got {}", o.max_batch_tokens);
+  VERL_CHECK(o.max_batch_tokens > 0, "--max-batch-tokens must be positive, got {}",
+             o.max_batch_tokens);
   model::Weights w = model::Weights::load(o.model);
   VERL_CHECK(w.config.head == model::HeadKind::CausalLM,
              "{}: logprobs needs a causal LM, but config.json has {}", o.model,
@@ -56,8 +61,10 @@ int run(const Opts& o) {
     for (int64_t s = 0; s < batch.num_seqs(); ++s) {
       int64_t begin = batch.cu_seqlens[s], n = batch.seq_len(s) - 1;
       nlohmann::json j;
-      j["logprobs"] = std::vector<float>(acts.logprob.begin() + begin, acts.logprob.begin() + begin + n);
-      j["entropy"] = std::vector<float>(acts.entropy.begin() + begin, acts.entropy.begin() + begin + n);
+      j["logprobs"] =
+          std::vector<float>(acts.logprob.begin() + begin, acts.logprob.begin() + begin + n);
+      j["entropy"] =
+          std::vector<float>(acts.entropy.begin() + begin, acts.entropy.begin() + begin + n);
       out << j.dump() << '\n';
     }
     out.flush();
@@ -82,7 +89,8 @@ Command reg("logprobs", "Per-token log-probs and entropies of a model for JSON l
               app.add_option("--model", o->model, "HF model directory")->required();
               app.add_option("--input", o->input, "JSONL file of {\"tokens\": [...]}, - for stdin");
               app.add_option("--output", o->output, "output JSONL file, - for stdout");
-              app.add_option("--temperature", o->temperature, "divide logits by T (as the rollout)");
+              app.add_option("--temperature", o->temperature,
+                             "divide logits by T (as the rollout)");
               app.add_option("--max-batch-tokens", o->max_batch_tokens,
                              "tokens packed into one forward pass");
               return [o] { return run(*o); };

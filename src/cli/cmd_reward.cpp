@@ -68,9 +68,12 @@ int run(const Opts& o) {
     }
     if (!r.errors.empty()) {
       const reward::RowError& first = r.errors.front();
-      log::warn("{}: lines {}-{}: the reward command failed {} of {} rows, which score 0 (each has an \"error\" "
-                "in the output); the first, line {}: {}", src, batch_lines.front(), batch_lines.back(),
-                r.errors.size(), batch.size(), batch_lines[first.index], first.message);
+      log::warn(
+          "{}: lines {}-{}: the reward command failed {} of {} rows, which score 0 (each has an "
+          "\"error\" "
+          "in the output); the first, line {}: {}",
+          src, batch_lines.front(), batch_lines.back(), r.errors.size(), batch.size(),
+          batch_lines[first.index], first.message);
     }
     size_t e = 0;
     for (size_t i = 0; i < batch.size(); ++i) {

@@ -1,7 +1,7 @@
 // `verl score`: scores of a reward model (HF ...ForSequenceClassification, one label) for JSON
-// lines. Input lines {"tokens": [ids...]} or {"messages": [{"role", "content"}, ...]} (rendered with
-// the model's chat template, no generation prompt, then tokenized as HF's apply_chat_template with
-// tokenize=True does); output lines {"score": x}, in input order.
+// lines. Input lines {"tokens": [ids...]} or {"messages": [{"role", "content"}, ...]} (rendered
+// with the model's chat template, no generation prompt, then tokenized as HF's apply_chat_template
+// with tokenize=True does); output lines {"score": x}, in input order.
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -24,11 +24,13 @@ namespace {
 
 struct Opts {
   std::string model, tokenizer, input = "-", output = "-", device = "auto", quantize = "none";
-  int64_t max_batch_tokens = 8192, max_batch_seqs = 256, group_size = 128, calibration_samples = 128;
+  int64_t max_batch_tokens = 8192, max_batch_seqs = 256, group_size = 128,
+          calibration_samples = 128;
 };
 
 std::vector<int32_t> parse_line(const nlohmann::json& j, const std::string& where,
-                                const std::optional<tokenizer::Tokenizer>& tok, const std::string& tok_dir) {
+                                const std::optional<tokenizer::Tokenizer>& tok,
+                                const std::string& tok_dir) {
   VERL_CHECK(j.is_object() && (j.contains("tokens") || j.contains("messages")),
              "{}: expected {{\"tokens\": [ids...]}} or {{\"messages\": [...]}}", where);
   if (j.contains("tokens")) {
@@ -53,9 +55,10 @@ std::vector<int32_t> parse_line(const nlohmann::json& j, const std::string& wher
 int run(const Opts& o) {
   VERL_CHECK(o.quantize == "none" || o.quantize == "int8" || o.quantize == "int4",
              "--quantize {}: want none, int8 or int4", o.quantize);
-  VERL_CHECK(o.group_size >= 2 && o.group_size % 2 == 0, "--group-size {}: want an even number >= 2",
-             o.group_size);
-  VERL_CHECK(o.max_batch_tokens > 0, "--max-batch-tokens must be positive, got {}", o.max_batch_tokens);
+  VERL_CHECK(o.group_size >= 2 && o.group_size % 2 == 0,
+             "--group-size {}: want an even number >= 2", o.group_size);
+  VERL_CHECK(o.max_batch_tokens > 0, "--max-batch-tokens must be positive, got {}",
+             o.max_batch_tokens);
   VERL_CHECK(o.max_batch_seqs > 0, "--max-batch-seqs must be positive, got {}", o.max_batch_seqs);
   const Device device = resolve_device(o.device, "--device");
   model::Weights w = model::Weights::load(o.model);
@@ -75,7 +78,8 @@ int run(const Opts& o) {
   if (q.matrices > 0) log::info("{}: {}", o.model, model::describe(q, bits, o.group_size));
   const std::string tok_dir = o.tokenizer.empty() ? o.model : o.tokenizer;
   std::optional<tokenizer::Tokenizer> tok;
-  if (!o.tokenizer.empty() || std::filesystem::exists(o.model + "/tokenizer.json")) tok = tokenizer::Tokenizer::load(tok_dir);
+  if (!o.tokenizer.empty() || std::filesystem::exists(o.model + "/tokenizer.json"))
+    tok = tokenizer::Tokenizer::load(tok_dir);
 
   InputLines in(o.input);
   std::vector<std::vector<int32_t>> seqs;
@@ -98,29 +102,32 @@ int run(const Opts& o) {
   return 0;
 }
 
-Command reg("score", "Scores of a reward model (...ForSequenceClassification) for JSON lines of tokens or messages",
-            [](CLI::App& app) -> Action {
-              auto o = std::make_shared<Opts>();
-              app.add_option("--model", o->model, "HF reward-model directory")->required();
-              app.add_option("--input", o->input,
-                             "JSONL of {\"tokens\": [...]} or {\"messages\": [...]}, - for stdin");
-              app.add_option("--output", o->output, "output JSONL file, - for stdout");
-              app.add_option("--tokenizer", o->tokenizer,
-                             "tokenizer directory for \"messages\" lines (default: the model's)");
-              app.add_option("--device", o->device, "cpu, cuda or auto (default auto)");
-              app.add_option("--quantize", o->quantize,
-                             "weight-only quantisation of the linear layers: none, int8 (per output "
-                             "channel) or int4 (per group)");
-              app.add_option("--group-size", o->group_size, "inputs per int4 scale and zero point (default 128)");
-              app.add_option("--calibration-samples", o->calibration_samples,
-                             "int4: random token sequences of 64 for GPTQ's layer inputs; 0 rounds to "
-                             "nearest (default 128)");
-              app.add_option("--max-batch-tokens", o->max_batch_tokens,
-                             "tokens packed into one forward pass (default 8192)");
-              app.add_option("--max-batch-seqs", o->max_batch_seqs,
-                             "sequences in one forward pass (default 256)");
-              return [o] { return run(*o); };
-            });
+Command reg(
+    "score",
+    "Scores of a reward model (...ForSequenceClassification) for JSON lines of tokens or messages",
+    [](CLI::App& app) -> Action {
+      auto o = std::make_shared<Opts>();
+      app.add_option("--model", o->model, "HF reward-model directory")->required();
+      app.add_option("--input", o->input,
+                     "JSONL of {\"tokens\": [...]} or {\"messages\": [...]}, - for stdin");
+      app.add_option("--output", o->output, "output JSONL file, - for stdout");
+      app.add_option("--tokenizer", o->tokenizer,
+                     "tokenizer directory for \"messages\" lines (default: the model's)");
+      app.add_option("--device", o->device, "cpu, cuda or auto (default auto)");
+      app.add_option("--quantize", o->quantize,
+                     "weight-only quantisation of the linear layers: none, int8 (per output "
+                     "channel) or int4 (per group)");
+      app.add_option("--group-size", o->group_size,
+                     "inputs per int4 scale and zero point (default 128)");
+      app.add_option("--calibration-samples", o->calibration_samples,
+                     "int4: random token sequences of 64 for GPTQ's layer inputs; 0 rounds to "
+                     "nearest (default 128)");
+      app.add_option("--max-batch-tokens", o->max_batch_tokens,
+                     "tokens packed into one forward pass (default 8192)");
+      app.add_option("--max-batch-seqs", o->max_batch_seqs,
+                     "sequences in one forward pass (default 256)");
+      return [o] { return run(*o); };
+    });
 
 }  // namespace
 }  // namespace verl::cli

@@ -23,9 +23,11 @@ struct Opts {
 
 int run(const Opts& o) {
   auto [positional, overrides] = split_config_args(o.args);
-  const std::string path = resolve_config_file(positional, o.hydra, {"sft_trainer", "sft_trainer_engine"});
+  const std::string path =
+      resolve_config_file(positional, o.hydra, {"sft_trainer", "sft_trainer_engine"});
   config::LoadOptions lo;
-  lo.defaults_path = (fs::path(config::default_config_path()).parent_path() / "sft_trainer.yaml").string();
+  lo.defaults_path =
+      (fs::path(config::default_config_path()).parent_path() / "sft_trainer.yaml").string();
   config::Config cfg = config::load_config(path, overrides, lo);
   std::string final_dir;
   try {
@@ -38,12 +40,13 @@ int run(const Opts& o) {
   return 0;
 }
 
-Command reg("sft", "Supervised fine-tuning (verl's sft_trainer.yaml keys)", [](CLI::App& app) -> Action {
-  auto o = std::make_shared<Opts>();
-  app.add_option("args", o->args, "CONFIG.yaml and/or key=value overrides");
-  add_hydra_flags(app, o->hydra);
-  return [o] { return run(*o); };
-});
+Command reg("sft", "Supervised fine-tuning (verl's sft_trainer.yaml keys)",
+            [](CLI::App& app) -> Action {
+              auto o = std::make_shared<Opts>();
+              app.add_option("args", o->args, "CONFIG.yaml and/or key=value overrides");
+              add_hydra_flags(app, o->hydra);
+              return [o] { return run(*o); };
+            });
 
 }  // namespace
 }  // namespace verl::cli

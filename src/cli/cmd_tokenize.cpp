@@ -1,7 +1,8 @@
 // `verl tokenize`: JSON lines in, JSON lines out, through a HF tokenizer directory.
 //   {"text": "..."}                              -> {"ids": [...]}
 //   --decode  {"ids": [...]}                     -> {"text": "..."}
-//   --chat    {"messages": [...], "add_generation_prompt": true, ...}  -> {"text": ..., "ids": [...]}
+//   --chat    {"messages": [...], "add_generation_prompt": true, ...}  -> {"text": ..., "ids":
+//   [...]}
 // In --chat mode every other key of the line (tools, enable_thinking, ...) is a template variable.
 #include <fstream>
 #include <iostream>
@@ -33,7 +34,8 @@ nlohmann::ordered_json process_line(const tokenizer::Tokenizer& tok, const Token
   VERL_CHECK(row.is_object(), "expected a JSON object, got {}", row.type_name());
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   if (o.decode) {
-    VERL_CHECK(row.contains("ids") && row["ids"].is_array(), "expected key \"ids\" with an array of token ids");
+    VERL_CHECK(row.contains("ids") && row["ids"].is_array(),
+               "expected key \"ids\" with an array of token ids");
     std::vector<int32_t> ids;
     for (size_t i = 0; i < row["ids"].size(); ++i) {
       const auto& v = row["ids"][i];
@@ -44,18 +46,22 @@ nlohmann::ordered_json process_line(const tokenizer::Tokenizer& tok, const Token
     }
     out["text"] = tok.decode(ids, o.skip_special_tokens);
   } else if (o.chat) {
-    VERL_CHECK(row.contains("messages") && row["messages"].is_array(), "expected key \"messages\" with an array");
+    VERL_CHECK(row.contains("messages") && row["messages"].is_array(),
+               "expected key \"messages\" with an array");
     VERL_CHECK(!row.contains("add_generation_prompt") || row["add_generation_prompt"].is_boolean(),
-               "\"add_generation_prompt\" must be true or false, got {}", dump(row["add_generation_prompt"]));
+               "\"add_generation_prompt\" must be true or false, got {}",
+               dump(row["add_generation_prompt"]));
     const bool gen = row.value("add_generation_prompt", true);
     nlohmann::ordered_json extra = nlohmann::ordered_json::object();
     for (auto it = row.begin(); it != row.end(); ++it)
-      if (it.key() != "messages" && it.key() != "add_generation_prompt") extra[it.key()] = it.value();
+      if (it.key() != "messages" && it.key() != "add_generation_prompt")
+        extra[it.key()] = it.value();
     const std::string text = tok.apply_chat_template(row["messages"], gen, extra);
     out["text"] = text;
     out["ids"] = tok.encode(text);
   } else {
-    VERL_CHECK(row.contains("text") && row["text"].is_string(), "expected key \"text\" with a string");
+    VERL_CHECK(row.contains("text") && row["text"].is_string(),
+               "expected key \"text\" with a string");
     out["ids"] = tok.encode(row["text"].get_ref<const std::string&>());
   }
   return out;
@@ -95,15 +101,21 @@ int run(const TokenizeOptions& o) {
   return 0;
 }
 
-const Command kTokenize("tokenize", "Encode, decode or chat-render JSON lines with a HF tokenizer", [](CLI::App& app) {
-  auto o = std::make_shared<TokenizeOptions>();
-  app.add_option("--tokenizer", o->tokenizer_dir, "Directory with tokenizer.json and tokenizer_config.json")->required();
-  app.add_option("--input", o->input, "JSON-lines input file (default: stdin)");
-  app.add_flag("--decode", o->decode, "Map {\"ids\": [...]} to {\"text\": ...}");
-  app.add_flag("--chat", o->chat, "Map {\"messages\": [...], \"add_generation_prompt\": bool} to {\"text\", \"ids\"}");
-  app.add_flag("--skip-special-tokens", o->skip_special_tokens, "With --decode: drop special tokens");
-  return [o] { return run(*o); };
-});
+const Command kTokenize(
+    "tokenize", "Encode, decode or chat-render JSON lines with a HF tokenizer", [](CLI::App& app) {
+      auto o = std::make_shared<TokenizeOptions>();
+      app.add_option("--tokenizer", o->tokenizer_dir,
+                     "Directory with tokenizer.json and tokenizer_config.json")
+          ->required();
+      app.add_option("--input", o->input, "JSON-lines input file (default: stdin)");
+      app.add_flag("--decode", o->decode, "Map {\"ids\": [...]} to {\"text\": ...}");
+      app.add_flag(
+          "--chat", o->chat,
+          "Map {\"messages\": [...], \"add_generation_prompt\": bool} to {\"text\", \"ids\"}");
+      app.add_flag("--skip-special-tokens", o->skip_special_tokens,
+                   "With --decode: drop special tokens");
+      return [o] { return run(*o); };
+    });
 
 }  // namespace
 }  // namespace verl::cli

@@ -26,20 +26,25 @@ bool InputLines::next(std::string& line) {
   return false;
 }
 
-std::string InputLines::where() const { return fmt::format("{}:{}", source_, lineno_); }
+std::string InputLines::where() const {
+  return fmt::format("{}:{}", source_, lineno_);
+}
 
-std::vector<int32_t> token_ids(const nlohmann::json& j, const char* key, const std::string& where, int64_t vocab) {
-  VERL_CHECK(j.contains(key) && j[key].is_array() && !j[key].empty(), "{}: \"{}\" must be a non-empty array of ids",
-             where, key);
+std::vector<int32_t> token_ids(const nlohmann::json& j, const char* key, const std::string& where,
+                               int64_t vocab) {
+  VERL_CHECK(j.contains(key) && j[key].is_array() && !j[key].empty(),
+             "{}: \"{}\" must be a non-empty array of ids", where, key);
   const nlohmann::json& t = j[key];
   const int64_t limit = vocab > 0 ? vocab : int64_t{INT32_MAX} + 1;
   std::vector<int32_t> ids;
   ids.reserve(t.size());
   for (size_t i = 0; i < t.size(); ++i) {
-    VERL_CHECK(t[i].is_number_integer(), "{}: {}[{}] is not an integer: {}", where, key, i, t[i].dump());
+    VERL_CHECK(t[i].is_number_integer(), "{}: {}[{}] is not an integer: {}", where, key, i,
+               t[i].dump());
     const int64_t id = t[i].get<int64_t>();
     if (vocab > 0) {
-      VERL_CHECK(id >= 0 && id < limit, "{}: {}[{}] = {} is outside the vocabulary [0, {})", where, key, i, id, vocab);
+      VERL_CHECK(id >= 0 && id < limit, "{}: {}[{}] = {} is outside the vocabulary [0, {})", where,
+                 key, i, id, vocab);
     } else {
       VERL_CHECK(id >= 0 && id < limit, "{}: {}[{}] = {} is not a token id", where, key, i, id);
     }
@@ -65,7 +70,8 @@ Output::Output(const std::string& path, const std::string& option) : out_(&std::
   }
 }
 
-std::pair<std::string, std::vector<std::string>> split_config_args(const std::vector<std::string>& args) {
+std::pair<std::string, std::vector<std::string>> split_config_args(
+    const std::vector<std::string>& args) {
   std::string path;
   std::vector<std::string> overrides;
   for (const auto& a : args) {
@@ -83,13 +89,15 @@ void add_hydra_flags(CLI::App& app, HydraConfigFlags& flags) {
                  "Hydra's config directory (verl launch scripts); with --config-name");
   app.add_option("--config-name", flags.name,
                  "Hydra's config name: DIR/NAME.yaml, or verl's own defaults name (ppo_trainer, "
-                 "sft_trainer, sft_trainer_engine) for our defaults; verl's other names are refused with a reason");
+                 "sft_trainer, sft_trainer_engine) for our defaults; verl's other names are "
+                 "refused with a reason");
 }
 
 std::string resolve_config_file(const std::string& positional, const HydraConfigFlags& flags,
                                 const std::vector<std::string>& builtin_names) {
   if (flags.name.empty()) {
-    VERL_CHECK(flags.path.empty(), "--config-path {} needs --config-name (Hydra's pair)", flags.path);
+    VERL_CHECK(flags.path.empty(), "--config-path {} needs --config-name (Hydra's pair)",
+               flags.path);
     return positional;
   }
   VERL_CHECK(positional.empty(), "give either a CONFIG file ({}) or --config-name {}, not both",
@@ -105,14 +113,27 @@ std::string resolve_config_file(const std::string& positional, const HydraConfig
   }
   // verl's other shipped config names, each refused with what to use instead.
   static const std::vector<std::pair<std::string, std::string>> others = {
-      {"ppo_megatron_trainer", "Megatron-LM is not supported; verl.cpp trains with its own data-parallel engine: use --config-name ppo_trainer (verl train)"},
-      {"_generated_ppo_megatron_trainer", "Megatron-LM is not supported: use --config-name ppo_trainer (verl train)"},
-      {"ppo_torchtitan_trainer", "the torchtitan engine is not supported: use --config-name ppo_trainer (verl train)"},
-      {"_generated_ppo_torchtitan_trainer", "the torchtitan engine is not supported: use --config-name ppo_trainer (verl train)"},
-      {"ppo_veomni_trainer", "the VeOmni engine is not supported: use --config-name ppo_trainer (verl train)"},
-      {"_generated_ppo_veomni_trainer", "the VeOmni engine is not supported: use --config-name ppo_trainer (verl train)"},
-      {"dapo_trainer", "verl.cpp has no separate DAPO defaults: DAPO is ppo_trainer with reward_model.reward_manager=dapo, reward_model.overlong_buffer.* and algorithm.filter_groups.* (configs/examples/dapo_demo.yaml); use --config-name ppo_trainer (verl train) with those keys"},
-      {"dapo_megatron_trainer", "DAPO's recipe and Megatron-LM are not supported: use --config-name ppo_trainer (verl train)"},
+      {"ppo_megatron_trainer",
+       "Megatron-LM is not supported; verl.cpp trains with its own data-parallel engine: use "
+       "--config-name ppo_trainer (verl train)"},
+      {"_generated_ppo_megatron_trainer",
+       "Megatron-LM is not supported: use --config-name ppo_trainer (verl train)"},
+      {"ppo_torchtitan_trainer",
+       "the torchtitan engine is not supported: use --config-name ppo_trainer (verl train)"},
+      {"_generated_ppo_torchtitan_trainer",
+       "the torchtitan engine is not supported: use --config-name ppo_trainer (verl train)"},
+      {"ppo_veomni_trainer",
+       "the VeOmni engine is not supported: use --config-name ppo_trainer (verl train)"},
+      {"_generated_ppo_veomni_trainer",
+       "the VeOmni engine is not supported: use --config-name ppo_trainer (verl train)"},
+      {"dapo_trainer",
+       "verl.cpp has no separate DAPO defaults: DAPO is ppo_trainer with "
+       "reward_model.reward_manager=dapo, reward_model.overlong_buffer.* and "
+       "algorithm.filter_groups.* (configs/examples/dapo_demo.yaml); use --config-name ppo_trainer "
+       "(verl train) with those keys"},
+      {"dapo_megatron_trainer",
+       "DAPO's recipe and Megatron-LM are not supported: use --config-name ppo_trainer (verl "
+       "train)"},
       {"ppo_trainer", "it is the RL trainer's config: run `verl train`"},
       {"_generated_ppo_trainer", "it is the RL trainer's config: run `verl train`"},
       {"sft_trainer", "it is the SFT trainer's config: run `verl sft`"},
@@ -121,12 +142,15 @@ std::string resolve_config_file(const std::string& positional, const HydraConfig
       {"generation", "offline generation is `verl generate`"},
   };
   for (const auto& [other, why] : others) {
-    if (name == other) VERL_FAIL("--config-name {}: verl's {} config is not supported here: {}", flags.name, other, why);
+    if (name == other)
+      VERL_FAIL("--config-name {}: verl's {} config is not supported here: {}", flags.name, other,
+                why);
   }
-  VERL_FAIL("--config-name {}{}: no such config file, and it is not one of verl's defaults ({}); "
-            "give the directory holding {}.yaml with --config-path, or the file as CONFIG",
-            flags.name, flags.path.empty() ? "" : " with --config-path " + flags.path,
-            fmt::join(builtin_names, ", "), name);
+  VERL_FAIL(
+      "--config-name {}{}: no such config file, and it is not one of verl's defaults ({}); "
+      "give the directory holding {}.yaml with --config-path, or the file as CONFIG",
+      flags.name, flags.path.empty() ? "" : " with --config-path " + flags.path,
+      fmt::join(builtin_names, ", "), name);
 }
 
 }  // namespace verl::cli

@@ -33,7 +33,8 @@ class InputLines {
 
 // The non-empty array `j[key]` of an input line as token ids: integers in [0, vocab) (vocab <= 0:
 // any id an int32 holds); errors name `where`, the key and the element.
-std::vector<int32_t> token_ids(const nlohmann::json& j, const char* key, const std::string& where, int64_t vocab);
+std::vector<int32_t> token_ids(const nlohmann::json& j, const char* key, const std::string& where,
+                               int64_t vocab);
 
 // `path` ("-": stdout) opened for writing.
 class Output {
@@ -47,7 +48,8 @@ class Output {
 };
 
 // `verl train CONFIG k=v ...`: the first argument without '=' is the config file (may be absent).
-std::pair<std::string, std::vector<std::string>> split_config_args(const std::vector<std::string>& args);
+std::pair<std::string, std::vector<std::string>> split_config_args(
+    const std::vector<std::string>& args);
 
 // Hydra's way of naming the config, as verl's launch scripts write it: `--config-path DIR
 // --config-name NAME` (or `--config-path=DIR`).

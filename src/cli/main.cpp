@@ -20,7 +20,9 @@ Command::Command(std::string n, std::string d, Setup s)
   registry().push_back(this);
 }
 
-const std::vector<const Command*>& commands() { return registry(); }
+const std::vector<const Command*>& commands() {
+  return registry();
+}
 
 }  // namespace verl::cli
 
@@ -48,8 +50,10 @@ int main(int argc, char** argv) {
   } catch (const std::bad_alloc&) {
     // A size from the config or a flag (a KV-cache budget, a batch, a sequence length) asked for
     // more host memory than the machine could give.
-    std::fprintf(stderr, "error: out of host memory: an allocation failed (std::bad_alloc); lower the sizes "
-                         "the config or flags ask for (batch sizes, sequence lengths, KV-cache budget)\n");
+    std::fprintf(
+        stderr,
+        "error: out of host memory: an allocation failed (std::bad_alloc); lower the sizes "
+        "the config or flags ask for (batch sizes, sequence lengths, KV-cache budget)\n");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -31,11 +31,14 @@ Config::Config(std::shared_ptr<const Schema> schema) : schema_(std::move(schema)
 size_t Config::leaf_index(const std::string& key) const {
   const KeySpec& k = schema_->at(key);
   const KeySpec& leaf = k.is_alias() ? schema_->at(k.alias_of.front()) : k;
-  VERL_CHECK(leaf.is_leaf(), "config key '{}' is a section, not a value; read it with get<Json>", key);
+  VERL_CHECK(leaf.is_leaf(), "config key '{}' is a section, not a value; read it with get<Json>",
+             key);
   return static_cast<size_t>(&leaf - schema_->keys().data());
 }
 
-bool Config::has(const std::string& key) const { return schema_->find(key) != nullptr; }
+bool Config::has(const std::string& key) const {
+  return schema_->find(key) != nullptr;
+}
 
 Json Config::raw_value(const std::string& key) const {
   const KeySpec& k = schema_->at(key);
@@ -67,7 +70,9 @@ Json Config::value(const std::string& key) const {
   return v;
 }
 
-bool Config::is_null(const std::string& key) const { return value(key).is_null(); }
+bool Config::is_null(const std::string& key) const {
+  return value(key).is_null();
+}
 
 bool Config::was_read(const std::string& key) const {
   return read_[leaf_index(key)].load(std::memory_order_relaxed);
@@ -82,16 +87,21 @@ std::vector<std::string> Config::read_keys() const {
 }
 
 void Config::clear_reads() const {
-  for (size_t i = 0; i < schema_->keys().size(); ++i) read_[i].store(false, std::memory_order_relaxed);
+  for (size_t i = 0; i < schema_->keys().size(); ++i)
+    read_[i].store(false, std::memory_order_relaxed);
 }
 
-std::string Config::origin(const std::string& key) const { return origins_[leaf_index(key)]; }
+std::string Config::origin(const std::string& key) const {
+  return origins_[leaf_index(key)];
+}
 
 void Config::type_mismatch(const std::string& key, const char* wanted, const Json& v) const {
   if (v.is_null())
-    VERL_FAIL("config key '{}' is null; read it as std::optional<...> or set it (expected {})", key, wanted);
+    VERL_FAIL("config key '{}' is null; read it as std::optional<...> or set it (expected {})", key,
+              wanted);
   const KeySpec& k = schema_->at(key);
-  VERL_CHECK(!k.is_section(), "config key '{}' is a section, not a value; read it with get<Json>", key);
+  VERL_CHECK(!k.is_section(), "config key '{}' is a section, not a value; read it with get<Json>",
+             key);
   VERL_FAIL("config key '{}' holds {} of type {}; it cannot be read as {}", key, detail::show(v),
             type_name(k.is_alias() ? schema_->at(k.alias_of.front()).type : k.type), wanted);
 }
@@ -138,9 +148,11 @@ class Loader {
       VERL_FAIL("{}:{}: not valid YAML: {}", name, e.mark.line + 1, e.msg);
     }
     if (!root.IsDefined() || root.IsNull()) return;  // an empty file changes nothing
-    VERL_CHECK(root.IsMap(), "{}: a config file must be a mapping of sections (data:, trainer:, ...)", name);
+    VERL_CHECK(root.IsMap(),
+               "{}: a config file must be a mapping of sections (data:, trainer:, ...)", name);
     phase_.clear();
-    merge_map(root, "", [&](const YAML::Node& k) { return fmt::format("{}:{}", name, k.Mark().line + 1); });
+    merge_map(root, "",
+              [&](const YAML::Node& k) { return fmt::format("{}:{}", name, k.Mark().line + 1); });
   }
 
   void apply_overrides(const std::vector<std::string>& overrides) {
@@ -159,8 +171,8 @@ class Loader {
         [&](const std::string& m) { problems_.push_back(m); });
     check_support();
     if (!problems_.empty()) {
-      VERL_FAIL("invalid configuration ({} problem{}):\n  - {}", problems_.size(), problems_.size() == 1 ? "" : "s",
-                fmt::join(problems_, "\n  - "));
+      VERL_FAIL("invalid configuration ({} problem{}):\n  - {}", problems_.size(),
+                problems_.size() == 1 ? "" : "s", fmt::join(problems_, "\n  - "));
     }
     Config cfg(schema_);
     for (size_t i = 0; i < slots_.size(); ++i) {
@@ -191,14 +203,16 @@ class Loader {
       const std::string origin = origin_of(kv.first);
       if (key == "_target_") continue;  // a Python class name in verl's dataclass configs
       if (prefix.empty() && (key == "defaults" || key == "hydra")) {
-        log::warn("{}: ignoring the top-level '{}' key (Hydra composition is not used by verl.cpp)", origin, key);
+        log::warn("{}: ignoring the top-level '{}' key (Hydra composition is not used by verl.cpp)",
+                  origin, key);
         continue;
       }
       set_path(path, kv.second, origin, origin_of);
     }
   }
 
-  void set_path(const std::string& path, const YAML::Node& v, const std::string& origin, const OriginFn& origin_of) {
+  void set_path(const std::string& path, const YAML::Node& v, const std::string& origin,
+                const OriginFn& origin_of) {
     try {
       set_path_unguarded(path, v, origin, origin_of);
     } catch (const detail::TooLarge& e) {
@@ -216,7 +230,8 @@ class Loader {
                   open->reason.empty() ? open->doc : open->reason);
         return;
       }
-      problems_.push_back(fmt::format("{}: unknown key '{}'.{}", origin, path, schema_->suggestion_text(path)));
+      problems_.push_back(
+          fmt::format("{}: unknown key '{}'.{}", origin, path, schema_->suggestion_text(path)));
       return;
     }
     if (spec->is_section() && spec->group && !v.IsMap()) {
@@ -229,24 +244,26 @@ class Loader {
       } else {
         std::vector<std::string> names;
         for (const auto& c : spec->children) names.push_back(c.substr(c.rfind('.') + 1));
-        problems_.push_back(fmt::format("{}: '{}' is a section (with keys {}); expected a mapping, got {}", origin,
-                                        path, fmt::join(names, ", "),
-                                        v.IsScalar() ? v.Scalar() : detail::show(detail::generic(v))));
+        problems_.push_back(fmt::format(
+            "{}: '{}' is a section (with keys {}); expected a mapping, got {}", origin, path,
+            fmt::join(names, ", "), v.IsScalar() ? v.Scalar() : detail::show(detail::generic(v))));
       }
       return;
     }
     if (spec->is_alias()) {
       // An alias written as null is an unset older spelling (the defaults file lists each one as
       // null; a config saved by verl writes `warmup_style: null`): it leaves its target alone.
-      if (v.IsNull() || (v.IsScalar() && !detail::is_quoted(v) && (v.Scalar() == "null" || v.Scalar() == "~"))) return;
+      if (v.IsNull() ||
+          (v.IsScalar() && !detail::is_quoted(v) && (v.Scalar() == "null" || v.Scalar() == "~")))
+        return;
       for (const auto& t : spec->alias_of)
         set_leaf(schema_->at(t), v, fmt::format("{} (as {})", origin, path), path);
       return;
     }
     if (v.IsScalar() && !detail::is_quoted(v) && v.Scalar() == "???") {
       // OmegaConf's "mandatory, not set yet"; verl.cpp has a default for every key.
-      log::warn("{}: {} is ??? (a mandatory value in verl); using verl.cpp's default {}", origin, path,
-                detail::show(spec->default_value));
+      log::warn("{}: {} is ??? (a mandatory value in verl); using verl.cpp's default {}", origin,
+                path, detail::show(spec->default_value));
       return;
     }
     set_leaf(*spec, v, origin, path);
@@ -267,17 +284,21 @@ class Loader {
   // file per group, so a supported choice changes nothing; verl's other files are rejected by name.
   void select_group(const KeySpec& spec, const YAML::Node& v, const std::string& origin) {
     const std::string choice = v.IsScalar() ? v.Scalar() : detail::show(detail::generic(v));
-    auto in = [&](const std::vector<std::string>& set) { return std::find(set.begin(), set.end(), choice) != set.end(); };
+    auto in = [&](const std::vector<std::string>& set) {
+      return std::find(set.begin(), set.end(), choice) != set.end();
+    };
     if (in(spec.choices)) return;
     if (in(spec.verl_choices)) {
-      problems_.push_back(fmt::format("{}: {}={} selects verl's {} config group, which verl.cpp does not support; "
-                                      "supported: {}{}",
-                                      origin, spec.path, choice, choice, fmt::join(spec.choices, ", "),
-                                      spec.reason.empty() ? "" : " (" + spec.reason + ")"));
+      problems_.push_back(
+          fmt::format("{}: {}={} selects verl's {} config group, which verl.cpp does not support; "
+                      "supported: {}{}",
+                      origin, spec.path, choice, choice, fmt::join(spec.choices, ", "),
+                      spec.reason.empty() ? "" : " (" + spec.reason + ")"));
       return;
     }
-    problems_.push_back(fmt::format("{}: {}={}: '{}' is a section; write {}.KEY=VALUE, or choose its config group: {}",
-                                    origin, spec.path, choice, spec.path, spec.path, fmt::join(spec.choices, ", ")));
+    problems_.push_back(fmt::format(
+        "{}: {}={}: '{}' is a section; write {}.KEY=VALUE, or choose its config group: {}", origin,
+        spec.path, choice, spec.path, spec.path, fmt::join(spec.choices, ", ")));
   }
 
   // "model.override_config.rope_theta": a new sub-key inside a map-typed key.
@@ -319,11 +340,13 @@ class Loader {
     try {
       return v.dump();
     } catch (const nlohmann::json::type_error& e) {
-      detail::raise(fmt::format("{}: {}: the value is not valid UTF-8 ({})", origin, spec.path, e.what()));
+      detail::raise(
+          fmt::format("{}: {}: the value is not valid UTF-8 ({})", origin, spec.path, e.what()));
     }
   }
 
-  void set_leaf(const KeySpec& spec, const YAML::Node& v, const std::string& origin, const std::string& written_as) {
+  void set_leaf(const KeySpec& spec, const YAML::Node& v, const std::string& origin,
+                const std::string& written_as) {
     size_t i = index(spec);
     Slot& slot = slots_[i];
     std::string text;
@@ -357,9 +380,11 @@ class Loader {
     // One source setting a key under two names (say save_steps and save_freq) must agree; the
     // same name given twice is an update (the last one wins, as in Hydra).
     auto prev = phase_.find(i);
-    if (prev != phase_.end() && prev->second.written_as != written_as && prev->second.text != text) {
-      problems_.push_back(fmt::format("{}: {} is set twice with different values: {} at {}, and {} here", origin,
-                                      spec.path, prev->second.text, prev->second.origin, text));
+    if (prev != phase_.end() && prev->second.written_as != written_as &&
+        prev->second.text != text) {
+      problems_.push_back(
+          fmt::format("{}: {} is set twice with different values: {} at {}, and {} here", origin,
+                      spec.path, prev->second.text, prev->second.origin, text));
     }
     phase_[i] = {text, origin, written_as};
     slot.explicit_set = true;
@@ -370,15 +395,18 @@ class Loader {
     const std::string origin = fmt::format("command line '{}'", text);
     std::string s = text;
     if (s.rfind("~", 0) == 0) {
-      problems_.push_back(fmt::format("{}: deleting keys (~key) is not supported; set the key to null or its default",
-                                      origin));
+      problems_.push_back(fmt::format(
+          "{}: deleting keys (~key) is not supported; set the key to null or its default", origin));
       return;
     }
-    if (s.rfind("++", 0) == 0) s = s.substr(2);
-    else if (s.rfind("+", 0) == 0) s = s.substr(1);
+    if (s.rfind("++", 0) == 0)
+      s = s.substr(2);
+    else if (s.rfind("+", 0) == 0)
+      s = s.substr(1);
     size_t eq = s.find('=');
     if (eq == std::string::npos || eq == 0) {
-      problems_.push_back(fmt::format("{}: expected key=value, e.g. trainer.total_epochs=3", origin));
+      problems_.push_back(
+          fmt::format("{}: expected key=value, e.g. trainer.total_epochs=3", origin));
       return;
     }
     std::string key = s.substr(0, eq), val = s.substr(eq + 1);
@@ -405,28 +433,31 @@ class Loader {
       if (!k.is_leaf() || !slot.explicit_set || k.support == Support::Supported) continue;
       if (slot.pending || slot.value == k.default_value) continue;
       if (k.support == Support::Unsupported) {
-        problems_.push_back(fmt::format("{}: {} is a verl key that verl.cpp does not support yet ({}); remove it or "
-                                        "leave it at its default ({}), got {}",
-                                        slot.origin, k.path, k.reason.empty() ? k.doc : k.reason,
-                                        detail::show(k.default_value), detail::show(slot.value)));
+        problems_.push_back(fmt::format(
+            "{}: {} is a verl key that verl.cpp does not support yet ({}); remove it or "
+            "leave it at its default ({}), got {}",
+            slot.origin, k.path, k.reason.empty() ? k.doc : k.reason, detail::show(k.default_value),
+            detail::show(slot.value)));
       } else {
-        log::warn("{}: {} = {} has no effect in verl.cpp ({}); ignored", slot.origin, k.path, detail::show(slot.value),
-                  k.reason.empty() ? k.doc : k.reason);
+        log::warn("{}: {} = {} has no effect in verl.cpp ({}); ignored", slot.origin, k.path,
+                  detail::show(slot.value), k.reason.empty() ? k.doc : k.reason);
       }
     }
   }
 };
 
-Config load_config_string(const std::string& yaml, const std::string& name, const std::vector<std::string>& overrides,
-                          const LoadOptions& opts) {
-  auto schema = opts.defaults_path.empty() ? Schema::builtin() : Schema::from_file(opts.defaults_path);
+Config load_config_string(const std::string& yaml, const std::string& name,
+                          const std::vector<std::string>& overrides, const LoadOptions& opts) {
+  auto schema =
+      opts.defaults_path.empty() ? Schema::builtin() : Schema::from_file(opts.defaults_path);
   Loader loader(schema);
   loader.merge_file_text(yaml, name);
   loader.apply_overrides(overrides);
   return loader.finish();
 }
 
-Config load_config(const std::string& path, const std::vector<std::string>& overrides, const LoadOptions& opts) {
+Config load_config(const std::string& path, const std::vector<std::string>& overrides,
+                   const LoadOptions& opts) {
   std::string text;
   if (!path.empty()) text = read_file(path, "config file");
   return load_config_string(text, path, overrides, opts);
@@ -439,14 +470,17 @@ namespace {
 
 // A string that YAML would read back as something else (number, bool, null, ...) is quoted.
 bool needs_quotes(const std::string& s) {
-  if (s.empty() || detail::is_null_text(s) || detail::parse_bool(s) || detail::parse_int(s) || detail::parse_float(s))
+  if (s.empty() || detail::is_null_text(s) || detail::parse_bool(s) || detail::parse_int(s) ||
+      detail::parse_float(s))
     return true;
-  static const std::vector<std::string> yaml11 = {"yes", "no", "on", "off", "y", "n", "Yes", "No", "On", "Off",
-                                                  "YES", "NO", "ON", "OFF", "Y", "N"};
+  static const std::vector<std::string> yaml11 = {"yes", "no",  "on", "off", "y",   "n",
+                                                  "Yes", "No",  "On", "Off", "YES", "NO",
+                                                  "ON",  "OFF", "Y",  "N"};
   if (std::find(yaml11.begin(), yaml11.end(), s) != yaml11.end()) return true;
   if (std::string("-?:,[]{}#&*!|>'\"%@`").find(s[0]) != std::string::npos) return true;
   if (s.find(": ") != std::string::npos || s.find(" #") != std::string::npos) return true;
-  return s.front() == ' ' || s.back() == ' ' || s.back() == ':' || s.find('\n') != std::string::npos;
+  return s.front() == ' ' || s.back() == ' ' || s.back() == ':' ||
+         s.find('\n') != std::string::npos;
 }
 
 void emit(YAML::Emitter& out, const Json& v) {
@@ -458,8 +492,10 @@ void emit(YAML::Emitter& out, const Json& v) {
     out << detail::scalar_text(v);
   } else if (v.is_string()) {
     const std::string& s = v.get_ref<const std::string&>();
-    if (needs_quotes(s)) out << YAML::DoubleQuoted << s;
-    else out << s;
+    if (needs_quotes(s))
+      out << YAML::DoubleQuoted << s;
+    else
+      out << s;
   } else if (v.is_array()) {
     bool flat = std::all_of(v.begin(), v.end(), [](const Json& e) { return e.is_primitive(); });
     out << (flat ? YAML::Flow : YAML::Block) << YAML::BeginSeq;

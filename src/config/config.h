@@ -2,9 +2,9 @@
 // YAML file and command-line overrides (key=value, Hydra style) over configs/ppo_trainer.yaml,
 // resolves ${...} interpolations and checks every value against the schema.
 //
-//   Config cfg = load_config("my_grpo.yaml", {"trainer.total_epochs=2", "trainer.logger=[console]"});
-//   int64_t epochs = cfg.get<int64_t>("trainer.total_epochs");
-//   auto mb = cfg.get<std::optional<int64_t>>("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu");
+//   Config cfg = load_config("my_grpo.yaml", {"trainer.total_epochs=2",
+//   "trainer.logger=[console]"}); int64_t epochs = cfg.get<int64_t>("trainer.total_epochs"); auto
+//   mb = cfg.get<std::optional<int64_t>>("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu");
 #pragma once
 
 #include <atomic>
@@ -37,7 +37,8 @@ class Config {
   bool has(const std::string& key) const;      // a known key (leaf, section or alias)
   bool is_null(const std::string& key) const;  // its value is null
   Json value(const std::string& key) const;    // a leaf's value or a section as an object
-  std::string origin(const std::string& key) const;  // "defaults", "file.yaml:12", "command line ..."
+  std::string origin(
+      const std::string& key) const;  // "defaults", "file.yaml:12", "command line ..."
 
   // Sets one key after loading (e.g. a value the trainer derives), checked like a command-line
   // override. Interpolations that referred to it are not recomputed.
@@ -58,7 +59,7 @@ class Config {
  private:
   friend class Loader;
   size_t leaf_index(const std::string& key) const;  // follows aliases; throws if not a leaf
-  Json raw_value(const std::string& key) const;      // value() without recording a read
+  Json raw_value(const std::string& key) const;     // value() without recording a read
   void mark_read(const std::string& key) const;
   [[noreturn]] void type_mismatch(const std::string& key, const char* wanted, const Json& v) const;
 
@@ -76,7 +77,8 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
                    const LoadOptions& opts = {});
 // As load_config, with the user's YAML given as text (`name` is used in messages).
 Config load_config_string(const std::string& yaml, const std::string& name,
-                          const std::vector<std::string>& overrides = {}, const LoadOptions& opts = {});
+                          const std::vector<std::string>& overrides = {},
+                          const LoadOptions& opts = {});
 
 // Markdown reference of every key (docs/config.md is this output).
 std::string docs_markdown(const Schema& schema);
@@ -120,12 +122,14 @@ T Config::get(const std::string& key) const {
         out.push_back(e.template get<std::string>());
       }
       return out;
-    } else if constexpr (std::is_same_v<T, std::vector<double>> || std::is_same_v<T, std::vector<int64_t>>) {
+    } else if constexpr (std::is_same_v<T, std::vector<double>> ||
+                         std::is_same_v<T, std::vector<int64_t>>) {
       constexpr bool ints = std::is_same_v<T, std::vector<int64_t>>;
       if (!v.is_array()) type_mismatch(key, ints ? "list[int]" : "list[number]", v);
       T out;
       for (const auto& e : v) {
-        if (ints ? !e.is_number_integer() : !e.is_number()) type_mismatch(key, ints ? "list[int]" : "list[number]", v);
+        if (ints ? !e.is_number_integer() : !e.is_number())
+          type_mismatch(key, ints ? "list[int]" : "list[number]", v);
         out.push_back(e.template get<typename T::value_type>());
       }
       return out;

@@ -57,7 +57,7 @@ std::string show(const Json& v);
 // interpolation string still to resolve.
 struct Slot {
   Json value;
-  std::string interp;      // the ${...} text while pending
+  std::string interp;  // the ${...} text while pending
   bool pending = false;
   bool resolving = false;  // cycle detection
   bool explicit_set = false;
@@ -69,17 +69,18 @@ bool has_interpolation(const std::string& s);
 
 // Resolves every pending slot in place. `schema` gives the keys (indices match `slots`);
 // `index_of` maps a path to its key index (or -1). Problems are passed to `report`.
-void resolve_all(const std::vector<KeySpec>& keys, const std::function<long(const std::string&)>& index_of,
+void resolve_all(const std::vector<KeySpec>& keys,
+                 const std::function<long(const std::string&)>& index_of,
                  const std::function<std::string(const std::string&)>& suggest,
                  std::vector<Slot>& slots, const std::function<void(const std::string&)>& report);
 
 // The path an interpolation refers to, made absolute against the key that holds it
 // (".x" is a sibling, "..x" a sibling of the parent). `expr` is the text inside ${ }.
 struct RefExpr {
-  std::string path;                 // absolute path ("" for oc.env)
-  bool select = false;              // oc.select: a missing key gives the default
+  std::string path;                     // absolute path ("" for oc.env)
+  bool select = false;                  // oc.select: a missing key gives the default
   std::optional<std::string> fallback;  // the default text of oc.select / oc.env
-  std::string env;                  // oc.env variable name
+  std::string env;                      // oc.env variable name
 };
 RefExpr parse_ref(const std::string& expr, const std::string& holder_path);
 // If s is exactly one ${...}, the text inside it.

@@ -22,10 +22,15 @@ std::string code_list(const std::vector<std::string>& v) {
   return out;
 }
 
-std::string last_component(const std::string& path) { return path.substr(path.rfind('.') + 1); }
+std::string last_component(const std::string& path) {
+  return path.substr(path.rfind('.') + 1);
+}
 
 std::string range_text(const KeySpec& k) {
-  auto num = [](double d) { return detail::scalar_text(d == static_cast<int64_t>(d) ? Json(static_cast<int64_t>(d)) : Json(d)); };
+  auto num = [](double d) {
+    return detail::scalar_text(d == static_cast<int64_t>(d) ? Json(static_cast<int64_t>(d))
+                                                            : Json(d));
+  };
   if (k.min && k.max) {
     if (k.min_exclusive || k.max_exclusive)
       return fmt::format("{} {}, at most {}", k.min_exclusive ? "above" : "from", num(*k.min),
@@ -43,8 +48,11 @@ std::string description(const Schema& s, const KeySpec& k) {
     return d;
   }
   if (!k.choices.empty()) d += fmt::format(" One of {}.", code_list(k.choices));
-  if (!k.verl_choices.empty()) d += fmt::format(" verl's {} not supported yet.", code_list(k.verl_choices) + (k.verl_choices.size() == 1 ? " is" : " are"));
-  if (!k.ignored_choices.empty()) d += fmt::format(" verl's {} accepted and dropped.", code_list(k.ignored_choices));
+  if (!k.verl_choices.empty())
+    d += fmt::format(" verl's {} not supported yet.",
+                     code_list(k.verl_choices) + (k.verl_choices.size() == 1 ? " is" : " are"));
+  if (!k.ignored_choices.empty())
+    d += fmt::format(" verl's {} accepted and dropped.", code_list(k.ignored_choices));
   if (k.min || k.max) d += fmt::format(" Range: {}.", range_text(k));
   const KeySpec* parent = nullptr;
   size_t dot = k.path.rfind('.');
@@ -62,19 +70,24 @@ std::string description(const Schema& s, const KeySpec& k) {
 void section(std::string& out, const Schema& s, const KeySpec& sec) {
   const bool top = sec.path.find('.') == std::string::npos;
   if (!sec.is_section()) {  // a top-level value such as model_engine
-    out += fmt::format("\n## `{}`\n\n| key | type | default | description |\n|---|---|---|---|\n", sec.path);
-    out += fmt::format("| `{}` | {} | `{}` | {} |\n", cell(sec.path), type_name(sec.type), cell(sec.default_text),
-                       cell(description(s, sec)));
+    out += fmt::format("\n## `{}`\n\n| key | type | default | description |\n|---|---|---|---|\n",
+                       sec.path);
+    out += fmt::format("| `{}` | {} | `{}` | {} |\n", cell(sec.path), type_name(sec.type),
+                       cell(sec.default_text), cell(description(s, sec)));
     return;
   }
   out += fmt::format("\n{} `{}`\n\n{}", top ? "##" : "###", sec.path, sec.doc);
-  if (sec.support == Support::Unsupported) out += " **Not supported yet:** every key below must stay at its default.";
-  if (sec.support == Support::Ignored) out += " *No effect in verl.cpp:* values are accepted and ignored with a warning.";
+  if (sec.support == Support::Unsupported)
+    out += " **Not supported yet:** every key below must stay at its default.";
+  if (sec.support == Support::Ignored)
+    out += " *No effect in verl.cpp:* values are accepted and ignored with a warning.";
   if (sec.open) out += " Keys not listed here are accepted too (with a warning).";
   if (!sec.reason.empty()) out += " " + sec.reason;
-  if (sec.group) out += fmt::format(" `{}=NAME` picks verl's config file for it: {} accepted{}.", sec.path,
-                                    code_list(sec.choices),
-                                    sec.verl_choices.empty() ? "" : ", " + code_list(sec.verl_choices) + " rejected");
+  if (sec.group)
+    out += fmt::format(
+        " `{}=NAME` picks verl's config file for it: {} accepted{}.", sec.path,
+        code_list(sec.choices),
+        sec.verl_choices.empty() ? "" : ", " + code_list(sec.verl_choices) + " rejected");
   if (sec.ours) out += " *verl.cpp only.*";
   out += "\n";
   bool header = false;
@@ -85,9 +98,11 @@ void section(std::string& out, const Schema& s, const KeySpec& sec) {
       out += "\n| key | type | default | description |\n|---|---|---|---|\n";
       header = true;
     }
-    std::string type = k.is_alias() ? "alias" : std::string(type_name(k.type)) + (k.nullable ? " or null" : "");
+    std::string type =
+        k.is_alias() ? "alias" : std::string(type_name(k.type)) + (k.nullable ? " or null" : "");
     std::string def = k.is_alias() ? "" : "`" + k.default_text + "`";
-    out += fmt::format("| `{}` | {} | {} | {} |\n", cell(k.path), cell(type), cell(def), cell(description(s, k)));
+    out += fmt::format("| `{}` | {} | {} | {} |\n", cell(k.path), cell(type), cell(def),
+                       cell(description(s, k)));
   }
   for (const auto& c : sec.children) {
     const KeySpec& k = s.at(c);
@@ -110,35 +125,52 @@ std::string docs_markdown(const Schema& s) {
   }
   std::string out;
   out += "# Configuration reference\n\n";
-  out += "<!-- Generated from configs/ppo_trainer.yaml; do not edit by hand. Regenerate with:\n"
-         "     build/bin/verl config --docs > docs/config.md -->\n\n";
-  out += "verl.cpp reads verl's configuration: the same sections, key names and defaults as verl's\n"
-         "`verl/trainer/config/ppo_trainer.yaml`, with verl.cpp's own knobs beside them. The defaults live in\n"
-         "`configs/ppo_trainer.yaml`; this page is generated from that file.\n\n";
-  out += "## Using a config\n\n"
-         "- `verl config [CONFIG.yaml] [key=value ...]` prints the resolved configuration that would run.\n"
-         "- A config file may be a full verl config or a partial one; it is merged over the defaults. Its\n"
-         "  top-level `defaults:` and `hydra:` keys and every `_target_` key are ignored.\n"
-         "- Command-line overrides use Hydra's syntax: `trainer.total_epochs=3`, `+key=value` (the key must\n"
-         "  still exist), lists as `trainer.logger=[console,jsonl]`, `key=null`.\n"
-         "- Values may interpolate other keys: `${data.max_prompt_length}`, `${.sibling}` (same section),\n"
-         "  `${oc.select:a.b,default}`, `${oc.env:VAR,default}`; text around them makes a string.\n"
-         "- Unknown keys are errors that suggest the nearest valid key; wrong types, values outside the\n"
-         "  allowed set and out-of-range numbers are errors that name the key and what was expected.\n\n";
-  out += "Status of a key:\n\n"
-         "- no mark: supported: the trainer reads it and honours it. This is tested: the config records\n"
-         "  the keys the program reads, and tests/trainer/test_config_reads.cpp runs the trainers and fails\n"
-         "  naming every unmarked key that no run read (a few keys read only with several ranks are\n"
-         "  listed there with the reason).\n"
-         "- **Not supported yet**: a verl key that verl.cpp does not implement; any value other than the\n"
-         "  default is an error naming the key.\n"
-         "- *No effect in verl.cpp*: a verl key that does not apply here (Ray, torch.compile, FSDP wrapping,\n"
-         "  inference-engine settings); a non-default value is accepted with a warning that says why.\n"
-         "- *verl.cpp only*: a key verl does not have (the performance knobs of the seed article).\n"
-         "- alias: another name for a key; setting it sets the key(s) it names.\n\n";
-  out += fmt::format("{} keys: {} supported, {} without effect, {} not supported yet; {} of them verl.cpp only; "
-                     "{} aliases.\n",
-                     leaves, supported, ignored, unsupported, ours, aliases);
+  out +=
+      "<!-- Generated from configs/ppo_trainer.yaml; do not edit by hand. Regenerate with:\n"
+      "     build/bin/verl config --docs > docs/config.md -->\n\n";
+  out +=
+      "verl.cpp reads verl's configuration: the same sections, key names and defaults as verl's\n"
+      "`verl/trainer/config/ppo_trainer.yaml`, with verl.cpp's own knobs beside them. The defaults "
+      "live in\n"
+      "`configs/ppo_trainer.yaml`; this page is generated from that file.\n\n";
+  out +=
+      "## Using a config\n\n"
+      "- `verl config [CONFIG.yaml] [key=value ...]` prints the resolved configuration that would "
+      "run.\n"
+      "- A config file may be a full verl config or a partial one; it is merged over the defaults. "
+      "Its\n"
+      "  top-level `defaults:` and `hydra:` keys and every `_target_` key are ignored.\n"
+      "- Command-line overrides use Hydra's syntax: `trainer.total_epochs=3`, `+key=value` (the "
+      "key must\n"
+      "  still exist), lists as `trainer.logger=[console,jsonl]`, `key=null`.\n"
+      "- Values may interpolate other keys: `${data.max_prompt_length}`, `${.sibling}` (same "
+      "section),\n"
+      "  `${oc.select:a.b,default}`, `${oc.env:VAR,default}`; text around them makes a string.\n"
+      "- Unknown keys are errors that suggest the nearest valid key; wrong types, values outside "
+      "the\n"
+      "  allowed set and out-of-range numbers are errors that name the key and what was "
+      "expected.\n\n";
+  out +=
+      "Status of a key:\n\n"
+      "- no mark: supported: the trainer reads it and honours it. This is tested: the config "
+      "records\n"
+      "  the keys the program reads, and tests/trainer/test_config_reads.cpp runs the trainers and "
+      "fails\n"
+      "  naming every unmarked key that no run read (a few keys read only with several ranks are\n"
+      "  listed there with the reason).\n"
+      "- **Not supported yet**: a verl key that verl.cpp does not implement; any value other than "
+      "the\n"
+      "  default is an error naming the key.\n"
+      "- *No effect in verl.cpp*: a verl key that does not apply here (Ray, torch.compile, FSDP "
+      "wrapping,\n"
+      "  inference-engine settings); a non-default value is accepted with a warning that says "
+      "why.\n"
+      "- *verl.cpp only*: a key verl does not have (the performance knobs of the seed article).\n"
+      "- alias: another name for a key; setting it sets the key(s) it names.\n\n";
+  out += fmt::format(
+      "{} keys: {} supported, {} without effect, {} not supported yet; {} of them verl.cpp only; "
+      "{} aliases.\n",
+      leaves, supported, ignored, unsupported, ours, aliases);
   for (const auto& top : s.top_level()) section(out, s, s.at(top));
   return out;
 }

@@ -19,22 +19,32 @@ namespace verl::config {
 
 const char* type_name(Type t) {
   switch (t) {
-    case Type::Bool: return "bool";
-    case Type::Int: return "int";
-    case Type::Float: return "float";
-    case Type::String: return "string";
-    case Type::StringList: return "list[string]";
-    case Type::NumberList: return "list[number]";
-    case Type::Map: return "map";
+    case Type::Bool:
+      return "bool";
+    case Type::Int:
+      return "int";
+    case Type::Float:
+      return "float";
+    case Type::String:
+      return "string";
+    case Type::StringList:
+      return "list[string]";
+    case Type::NumberList:
+      return "list[number]";
+    case Type::Map:
+      return "map";
   }
   return "?";
 }
 
 const char* support_name(Support s) {
   switch (s) {
-    case Support::Supported: return "supported";
-    case Support::Ignored: return "ignored";
-    case Support::Unsupported: return "unsupported";
+    case Support::Supported:
+      return "supported";
+    case Support::Ignored:
+      return "ignored";
+    case Support::Unsupported:
+      return "unsupported";
   }
   return "?";
 }
@@ -109,7 +119,8 @@ struct Annotations {
 };
 
 std::optional<Type> parse_type(const std::string& s) {
-  for (Type t : {Type::Bool, Type::Int, Type::Float, Type::String, Type::StringList, Type::NumberList, Type::Map})
+  for (Type t : {Type::Bool, Type::Int, Type::Float, Type::String, Type::StringList,
+                 Type::NumberList, Type::Map})
     if (s == type_name(t)) return t;
   return std::nullopt;
 }
@@ -137,10 +148,13 @@ Annotations parse_annotations(const std::string& comment, const std::string& whe
         value = tokens[++i];
       }
     }
-    auto need = [&] { VERL_CHECK(!value.empty(), "{}: @{} needs a value (@{}: ...)", where, name, name); };
+    auto need = [&] {
+      VERL_CHECK(!value.empty(), "{}: @{} needs a value (@{}: ...)", where, name, name);
+    };
     if (name == "reason") {
       // The rest of the comment up to the next @annotation.
-      while (i + 1 < tokens.size() && tokens[i + 1][0] != '@') value += (value.empty() ? "" : " ") + tokens[++i];
+      while (i + 1 < tokens.size() && tokens[i + 1][0] != '@')
+        value += (value.empty() ? "" : " ") + tokens[++i];
       need();
       a.reason = value;
     } else if (name == "group") {
@@ -150,8 +164,10 @@ Annotations parse_annotations(const std::string& comment, const std::string& whe
     } else if (name == "type") {
       need();
       a.type = parse_type(value);
-      VERL_CHECK(a.type, "{}: @type: {} is not one of bool, int, float, string, list[string], list[number], map",
-                 where, value);
+      VERL_CHECK(
+          a.type,
+          "{}: @type: {} is not one of bool, int, float, string, list[string], list[number], map",
+          where, value);
     } else if (name == "nullable") {
       a.nullable = true;
     } else if (name == "ours") {
@@ -186,18 +202,21 @@ Annotations parse_annotations(const std::string& comment, const std::string& whe
         range.pop_back();
       }
       size_t dd = range.find("..");
-      VERL_CHECK(dd != std::string::npos, "{}: @range: {} must be lo..hi (either side may be empty)", where, value);
+      VERL_CHECK(dd != std::string::npos,
+                 "{}: @range: {} must be lo..hi (either side may be empty)", where, value);
       std::string lo = range.substr(0, dd), hi = range.substr(dd + 2);
       VERL_CHECK((!a.min_exclusive || !lo.empty()) && (!a.max_exclusive || !hi.empty()),
                  "{}: @range: {} excludes a bound it does not give", where, value);
       if (!lo.empty()) a.min = detail::parse_float(lo);
       if (!hi.empty()) a.max = detail::parse_float(hi);
-      VERL_CHECK((lo.empty() || a.min) && (hi.empty() || a.max), "{}: @range: {} has a bound that is not a number",
-                 where, value);
+      VERL_CHECK((lo.empty() || a.min) && (hi.empty() || a.max),
+                 "{}: @range: {} has a bound that is not a number", where, value);
     } else {
-      VERL_FAIL("{}: unknown annotation @{}; known: type, nullable, choices, verl_choices, ignored_choices, range, "
-                "unsupported, ignored, alias, ours, reason, group, open",
-                where, name);
+      VERL_FAIL(
+          "{}: unknown annotation @{}; known: type, nullable, choices, verl_choices, "
+          "ignored_choices, range, "
+          "unsupported, ignored, alias, ours, reason, group, open",
+          where, name);
     }
   }
   return a;
@@ -232,10 +251,13 @@ class SchemaBuilder {
   std::vector<std::string> lines_;
   std::vector<detail::Slot> slots_;
 
-  std::string where(int line, const std::string& path) const { return fmt::format("{}:{}: {}", name_, line, path); }
+  std::string where(int line, const std::string& path) const {
+    return fmt::format("{}:{}: {}", name_, line, path);
+  }
 
   size_t add(KeySpec spec, detail::Slot slot) {
-    VERL_CHECK(!s_.index_.count(spec.path), "{}:{}: key {} is defined twice", name_, spec.line, spec.path);
+    VERL_CHECK(!s_.index_.count(spec.path), "{}:{}: key {} is defined twice", name_, spec.line,
+               spec.path);
     size_t i = s_.keys_.size();
     s_.index_[spec.path] = i;
     s_.keys_.push_back(std::move(spec));
@@ -244,16 +266,19 @@ class SchemaBuilder {
   }
 
   // `inherited_reason`: a section's @reason applies to the keys below it that give none.
-  void walk(const YAML::Node& map, const std::string& prefix, Support inherited, bool inherited_ours,
-            const std::string& inherited_reason) {
+  void walk(const YAML::Node& map, const std::string& prefix, Support inherited,
+            bool inherited_ours, const std::string& inherited_reason) {
     for (const auto& kv : map) {
       const std::string key = kv.first.Scalar();
       const std::string path = prefix.empty() ? key : prefix + "." + key;
       const int line = static_cast<int>(kv.first.Mark().line) + 1;
       const std::string at = where(line, path);
-      std::string comment = line >= 1 && line <= static_cast<int>(lines_.size()) ? line_comment(lines_[line - 1]) : "";
+      std::string comment = line >= 1 && line <= static_cast<int>(lines_.size())
+                                ? line_comment(lines_[line - 1])
+                                : "";
       Annotations a = parse_annotations(comment, at);
-      VERL_CHECK(!a.doc.empty(), "{}: every key needs a one-line description in a comment on its line", at);
+      VERL_CHECK(!a.doc.empty(),
+                 "{}: every key needs a one-line description in a comment on its line", at);
 
       KeySpec spec;
       spec.path = path;
@@ -266,24 +291,32 @@ class SchemaBuilder {
       const YAML::Node& v = kv.second;
 
       if (v.IsMap() && v.size() > 0 && !a.type) {
-        VERL_CHECK((a.group || (a.choices.empty() && a.verl_choices.empty())) && a.alias_of.empty() && !a.min && !a.max,
-                   "{}: a section takes only @unsupported, @ignored, @ours, @open, @reason and (with @group) "
+        VERL_CHECK((a.group || (a.choices.empty() && a.verl_choices.empty())) &&
+                       a.alias_of.empty() && !a.min && !a.max,
+                   "{}: a section takes only @unsupported, @ignored, @ours, @open, @reason and "
+                   "(with @group) "
                    "@choices/@verl_choices",
                    at);
-        VERL_CHECK(!a.open || spec.support == Support::Ignored, "{}: an @open section must be @ignored", at);
+        VERL_CHECK(!a.open || spec.support == Support::Ignored,
+                   "{}: an @open section must be @ignored", at);
         spec.kind = KeySpec::Kind::Section;
         spec.open = a.open;
         spec.choices = a.choices;
         spec.verl_choices = a.verl_choices;
-        if (prefix.empty()) s_.top_.push_back(path);
-        else s_.keys_[s_.index_.at(prefix)].children.push_back(path);
+        if (prefix.empty())
+          s_.top_.push_back(path);
+        else
+          s_.keys_[s_.index_.at(prefix)].children.push_back(path);
         add(spec, {});
         walk(v, path, spec.support, spec.ours, a.reason.empty() ? inherited_reason : a.reason);
         continue;
       }
-      // Top-level values exist in verl too (model_engine, the older SFT's ulysses_sequence_parallel_size).
-      if (prefix.empty()) s_.top_.push_back(path);
-      else s_.keys_[s_.index_.at(prefix)].children.push_back(path);
+      // Top-level values exist in verl too (model_engine, the older SFT's
+      // ulysses_sequence_parallel_size).
+      if (prefix.empty())
+        s_.top_.push_back(path);
+      else
+        s_.keys_[s_.index_.at(prefix)].children.push_back(path);
 
       if (!a.alias_of.empty()) {
         VERL_CHECK(v.IsNull(), "{}: an alias has no value of its own; write null", at);
@@ -380,7 +413,8 @@ class SchemaBuilder {
         }
         detail::RefExpr r = detail::parse_ref(*inner, spec.path);
         auto it = s_.index_.find(r.path);
-        if (it != s_.index_.end() && s_.keys_[it->second].is_alias()) it = s_.index_.find(s_.keys_[it->second].alias_of[0]);
+        if (it != s_.index_.end() && s_.keys_[it->second].is_alias())
+          it = s_.index_.find(s_.keys_[it->second].alias_of[0]);
         if (it != s_.index_.end() && s_.keys_[it->second].is_leaf()) {
           if (!known[it->second]) {
             next.push_back(i);
@@ -393,19 +427,24 @@ class SchemaBuilder {
         }
         if (r.select && r.fallback) {
           Json fb = detail::generic(YAML::Load(*r.fallback));
-          if (fb.is_boolean()) spec.type = Type::Bool;
-          else if (fb.is_number_integer()) spec.type = Type::Int;
-          else if (fb.is_number()) spec.type = Type::Float;
-          else if (fb.is_string()) spec.type = Type::String;
-          else next.push_back(i);
+          if (fb.is_boolean())
+            spec.type = Type::Bool;
+          else if (fb.is_number_integer())
+            spec.type = Type::Int;
+          else if (fb.is_number())
+            spec.type = Type::Float;
+          else if (fb.is_string())
+            spec.type = Type::String;
+          else
+            next.push_back(i);
           if (!fb.is_null()) {
             known[i] = progress = true;
             continue;
           }
           continue;
         }
-        VERL_FAIL("{}: cannot infer the type of {} from {}; add @type: ...", where(spec.line, spec.path), spec.path,
-                  spec.default_text);
+        VERL_FAIL("{}: cannot infer the type of {} from {}; add @type: ...",
+                  where(spec.line, spec.path), spec.path, spec.default_text);
       }
       todo = next;
     }
@@ -436,7 +475,8 @@ class SchemaBuilder {
         VERL_FAIL("{} (the default breaks the key's own annotations)", e.what());
       }
       if (!k.verl_choices.empty() || !k.ignored_choices.empty()) {
-        VERL_CHECK(!k.choices.empty(), "{}: @verl_choices/@ignored_choices need @choices too", where(k.line, k.path));
+        VERL_CHECK(!k.choices.empty(), "{}: @verl_choices/@ignored_choices need @choices too",
+                   where(k.line, k.path));
       }
       VERL_CHECK(k.ignored_choices.empty() || k.type == Type::StringList,
                  "{}: @ignored_choices is only for list[string] keys", where(k.line, k.path));
@@ -451,10 +491,11 @@ class SchemaBuilder {
       const KeySpec* first = nullptr;
       for (const auto& t : k.alias_of) {
         const KeySpec* target = s_.find(t);
-        VERL_CHECK(target && target->is_leaf(), "{}: @alias names {}, which is not a key with a value",
-                   where(k.line, k.path), t);
-        VERL_CHECK(!first || first->type == target->type, "{}: the targets of an alias must share one type",
-                   where(k.line, k.path));
+        VERL_CHECK(target && target->is_leaf(),
+                   "{}: @alias names {}, which is not a key with a value", where(k.line, k.path),
+                   t);
+        VERL_CHECK(!first || first->type == target->type,
+                   "{}: the targets of an alias must share one type", where(k.line, k.path));
         first = target;
       }
       k.type = first->type;
@@ -466,7 +507,8 @@ class SchemaBuilder {
   std::vector<bool> annotated_;       // ... and whether @type gave their type
 };
 
-std::shared_ptr<const Schema> Schema::from_string(const std::string& text, const std::string& name) {
+std::shared_ptr<const Schema> Schema::from_string(const std::string& text,
+                                                  const std::string& name) {
   auto s = std::make_shared<Schema>();
   SchemaBuilder(*s, name).build(text);
   return s;
@@ -503,7 +545,8 @@ std::vector<std::string> Schema::suggest(const std::string& unknown) const {
   // 1. A known key that ends with what was written ("rollout.n" -> "actor_rollout_ref.rollout.n").
   std::vector<std::string> out;
   for (const auto& k : keys_) {
-    if (k.path.size() > unknown.size() && k.path.compare(k.path.size() - unknown.size(), unknown.size(), unknown) == 0 &&
+    if (k.path.size() > unknown.size() &&
+        k.path.compare(k.path.size() - unknown.size(), unknown.size(), unknown) == 0 &&
         k.path[k.path.size() - unknown.size() - 1] == '.')
       out.push_back(k.path);
   }
@@ -524,7 +567,8 @@ std::vector<std::string> Schema::suggest(const std::string& unknown) const {
   // 3. Keys whose own name is close to the last component (right name, wrong section).
   const std::string last = last_component(unknown);
   size_t best_last = std::string::npos;
-  for (const auto& k : keys_) best_last = std::min(best_last, edit_distance(last, last_component(k.path)));
+  for (const auto& k : keys_)
+    best_last = std::min(best_last, edit_distance(last, last_component(k.path)));
   if (best_last <= std::max<size_t>(1, last.size() / 4)) {
     for (const auto& k : keys_)
       if (edit_distance(last, last_component(k.path)) == best_last) out.push_back(k.path);
@@ -539,12 +583,14 @@ std::string Schema::suggestion_text(const std::string& unknown) const {
   if (!s.empty()) return fmt::format(" Did you mean one of: {}?", fmt::join(s, ", "));
   // Nothing close: list what the nearest existing section holds.
   std::string parent = parent_of(unknown);
-  while (!parent.empty() && !(find(parent) && find(parent)->is_section())) parent = parent_of(parent);
+  while (!parent.empty() && !(find(parent) && find(parent)->is_section()))
+    parent = parent_of(parent);
   const std::vector<std::string>& kids = parent.empty() ? top_ : find(parent)->children;
   std::vector<std::string> names;
   for (const auto& c : kids) names.push_back(last_component(c));
-  std::string list = names.size() > 16 ? fmt::format("{}, ...", fmt::join(names.begin(), names.begin() + 16, ", "))
-                                       : fmt::format("{}", fmt::join(names, ", "));
+  std::string list =
+      names.size() > 16 ? fmt::format("{}, ...", fmt::join(names.begin(), names.begin() + 16, ", "))
+                        : fmt::format("{}", fmt::join(names, ", "));
   return parent.empty() ? fmt::format(" Top-level sections: {}.", list)
                         : fmt::format(" Keys under '{}': {}.", parent, list);
 }
@@ -572,8 +618,10 @@ std::string default_config_path() {
   }
   std::vector<std::string> names;
   for (const auto& p : tried) names.push_back(p.lexically_normal().string());
-  VERL_FAIL("cannot find the config defaults file ppo_trainer.yaml; tried {}; set VERL_CONFIG_DEFAULTS to its path",
-            fmt::join(names, ", "));
+  VERL_FAIL(
+      "cannot find the config defaults file ppo_trainer.yaml; tried {}; set VERL_CONFIG_DEFAULTS "
+      "to its path",
+      fmt::join(names, ", "));
 }
 
 }  // namespace verl::config

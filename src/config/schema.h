@@ -35,25 +35,25 @@ struct KeySpec {
   Type type = Type::String;
   bool nullable = false;
   Support support = Support::Supported;
-  bool ours = false;        // a verl.cpp key that verl does not have
+  bool ours = false;  // a verl.cpp key that verl does not have
   // A key naming one of verl's Hydra config groups (`model_engine=dp`, SFT's `engine=fsdp`): a
   // leaf (top-level allowed) or a section that also takes a choice as a plain value.
   bool group = false;
   // A section that accepts keys it does not list (verl's Ray and launcher settings, whose keys are
   // open-ended): an unknown key below it is ignored with a warning.
   bool open = false;
-  std::string reason;       // why a key is not supported or has no effect, and what to use instead
-  std::string doc;          // the one-line description
+  std::string reason;        // why a key is not supported or has no effect, and what to use instead
+  std::string doc;           // the one-line description
   std::string default_text;  // the default as written in the file (may hold ${...})
-  Json default_value;       // the default with interpolations resolved (defaults alone)
+  Json default_value;        // the default with interpolations resolved (defaults alone)
   std::vector<std::string> choices;          // allowed values (elements for lists); empty: any
   std::vector<std::string> verl_choices;     // values verl has and we reject by name
   std::vector<std::string> ignored_choices;  // list elements dropped with a warning
   std::optional<double> min, max;            // numeric bounds, inclusive unless marked below
   bool min_exclusive = false, max_exclusive = false;  // @range: (lo..hi) excludes lo / hi
-  std::vector<std::string> alias_of;         // Alias: the leaves it sets
-  std::vector<std::string> children;         // Section: direct child paths, in file order
-  int line = 0;                              // 1-based line in the defaults file
+  std::vector<std::string> alias_of;                  // Alias: the leaves it sets
+  std::vector<std::string> children;                  // Section: direct child paths, in file order
+  int line = 0;                                       // 1-based line in the defaults file
 
   bool is_leaf() const { return kind == Kind::Leaf; }
   bool is_section() const { return kind == Kind::Section; }
@@ -64,7 +64,8 @@ class Schema {
  public:
   // Parses and checks a defaults file; an error names the file, the line and the key.
   static std::shared_ptr<const Schema> from_file(const std::string& path);
-  static std::shared_ptr<const Schema> from_string(const std::string& text, const std::string& name);
+  static std::shared_ptr<const Schema> from_string(const std::string& text,
+                                                   const std::string& name);
 
   // The schema of configs/ppo_trainer.yaml, found by default_config_path(); parsed once.
   static std::shared_ptr<const Schema> builtin();
@@ -78,7 +79,8 @@ class Schema {
   // Closest known keys to a mistyped one: by edit distance over full dotted paths, then by the
   // last path component. Empty when nothing is close.
   std::vector<std::string> suggest(const std::string& unknown) const;
-  // " Did you mean 'x'?" or " Keys under 'trainer': a, b, ..." or "" (ready to append to a message).
+  // " Did you mean 'x'?" or " Keys under 'trainer': a, b, ..." or "" (ready to append to a
+  // message).
   std::string suggestion_text(const std::string& unknown) const;
 
  private:

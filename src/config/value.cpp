@@ -13,7 +13,9 @@
 
 namespace verl::config::detail {
 
-void raise(std::string msg) { throw Issue(std::move(msg)); }
+void raise(std::string msg) {
+  throw Issue(std::move(msg));
+}
 
 bool is_null_text(const std::string& s) {
   return s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL";
@@ -53,7 +55,9 @@ std::optional<double> parse_float(const std::string& s) {
   return v;
 }
 
-bool is_quoted(const YAML::Node& n) { return n.IsScalar() && n.Tag() == "!"; }
+bool is_quoted(const YAML::Node& n) {
+  return n.IsScalar() && n.Tag() == "!";
+}
 
 namespace {
 
@@ -64,10 +68,13 @@ constexpr int kMaxValueDepth = 256;
 
 Json generic_bounded(const YAML::Node& n, int64_t& budget, int depth) {
   if (--budget < 0) {
-    throw TooLarge(fmt::format("the value expands to more than {} YAML nodes (aliases inside aliases?); no "
-                               "config value is that large", kMaxValueNodes));
+    throw TooLarge(
+        fmt::format("the value expands to more than {} YAML nodes (aliases inside aliases?); no "
+                    "config value is that large",
+                    kMaxValueNodes));
   }
-  if (depth > kMaxValueDepth) throw TooLarge(fmt::format("the value nests more than {} levels deep", kMaxValueDepth));
+  if (depth > kMaxValueDepth)
+    throw TooLarge(fmt::format("the value nests more than {} levels deep", kMaxValueDepth));
   if (!n.IsDefined() || n.IsNull()) return nullptr;
   if (n.IsScalar()) {
     const std::string& s = n.Scalar();
@@ -133,13 +140,20 @@ namespace {
 
 const char* expected_text(Type t) {
   switch (t) {
-    case Type::Bool: return "a bool (true or false)";
-    case Type::Int: return "an int";
-    case Type::Float: return "a float";
-    case Type::String: return "a string";
-    case Type::StringList: return "a list of strings";
-    case Type::NumberList: return "a list of numbers";
-    case Type::Map: return "a mapping";
+    case Type::Bool:
+      return "a bool (true or false)";
+    case Type::Int:
+      return "an int";
+    case Type::Float:
+      return "a float";
+    case Type::String:
+      return "a string";
+    case Type::StringList:
+      return "a list of strings";
+    case Type::NumberList:
+      return "a list of numbers";
+    case Type::Map:
+      return "a mapping";
   }
   return "?";
 }
@@ -149,9 +163,11 @@ std::string node_text(const YAML::Node& n) {
   return show(generic(n));
 }
 
-[[noreturn]] void wrong_type(const KeySpec& spec, const std::string& origin, const std::string& got) {
-  raise(fmt::format("{}: {} expects {} (type {}{}), got {}", origin, spec.path, expected_text(spec.type),
-                    type_name(spec.type), spec.nullable ? " or null" : "", got));
+[[noreturn]] void wrong_type(const KeySpec& spec, const std::string& origin,
+                             const std::string& got) {
+  raise(fmt::format("{}: {} expects {} (type {}{}), got {}", origin, spec.path,
+                    expected_text(spec.type), type_name(spec.type), spec.nullable ? " or null" : "",
+                    got));
 }
 
 [[noreturn]] void not_nullable(const KeySpec& spec, const std::string& origin) {
@@ -167,7 +183,8 @@ Json drop_ignored(Json list, const KeySpec& spec, const std::string& origin) {
     std::string t = scalar_text(e);
     if (std::find(spec.ignored_choices.begin(), spec.ignored_choices.end(), t) !=
         spec.ignored_choices.end()) {
-      log::warn("{}: {} entry '{}' is not available in verl.cpp and is ignored", origin, spec.path, t);
+      log::warn("{}: {} entry '{}' is not available in verl.cpp and is ignored", origin, spec.path,
+                t);
     } else {
       kept.push_back(e);
     }
@@ -210,7 +227,8 @@ Json convert_node(const YAML::Node& n, const KeySpec& spec, const std::string& o
       } else if (n.IsSequence()) {
         for (size_t i = 0; i < n.size(); ++i) {
           if (!n[i].IsScalar())
-            raise(fmt::format("{}: {}[{}] expects a string, got {}", origin, spec.path, i, node_text(n[i])));
+            raise(fmt::format("{}: {}[{}] expects a string, got {}", origin, spec.path, i,
+                              node_text(n[i])));
           a.push_back(n[i].Scalar());
         }
       } else {
@@ -225,7 +243,8 @@ Json convert_node(const YAML::Node& n, const KeySpec& spec, const std::string& o
           if (auto v = parse_int(e.Scalar())) return *v;
           if (auto v = parse_float(e.Scalar())) return *v;
         }
-        raise(fmt::format("{}: {}[{}] expects a number, got {}", origin, spec.path, i, node_text(e)));
+        raise(
+            fmt::format("{}: {}[{}] expects a number, got {}", origin, spec.path, i, node_text(e)));
       };
       if (n.IsSequence()) {
         for (size_t i = 0; i < n.size(); ++i) a.push_back(number(n[i], i));
@@ -281,7 +300,8 @@ Json convert_json(const Json& v, const KeySpec& spec, const std::string& origin)
       }
       break;
     case Type::NumberList:
-      if (v.is_array() && std::all_of(v.begin(), v.end(), [](const Json& e) { return e.is_number(); }))
+      if (v.is_array() &&
+          std::all_of(v.begin(), v.end(), [](const Json& e) { return e.is_number(); }))
         return v;
       break;
     case Type::Map:
@@ -298,8 +318,10 @@ void check_value(const Json& v, const KeySpec& spec, const std::string& origin) 
       return std::find(set.begin(), set.end(), t) != set.end();
     };
     if (has(spec.verl_choices)) {
-      raise(fmt::format("{}: {} = {} is a verl option that verl.cpp does not support yet; supported: {}{}", origin,
-                        spec.path, t, fmt::join(spec.choices, ", "), spec.reason.empty() ? "" : " (" + spec.reason + ")"));
+      raise(fmt::format(
+          "{}: {} = {} is a verl option that verl.cpp does not support yet; supported: {}{}",
+          origin, spec.path, t, fmt::join(spec.choices, ", "),
+          spec.reason.empty() ? "" : " (" + spec.reason + ")"));
     }
     if (!spec.choices.empty() && !has(spec.choices)) {
       std::string hint;
@@ -322,11 +344,13 @@ void check_value(const Json& v, const KeySpec& spec, const std::string& origin) 
     if (low || high) {
       const char* open = spec.min_exclusive ? "(" : "[";
       const char* close = spec.max_exclusive ? ")" : "]";
-      std::string want = spec.min && spec.max
-                             ? fmt::format("a value in {}{}, {}{}", open, *spec.min, *spec.max, close)
-                         : spec.min ? fmt::format("a value {} {}", spec.min_exclusive ? ">" : ">=", *spec.min)
-                                    : fmt::format("a value {} {}", spec.max_exclusive ? "<" : "<=", *spec.max);
-      raise(fmt::format("{}: {} = {} is out of range; expected {}", origin, spec.path, scalar_text(v), want));
+      std::string want =
+          spec.min && spec.max
+              ? fmt::format("a value in {}{}, {}{}", open, *spec.min, *spec.max, close)
+          : spec.min ? fmt::format("a value {} {}", spec.min_exclusive ? ">" : ">=", *spec.min)
+                     : fmt::format("a value {} {}", spec.max_exclusive ? "<" : "<=", *spec.max);
+      raise(fmt::format("{}: {} = {} is out of range; expected {}", origin, spec.path,
+                        scalar_text(v), want));
     }
   }
 }
@@ -334,7 +358,9 @@ void check_value(const Json& v, const KeySpec& spec, const std::string& origin) 
 // ---------------------------------------------------------------------------------------------
 // Interpolation
 
-bool has_interpolation(const std::string& s) { return s.find("${") != std::string::npos; }
+bool has_interpolation(const std::string& s) {
+  return s.find("${") != std::string::npos;
+}
 
 namespace {
 
@@ -406,8 +432,10 @@ RefExpr parse_ref(const std::string& expr_in, const std::string& holder_path) {
   } else {
     size_t colon = expr.find(':');
     if (colon != std::string::npos)
-      raise(fmt::format("resolver '{}' in ${{{}}} is not supported; use ${{a.b}}, ${{oc.select:a.b,default}} or ${{oc.env:VAR}}",
-                        expr.substr(0, colon), expr));
+      raise(
+          fmt::format("resolver '{}' in ${{{}}} is not supported; use ${{a.b}}, "
+                      "${{oc.select:a.b,default}} or ${{oc.env:VAR}}",
+                      expr.substr(0, colon), expr));
     path = expr;
   }
   size_t dots = 0;
@@ -434,9 +462,10 @@ RefExpr parse_ref(const std::string& expr_in, const std::string& holder_path) {
   return r;
 }
 
-void resolve_all(const std::vector<KeySpec>& keys, const std::function<long(const std::string&)>& index_of,
-                 const std::function<std::string(const std::string&)>& suggest, std::vector<Slot>& slots,
-                 const std::function<void(const std::string&)>& report) {
+void resolve_all(const std::vector<KeySpec>& keys,
+                 const std::function<long(const std::string&)>& index_of,
+                 const std::function<std::string(const std::string&)>& suggest,
+                 std::vector<Slot>& slots, const std::function<void(const std::string&)>& report) {
   std::vector<char> failed(slots.size(), 0);
   std::vector<size_t> stack;
 
@@ -448,7 +477,8 @@ void resolve_all(const std::vector<KeySpec>& keys, const std::function<long(cons
     // verl writes quoted defaults inside a plain YAML scalar as \"...\"; drop the backslashes.
     std::string text;
     for (size_t k = 0; k < text_in.size(); ++k) {
-      if (!(text_in[k] == '\\' && k + 1 < text_in.size() && text_in[k + 1] == '"')) text += text_in[k];
+      if (!(text_in[k] == '\\' && k + 1 < text_in.size() && text_in[k + 1] == '"'))
+        text += text_in[k];
     }
     if (has_interpolation(text)) {
       if (auto inner = whole_interpolation(text)) return eval(*inner, holder);
@@ -472,19 +502,21 @@ void resolve_all(const std::vector<KeySpec>& keys, const std::function<long(cons
     if (!r.env.empty()) {
       if (const char* v = std::getenv(r.env.c_str())) return std::string(v);
       if (r.fallback) return parse_fallback(*r.fallback, holder);
-      raise(fmt::format("{}: {} refers to environment variable {}, which is not set", slots[holder].origin,
-                        h.path, r.env));
+      raise(fmt::format("{}: {} refers to environment variable {}, which is not set",
+                        slots[holder].origin, h.path, r.env));
     }
     long idx = index_of(r.path);
     if (idx < 0) {
       if (r.select) return r.fallback ? parse_fallback(*r.fallback, holder) : Json(nullptr);
-      raise(fmt::format("{}: {} = ${{{}}} refers to unknown key '{}'.{}", slots[holder].origin, h.path, expr,
-                        r.path, suggest(r.path)));
+      raise(fmt::format("{}: {} = ${{{}}} refers to unknown key '{}'.{}", slots[holder].origin,
+                        h.path, expr, r.path, suggest(r.path)));
     }
     if (keys[idx].is_alias()) idx = index_of(keys[idx].alias_of.front());
     if (keys[idx].is_section())
-      raise(fmt::format("{}: {} = ${{{}}} refers to the section '{}'; interpolations must name a key with a value",
-                        slots[holder].origin, h.path, expr, r.path));
+      raise(
+          fmt::format("{}: {} = ${{{}}} refers to the section '{}'; interpolations must name a key "
+                      "with a value",
+                      slots[holder].origin, h.path, expr, r.path));
     return resolve_slot(static_cast<size_t>(idx));
   };
 
@@ -499,12 +531,13 @@ void resolve_all(const std::vector<KeySpec>& keys, const std::function<long(cons
       }
       size_t close = match_close(s, open);
       if (close == std::string::npos)
-        raise(fmt::format("{}: {} = {}: unterminated ${{", slots[holder].origin, keys[holder].path, s));
+        raise(fmt::format("{}: {} = {}: unterminated ${{", slots[holder].origin, keys[holder].path,
+                          s));
       out += s.substr(i, open - i);
       Json v = eval(s.substr(open + 2, close - open - 2), holder);
       if (v.is_array() || v.is_object())
-        raise(fmt::format("{}: {} = {}: only scalars can be spliced into a string, got {}", slots[holder].origin,
-                          keys[holder].path, s, show(v)));
+        raise(fmt::format("{}: {} = {}: only scalars can be spliced into a string, got {}",
+                          slots[holder].origin, keys[holder].path, s, show(v)));
       out += scalar_text(v);
       i = close + 1;
     }

@@ -8,9 +8,13 @@ namespace verl {
 
 static constexpr size_t kAlign = 64;
 
-static size_t round_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+static size_t round_up(size_t x) {
+  return (x + kAlign - 1) / kAlign * kAlign;
+}
 
-void Arena::FreeDeleter::operator()(uint8_t* p) const { std::free(p); }
+void Arena::FreeDeleter::operator()(uint8_t* p) const {
+  std::free(p);
+}
 
 Arena::Arena(std::string name, size_t capacity_bytes)
     : name_(std::move(name)), capacity_(round_up(capacity_bytes)) {

@@ -30,9 +30,10 @@ int cuda_device_count() {
 int cuda_sm_count() {
   static const int count = [] {
     int device = 0, n = 0;
-    VERL_CHECK(cudaGetDevice(&device) == cudaSuccess &&
-                   cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) == cudaSuccess,
-               "cannot read the SM count of the current CUDA device");
+    VERL_CHECK(
+        cudaGetDevice(&device) == cudaSuccess &&
+            cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) == cudaSuccess,
+        "cannot read the SM count of the current CUDA device");
     return n;
   }();
   return count;
@@ -42,13 +43,15 @@ std::string cuda_device_name() {
   if (!cuda_available()) return "";
   int dev = 0;
   cudaDeviceProp prop{};
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) return "";
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess)
+    return "";
   return prop.name;
 }
 
 void cuda_set_device(int device) {
   const int n = cuda_device_count();
-  VERL_CHECK(device >= 0 && device < n, "CUDA device {} does not exist: this node has {} visible", device, n);
+  VERL_CHECK(device >= 0 && device < n, "CUDA device {} does not exist: this node has {} visible",
+             device, n);
   const cudaError_t e = cudaSetDevice(device);
   VERL_CHECK(e == cudaSuccess, "cudaSetDevice({}) failed: {}", device, cudaGetErrorString(e));
 }
@@ -108,16 +111,22 @@ void note_device_memory(int64_t delta_bytes) {
   }
 }
 
-void note_pinned_memory(int64_t delta_bytes) { g_pinned_now.fetch_add(delta_bytes); }
+void note_pinned_memory(int64_t delta_bytes) {
+  g_pinned_now.fetch_add(delta_bytes);
+}
 
-size_t tracked_device_memory() { return static_cast<size_t>(std::max<int64_t>(0, g_device_now.load())); }
+size_t tracked_device_memory() {
+  return static_cast<size_t>(std::max<int64_t>(0, g_device_now.load()));
+}
 
 size_t take_tracked_device_peak() {
   const int64_t peak = g_device_peak.exchange(g_device_now.load());
   return static_cast<size_t>(std::max<int64_t>(0, peak));
 }
 
-size_t pinned_host_memory() { return static_cast<size_t>(std::max<int64_t>(0, g_pinned_now.load())); }
+size_t pinned_host_memory() {
+  return static_cast<size_t>(std::max<int64_t>(0, g_pinned_now.load()));
+}
 
 bool cuda_available() {
   return cuda_device_count() > 0;

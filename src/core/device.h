@@ -32,8 +32,8 @@ size_t device_memory_total();
 
 // Memory the project's allocators hold (ops/cuda/device.h: DeviceBuffer, DeviceArena, the
 // sessions' workspaces, PinnedBuffer), counted as they allocate and free, so that a phase's peak
-// is known after it ends (cudaMemGetInfo reads only the present): perf/device_memory_peak_gib/<phase>.
-// Thread-safe; all zero without a CUDA build.
+// is known after it ends (cudaMemGetInfo reads only the present):
+// perf/device_memory_peak_gib/<phase>. Thread-safe; all zero without a CUDA build.
 void note_device_memory(int64_t delta_bytes);
 void note_pinned_memory(int64_t delta_bytes);
 size_t tracked_device_memory();

@@ -9,10 +9,11 @@
 
 namespace verl {
 
-void open_for_reading(std::ifstream& f, const std::string& path, std::string_view what, std::ios::openmode mode) {
+void open_for_reading(std::ifstream& f, const std::string& path, std::string_view what,
+                      std::ios::openmode mode) {
   std::error_code ec;
-  VERL_CHECK(!std::filesystem::is_directory(path, ec), "cannot open {} {}: it is a directory, not a file", what,
-             path);
+  VERL_CHECK(!std::filesystem::is_directory(path, ec),
+             "cannot open {} {}: it is a directory, not a file", what, path);
   f.open(path, mode | std::ios::in);
   VERL_CHECK(f.good(), "cannot open {} {}: {}", what, path, std::strerror(errno));
 }

@@ -25,8 +25,12 @@ std::atomic<int>& current() {
 
 }  // namespace
 
-Level level() { return static_cast<Level>(current().load(std::memory_order_relaxed)); }
-void set_level(Level l) { current().store(static_cast<int>(l)); }
+Level level() {
+  return static_cast<Level>(current().load(std::memory_order_relaxed));
+}
+void set_level(Level l) {
+  current().store(static_cast<int>(l));
+}
 
 void write(Level l, const std::string& msg) {
   static std::mutex mu;

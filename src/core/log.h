@@ -1,4 +1,5 @@
-// Minimal leveled logging to stderr. Level from VERL_LOG_LEVEL (debug|info|warn|error) or set_level.
+// Minimal leveled logging to stderr. Level from VERL_LOG_LEVEL (debug|info|warn|error) or
+// set_level.
 #pragma once
 
 #include <fmt/format.h>

@@ -20,9 +20,12 @@ enum class Numerics {
 
 inline const char* to_string(Numerics n) {
   switch (n) {
-    case Numerics::MatchTrainer: return "match_trainer";
-    case Numerics::BatchInvariant: return "batch_invariant";
-    default: return "fast";
+    case Numerics::MatchTrainer:
+      return "match_trainer";
+    case Numerics::BatchInvariant:
+      return "batch_invariant";
+    default:
+      return "fast";
   }
 }
 
@@ -34,6 +37,8 @@ inline Numerics numerics_from_flags(bool batch_invariant, bool match_trainer_num
 }
 
 // Forward GEMMs may not split k (every mode but Fast).
-inline bool unsplit_k(Numerics n) { return n != Numerics::Fast; }
+inline bool unsplit_k(Numerics n) {
+  return n != Numerics::Fast;
+}
 
 }  // namespace verl

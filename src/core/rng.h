@@ -12,7 +12,9 @@ namespace verl {
 std::array<uint32_t, 4> philox4x32(uint64_t seed, uint64_t stream, uint64_t counter);
 
 // Maps 32 random bits to a float in [0, 1) with 24 bits of resolution.
-inline float u32_to_unit_float(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }
+inline float u32_to_unit_float(uint32_t x) {
+  return static_cast<float>(x >> 8) * (1.0f / 16777216.0f);
+}
 
 // A sequential generator over one (seed, stream). Its whole state is (seed, stream, offset),
 // so saving `offset()` and restoring with `set_offset` resumes the exact sequence.
@@ -23,8 +25,8 @@ class Rng {
   uint32_t next_u32();
   uint64_t next_u64() { return (static_cast<uint64_t>(next_u32()) << 32) | next_u32(); }
   float uniform() { return u32_to_unit_float(next_u32()); }  // [0, 1)
-  double uniform_double();                                    // [0, 1), 53 bits
-  float normal();                                             // standard normal (Box-Muller)
+  double uniform_double();                                   // [0, 1), 53 bits
+  float normal();                                            // standard normal (Box-Muller)
   // Uniform integer in [0, n) without modulo bias.
   uint64_t below(uint64_t n);
 

@@ -12,7 +12,8 @@
 
 namespace verl {
 
-RunLock::RunLock(const std::string& dir) : path_((std::filesystem::path(dir) / ".verl_run.lock").string()) {
+RunLock::RunLock(const std::string& dir)
+    : path_((std::filesystem::path(dir) / ".verl_run.lock").string()) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   VERL_CHECK(!ec, "cannot create the run directory {}: {}", dir, ec.message());
@@ -27,12 +28,15 @@ RunLock::RunLock(const std::string& dir) : path_((std::filesystem::path(dir) / "
     while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
     ::close(fd_);
     fd_ = -1;
-    VERL_CHECK(err != EWOULDBLOCK, "{} is in use by another run (pid {}, holding {}); wait for it to end, or give "
-               "this run another trainer.default_local_dir", dir, holder.empty() ? "unknown" : holder, path_);
+    VERL_CHECK(err != EWOULDBLOCK,
+               "{} is in use by another run (pid {}, holding {}); wait for it to end, or give "
+               "this run another trainer.default_local_dir",
+               dir, holder.empty() ? "unknown" : holder, path_);
     VERL_FAIL("cannot lock {}: {}", path_, std::strerror(err));
   }
   const std::string pid = std::to_string(::getpid()) + "\n";
-  VERL_CHECK(::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, pid.data(), pid.size(), 0) == static_cast<ssize_t>(pid.size()),
+  VERL_CHECK(::ftruncate(fd_, 0) == 0 &&
+                 ::pwrite(fd_, pid.data(), pid.size(), 0) == static_cast<ssize_t>(pid.size()),
              "cannot write the run lock {}: {}", path_, std::strerror(errno));
 }
 

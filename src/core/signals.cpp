@@ -84,7 +84,8 @@ void install_stop_handlers() {
   for (int sig : {SIGINT, SIGTERM}) {
     struct sigaction old {};
     sigaction(sig, nullptr, &old);
-    if (old.sa_handler == SIG_IGN) continue;  // ignored on purpose (nohup, a background job): stays so
+    if (old.sa_handler == SIG_IGN)
+      continue;  // ignored on purpose (nohup, a background job): stays so
     sigaction(sig, &sa, nullptr);
   }
 }

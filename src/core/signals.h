@@ -1,5 +1,5 @@
-// What a run does on SIGINT or SIGTERM: programs it started (a reward command, in a process group of
-// its own) are killed with it, one line on stderr says whether a training step was finished or
+// What a run does on SIGINT or SIGTERM: programs it started (a reward command, in a process group
+// of its own) are killed with it, one line on stderr says whether a training step was finished or
 // abandoned, and the process then ends of the signal as it would have (exit status 128 + N).
 // Everything in the handler is async-signal-safe (kill, write, raise).
 #pragma once

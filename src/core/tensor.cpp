@@ -15,7 +15,11 @@ std::string shape_to_string(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
-int64_t Tensor::numel() const { return shape_numel(shape); }
-std::string Tensor::shape_str() const { return shape_to_string(shape); }
+int64_t Tensor::numel() const {
+  return shape_numel(shape);
+}
+std::string Tensor::shape_str() const {
+  return shape_to_string(shape);
+}
 
 }  // namespace verl

@@ -44,7 +44,8 @@ LoaderOptions LoaderOptions::train_from_config(const config::Config& cfg) {
 
 LoaderOptions LoaderOptions::val_from_config(const config::Config& cfg, int64_t dataset_size) {
   LoaderOptions o;
-  o.batch_size = cfg.get<std::optional<int64_t>>("data.val_batch_size").value_or(std::max<int64_t>(dataset_size, 1));
+  o.batch_size = cfg.get<std::optional<int64_t>>("data.val_batch_size")
+                     .value_or(std::max<int64_t>(dataset_size, 1));
   o.shuffle = cfg.get<bool>("data.validation_shuffle");
   o.seed = static_cast<uint64_t>(cfg.get<std::optional<int64_t>>("data.seed").value_or(1));
   o.drop_last = false;
@@ -55,18 +56,28 @@ LoaderOptions LoaderOptions::val_from_config(const config::Config& cfg, int64_t 
   return o;
 }
 
-DataLoader::DataLoader(const RLDataset& dataset, const LoaderOptions& opts) : ds_(&dataset), opts_(opts) {
-  VERL_CHECK(opts_.batch_size >= 1, "data loader: batch size must be >= 1, got {}", opts_.batch_size);
-  VERL_CHECK(opts_.total_epochs >= 1, "data loader: total_epochs must be >= 1, got {}", opts_.total_epochs);
-  VERL_CHECK(opts_.num_workers >= 0, "data.dataloader_num_workers must be >= 0, got {}", opts_.num_workers);
-  VERL_CHECK(opts_.prefetch_factor >= 1, "data.prefetch_factor must be >= 1, got {}", opts_.prefetch_factor);
+DataLoader::DataLoader(const RLDataset& dataset, const LoaderOptions& opts)
+    : ds_(&dataset), opts_(opts) {
+  VERL_CHECK(opts_.batch_size >= 1, "data loader: batch size must be >= 1, got {}",
+             opts_.batch_size);
+  VERL_CHECK(opts_.total_epochs >= 1, "data loader: total_epochs must be >= 1, got {}",
+             opts_.total_epochs);
+  VERL_CHECK(opts_.num_workers >= 0, "data.dataloader_num_workers must be >= 0, got {}",
+             opts_.num_workers);
+  VERL_CHECK(opts_.prefetch_factor >= 1, "data.prefetch_factor must be >= 1, got {}",
+             opts_.prefetch_factor);
   const int64_t n = ds_->size();
-  batches_per_epoch_ = opts_.drop_last ? n / opts_.batch_size : (n + opts_.batch_size - 1) / opts_.batch_size;
-  VERL_CHECK(batches_per_epoch_ > 0, "data loader: the dataset has {} rows, fewer than one batch of {} "
-             "(drop_last drops an incomplete batch); lower data.train_batch_size or add rows", n, opts_.batch_size);
+  batches_per_epoch_ =
+      opts_.drop_last ? n / opts_.batch_size : (n + opts_.batch_size - 1) / opts_.batch_size;
+  VERL_CHECK(batches_per_epoch_ > 0,
+             "data loader: the dataset has {} rows, fewer than one batch of {} "
+             "(drop_last drops an incomplete batch); lower data.train_batch_size or add rows",
+             n, opts_.batch_size);
 }
 
-DataLoader::~DataLoader() { stop_workers(); }
+DataLoader::~DataLoader() {
+  stop_workers();
+}
 
 std::shared_ptr<const std::vector<int64_t>> DataLoader::order_for(int64_t epoch) const {
   std::lock_guard<std::mutex> lock(order_mu_);
@@ -86,7 +97,9 @@ std::shared_ptr<const std::vector<int64_t>> DataLoader::order_for(int64_t epoch)
   return shared;
 }
 
-std::vector<int64_t> DataLoader::epoch_order(int64_t epoch) const { return *order_for(epoch); }
+std::vector<int64_t> DataLoader::epoch_order(int64_t epoch) const {
+  return *order_for(epoch);
+}
 
 Batch DataLoader::make_batch(int64_t global) const {
   Batch b;
@@ -94,7 +107,8 @@ Batch DataLoader::make_batch(int64_t global) const {
   b.batch = global % batches_per_epoch_;
   auto order = order_for(b.epoch);
   const int64_t begin = b.batch * opts_.batch_size;
-  const int64_t end = std::min<int64_t>(begin + opts_.batch_size, static_cast<int64_t>(order->size()));
+  const int64_t end =
+      std::min<int64_t>(begin + opts_.batch_size, static_cast<int64_t>(order->size()));
   b.indices.assign(order->begin() + begin, order->begin() + end);
   b.samples.reserve(b.indices.size());
   for (int64_t i : b.indices) b.samples.push_back(ds_->get(i));
@@ -134,12 +148,15 @@ void DataLoader::start_workers() {
   if (!workers_.empty() || opts_.num_workers == 0) return;
   stop_ = false;
   try {
-    for (int64_t w = 0; w < opts_.num_workers; ++w) workers_.emplace_back([this] { worker_loop(); });
+    for (int64_t w = 0; w < opts_.num_workers; ++w)
+      workers_.emplace_back([this] { worker_loop(); });
   } catch (const std::system_error& e) {  // a process or container limit on threads
     const size_t started = workers_.size();
     stop_workers();
-    VERL_FAIL("data loader: could start only {} of {} worker threads ({}); lower data.dataloader_num_workers",
-              started, opts_.num_workers, e.what());
+    VERL_FAIL(
+        "data loader: could start only {} of {} worker threads ({}); lower "
+        "data.dataloader_num_workers",
+        started, opts_.num_workers, e.what());
   }
 }
 
@@ -200,47 +217,51 @@ void DataLoader::seek(int64_t global) {
 }
 
 void DataLoader::rewind(int64_t epoch) {
-  VERL_CHECK(epoch >= 0 && epoch < opts_.total_epochs, "data loader: cannot rewind to epoch {} of {}", epoch,
-             opts_.total_epochs);
+  VERL_CHECK(epoch >= 0 && epoch < opts_.total_epochs,
+             "data loader: cannot rewind to epoch {} of {}", epoch, opts_.total_epochs);
   seek(epoch * batches_per_epoch_);
 }
 
 nlohmann::json DataLoader::state() const {
   std::lock_guard<std::mutex> lock(mu_);
   const int64_t pos = start_ + consumed_;
-  return nlohmann::json{{"version", kStateVersion},
-                        {"epoch", pos / batches_per_epoch_},
-                        {"batch", pos % batches_per_epoch_},
-                        {"seed", opts_.seed},
-                        {"shuffle", opts_.shuffle},
-                        {"batch_size", opts_.batch_size},
-                        {"drop_last", opts_.drop_last},
-                        {"dataset_size", ds_->size()}};
+  return nlohmann::json{{"version", kStateVersion},          {"epoch", pos / batches_per_epoch_},
+                        {"batch", pos % batches_per_epoch_}, {"seed", opts_.seed},
+                        {"shuffle", opts_.shuffle},          {"batch_size", opts_.batch_size},
+                        {"drop_last", opts_.drop_last},      {"dataset_size", ds_->size()}};
 }
 
 void DataLoader::load_state(const nlohmann::json& st) {
   VERL_CHECK(st.is_object(), "data loader state: expected a JSON object, got {}", st.type_name());
   auto get_int = [&](const char* key) -> int64_t {
-    VERL_CHECK(st.contains(key) && st[key].is_number_integer(), "data loader state: '{}' is missing or not "
-               "an integer", key);
+    VERL_CHECK(st.contains(key) && st[key].is_number_integer(),
+               "data loader state: '{}' is missing or not "
+               "an integer",
+               key);
     return st[key].get<int64_t>();
   };
   const int64_t version = get_int("version");
-  VERL_CHECK(version == kStateVersion, "data loader state: version {} is not supported (expected {})", version,
+  VERL_CHECK(version == kStateVersion,
+             "data loader state: version {} is not supported (expected {})", version,
              kStateVersion);
   // The saved position only means the same thing when the order and the batch layout match.
   auto expect_same = [&](const char* key, const nlohmann::json& ours, const char* hint) {
-    VERL_CHECK(st.contains(key) && st[key] == ours, "data loader state: '{}' is {} in the checkpoint but {} now; "
-               "{}", key, st.contains(key) ? st[key].dump() : "missing", ours.dump(), hint);
+    VERL_CHECK(st.contains(key) && st[key] == ours,
+               "data loader state: '{}' is {} in the checkpoint but {} now; "
+               "{}",
+               key, st.contains(key) ? st[key].dump() : "missing", ours.dump(), hint);
   };
-  expect_same("dataset_size", ds_->size(), "the dataset changed since the checkpoint (files, filters, max_samples)");
+  expect_same("dataset_size", ds_->size(),
+              "the dataset changed since the checkpoint (files, filters, max_samples)");
   expect_same("batch_size", opts_.batch_size, "data.train_batch_size/gen_batch_size changed");
   expect_same("shuffle", opts_.shuffle, "data.shuffle changed");
   expect_same("drop_last", opts_.drop_last, "drop_last changed");
   if (opts_.shuffle) expect_same("seed", opts_.seed, "data.seed changed");
   const int64_t epoch = get_int("epoch"), batch = get_int("batch");
-  VERL_CHECK(epoch >= 0 && batch >= 0 && batch < batches_per_epoch_, "data loader state: position (epoch {}, "
-             "batch {}) is outside an epoch of {} batches", epoch, batch, batches_per_epoch_);
+  VERL_CHECK(epoch >= 0 && batch >= 0 && batch < batches_per_epoch_,
+             "data loader state: position (epoch {}, "
+             "batch {}) is outside an epoch of {} batches",
+             epoch, batch, batches_per_epoch_);
   seek(epoch * batches_per_epoch_ + batch);
 }
 

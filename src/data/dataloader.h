@@ -4,7 +4,8 @@
 // batches while the trainer works.
 //
 //   DataLoader loader(train_ds, LoaderOptions::train_from_config(cfg));
-//   while (auto batch = loader.next()) { ...; metrics["timing_s/data"] = loader.last_wait_seconds(); }
+//   while (auto batch = loader.next()) { ...; metrics["timing_s/data"] =
+//   loader.last_wait_seconds(); }
 #pragma once
 
 #include <condition_variable>
@@ -23,12 +24,12 @@
 namespace verl::data {
 
 struct LoaderOptions {
-  int64_t batch_size = 1;     // prompts per batch (data.gen_batch_size, = train_batch_size by default)
-  bool shuffle = true;        // data.shuffle: a new permutation every epoch
-  uint64_t seed = 1;          // data.seed (null in the config means 1)
-  bool drop_last = true;      // verl's train loader drops the last incomplete batch
-  int64_t total_epochs = 1;   // next() returns nullopt after this many passes
-  int64_t num_workers = 1;    // data.dataloader_num_workers: threads preparing batches (0: in next())
+  int64_t batch_size = 1;  // prompts per batch (data.gen_batch_size, = train_batch_size by default)
+  bool shuffle = true;     // data.shuffle: a new permutation every epoch
+  uint64_t seed = 1;       // data.seed (null in the config means 1)
+  bool drop_last = true;   // verl's train loader drops the last incomplete batch
+  int64_t total_epochs = 1;  // next() returns nullopt after this many passes
+  int64_t num_workers = 1;  // data.dataloader_num_workers: threads preparing batches (0: in next())
   int64_t prefetch_factor = 2;  // data.prefetch_factor: batches each worker prepares ahead
 
   // The training loader of a config: gen_batch_size, shuffle, seed, trainer.total_epochs,
@@ -40,8 +41,8 @@ struct LoaderOptions {
 };
 
 struct Batch {
-  int64_t epoch = 0;  // 0-based
-  int64_t batch = 0;  // 0-based batch number within the epoch
+  int64_t epoch = 0;             // 0-based
+  int64_t batch = 0;             // 0-based batch number within the epoch
   std::vector<int64_t> indices;  // dataset rows, in batch order
   std::vector<Sample> samples;   // rendered and tokenized, same order
 };
@@ -70,8 +71,8 @@ class DataLoader {
   // Dataset rows of `epoch` in the order they are served.
   std::vector<int64_t> epoch_order(int64_t epoch) const;
 
-  // Checkpoint state: {"version", "epoch", "batch", "seed", "shuffle", "batch_size", "dataset_size",
-  // "drop_last"}; epoch/batch is the next batch next() will return.
+  // Checkpoint state: {"version", "epoch", "batch", "seed", "shuffle", "batch_size",
+  // "dataset_size", "drop_last"}; epoch/batch is the next batch next() will return.
   nlohmann::json state() const;
   // Restores a state() (from this or another process); the following batches equal those the
   // saved loader would have produced. A state from a different seed, dataset size or batch

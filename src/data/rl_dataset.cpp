@@ -32,10 +32,14 @@ Truncation parse_truncation(const std::string& name) {
 
 const char* truncation_name(Truncation t) {
   switch (t) {
-    case Truncation::Error: return "error";
-    case Truncation::Left: return "left";
-    case Truncation::Right: return "right";
-    case Truncation::Middle: return "middle";
+    case Truncation::Error:
+      return "error";
+    case Truncation::Left:
+      return "left";
+    case Truncation::Right:
+      return "right";
+    case Truncation::Middle:
+      return "middle";
   }
   return "?";
 }
@@ -85,7 +89,9 @@ DatasetOptions DatasetOptions::from_config(const config::Config& cfg, bool valid
 
 namespace {
 
-const char* type_of(const nlohmann::ordered_json& j) { return j.type_name(); }
+const char* type_of(const nlohmann::ordered_json& j) {
+  return j.type_name();
+}
 
 // Runs fn(i) for i in [0, n) on a few threads; the first exception is rethrown here.
 template <typename Fn>
@@ -117,7 +123,8 @@ void parallel_for(int64_t n, Fn fn) {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -133,28 +140,38 @@ void RLDataset::add_row(const nlohmann::ordered_json& row, const std::string& fi
   // prompt: a non-empty list of {"role": str, "content": str, ...} messages.
   const std::string& pk = opts_.prompt_key;
   auto p = row.find(pk);
-  VERL_CHECK(p != row.end(), "{}: the row has no '{}' field (data.prompt_key): expected a list of chat "
-             "messages [{{\"role\": ..., \"content\": ...}}]", at, pk);
-  VERL_CHECK(p->is_array() && !p->empty(), "{}: field '{}' must be a non-empty list of chat messages "
-             "[{{\"role\": ..., \"content\": ...}}], got {}", at, pk,
-             p->is_array() ? "an empty list" : type_of(*p));
+  VERL_CHECK(p != row.end(),
+             "{}: the row has no '{}' field (data.prompt_key): expected a list of chat "
+             "messages [{{\"role\": ..., \"content\": ...}}]",
+             at, pk);
+  VERL_CHECK(p->is_array() && !p->empty(),
+             "{}: field '{}' must be a non-empty list of chat messages "
+             "[{{\"role\": ..., \"content\": ...}}], got {}",
+             at, pk, p->is_array() ? "an empty list" : type_of(*p));
   for (size_t m = 0; m < p->size(); ++m) {
     const auto& msg = (*p)[m];
-    VERL_CHECK(msg.is_object(), "{}: {}[{}] must be a message object {{\"role\": ..., \"content\": ...}}, "
-               "got {}", at, pk, m, type_of(msg));
+    VERL_CHECK(msg.is_object(),
+               "{}: {}[{}] must be a message object {{\"role\": ..., \"content\": ...}}, "
+               "got {}",
+               at, pk, m, type_of(msg));
     auto role = msg.find("role");
-    VERL_CHECK(role != msg.end() && role->is_string(), "{}: {}[{}] needs a string 'role' (system, user, "
-               "assistant, ...)", at, pk, m);
+    VERL_CHECK(role != msg.end() && role->is_string(),
+               "{}: {}[{}] needs a string 'role' (system, user, "
+               "assistant, ...)",
+               at, pk, m);
     auto content = msg.find("content");
-    VERL_CHECK(content != msg.end() && content->is_string(), "{}: {}[{}] needs a string 'content'{}", at,
-               pk, m, content != msg.end() ? fmt::format(", got {}", type_of(*content)) : "");
+    VERL_CHECK(content != msg.end() && content->is_string(),
+               "{}: {}[{}] needs a string 'content'{}", at, pk, m,
+               content != msg.end() ? fmt::format(", got {}", type_of(*content)) : "");
   }
   r.messages = *p;
 
   // The field that selects the reward function (data_source by default).
   auto ds = row.find(opts_.reward_fn_key);
-  VERL_CHECK(ds != row.end() && ds->is_string(), "{}: the row needs a string field '{}' "
-             "(data.reward_fn_key), {}", at, opts_.reward_fn_key,
+  VERL_CHECK(ds != row.end() && ds->is_string(),
+             "{}: the row needs a string field '{}' "
+             "(data.reward_fn_key), {}",
+             at, opts_.reward_fn_key,
              ds == row.end() ? "it is missing" : fmt::format("got {}", type_of(*ds)));
   r.data_source = ds->get<std::string>();
 
@@ -166,16 +183,18 @@ void RLDataset::add_row(const nlohmann::ordered_json& row, const std::string& fi
   // reward_model.ground_truth is what rule scorers compare against. Rows scored by a reward
   // model (style "model") may leave it out.
   auto rm = row.find("reward_model");
-  VERL_CHECK(rm != row.end() && rm->is_object(), "{}: the row needs a 'reward_model' object "
-             "{{\"style\": \"rule\", \"ground_truth\": ...}}, {}", at,
-             rm == row.end() ? "it is missing" : fmt::format("got {}", type_of(*rm)));
+  VERL_CHECK(rm != row.end() && rm->is_object(),
+             "{}: the row needs a 'reward_model' object "
+             "{{\"style\": \"rule\", \"ground_truth\": ...}}, {}",
+             at, rm == row.end() ? "it is missing" : fmt::format("got {}", type_of(*rm)));
   r.reward_model = nlohmann::json::parse(rm->dump());
   auto gt = rm->find("ground_truth");
   const bool model_style = rm->contains("style") && (*rm)["style"] == "model";
   VERL_CHECK((gt != rm->end() && !gt->is_null()) || model_style,
              "{}: reward_model.ground_truth is missing (needed by rule-based rewards)", at);
   if (gt != rm->end()) r.ground_truth = r.reward_model["ground_truth"];
-  if (opts_.check_reward_inputs) {  // an unknown data_source or a bad ground_truth fails here, not at reward time
+  if (opts_.check_reward_inputs) {  // an unknown data_source or a bad ground_truth fails here, not
+                                    // at reward time
     try {
       opts_.check_reward_inputs(r.data_source, r.ground_truth);
     } catch (const std::exception& e) {
@@ -194,7 +213,8 @@ void RLDataset::add_row(const nlohmann::ordered_json& row, const std::string& fi
 
 std::string RLDataset::render(const Row& r) const {
   try {
-    return tok_->apply_chat_template(r.messages, /*add_generation_prompt=*/true, opts_.chat_template_kwargs);
+    return tok_->apply_chat_template(r.messages, /*add_generation_prompt=*/true,
+                                     opts_.chat_template_kwargs);
   } catch (const std::exception& e) {
     VERL_FAIL("{}:{}: rendering the chat template failed: {}", r.file, r.line, e.what());
   }
@@ -209,7 +229,8 @@ void RLDataset::finish() {
   if (opts_.filter_overlong_prompts) {
     std::vector<uint8_t> keep(rows_.size(), 1);
     parallel_for(size(), [&](int64_t i) {
-      keep[i] = static_cast<int64_t>(tok_->encode(render(rows_[i])).size()) <= opts_.max_prompt_length;
+      keep[i] =
+          static_cast<int64_t>(tok_->encode(render(rows_[i])).size()) <= opts_.max_prompt_length;
     });
     std::vector<Row> kept;
     kept.reserve(rows_.size());
@@ -217,15 +238,17 @@ void RLDataset::finish() {
       if (keep[i]) kept.push_back(std::move(rows_[i]));
     stats_.rows_filtered = size() - static_cast<int64_t>(kept.size());
     rows_ = std::move(kept);
-    log::info("data: filtered out {} of {} prompts longer than {} tokens (data.filter_overlong_prompts)",
-              stats_.rows_filtered, stats_.rows_filtered + size(), opts_.max_prompt_length);
+    log::info(
+        "data: filtered out {} of {} prompts longer than {} tokens (data.filter_overlong_prompts)",
+        stats_.rows_filtered, stats_.rows_filtered + size(), opts_.max_prompt_length);
   }
 }
 
 RLDataset RLDataset::load(const std::vector<std::string>& files, const tokenizer::Tokenizer& tok,
                           const DatasetOptions& opts) {
   VERL_CHECK(!files.empty(), "data: no dataset files given (data.train_files / data.val_files)");
-  VERL_CHECK(opts.max_prompt_length >= 1, "data.max_prompt_length must be >= 1, got {}", opts.max_prompt_length);
+  VERL_CHECK(opts.max_prompt_length >= 1, "data.max_prompt_length must be >= 1, got {}",
+             opts.max_prompt_length);
   RLDataset ds(tok, opts);
   for (const std::string& given : files) {
     const std::string path = expand_user(given);
@@ -235,7 +258,8 @@ RLDataset RLDataset::load(const std::vector<std::string>& files, const tokenizer
       const ParquetFile pf = ParquetFile::open(path);
       int64_t rowno = 0;
       for (int g = 0; g < pf.num_row_groups(); ++g)
-        for (const nlohmann::ordered_json& row : pf.read_row_group(g)) ds.add_row(row, path, ++rowno);
+        for (const nlohmann::ordered_json& row : pf.read_row_group(g))
+          ds.add_row(row, path, ++rowno);
       log::info("data: {} rows from {}", ds.size() - before, path);
       continue;
     }
@@ -249,10 +273,13 @@ RLDataset RLDataset::load(const std::vector<std::string>& files, const tokenizer
       try {
         arr = nlohmann::ordered_json::parse(text);
       } catch (const nlohmann::json::exception& e) {
-        VERL_FAIL("{}: not valid JSON ({}); a .json dataset is one array of rows, use .jsonl for one row "
-                  "per line", path, e.what());
+        VERL_FAIL(
+            "{}: not valid JSON ({}); a .json dataset is one array of rows, use .jsonl for one row "
+            "per line",
+            path, e.what());
       }
-      VERL_CHECK(arr.is_array(), "{}: a .json dataset must be an array of rows, got {}", path, arr.type_name());
+      VERL_CHECK(arr.is_array(), "{}: a .json dataset must be an array of rows, got {}", path,
+                 arr.type_name());
       for (size_t i = 0; i < arr.size(); ++i) ds.add_row(arr[i], path, static_cast<int64_t>(i) + 1);
     } else {
       std::string line;
@@ -266,29 +293,33 @@ RLDataset RLDataset::load(const std::vector<std::string>& files, const tokenizer
         try {
           row = nlohmann::ordered_json::parse(line);
         } catch (const nlohmann::json::exception& e) {
-          VERL_FAIL("{}:{}: not valid JSON ({}); a JSONL dataset holds one JSON object per line", path,
-                    lineno, e.what());
+          VERL_FAIL("{}:{}: not valid JSON ({}); a JSONL dataset holds one JSON object per line",
+                    path, lineno, e.what());
         }
         ds.add_row(row, path, lineno);
       }
     }
     log::info("data: {} rows from {}", ds.size() - before, path);
   }
-  VERL_CHECK(ds.size() > 0, "data: {} hold(s) no rows; a dataset needs at least one", fmt::join(files, ", "));
+  VERL_CHECK(ds.size() > 0, "data: {} hold(s) no rows; a dataset needs at least one",
+             fmt::join(files, ", "));
   ds.finish();
-  VERL_CHECK(ds.size() > 0, "data: no rows of {} are left after data.filter_overlong_prompts (all {} prompts are "
-             "longer than data.max_prompt_length={})", fmt::join(files, ", "), ds.stats_.rows_filtered,
-             opts.max_prompt_length);
+  VERL_CHECK(ds.size() > 0,
+             "data: no rows of {} are left after data.filter_overlong_prompts (all {} prompts are "
+             "longer than data.max_prompt_length={})",
+             fmt::join(files, ", "), ds.stats_.rows_filtered, opts.max_prompt_length);
   return ds;
 }
 
-RLDataset RLDataset::from_config(const config::Config& cfg, const tokenizer::Tokenizer& tok, bool validation) {
-  return load(cfg.get<std::vector<std::string>>(validation ? "data.val_files" : "data.train_files"), tok,
-              DatasetOptions::from_config(cfg, validation));
+RLDataset RLDataset::from_config(const config::Config& cfg, const tokenizer::Tokenizer& tok,
+                                 bool validation) {
+  return load(cfg.get<std::vector<std::string>>(validation ? "data.val_files" : "data.train_files"),
+              tok, DatasetOptions::from_config(cfg, validation));
 }
 
-RLDataset RLDataset::from_rows(const std::vector<nlohmann::ordered_json>& rows, const std::string& name,
-                               const tokenizer::Tokenizer& tok, const DatasetOptions& opts) {
+RLDataset RLDataset::from_rows(const std::vector<nlohmann::ordered_json>& rows,
+                               const std::string& name, const tokenizer::Tokenizer& tok,
+                               const DatasetOptions& opts) {
   RLDataset ds(tok, opts);
   for (size_t i = 0; i < rows.size(); ++i) ds.add_row(rows[i], name, static_cast<int64_t>(i) + 1);
   ds.finish();
@@ -310,10 +341,11 @@ Sample RLDataset::get(int64_t i) const {
   s.raw_prompt = render(r);
   std::vector<int32_t> ids = tok_->encode(s.raw_prompt);
   s.full_prompt_length = static_cast<int64_t>(ids.size());
-  VERL_CHECK(opts_.truncation != Truncation::Error || s.full_prompt_length <= opts_.max_prompt_length,
-             "{}:{}: prompt length {} is longer than data.max_prompt_length {} (set data.truncation to "
-             "left/right/middle, or data.filter_overlong_prompts=true)", r.file, r.line, s.full_prompt_length,
-             opts_.max_prompt_length);
+  VERL_CHECK(
+      opts_.truncation != Truncation::Error || s.full_prompt_length <= opts_.max_prompt_length,
+      "{}:{}: prompt length {} is longer than data.max_prompt_length {} (set data.truncation to "
+      "left/right/middle, or data.filter_overlong_prompts=true)",
+      r.file, r.line, s.full_prompt_length, opts_.max_prompt_length);
   s.prompt_ids = truncate_prompt(std::move(ids), opts_.max_prompt_length, opts_.truncation);
   s.messages = r.messages;
   s.data_source = r.data_source;

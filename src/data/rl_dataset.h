@@ -34,16 +34,18 @@ const char* truncation_name(Truncation t);
 std::vector<int32_t> truncate_prompt(std::vector<int32_t> ids, int64_t max_len, Truncation mode);
 
 struct DatasetOptions {
-  std::string prompt_key = "prompt";           // data.prompt_key
-  std::string reward_fn_key = "data_source";   // data.reward_fn_key
-  int64_t max_prompt_length = 512;             // data.max_prompt_length
-  bool filter_overlong_prompts = false;        // data.filter_overlong_prompts
-  Truncation truncation = Truncation::Error;   // data.truncation
-  int64_t max_samples = -1;                    // data.train_max_samples / val_max_samples (-1: all)
-  // Extra chat-template variables (data.apply_chat_template_kwargs), e.g. {"enable_thinking": false}.
+  std::string prompt_key = "prompt";          // data.prompt_key
+  std::string reward_fn_key = "data_source";  // data.reward_fn_key
+  int64_t max_prompt_length = 512;            // data.max_prompt_length
+  bool filter_overlong_prompts = false;       // data.filter_overlong_prompts
+  Truncation truncation = Truncation::Error;  // data.truncation
+  int64_t max_samples = -1;                   // data.train_max_samples / val_max_samples (-1: all)
+  // Extra chat-template variables (data.apply_chat_template_kwargs), e.g. {"enable_thinking":
+  // false}.
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   // Called on every row as it loads with (data_source, ground_truth); an Error it throws is raised
-  // with the row's file:line. The trainer passes its reward scorer's check (data does not know them).
+  // with the row's file:line. The trainer passes its reward scorer's check (data does not know
+  // them).
   std::function<void(const std::string&, const nlohmann::json&)> check_reward_inputs;
 
   // The data.* keys of a config; `validation` picks val_max_samples instead of train_max_samples.
@@ -52,16 +54,16 @@ struct DatasetOptions {
 
 // One prompt ready for the rollout.
 struct Sample {
-  int64_t index = 0;   // position in the dataset (0-based, over all files, after filtering)
-  std::string file;    // where the row came from
-  int64_t line = 0;    // its 1-based line in that file (element number for a .json array)
-  std::vector<int32_t> prompt_ids;  // templated and tokenized, after truncation
-  int64_t full_prompt_length = 0;   // tokens before truncation
-  std::string raw_prompt;           // the templated prompt text (before tokenization)
-  nlohmann::ordered_json messages;  // the chat messages of the row (verl's raw_prompt / raw_chat)
-  std::string data_source;          // the row's reward_fn_key field: selects the reward function
-  std::string ability;              // "" when the row has none
-  std::string ground_truth;         // reward_model.ground_truth as text (numbers printed as JSON)
+  int64_t index = 0;  // position in the dataset (0-based, over all files, after filtering)
+  std::string file;   // where the row came from
+  int64_t line = 0;   // its 1-based line in that file (element number for a .json array)
+  std::vector<int32_t> prompt_ids;   // templated and tokenized, after truncation
+  int64_t full_prompt_length = 0;    // tokens before truncation
+  std::string raw_prompt;            // the templated prompt text (before tokenization)
+  nlohmann::ordered_json messages;   // the chat messages of the row (verl's raw_prompt / raw_chat)
+  std::string data_source;           // the row's reward_fn_key field: selects the reward function
+  std::string ability;               // "" when the row has none
+  std::string ground_truth;          // reward_model.ground_truth as text (numbers printed as JSON)
   nlohmann::json ground_truth_json;  // reward_model.ground_truth as written
   nlohmann::json reward_model;       // the whole reward_model object (style, ground_truth, ...)
   nlohmann::json extra_info;         // {} when the row has none
@@ -82,10 +84,12 @@ class RLDataset {
   static RLDataset load(const std::vector<std::string>& files, const tokenizer::Tokenizer& tok,
                         const DatasetOptions& opts);
   // data.train_files (or data.val_files when `validation`) with DatasetOptions::from_config.
-  static RLDataset from_config(const config::Config& cfg, const tokenizer::Tokenizer& tok, bool validation = false);
+  static RLDataset from_config(const config::Config& cfg, const tokenizer::Tokenizer& tok,
+                               bool validation = false);
   // The same from rows already in memory; `name` stands for the file in messages.
-  static RLDataset from_rows(const std::vector<nlohmann::ordered_json>& rows, const std::string& name,
-                             const tokenizer::Tokenizer& tok, const DatasetOptions& opts);
+  static RLDataset from_rows(const std::vector<nlohmann::ordered_json>& rows,
+                             const std::string& name, const tokenizer::Tokenizer& tok,
+                             const DatasetOptions& opts);
 
   int64_t size() const { return static_cast<int64_t>(rows_.size()); }
   // Renders, tokenizes and truncates row i. Thread-safe (several loader threads call it).
@@ -106,7 +110,8 @@ class RLDataset {
     std::string data_source, ability;
     nlohmann::json reward_model, ground_truth, extra_info;
   };
-  RLDataset(const tokenizer::Tokenizer& tok, const DatasetOptions& opts) : tok_(&tok), opts_(opts) {}
+  RLDataset(const tokenizer::Tokenizer& tok, const DatasetOptions& opts)
+      : tok_(&tok), opts_(opts) {}
   void add_row(const nlohmann::ordered_json& row, const std::string& file, int64_t line);
   void finish();  // filter and cap
   std::string render(const Row& r) const;

@@ -31,7 +31,8 @@ struct KkState {
   std::vector<KkSet> sets;
   int64_t spread() const { return sets.front().sum - sets.back().sum; }
   void sort_desc() {
-    std::stable_sort(sets.begin(), sets.end(), [](const KkSet& a, const KkSet& b) { return set_less(b, a); });
+    std::stable_sort(sets.begin(), sets.end(),
+                     [](const KkSet& a, const KkSet& b) { return set_less(b, a); });
   }
 };
 
@@ -72,7 +73,9 @@ Partitions karmarkar_karp(const std::vector<int64_t>& seqlens, int64_t k, bool e
   }
 
   // Heap of state ids; the comparator puts the state that pops first on top.
-  auto lower_priority = [&](int64_t a, int64_t b) { return state_pops_first(states[b], states[a]); };
+  auto lower_priority = [&](int64_t a, int64_t b) {
+    return state_pops_first(states[b], states[a]);
+  };
   std::priority_queue<int64_t, std::vector<int64_t>, decltype(lower_priority)> heap(lower_priority);
   for (int64_t i = 0; i < static_cast<int64_t>(states.size()); ++i) heap.push(i);
   while (heap.size() > 1) {
@@ -100,7 +103,8 @@ Partitions karmarkar_karp(const std::vector<int64_t>& seqlens, int64_t k, bool e
     for (const auto& [idx, len] : final_state.sets[i].items) out[i].push_back(idx);
   if (equal_size)
     for (const auto& p : out)
-      VERL_CHECK(static_cast<int64_t>(p.size()) * k == n, "karmarkar_karp: unequal partition of {} items", p.size());
+      VERL_CHECK(static_cast<int64_t>(p.size()) * k == n,
+                 "karmarkar_karp: unequal partition of {} items", p.size());
   return out;
 }
 
@@ -108,7 +112,8 @@ Partitions greedy_partition(const std::vector<int64_t>& seqlens, int64_t k, bool
   VERL_CHECK(k >= 1, "greedy_partition: k_partitions must be >= 1, got {}", k);
   const auto n = static_cast<int64_t>(seqlens.size());
   // A bias larger than any total makes count dominate the sum: equal sizes when n % k == 0.
-  const int64_t bias = equal_size ? std::accumulate(seqlens.begin(), seqlens.end(), int64_t{0}) + 1 : 0;
+  const int64_t bias =
+      equal_size ? std::accumulate(seqlens.begin(), seqlens.end(), int64_t{0}) + 1 : 0;
   Partitions out(static_cast<size_t>(k));
   std::vector<int64_t> sums(static_cast<size_t>(k), 0);
   for (int64_t i = 0; i < n; ++i) {
@@ -118,20 +123,26 @@ Partitions greedy_partition(const std::vector<int64_t>& seqlens, int64_t k, bool
   }
   if (equal_size)
     for (const auto& p : out)
-      VERL_CHECK(static_cast<int64_t>(p.size()) * k == n, "greedy_partition: {} items do not split into {} "
-                 "equal partitions", n, k);
+      VERL_CHECK(static_cast<int64_t>(p.size()) * k == n,
+                 "greedy_partition: {} items do not split into {} "
+                 "equal partitions",
+                 n, k);
   return out;
 }
 
-Partitions get_seqlen_balanced_partitions(const std::vector<int64_t>& seqlens, int64_t k, bool equal_size) {
+Partitions get_seqlen_balanced_partitions(const std::vector<int64_t>& seqlens, int64_t k,
+                                          bool equal_size) {
   const auto n = static_cast<int64_t>(seqlens.size());
-  VERL_CHECK(k >= 1 && n >= k, "get_seqlen_balanced_partitions: {} items cannot fill {} partitions", n, k);
+  VERL_CHECK(k >= 1 && n >= k, "get_seqlen_balanced_partitions: {} items cannot fill {} partitions",
+             n, k);
   Partitions parts = karmarkar_karp(seqlens, k, equal_size);
   std::vector<uint8_t> seen(static_cast<size_t>(n), 0);
   for (size_t p = 0; p < parts.size(); ++p) {
-    VERL_CHECK(!parts[p].empty(), "get_seqlen_balanced_partitions: partition {} of {} is empty", p, k);
+    VERL_CHECK(!parts[p].empty(), "get_seqlen_balanced_partitions: partition {} of {} is empty", p,
+               k);
     for (int64_t idx : parts[p]) {
-      VERL_CHECK(idx >= 0 && idx < n && !seen[idx], "get_seqlen_balanced_partitions: index {} repeated", idx);
+      VERL_CHECK(idx >= 0 && idx < n && !seen[idx],
+                 "get_seqlen_balanced_partitions: index {} repeated", idx);
       seen[idx] = 1;
     }
     std::sort(parts[p].begin(), parts[p].end());
@@ -141,7 +152,8 @@ Partitions get_seqlen_balanced_partitions(const std::vector<int64_t>& seqlens, i
   return parts;
 }
 
-std::map<std::string, double> log_seqlen_unbalance(const std::vector<int64_t>& seqlens, const Partitions& partitions,
+std::map<std::string, double> log_seqlen_unbalance(const std::vector<int64_t>& seqlens,
+                                                   const Partitions& partitions,
                                                    const std::string& prefix) {
   const auto n = static_cast<int64_t>(seqlens.size());
   const auto k = static_cast<int64_t>(partitions.size());
@@ -175,12 +187,15 @@ Partitions first_fit_decreasing(const std::vector<int64_t>& seqlens, int64_t max
   const auto n = static_cast<int64_t>(seqlens.size());
   std::vector<int64_t> idx(static_cast<size_t>(n));
   std::iota(idx.begin(), idx.end(), int64_t{0});
-  std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return seqlens[a] > seqlens[b]; });
+  std::stable_sort(idx.begin(), idx.end(),
+                   [&](int64_t a, int64_t b) { return seqlens[a] > seqlens[b]; });
   Partitions bins;
   std::vector<int64_t> loads;
   for (int64_t i : idx) {
-    VERL_CHECK(seqlens[i] <= max_token_len, "first_fit_decreasing: sequence {} has {} tokens, more than the "
-               "budget of {}", i, seqlens[i], max_token_len);
+    VERL_CHECK(seqlens[i] <= max_token_len,
+               "first_fit_decreasing: sequence {} has {} tokens, more than the "
+               "budget of {}",
+               i, seqlens[i], max_token_len);
     size_t b = 0;
     while (b < bins.size() && loads[b] + seqlens[i] > max_token_len) ++b;
     if (b == bins.size()) {
@@ -195,7 +210,9 @@ Partitions first_fit_decreasing(const std::vector<int64_t>& seqlens, int64_t max
 
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 bool fits(const Partitions& parts, const std::vector<int64_t>& seqlens, int64_t budget) {
   for (const auto& p : parts) {
@@ -217,11 +234,14 @@ Partitions split_to(Partitions parts, const std::vector<int64_t>& seqlens, int64
   while (static_cast<int64_t>(parts.size()) < k) {
     size_t src = parts.size();
     for (size_t b = 0; b < parts.size(); ++b)
-      if (parts[b].size() >= 2 && (src == parts.size() || load(parts[b]) > load(parts[src]))) src = b;
-    VERL_CHECK(src < parts.size(), "rearrange_micro_batches: cannot split into {} micro-batches", k);
+      if (parts[b].size() >= 2 && (src == parts.size() || load(parts[b]) > load(parts[src])))
+        src = b;
+    VERL_CHECK(src < parts.size(), "rearrange_micro_batches: cannot split into {} micro-batches",
+               k);
     // Move the largest sequence of that bin.
     auto& from = parts[src];
-    auto big = std::max_element(from.begin(), from.end(), [&](int64_t a, int64_t b) { return seqlens[a] < seqlens[b]; });
+    auto big = std::max_element(from.begin(), from.end(),
+                                [&](int64_t a, int64_t b) { return seqlens[a] < seqlens[b]; });
     const int64_t moved = *big;
     from.erase(big);
     parts.push_back({moved});
@@ -237,15 +257,19 @@ std::vector<int64_t> MicroBatches::order() const {
   return out;
 }
 
-std::vector<int64_t> MicroBatches::restore_index() const { return get_reverse_idx(order()); }
+std::vector<int64_t> MicroBatches::restore_index() const {
+  return get_reverse_idx(order());
+}
 
 double MicroBatches::token_utilisation() const {
-  return data::token_utilisation(total_tokens, static_cast<int64_t>(micro_batches.size()), max_token_len);
+  return data::token_utilisation(total_tokens, static_cast<int64_t>(micro_batches.size()),
+                                 max_token_len);
 }
 
 double token_utilisation(int64_t real_tokens, int64_t num_micro_batches, int64_t max_token_len) {
   if (num_micro_batches <= 0 || max_token_len <= 0) return 0.0;
-  return static_cast<double>(real_tokens) / (static_cast<double>(num_micro_batches) * static_cast<double>(max_token_len));
+  return static_cast<double>(real_tokens) /
+         (static_cast<double>(num_micro_batches) * static_cast<double>(max_token_len));
 }
 
 std::vector<int64_t> get_reverse_idx(const std::vector<int64_t>& idx_map) {
@@ -259,16 +283,20 @@ std::vector<int64_t> get_reverse_idx(const std::vector<int64_t>& idx_map) {
   return rev;
 }
 
-MicroBatches rearrange_micro_batches(const std::vector<int64_t>& seqlens, const MicroBatchOptions& opts) {
+MicroBatches rearrange_micro_batches(const std::vector<int64_t>& seqlens,
+                                     const MicroBatchOptions& opts) {
   const auto n = static_cast<int64_t>(seqlens.size());
   const int64_t budget = opts.max_token_len;
   VERL_CHECK(budget >= 1, "rearrange_micro_batches: max_token_len must be >= 1, got {}", budget);
   VERL_CHECK(n >= 1, "rearrange_micro_batches: empty batch");
   int64_t total = 0;
   for (int64_t i = 0; i < n; ++i) {
-    VERL_CHECK(seqlens[i] >= 0, "rearrange_micro_batches: sequence {} has negative length {}", i, seqlens[i]);
-    VERL_CHECK(seqlens[i] <= budget, "rearrange_micro_batches: sequence {} has {} tokens, more than max_token_len "
-               "{}; raise ppo_max_token_len_per_gpu to at least prompt + response length", i, seqlens[i], budget);
+    VERL_CHECK(seqlens[i] >= 0, "rearrange_micro_batches: sequence {} has negative length {}", i,
+               seqlens[i]);
+    VERL_CHECK(seqlens[i] <= budget,
+               "rearrange_micro_batches: sequence {} has {} tokens, more than max_token_len "
+               "{}; raise ppo_max_token_len_per_gpu to at least prompt + response length",
+               i, seqlens[i], budget);
     total += seqlens[i];
   }
 
@@ -276,7 +304,8 @@ MicroBatches rearrange_micro_batches(const std::vector<int64_t>& seqlens, const 
   // tries suffice in practice; past kk_attempts, first-fit decreasing gives a valid count.
   int64_t k = std::min(n, std::max<int64_t>(1, ceil_div(total, budget)));
   if (opts.min_num_micro_batch) k = std::max(k, *opts.min_num_micro_batch);
-  VERL_CHECK(k <= n, "rearrange_micro_batches: min_num_micro_batch {} exceeds the {} sequences", k, n);
+  VERL_CHECK(k <= n, "rearrange_micro_batches: min_num_micro_batch {} exceeds the {} sequences", k,
+             n);
   Partitions local;
   bool local_is_kk = false;
   for (int64_t tries = 0; tries < opts.kk_attempts && k + tries <= n; ++tries) {
@@ -295,14 +324,20 @@ MicroBatches rearrange_micro_batches(const std::vector<int64_t>& seqlens, const 
 
   if (opts.same_micro_num_in_dp && opts.dp_max) {
     const int64_t agreed = opts.dp_max(k);
-    VERL_CHECK(agreed >= k, "rearrange_micro_batches: dp_max returned {} for a local count of {}; it must be the "
-               "maximum over ranks", agreed, k);
+    VERL_CHECK(
+        agreed >= k,
+        "rearrange_micro_batches: dp_max returned {} for a local count of {}; it must be the "
+        "maximum over ranks",
+        agreed, k);
     k = agreed;
   }
   if (opts.num_batches_divided_by && *opts.num_batches_divided_by > 1)
     k = ceil_div(k, *opts.num_batches_divided_by) * *opts.num_batches_divided_by;
-  VERL_CHECK(k <= n, "rearrange_micro_batches: {} micro-batches (after agreeing across ranks / rounding) but only "
-             "{} sequences on this rank", k, n);
+  VERL_CHECK(
+      k <= n,
+      "rearrange_micro_batches: {} micro-batches (after agreeing across ranks / rounding) but only "
+      "{} sequences on this rank",
+      k, n);
 
   MicroBatches out;
   out.max_token_len = budget;
@@ -311,7 +346,8 @@ MicroBatches rearrange_micro_batches(const std::vector<int64_t>& seqlens, const 
     out.micro_batches = std::move(local);
     out.used_fallback = !local_is_kk;
   } else {
-    Partitions p = opts.kk_attempts > 0 ? get_seqlen_balanced_partitions(seqlens, k, false) : Partitions{};
+    Partitions p =
+        opts.kk_attempts > 0 ? get_seqlen_balanced_partitions(seqlens, k, false) : Partitions{};
     if (opts.kk_attempts > 0 && fits(p, seqlens, budget)) {
       out.micro_batches = std::move(p);
     } else {
@@ -340,14 +376,18 @@ MicroBatches rearrange_micro_batches(const std::vector<int64_t>& seqlens, const 
   return out;
 }
 
-RankBalance balance_across_ranks(const std::vector<int64_t>& seqlens, int64_t world_size, const BalanceOptions& opts) {
+RankBalance balance_across_ranks(const std::vector<int64_t>& seqlens, int64_t world_size,
+                                 const BalanceOptions& opts) {
   const auto n = static_cast<int64_t>(seqlens.size());
   VERL_CHECK(world_size >= 1, "balance_across_ranks: world_size must be >= 1, got {}", world_size);
-  VERL_CHECK(n % world_size == 0 && n >= world_size, "balance_across_ranks: a batch of {} sequences does not "
-             "split evenly over {} data-parallel ranks; make the batch size (x rollout.n) a multiple of it",
+  VERL_CHECK(n % world_size == 0 && n >= world_size,
+             "balance_across_ranks: a batch of {} sequences does not "
+             "split evenly over {} data-parallel ranks; make the batch size (x rollout.n) a "
+             "multiple of it",
              n, world_size);
   std::vector<int64_t> weight(seqlens.size());
-  for (int64_t i = 0; i < n; ++i) weight[i] = opts.use_workload ? calculate_workload(seqlens[i]) : seqlens[i];
+  for (int64_t i = 0; i < n; ++i)
+    weight[i] = opts.use_workload ? calculate_workload(seqlens[i]) : seqlens[i];
 
   RankBalance out;
   out.partitions = get_seqlen_balanced_partitions(weight, world_size, true);

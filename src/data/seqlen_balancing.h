@@ -24,11 +24,13 @@ Partitions karmarkar_karp(const std::vector<int64_t>& seqlens, int64_t k, bool e
 Partitions greedy_partition(const std::vector<int64_t>& seqlens, int64_t k, bool equal_size);
 // karmarkar_karp, checked (k <= n, no empty partition, every index exactly once), with the
 // indices of each partition sorted ascending.
-Partitions get_seqlen_balanced_partitions(const std::vector<int64_t>& seqlens, int64_t k, bool equal_size);
+Partitions get_seqlen_balanced_partitions(const std::vector<int64_t>& seqlens, int64_t k,
+                                          bool equal_size);
 
 // verl's log_seqlen_unbalance: {prefix}/min, /max, /minmax_diff (token sums of the contiguous
 // chunks before balancing), /balanced_min, /balanced_max (after), /mean.
-std::map<std::string, double> log_seqlen_unbalance(const std::vector<int64_t>& seqlens, const Partitions& partitions,
+std::map<std::string, double> log_seqlen_unbalance(const std::vector<int64_t>& seqlens,
+                                                   const Partitions& partitions,
                                                    const std::string& prefix);
 
 // First-fit decreasing bin packing: the fewest bins it finds with every bin's sum <= max_token_len
@@ -37,8 +39,9 @@ Partitions first_fit_decreasing(const std::vector<int64_t>& seqlens, int64_t max
 
 struct MicroBatchOptions {
   int64_t max_token_len = 0;  // token budget of one micro-batch (ppo_max_token_len_per_gpu)
-  std::optional<int64_t> min_num_micro_batch;     // at least this many (pipeline parallelism)
-  std::optional<int64_t> num_batches_divided_by;  // round the count up to a multiple (virtual pipeline)
+  std::optional<int64_t> min_num_micro_batch;  // at least this many (pipeline parallelism)
+  std::optional<int64_t>
+      num_batches_divided_by;  // round the count up to a multiple (virtual pipeline)
   bool same_micro_num_in_dp = true;
   // All-reduce MAX of the count over the data-parallel group; unset on a single rank.
   std::function<int64_t(int64_t)> dp_max;
@@ -50,7 +53,7 @@ struct MicroBatchOptions {
 };
 
 struct MicroBatches {
-  Partitions micro_batches;          // indices per micro-batch, ascending inside each
+  Partitions micro_batches;           // indices per micro-batch, ascending inside each
   std::vector<int64_t> token_counts;  // tokens per micro-batch
   int64_t total_tokens = 0;
   int64_t max_token_len = 0;
@@ -72,7 +75,8 @@ struct MicroBatches {
 // the count is raised (before the dp agreement, so all ranks still agree), and if the agreed
 // count still does not fit, a first-fit-decreasing packing split into that many micro-batches
 // is used. A sequence longer than the budget is an Error naming its index and length.
-MicroBatches rearrange_micro_batches(const std::vector<int64_t>& seqlens, const MicroBatchOptions& opts);
+MicroBatches rearrange_micro_batches(const std::vector<int64_t>& seqlens,
+                                     const MicroBatchOptions& opts);
 
 // verl's get_reverse_idx: reverse[idx_map[i]] = i.
 std::vector<int64_t> get_reverse_idx(const std::vector<int64_t>& idx_map);
@@ -89,7 +93,9 @@ std::vector<T> restore_order(const std::vector<T>& gathered, const MicroBatches&
 
 // verl's calculate_workload: FLOPs of a dense 7B block up to a constant,
 // 12 h^2 s + 2 h s^2 with h = 4096, i.e. proportional to 24576 s + s^2.
-inline int64_t calculate_workload(int64_t seqlen) { return 24576 * seqlen + seqlen * seqlen; }
+inline int64_t calculate_workload(int64_t seqlen) {
+  return 24576 * seqlen + seqlen * seqlen;
+}
 
 struct BalanceOptions {
   // Balance estimated FLOPs (calculate_workload) rather than token counts, as current verl does.

@@ -208,8 +208,9 @@ void repair_jsonl(const std::string& path, int64_t resume_step) {
     bool keep = true;
     if (resume_step >= 0 && !line.empty()) {
       // A line nested past the bound is not one of ours: dropped like any other broken line.
-      const auto j = json_depth_ok(line) ? nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false)
-                                         : nlohmann::json(nlohmann::json::value_t::discarded);
+      const auto j = json_depth_ok(line)
+                         ? nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false)
+                         : nlohmann::json(nlohmann::json::value_t::discarded);
       keep = j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
              j["step"].get<int64_t>() <= resume_step;
     }
@@ -274,8 +275,9 @@ void JsonlLogger::log(int64_t step, const Metrics& metrics) {
   line += '\n';
   // fwrite only buffers: a full disk shows in the flush, which happens every step so that a killed
   // run keeps every finished step.
-  VERL_CHECK(std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0,
-             "jsonl: write to '{}' failed: {}", path_, std::strerror(errno));
+  VERL_CHECK(
+      std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0,
+      "jsonl: write to '{}' failed: {}", path_, std::strerror(errno));
 }
 
 void JsonlLogger::flush() {

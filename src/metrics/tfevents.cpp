@@ -289,15 +289,16 @@ void TfEventsWriter::add_scalar(int64_t step, std::string_view tag, float value,
 }
 
 void TfEventsWriter::flush() {
-  VERL_CHECK(file_ == nullptr || std::fflush(file_) == 0, "tensorboard: write to '{}' failed: {}", path_,
-             std::strerror(errno));
+  VERL_CHECK(file_ == nullptr || std::fflush(file_) == 0, "tensorboard: write to '{}' failed: {}",
+             path_, std::strerror(errno));
 }
 
 void TfEventsWriter::close() {
   if (file_ == nullptr) return;
   std::FILE* f = file_;
   file_ = nullptr;
-  VERL_CHECK(std::fclose(f) == 0, "tensorboard: write to '{}' failed: {}", path_, std::strerror(errno));
+  VERL_CHECK(std::fclose(f) == 0, "tensorboard: write to '{}' failed: {}", path_,
+             std::strerror(errno));
 }
 
 TfEvents read_tfevents(const std::string& path) {

@@ -37,7 +37,8 @@ class TfEventsWriter {
   TfEventsWriter(const TfEventsWriter&) = delete;
   TfEventsWriter& operator=(const TfEventsWriter&) = delete;
 
-  // Each is an Error naming the file when the write fails (a full disk): nothing is dropped silently.
+  // Each is an Error naming the file when the write fails (a full disk): nothing is dropped
+  // silently.
   void add_scalar(int64_t step, std::string_view tag, float value, double wall_time);
   void flush();
   void close();

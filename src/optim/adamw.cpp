@@ -23,7 +23,8 @@ namespace {
 // them); a difference is an error naming the ranks, never a silent drift.
 void check_same_weights(TrainState& state, dist::Communicator& comm) {
   // Tests nudge the last rank's weights (VERL_FAULT_INJECT=weights:<update>:perturb).
-  if (comm.rank() == comm.world_size() - 1 && fault_requested("weights", state.steps(), "perturb")) {
+  if (comm.rank() == comm.world_size() - 1 &&
+      fault_requested("weights", state.steps(), "perturb")) {
     std::vector<float> w = state.download_weights();
     w[0] += 1e-3f;
     state.upload(w, nullptr);
@@ -32,9 +33,11 @@ void check_same_weights(TrainState& state, dist::Communicator& comm) {
   std::vector<int64_t> all(static_cast<size_t>(comm.world_size()));
   comm.all_gather<int64_t>(std::span<const int64_t>(&mine, 1), all);
   for (int r = 1; r < comm.world_size(); ++r) {
-    VERL_CHECK(all[r] == all[0], "LightweightSync: after optimizer update {} rank {}'s weights differ from rank 0's "
-               "(digests {:016x} and {:016x}); the ranks diverged, stopping before they train apart",
-               state.steps(), r, static_cast<uint64_t>(all[r]), static_cast<uint64_t>(all[0]));
+    VERL_CHECK(
+        all[r] == all[0],
+        "LightweightSync: after optimizer update {} rank {}'s weights differ from rank 0's "
+        "(digests {:016x} and {:016x}); the ranks diverged, stopping before they train apart",
+        state.steps(), r, static_cast<uint64_t>(all[r]), static_cast<uint64_t>(all[0]));
   }
 }
 

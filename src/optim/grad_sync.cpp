@@ -143,7 +143,8 @@ void GradSync::complete_front() {
     float* out = grads_ + op.begin;
     std::fill(out, out + (op.end - op.begin), 0.0f);
     for (int r = 0; r < comm_.world_size(); ++r)
-      sparse_accumulate(op.gathered->data() + op.layout.bytes * static_cast<size_t>(r), op.layout, out);
+      sparse_accumulate(op.gathered->data() + op.layout.bytes * static_cast<size_t>(r), op.layout,
+                        out);
     return;
   }
   if (op.slot < 0) return;

@@ -59,7 +59,9 @@ struct SyncStats {
 
  private:
   static double share(int world) { return static_cast<double>(world - 1) / world; }
-  static double all_reduce_bytes(int world, int64_t n) { return 2 * share(world) * 4.0 * static_cast<double>(n); }
+  static double all_reduce_bytes(int world, int64_t n) {
+    return 2 * share(world) * 4.0 * static_cast<double>(n);
+  }
 };
 
 class GradSync final : public model::GradSink {
@@ -96,9 +98,9 @@ class GradSync final : public model::GradSink {
     std::unique_ptr<dist::PendingCollective> pending;
     int slot = -1;  // stage 2
     int64_t begin = 0, end = 0;
-    int owner = -1;  // stages 1 and 2
+    int owner = -1;                            // stages 1 and 2
     std::vector<uint8_t>* gathered = nullptr;  // lightweight: every rank's message, rank-major
-    SparseLayout layout{};  // lightweight
+    SparseLayout layout{};                     // lightweight
   };
   void start(float* data, int64_t begin, int64_t end, int slot);
   void start_sparse(int64_t begin, int64_t end);

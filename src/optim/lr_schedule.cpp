@@ -18,9 +18,11 @@ double LrSchedule::multiplier(int64_t step) const {
   }
   VERL_CHECK(type == "cosine", "lr schedule '{}' is not supported (constant, cosine)", type);
   if (step < warmup_steps) {
-    return min_lr_ratio + (1.0 - min_lr_ratio) * double(step) / double(std::max<int64_t>(1, warmup_steps));
+    return min_lr_ratio +
+           (1.0 - min_lr_ratio) * double(step) / double(std::max<int64_t>(1, warmup_steps));
   }
-  double progress = double(step - warmup_steps) / double(std::max<int64_t>(1, total_steps - warmup_steps));
+  double progress =
+      double(step - warmup_steps) / double(std::max<int64_t>(1, total_steps - warmup_steps));
   double x = std::cos(M_PI * num_cycles * 2.0 * progress);
   return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + x);
 }

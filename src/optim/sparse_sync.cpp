@@ -12,16 +12,23 @@
 namespace verl::optim {
 namespace {
 
-size_t align4(size_t x) { return (x + 3) & ~size_t{3}; }
+size_t align4(size_t x) {
+  return (x + 3) & ~size_t{3};
+}
 
 // The ordering key of |x|: its bits without the sign (non-negative floats order as their bits).
-uint32_t magnitude_key(float x) { return std::bit_cast<uint32_t>(x) & 0x7fffffffu; }
+uint32_t magnitude_key(float x) {
+  return std::bit_cast<uint32_t>(x) & 0x7fffffffu;
+}
 
 size_t value_size(SyncValues v) {
   switch (v) {
-    case SyncValues::Int8: return 1;
-    case SyncValues::BF16: return 2;
-    case SyncValues::F32: return 4;
+    case SyncValues::Int8:
+      return 1;
+    case SyncValues::BF16:
+      return 2;
+    case SyncValues::F32:
+      return 4;
   }
   return 4;
 }
@@ -63,7 +70,8 @@ Threshold kth_largest_key(const float* grad, float* carry, int64_t n, int64_t k)
       for (int u = 0; u < 4; ++u) ++hist[u * kBins + (magnitude_key(x[i + u]) >> 20)];
     for (; i < n; ++i) ++hist[magnitude_key(x[i]) >> 20];
   }
-  for (int b = 0; b < kBins; ++b) hist[b] += hist[kBins + b] + hist[2 * kBins + b] + hist[3 * kBins + b];
+  for (int b = 0; b < kBins; ++b)
+    hist[b] += hist[kBins + b] + hist[2 * kBins + b] + hist[3 * kBins + b];
   // want: the rank of the wanted key among the entries matching the prefix, from the top.
   int64_t want = k;
   auto pick = [&](uint32_t bins) {
@@ -102,9 +110,12 @@ Threshold kth_largest_key(const float* grad, float* carry, int64_t n, int64_t k)
 
 const char* to_string(SyncValues v) {
   switch (v) {
-    case SyncValues::Int8: return "int8";
-    case SyncValues::BF16: return "bf16";
-    case SyncValues::F32: return "fp32";
+    case SyncValues::Int8:
+      return "int8";
+    case SyncValues::BF16:
+      return "bf16";
+    case SyncValues::F32:
+      return "fp32";
   }
   return "?";
 }
@@ -117,9 +128,10 @@ SyncValues sync_values_named(const std::string& name, const char* key) {
 }
 
 void check_lightweight_config(const LightweightConfig& cfg) {
-  VERL_CHECK(cfg.top_k > 0 && cfg.top_k <= 1, "lightweight_sync_config.top_k={}: want a fraction in (0, 1]",
-             cfg.top_k);
-  VERL_CHECK(cfg.interval >= 1, "lightweight_sync_config.sync_interval_steps={}: want >= 1", cfg.interval);
+  VERL_CHECK(cfg.top_k > 0 && cfg.top_k <= 1,
+             "lightweight_sync_config.top_k={}: want a fraction in (0, 1]", cfg.top_k);
+  VERL_CHECK(cfg.interval >= 1, "lightweight_sync_config.sync_interval_steps={}: want >= 1",
+             cfg.interval);
 }
 
 int64_t sparse_count(int64_t n, double top_k) {
@@ -219,14 +231,18 @@ void sparse_accumulate(const uint8_t* msg, const SparseLayout& l, float* out) {
     for (; j < end; ++j) {
       float v = 0.0f;
       switch (l.values) {
-        case SyncValues::Int8: v = static_cast<float>(reinterpret_cast<const int8_t*>(vals)[j]) * scales[c]; break;
+        case SyncValues::Int8:
+          v = static_cast<float>(reinterpret_cast<const int8_t*>(vals)[j]) * scales[c];
+          break;
         case SyncValues::BF16: {
           uint16_t h;
           std::memcpy(&h, vals + 2 * j, 2);
           v = bf16_to_f32(h);
           break;
         }
-        case SyncValues::F32: std::memcpy(&v, vals + 4 * j, 4); break;
+        case SyncValues::F32:
+          std::memcpy(&v, vals + 4 * j, 4);
+          break;
       }
       base[index[j]] += v;
     }

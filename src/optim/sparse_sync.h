@@ -22,7 +22,7 @@ namespace verl::optim {
 
 // How the selected values travel.
 enum class SyncValues { Int8, BF16, F32 };
-const char* to_string(SyncValues v);  // "int8", "bf16", "fp32"
+const char* to_string(SyncValues v);                                     // "int8", "bf16", "fp32"
 SyncValues sync_values_named(const std::string& name, const char* key);  // fp32 / float32 too
 
 // trainer.lightweight_sync_config.
@@ -63,6 +63,8 @@ void sparse_accumulate(const uint8_t* msg, const SparseLayout& layout, float* ou
 
 // The int8 scale of a chunk whose largest kept magnitude is `maxabs`, and the quantise / decode
 // rules (shared with the CUDA kernels, which use the same IEEE operations).
-inline float int8_scale(float maxabs) { return maxabs / 127.0f; }
+inline float int8_scale(float maxabs) {
+  return maxabs / 127.0f;
+}
 
 }  // namespace verl::optim

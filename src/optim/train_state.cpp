@@ -15,10 +15,11 @@ void TrainState::check_upload(const std::vector<float>& weights, const AdamWStat
              "restore: {} weights for a model of {} parameters", weights.size(), numel());
   if (!trainable_ || opt == nullptr) return;
   const auto m = static_cast<int64_t>(opt->exp_avg.size());
-  VERL_CHECK((m == numel() || (!whole() && m == shard_.size())) &&
-                 static_cast<int64_t>(opt->exp_avg_sq.size()) == m,
-             "restore: optimizer moments of {} and {} floats for a model of {} parameters (shard {})",
-             opt->exp_avg.size(), opt->exp_avg_sq.size(), numel(), shard_.size());
+  VERL_CHECK(
+      (m == numel() || (!whole() && m == shard_.size())) &&
+          static_cast<int64_t>(opt->exp_avg_sq.size()) == m,
+      "restore: optimizer moments of {} and {} floats for a model of {} parameters (shard {})",
+      opt->exp_avg.size(), opt->exp_avg_sq.size(), numel(), shard_.size());
   VERL_CHECK(opt->step >= 0, "restore: a negative optimizer step count {}", opt->step);
 }
 
@@ -66,7 +67,8 @@ void CpuTrainState::enable_data_parallel(dist::Communicator& comm, int zero_stag
   zero_stage_ = zero_stage;
   if (zero_stage >= 2) grads_.assign(static_cast<size_t>(chunk_), 0.0f);  // the shard's only
   // The gradients of stage 3 go as stage 2's: each range reduced to its owners as backward ends it.
-  sync_ = std::make_unique<GradSync>(comm, std::min(zero_stage, 2), numel(), chunk_, grads_.data(), sync_stats_);
+  sync_ = std::make_unique<GradSync>(comm, std::min(zero_stage, 2), numel(), chunk_, grads_.data(),
+                                     sync_stats_);
   if (zero_stage == 3) {
     // The shard's master weights (padded to the chunk); the whole copy goes.
     shard_w_.assign(static_cast<size_t>(chunk_), 0.0f);
@@ -92,7 +94,8 @@ void CpuTrainState::drop_full_weights() {
 }
 
 std::vector<float> CpuTrainState::download_weights() const {
-  VERL_CHECK(has_full_weights(), "internal: the ZeRO-3 weights are sharded; gather_full_weights first");
+  VERL_CHECK(has_full_weights(),
+             "internal: the ZeRO-3 weights are sharded; gather_full_weights first");
   return w_.data;
 }
 
@@ -119,10 +122,13 @@ void CpuTrainState::defer_grads() {
 
 void CpuTrainState::upload_carry(const std::vector<float>& carry, int64_t calls) {
   VERL_CHECK(carry.empty() || carry_.empty() || static_cast<int64_t>(carry.size()) == numel(),
-             "restore: a LightweightSync carry of {} floats for a model of {} parameters", carry.size(), numel());
+             "restore: a LightweightSync carry of {} floats for a model of {} parameters",
+             carry.size(), numel());
   if (!carry_.empty()) {
-    if (carry.empty()) std::fill(carry_.begin(), carry_.end(), 0.0f);
-    else carry_ = carry;
+    if (carry.empty())
+      std::fill(carry_.begin(), carry_.end(), 0.0f);
+    else
+      carry_ = carry;
   }
   sync_calls_ = calls;
 }
@@ -148,14 +154,15 @@ void CpuTrainState::reduce_grads(dist::Communicator& comm) {
   }
   sync_stats_.add_reduce_to_owners(comm.world_size(), static_cast<int64_t>(grads_.size()));
   // This rank's block of the padded buffer receives the sum over ranks (in place).
-  comm.reduce_scatter(grads_.data(), grads_.data() + comm.rank() * chunk_, static_cast<size_t>(chunk_),
-                      dist::DataType::F32, dist::ReduceOp::Sum);
+  comm.reduce_scatter(grads_.data(), grads_.data() + comm.rank() * chunk_,
+                      static_cast<size_t>(chunk_), dist::DataType::F32, dist::ReduceOp::Sum);
 }
 
 void CpuTrainState::gather_weights(dist::Communicator& comm) {
   if (shard_comm_ == nullptr || zero_stage_ == 3) return;  // ZeRO-3 gathers as the model reads
   std::vector<float> all(static_cast<size_t>(chunk_ * comm.world_size()), 0.0f);
-  std::copy(w_.data.begin() + shard_.begin, w_.data.begin() + shard_.end, all.begin() + comm.rank() * chunk_);
+  std::copy(w_.data.begin() + shard_.begin, w_.data.begin() + shard_.end,
+            all.begin() + comm.rank() * chunk_);
   comm.all_gather(all.data() + comm.rank() * chunk_, all.data(), static_cast<size_t>(chunk_),
                   dist::DataType::F32);
   std::copy(all.begin(), all.begin() + numel(), w_.data.begin());
@@ -174,9 +181,9 @@ void CpuTrainState::adamw_update(const AdamWConfig& cfg, float lr, float grad_sc
   const int64_t b = shard_.begin;
   const int64_t m = shard_comm_ ? 0 : b;  // sharded moments start at the shard
   float* w = zero_stage_ == 3 ? shard_w_.data() : w_.data.data() + b;
-  ops::cpu::adamw_step(w, shard_grads(), opt_.exp_avg.data() + m,
-                       opt_.exp_avg_sq.data() + m, shard_.size(), lr, cfg.beta1, cfg.beta2,
-                       cfg.eps, cfg.weight_decay, steps_, grad_scale);
+  ops::cpu::adamw_step(w, shard_grads(), opt_.exp_avg.data() + m, opt_.exp_avg_sq.data() + m,
+                       shard_.size(), lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, steps_,
+                       grad_scale);
 }
 
 AdamWState CpuTrainState::download_optimizer_state() const {
@@ -186,7 +193,8 @@ AdamWState CpuTrainState::download_optimizer_state() const {
   dist::Communicator& comm = *shard_comm_;
   AdamWState whole;
   whole.step = opt_.step;
-  for (auto [mine, out] : {std::pair{&opt_.exp_avg, &whole.exp_avg}, std::pair{&opt_.exp_avg_sq, &whole.exp_avg_sq}}) {
+  for (auto [mine, out] :
+       {std::pair{&opt_.exp_avg, &whole.exp_avg}, std::pair{&opt_.exp_avg_sq, &whole.exp_avg_sq}}) {
     std::vector<float> all(static_cast<size_t>(chunk_ * comm.world_size()), 0.0f);
     std::copy(mine->begin(), mine->end(), all.begin() + comm.rank() * chunk_);
     comm.all_gather(all.data() + comm.rank() * chunk_, all.data(), static_cast<size_t>(chunk_),
@@ -208,11 +216,13 @@ void CpuTrainState::upload(const std::vector<float>& weights, const AdamWState* 
   if (trainable_ && opt != nullptr) {
     if (shard_comm_ == nullptr) {
       opt_ = *opt;
-    } else if (static_cast<int64_t>(opt->exp_avg.size()) == shard_.size() && shard_.size() != numel()) {
+    } else if (static_cast<int64_t>(opt->exp_avg.size()) == shard_.size() &&
+               shard_.size() != numel()) {
       opt_ = *opt;  // the slice itself
-    } else {  // keep this rank's slice of the checkpoint's whole moments
+    } else {        // keep this rank's slice of the checkpoint's whole moments
       opt_.exp_avg.assign(opt->exp_avg.begin() + shard_.begin, opt->exp_avg.begin() + shard_.end);
-      opt_.exp_avg_sq.assign(opt->exp_avg_sq.begin() + shard_.begin, opt->exp_avg_sq.begin() + shard_.end);
+      opt_.exp_avg_sq.assign(opt->exp_avg_sq.begin() + shard_.begin,
+                             opt->exp_avg_sq.begin() + shard_.end);
       opt_.step = opt->step;
     }
     steps_ = opt->step;

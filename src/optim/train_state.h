@@ -14,8 +14,8 @@
 
 #include "core/device.h"
 #include "core/error.h"
-#include "model/weights.h"
 #include "model/grad_sink.h"
+#include "model/weights.h"
 #include "optim/adamw.h"
 #include "optim/grad_sync.h"
 #include "optim/sparse_sync.h"
@@ -87,8 +87,10 @@ class TrainState {
   // takes stage 0 (one all-reduce of the whole buffer at the step) and refuses the others for now.
   virtual void enable_data_parallel(dist::Communicator& comm, int zero_stage) {
     (void)comm;
-    VERL_CHECK(zero_stage == 0, "zero_stage {}: the {} training state keeps whole gradients and "
-               "optimizer state (not built yet)", zero_stage, to_string(device()));
+    VERL_CHECK(zero_stage == 0,
+               "zero_stage {}: the {} training state keeps whole gradients and "
+               "optimizer state (not built yet)",
+               zero_stage, to_string(device()));
   }
   int zero_stage() const { return zero_stage_; }
   // ZeRO-3: where the model reads its weights range by range (null: the whole buffer, stages 0-2).
@@ -245,14 +247,14 @@ class CpuTrainState final : public TrainState {
  private:
   model::Weights w_;
   std::vector<float> grads_;  // padded to world x chunk when sharded (the padding stays zero)
-  AdamWState opt_;  // moments (of the shard only when sharded); opt_.step mirrors steps_
+  AdamWState opt_;            // moments (of the shard only when sharded); opt_.step mirrors steps_
   dist::Communicator* shard_comm_ = nullptr;  // set by shard_optimizer_state
-  int64_t chunk_ = 0;                          // elements per rank when sharded
-  std::unique_ptr<GradSync> sync_;             // set by enable_data_parallel
-  std::vector<float> carry_;                   // LightweightSync: numel floats, or empty
-  std::vector<float> shard_w_;                 // ZeRO-3: the shard's master weights (chunk floats)
-  std::unique_ptr<ZeroGather> gather_;         // ZeRO-3
-  bool full_ = false;                          // ZeRO-3: w_.data holds the gathered whole weights
+  int64_t chunk_ = 0;                         // elements per rank when sharded
+  std::unique_ptr<GradSync> sync_;            // set by enable_data_parallel
+  std::vector<float> carry_;                  // LightweightSync: numel floats, or empty
+  std::vector<float> shard_w_;                // ZeRO-3: the shard's master weights (chunk floats)
+  std::unique_ptr<ZeroGather> gather_;        // ZeRO-3
+  bool full_ = false;                         // ZeRO-3: w_.data holds the gathered whole weights
   // The shard's gradients: grads_ from the shard's first element, or (ZeRO-2, 3) grads_ itself.
   float* shard_grads() { return zero_stage_ >= 2 ? grads_.data() : grads_.data() + shard_.begin; }
 };

@@ -10,8 +10,9 @@ namespace verl::optim {
 ZeroGather::ZeroGather(dist::Communicator& comm, int64_t numel, int64_t chunk, const float* shard,
                        GatherStats& stats)
     : comm_(comm), numel_(numel), chunk_(chunk), shard_(shard), stats_(stats) {
-  VERL_CHECK(chunk > 0 && chunk * comm.world_size() >= numel, "ZeroGather: a chunk of {} for {} elements over {} ranks",
-             chunk, numel, comm.world_size());
+  VERL_CHECK(chunk > 0 && chunk * comm.world_size() >= numel,
+             "ZeroGather: a chunk of {} for {} elements over {} ranks", chunk, numel,
+             comm.world_size());
 }
 
 ZeroGather::~ZeroGather() {
@@ -23,8 +24,8 @@ ZeroGather::~ZeroGather() {
 }
 
 ZeroGather::Buffer& ZeroGather::start(int64_t begin, int64_t end, float* out) {
-  VERL_CHECK(0 <= begin && begin < end && end <= numel_, "ZeRO-3: a weight range [{}, {}) of a layout of {}", begin,
-             end, numel_);
+  VERL_CHECK(0 <= begin && begin < end && end <= numel_,
+             "ZeRO-3: a weight range [{}, {}) of a layout of {}", begin, end, numel_);
   Buffer b;
   const int world = comm_.world_size(), rank = comm_.rank();
   b.counts.assign(static_cast<size_t>(world), 0);
@@ -75,7 +76,8 @@ void ZeroGather::prefetch(int64_t begin, int64_t end) {
 void ZeroGather::release(int64_t begin, int64_t end) {
   if (full_) return;
   auto it = buffers_.find({begin, end});
-  VERL_CHECK(it != buffers_.end(), "internal: ZeRO-3 range [{}, {}) released without being acquired", begin, end);
+  VERL_CHECK(it != buffers_.end(),
+             "internal: ZeRO-3 range [{}, {}) released without being acquired", begin, end);
   wait(it->second);
   live_bytes_ -= it->second.data.size() * sizeof(float);
   buffers_.erase(it);
@@ -83,7 +85,8 @@ void ZeroGather::release(int64_t begin, int64_t end) {
 
 void ZeroGather::gather_all(float* out, int64_t bucket) {
   VERL_CHECK(bucket > 0, "ZeRO-3 reshard: a bucket of {} elements", bucket);
-  VERL_CHECK(buffers_.empty(), "internal: ZeRO-3 reshard while {} layer gathers are alive", buffers_.size());
+  VERL_CHECK(buffers_.empty(), "internal: ZeRO-3 reshard while {} layer gathers are alive",
+             buffers_.size());
   // Two buckets in flight: the next one's gather starts before the previous one is waited for.
   std::pair<int64_t, int64_t> prev{-1, -1};
   for (int64_t b = 0; b < numel_; b += bucket) {

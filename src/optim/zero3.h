@@ -26,9 +26,10 @@ struct GatherStats {
 
 class ZeroGather final : public model::WeightSource {
  public:
-  // `shard`: this rank's chunk of the weights (elements [rank chunk, min(numel, (rank + 1) chunk))),
-  // read at each gather (the optimizer updates it in place between passes).
-  ZeroGather(dist::Communicator& comm, int64_t numel, int64_t chunk, const float* shard, GatherStats& stats);
+  // `shard`: this rank's chunk of the weights (elements [rank chunk, min(numel, (rank + 1)
+  // chunk))), read at each gather (the optimizer updates it in place between passes).
+  ZeroGather(dist::Communicator& comm, int64_t numel, int64_t chunk, const float* shard,
+             GatherStats& stats);
   ~ZeroGather() override;
 
   const float* acquire(int64_t begin, int64_t end) override;

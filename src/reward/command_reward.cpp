@@ -27,7 +27,7 @@ namespace verl::reward {
 namespace {
 
 constexpr size_t kMaxLineBytes = 1 << 20;  // an answer line longer than this is a protocol error
-constexpr double kMaxScore = 1e9;  // |score| beyond this fails the row (docs/rewards.md)
+constexpr double kMaxScore = 1e9;          // |score| beyond this fails the row (docs/rewards.md)
 
 std::string excerpt(std::string_view line) {
   constexpr size_t kMax = 200;
@@ -115,7 +115,8 @@ void CommandRewardFn::start() {
     VERL_FAIL("reward command '{}': cannot start /bin/sh: {}", cfg_.command, strerror(rc));
   }
   pid_ = pid;
-  register_child_group(pid_);  // its group id is its pid (setpgroup 0); killed if the run ends on a signal
+  register_child_group(
+      pid_);  // its group id is its pid (setpgroup 0); killed if the run ends on a signal
   stdin_fd_ = sv[0];
   stdout_fd_ = out[0];
   set_nonblocking(stdin_fd_);
@@ -197,8 +198,9 @@ CommandBatchResult CommandRewardFn::score(std::span<const RewardRow> rows) {
       if (!line.empty() && line.back() == '\r') line.pop_back();
       if (line.find_first_not_of(" \t") == std::string::npos) continue;  // blank lines are noise
       if (!json_depth_ok(line)) {
-        failure = fmt::format("the reward command printed JSON nested more than {} levels deep: '{}'",
-                              kMaxJsonDepth, excerpt(line));
+        failure =
+            fmt::format("the reward command printed JSON nested more than {} levels deep: '{}'",
+                        kMaxJsonDepth, excerpt(line));
         return;
       }
       nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
@@ -230,8 +232,8 @@ CommandBatchResult CommandRewardFn::score(std::span<const RewardRow> rows) {
       } else if (const double v = j["score"].get<double>(); !(std::abs(v) <= kMaxScore)) {
         // Rewards are float32 in training, and sums and variances of them must stay finite: a
         // score past this turned a whole step's advantages into NaN, and every update was skipped.
-        row_error[idx] = fmt::format("the score {} is outside [-{:g}, {:g}]: {}", v, kMaxScore, kMaxScore,
-                                     excerpt(line));
+        row_error[idx] = fmt::format("the score {} is outside [-{:g}, {:g}]: {}", v, kMaxScore,
+                                     kMaxScore, excerpt(line));
       } else {
         res.scores[idx] = v;
       }
@@ -311,7 +313,8 @@ CommandBatchResult CommandRewardFn::score(std::span<const RewardRow> rows) {
       res.errors.size() > 1 ? fmt::format(" ({} more rows failed)", res.errors.size() - 1) : "";
   if (cfg_.on_error == OnError::Stop)
     VERL_FAIL("reward command '{}': row {}: {}{}", cfg_.command, first.index, first.message, more);
-  return res;  // the caller reports the failed rows (the trainer with its step, `verl reward` by line)
+  return res;  // the caller reports the failed rows (the trainer with its step, `verl reward` by
+               // line)
 }
 
 }  // namespace verl::reward

@@ -15,13 +15,18 @@ namespace {
 // Bytes of the UTF-8 code point at s[i] (1 for ASCII or a stray byte).
 size_t cp_len(std::string_view s, size_t i) {
   const auto c = static_cast<unsigned char>(s[i]);
-  const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
+  const size_t n = c < 0x80           ? 1
+                   : (c >> 5) == 0x6  ? 2
+                   : (c >> 4) == 0xE  ? 3
+                   : (c >> 3) == 0x1E ? 4
+                                      : 1;
   return std::min(n, s.size() - i);
 }
 
 // Python's str.isspace() for ASCII (plus the separators \x1c-\x1f that it also counts).
 bool is_space(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v' || (c >= 0x1c && c <= 0x1f);
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v' ||
+         (c >= 0x1c && c <= 0x1f);
 }
 
 // The end of the line that holds position i (the next '\n', or the end).
@@ -128,12 +133,15 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 10> kSubstit
     {"\\text{m}", "\\text{}"},
 }};
 constexpr std::array<std::string_view, 41> kRemovedExpressions = {
-    "square",   "ways",         "integers",   "dollars",    "mph",        "inches",   "hours",
-    "km",       "units",        "\\ldots",    "sue",        "points",     "feet",     "minutes",
-    "digits",   "cents",        "degrees",    "cm",         "gm",         "pounds",   "meters",
-    "meals",    "edges",        "students",   "childrentickets", "multiples", "\\text{s}", "\\text{.}",
-    "\\text{\ns}", "\\text{}^2", "\\text{}^3", "\\text{\n}", "\\text{}",  "\\mathrm{th}", "^\\circ",
-    "^{\\circ}", "\\;",         ",\\!",       "{,}",        "\"",         "\\dots",
+    "square",     "ways",       "integers",  "dollars",      "mph",
+    "inches",     "hours",      "km",        "units",        "\\ldots",
+    "sue",        "points",     "feet",      "minutes",      "digits",
+    "cents",      "degrees",    "cm",        "gm",           "pounds",
+    "meters",     "meals",      "edges",     "students",     "childrentickets",
+    "multiples",  "\\text{s}",  "\\text{.}", "\\text{\ns}",  "\\text{}^2",
+    "\\text{}^3", "\\text{\n}", "\\text{}",  "\\mathrm{th}", "^\\circ",
+    "^{\\circ}",  "\\;",        ",\\!",      "{,}",          "\"",
+    "\\dots",
 };
 
 }  // namespace
@@ -152,7 +160,8 @@ std::string dapo_normalize_final_answer(std::string_view final_answer) {
   s = brace_args(s, "sqrt", 1);
   s = replace_all(s, "$", "");
   const std::string digits = replace_all(s, ",", "");
-  if (!digits.empty() && std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+  if (!digits.empty() &&
+      std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
     s = digits;
   size_t b = 0, e = s.size();
   while (b < e && is_space(s[b])) ++b;
@@ -204,7 +213,8 @@ ScoreResult math_dapo_compute_score(std::string_view solution_str, std::string_v
   for (size_t i = 0; i < solution_str.size(); i += cp_len(solution_str, i)) ++count;
   size_t skip = count > 300 ? count - 300 : 0, from = 0;
   while (skip-- > 0) from += cp_len(solution_str, from);
-  const std::string pred = dapo_normalize_final_answer(dapo_extract_answer(solution_str.substr(from)));
+  const std::string pred =
+      dapo_normalize_final_answer(dapo_extract_answer(solution_str.substr(from)));
   ScoreResult r;
   r.acc = pred == dapo_normalize_final_answer(ground_truth);
   r.score = r.acc ? 1.0 : -1.0;

@@ -13,10 +13,16 @@
 namespace verl::reward {
 
 const std::vector<std::string>& known_data_sources() {
-  static const std::vector<std::string> kSources = {
-      "openai/gsm8k",           "lighteval/MATH", "DigitalLearningGmbH/MATH-lighteval",
-      "HuggingFaceH4/MATH-500", "math_dapo",      "math", "math_dapo_reasoning", "aime*",
-      "countdown",              "arith"};
+  static const std::vector<std::string> kSources = {"openai/gsm8k",
+                                                    "lighteval/MATH",
+                                                    "DigitalLearningGmbH/MATH-lighteval",
+                                                    "HuggingFaceH4/MATH-500",
+                                                    "math_dapo",
+                                                    "math",
+                                                    "math_dapo_reasoning",
+                                                    "aime*",
+                                                    "countdown",
+                                                    "arith"};
   return kSources;
 }
 

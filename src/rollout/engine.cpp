@@ -9,7 +9,8 @@
 
 namespace verl::rollout {
 
-Engine::Engine(const model::Weights& weights, const EngineConfig& config) : sched_cfg_(config.scheduler) {
+Engine::Engine(const model::Weights& weights, const EngineConfig& config)
+    : sched_cfg_(config.scheduler) {
   // A byte budget, when given, decides the pool (kv_sizing.h); else the scheduler's block count,
   // capped at half of the host's memory: past that, sequences wait for blocks (or are preempted),
   // and one that could never fit is an error naming its length, not a failed allocation.
@@ -18,14 +19,17 @@ Engine::Engine(const model::Weights& weights, const EngineConfig& config) : sche
   const int64_t host_half = host_memory_bytes() / 2;
   if (budget <= 0 && host_half > 0 && sched_cfg_.num_blocks > host_half / block_bytes) {
     budget = host_half;
-    log::warn("rollout: a KV cache for every sequence at once needs {:.1f} GiB; the CPU engine holds {:.1f} GiB "
-              "(half of this machine's memory), so sequences take turns",
-              static_cast<double>(sched_cfg_.num_blocks) * block_bytes / (1 << 30),
-              static_cast<double>(host_half) / (1 << 30));
+    log::warn(
+        "rollout: a KV cache for every sequence at once needs {:.1f} GiB; the CPU engine holds "
+        "{:.1f} GiB "
+        "(half of this machine's memory), so sequences take turns",
+        static_cast<double>(sched_cfg_.num_blocks) * block_bytes / (1 << 30),
+        static_cast<double>(host_half) / (1 << 30));
   }
-  sched_cfg_.num_blocks = kv_pool_blocks(config.kv_cache_bytes > 0 ? 0 : sched_cfg_.num_blocks, budget,
-                                         block_bytes, sched_cfg_.block_size);
-  owned_runner_ = std::make_unique<CpuStepRunner>(weights, sched_cfg_.num_blocks, sched_cfg_.block_size);
+  sched_cfg_.num_blocks = kv_pool_blocks(config.kv_cache_bytes > 0 ? 0 : sched_cfg_.num_blocks,
+                                         budget, block_bytes, sched_cfg_.block_size);
+  owned_runner_ =
+      std::make_unique<CpuStepRunner>(weights, sched_cfg_.num_blocks, sched_cfg_.block_size);
   runner_ = owned_runner_.get();
   vocab_ = runner_->vocab_size();
 }
@@ -48,11 +52,13 @@ std::vector<Completion> Engine::generate(const std::vector<Request>& requests,
     VERL_CHECK(req.n >= 1, "request {}: n must be >= 1, got {}", r, req.n);
     VERL_CHECK(!req.prompt.empty(), "request {}: the prompt is empty", r);
     for (int32_t t : req.prompt) {
-      VERL_CHECK(t >= 0 && t < vocab_, "request {}: prompt token {} is outside [0, {})", r, t, vocab_);
+      VERL_CHECK(t >= 0 && t < vocab_, "request {}: prompt token {} is outside [0, {})", r, t,
+                 vocab_);
     }
     req.params.validate();
     VERL_CHECK(req.eos_at.empty() || static_cast<int32_t>(req.eos_at.size()) == req.n,
-               "request {}: {} forced lengths (eos_at) for n = {} samples", r, req.eos_at.size(), req.n);
+               "request {}: {} forced lengths (eos_at) for n = {} samples", r, req.eos_at.size(),
+               req.n);
     first_of[r] = seqs.size();
     std::vector<Sequence*> group;
     for (int32_t i = 0; i < req.n; ++i) {
@@ -61,7 +67,8 @@ std::vector<Completion> Engine::generate(const std::vector<Request>& requests,
         params.max_tokens = std::min(params.max_tokens, req.eos_at[static_cast<size_t>(i)]);
         params.stop_at_max_tokens = true;
       }
-      seqs.push_back(std::make_unique<Sequence>(next_id++, req.prompt, params, static_cast<int64_t>(r), i));
+      seqs.push_back(
+          std::make_unique<Sequence>(next_id++, req.prompt, params, static_cast<int64_t>(r), i));
       // A sample's randomness is named by (request seed, sample index) alone, not by where the
       // request sits in this call, so a rollout replays whatever else is batched with it.
       seqs.back()->set_rng_stream(static_cast<uint64_t>(i));

@@ -35,10 +35,10 @@ struct Request {
 };
 
 struct Completion {
-  int64_t request = 0;  // index into the generate() request list
-  int32_t sample = 0;   // which of the request's n samples
-  std::vector<int32_t> tokens;    // generated tokens (stop token included when it ended the sample)
-  std::vector<float> logprobs;    // log-prob of each generated token at the sampling temperature
+  int64_t request = 0;          // index into the generate() request list
+  int32_t sample = 0;           // which of the request's n samples
+  std::vector<int32_t> tokens;  // generated tokens (stop token included when it ended the sample)
+  std::vector<float> logprobs;  // log-prob of each generated token at the sampling temperature
   FinishReason finish_reason = FinishReason::None;
 };
 

@@ -32,7 +32,8 @@ int32_t kv_pool_blocks(int64_t wanted_blocks, int64_t budget_bytes, int64_t bloc
   int64_t blocks = wanted_blocks;
   if (budget_bytes > 0) {
     const int64_t fit = budget_bytes / block_bytes;
-    VERL_CHECK(fit >= 1, "KV cache budget of {} bytes holds no block ({} bytes per block of {} tokens)",
+    VERL_CHECK(fit >= 1,
+               "KV cache budget of {} bytes holds no block ({} bytes per block of {} tokens)",
                budget_bytes, block_bytes, block_size);
     blocks = wanted_blocks > 0 ? std::min(wanted_blocks, fit) : fit;
   }
@@ -45,16 +46,17 @@ int64_t host_memory_bytes() {
 }
 
 int64_t kv_budget_from_utilization(double fraction) {
-  VERL_CHECK(fraction > 0.0 && fraction <= 1.0,
-             "gpu_memory_utilization must be in (0, 1], got {}", fraction);
+  VERL_CHECK(fraction > 0.0 && fraction <= 1.0, "gpu_memory_utilization must be in (0, 1], got {}",
+             fraction);
   VERL_CHECK(cuda_available(), "gpu_memory_utilization: no CUDA device to take it of");
   const double total = static_cast<double>(device_memory_total());
   const double used = static_cast<double>(device_memory_in_use());
   const double budget = fraction * total - used;
-  VERL_CHECK(budget > 0.0,
-             "gpu_memory_utilization {} leaves no KV cache: {:.2f} of {:.2f} GiB are already in use; "
-             "raise it, or give the rollout a byte budget",
-             fraction, used / (1 << 30), total / (1 << 30));
+  VERL_CHECK(
+      budget > 0.0,
+      "gpu_memory_utilization {} leaves no KV cache: {:.2f} of {:.2f} GiB are already in use; "
+      "raise it, or give the rollout a byte budget",
+      fraction, used / (1 << 30), total / (1 << 30));
   return static_cast<int64_t>(budget);
 }
 

@@ -36,7 +36,8 @@ SampleResult greedy_row(const float* l, int32_t V) {
   const float m = l[best];
   double sum = 0.0;
   for (int32_t i = 0; i < V; ++i) sum += std::exp(static_cast<double>(l[i] - m));
-  VERL_CHECK(std::isfinite(m) && std::isfinite(sum), "sampler: logits row is not finite (max {}, sum {})", m, sum);
+  VERL_CHECK(std::isfinite(m) && std::isfinite(sum),
+             "sampler: logits row is not finite (max {}, sum {})", m, sum);
   return {best, static_cast<float>(-std::log(sum))};
 }
 
@@ -53,7 +54,8 @@ SampleResult sample_row(const float* l, int32_t V, const SampleRow& row, float* 
     total += w[i];
   }
   VERL_CHECK(std::isfinite(m) && std::isfinite(total) && total > 0.0,
-             "sampler: logits row is not finite (max {}, sum of exp {}); stream {}", m, total, row.stream);
+             "sampler: logits row is not finite (max {}, sum of exp {}); stream {}", m, total,
+             row.stream);
 
   const double u = philox_uniform(p.seed, row.stream, row.counter);
   const int32_t k = (p.top_k > 0 && p.top_k < V) ? p.top_k : V;
@@ -146,14 +148,18 @@ void Sampler::run_rows(int64_t n, F&& fn) {
 Sampler::Sampler(int32_t vocab_size) : vocab_(vocab_size) {
   VERL_CHECK(vocab_size > 0, "sampler: vocab_size must be positive, got {}", vocab_size);
   const int threads = std::max(1, omp_get_max_threads());
-  weights_.assign(static_cast<size_t>(threads), std::vector<float>(static_cast<size_t>(vocab_size)));
-  order_.assign(static_cast<size_t>(threads), std::vector<int32_t>(static_cast<size_t>(vocab_size)));
+  weights_.assign(static_cast<size_t>(threads),
+                  std::vector<float>(static_cast<size_t>(vocab_size)));
+  order_.assign(static_cast<size_t>(threads),
+                std::vector<int32_t>(static_cast<size_t>(vocab_size)));
 }
 
-void Sampler::sample(const float* logits, std::span<const SampleRow> rows, int32_t* tokens, float* logprobs) {
+void Sampler::sample(const float* logits, std::span<const SampleRow> rows, int32_t* tokens,
+                     float* logprobs) {
   const int64_t n = static_cast<int64_t>(rows.size());
   for (int64_t i = 0; i < n; ++i) {
-    VERL_CHECK(rows[static_cast<size_t>(i)].params != nullptr, "sampler: row {} has no sampling params", i);
+    VERL_CHECK(rows[static_cast<size_t>(i)].params != nullptr,
+               "sampler: row {} has no sampling params", i);
   }
   run_rows(n, [&](int64_t i, size_t t) {
     const SampleResult r = sample_row(logits + i * vocab_, vocab_, rows[static_cast<size_t>(i)],
@@ -163,19 +169,21 @@ void Sampler::sample(const float* logits, std::span<const SampleRow> rows, int32
   });
 }
 
-void Sampler::sample(const float* logits, std::span<Sequence* const> seqs, int32_t* tokens, float* logprobs) {
+void Sampler::sample(const float* logits, std::span<Sequence* const> seqs, int32_t* tokens,
+                     float* logprobs) {
   const int64_t n = static_cast<int64_t>(seqs.size());
   run_rows(n, [&](int64_t i, size_t t) {
-    const SampleResult r = sample_row(logits + i * vocab_, vocab_, sample_row_for(*seqs[static_cast<size_t>(i)]),
-                                      weights_[t].data(), order_[t].data());
+    const SampleResult r =
+        sample_row(logits + i * vocab_, vocab_, sample_row_for(*seqs[static_cast<size_t>(i)]),
+                   weights_[t].data(), order_[t].data());
     tokens[i] = r.token;
     if (logprobs) logprobs[i] = r.logprob;
   });
 }
 
 SampleResult Sampler::sample_one(std::span<const float> logits, const SampleRow& row) {
-  VERL_CHECK(static_cast<int32_t>(logits.size()) == vocab_, "sampler: row of {} logits for a vocabulary of {}",
-             logits.size(), vocab_);
+  VERL_CHECK(static_cast<int32_t>(logits.size()) == vocab_,
+             "sampler: row of {} logits for a vocabulary of {}", logits.size(), vocab_);
   VERL_CHECK(row.params != nullptr, "sampler: row has no sampling params");
   return sample_row(logits.data(), vocab_, row, weights_[0].data(), order_[0].data());
 }

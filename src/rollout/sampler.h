@@ -35,9 +35,11 @@ class Sampler {
 
   // logits: [rows.size(), V] row-major fp32. Writes tokens[i] and logprobs[i] (logprobs may be
   // null). Rows run in parallel; scratch buffers are owned here, so nothing is allocated.
-  void sample(const float* logits, std::span<const SampleRow> rows, int32_t* tokens, float* logprobs);
+  void sample(const float* logits, std::span<const SampleRow> rows, int32_t* tokens,
+              float* logprobs);
   // The same for the sequences of a scheduled batch: row i belongs to seqs[i].
-  void sample(const float* logits, std::span<Sequence* const> seqs, int32_t* tokens, float* logprobs);
+  void sample(const float* logits, std::span<Sequence* const> seqs, int32_t* tokens,
+              float* logprobs);
   // One row (single-threaded convenience for tests and tools).
   SampleResult sample_one(std::span<const float> logits, const SampleRow& row);
 

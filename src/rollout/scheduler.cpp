@@ -28,13 +28,18 @@ void ScheduledBatch::clear() {
 
 Scheduler::Scheduler(const SchedulerConfig& config)
     : config_(config), blocks_(config.num_blocks, config.block_size) {
-  VERL_CHECK(config.max_num_seqs > 0, "scheduler: max_num_seqs must be positive, got {}", config.max_num_seqs);
-  VERL_CHECK(config.max_num_batched_tokens > 0, "scheduler: max_num_batched_tokens must be positive, got {}",
+  VERL_CHECK(config.max_num_seqs > 0, "scheduler: max_num_seqs must be positive, got {}",
+             config.max_num_seqs);
+  VERL_CHECK(config.max_num_batched_tokens > 0,
+             "scheduler: max_num_batched_tokens must be positive, got {}",
              config.max_num_batched_tokens);
-  VERL_CHECK(config.max_model_len > 1, "scheduler: max_model_len must be > 1, got {}", config.max_model_len);
+  VERL_CHECK(config.max_model_len > 1, "scheduler: max_model_len must be > 1, got {}",
+             config.max_model_len);
   VERL_CHECK(config.admission_watermark >= 0.0f && config.admission_watermark < 1.0f,
-             "scheduler: admission_watermark must be in [0, 1), got {}", config.admission_watermark);
-  watermark_blocks_ = static_cast<int32_t>(config.admission_watermark * static_cast<float>(config.num_blocks));
+             "scheduler: admission_watermark must be in [0, 1), got {}",
+             config.admission_watermark);
+  watermark_blocks_ =
+      static_cast<int32_t>(config.admission_watermark * static_cast<float>(config.num_blocks));
   batch_.max_blocks_per_seq = blocks_.blocks_for_tokens(config.max_model_len);
   running_.reserve(static_cast<size_t>(config.max_num_seqs));
   finished_.reserve(static_cast<size_t>(config.max_num_seqs));
@@ -47,26 +52,32 @@ void Scheduler::add_group(std::span<Sequence* const> samples) {
   VERL_CHECK(first != nullptr, "scheduler: add_group got a null sequence");
   for (Sequence* s : samples) {
     VERL_CHECK(s != nullptr, "scheduler: add_group got a null sequence");
-    VERL_CHECK(s->status == SequenceStatus::Waiting && s->num_computed_tokens == 0 && s->block_table.empty() &&
-                   s->num_output_tokens() == 0,
-               "scheduler: sequence {} was already scheduled (status {}, {} output tokens)", s->id(),
-               to_string(s->status), s->num_output_tokens());
+    VERL_CHECK(s->status == SequenceStatus::Waiting && s->num_computed_tokens == 0 &&
+                   s->block_table.empty() && s->num_output_tokens() == 0,
+               "scheduler: sequence {} was already scheduled (status {}, {} output tokens)",
+               s->id(), to_string(s->status), s->num_output_tokens());
     VERL_CHECK(std::ranges::equal(s->prompt_tokens(), first->prompt_tokens()),
-               "scheduler: sequence {} is in the group of sequence {} but its prompt differs", s->id(),
-               first->id());
+               "scheduler: sequence {} is in the group of sequence {} but its prompt differs",
+               s->id(), first->id());
     const int64_t prompt = s->num_prompt_tokens();
-    VERL_CHECK(prompt < config_.max_model_len,
-               "scheduler: sequence {} has a prompt of {} tokens, leaving no room to generate under "
-               "max_model_len {}",
-               s->id(), prompt, config_.max_model_len);
-    const int64_t longest = std::min<int64_t>(prompt + s->params().max_tokens, config_.max_model_len);
+    VERL_CHECK(
+        prompt < config_.max_model_len,
+        "scheduler: sequence {} has a prompt of {} tokens, leaving no room to generate under "
+        "max_model_len {}",
+        s->id(), prompt, config_.max_model_len);
+    const int64_t longest =
+        std::min<int64_t>(prompt + s->params().max_tokens, config_.max_model_len);
     const int32_t need = blocks_.blocks_for_tokens(longest);
-    VERL_CHECK(need <= blocks_.num_blocks(),
-               "scheduler: sequence {} can never fit: prompt {} + max_tokens {} = {} tokens need {} KV blocks "
-               "of {} tokens, but the whole pool has {} blocks; generate fewer tokens (data.max_response_length "
-               "in training, --max-tokens in verl generate) or give the KV cache more memory (rollout."
-               "gpu_memory_utilization on a GPU, --kv-cache-mb in verl generate)",
-               s->id(), prompt, s->params().max_tokens, longest, need, blocks_.block_size(), blocks_.num_blocks());
+    VERL_CHECK(
+        need <= blocks_.num_blocks(),
+        "scheduler: sequence {} can never fit: prompt {} + max_tokens {} = {} tokens need {} KV "
+        "blocks "
+        "of {} tokens, but the whole pool has {} blocks; generate fewer tokens "
+        "(data.max_response_length "
+        "in training, --max-tokens in verl generate) or give the KV cache more memory (rollout."
+        "gpu_memory_utilization on a GPU, --kv-cache-mb in verl generate)",
+        s->id(), prompt, s->params().max_tokens, longest, need, blocks_.block_size(),
+        blocks_.num_blocks());
   }
   if (!config_.enable_prefix_sharing) {
     for (Sequence* s : samples) waiting_.push_back(s);
@@ -98,8 +109,8 @@ int32_t Scheduler::seats_taken() const {
 }
 
 void Scheduler::preempt(Sequence* victim) {
-  VERL_CHECK(!running_.empty() && running_.back() == victim, "scheduler: preempting sequence {} out of order",
-             victim->id());
+  VERL_CHECK(!running_.empty() && running_.back() == victim,
+             "scheduler: preempting sequence {} out of order", victim->id());
   running_.pop_back();
   if (auto it = pending_forks_.find(victim); it != pending_forks_.end()) {
     reserved_seats_ -= static_cast<int32_t>(it->second.size());  // re-reserved on readmission
@@ -144,7 +155,8 @@ void Scheduler::schedule_item(Sequence* seq, int32_t n) {
 }
 
 const ScheduledBatch& Scheduler::schedule() {
-  VERL_CHECK(!awaiting_postprocess_, "scheduler: schedule() called before postprocess() of the previous step");
+  VERL_CHECK(!awaiting_postprocess_,
+             "scheduler: schedule() called before postprocess() of the previous step");
   batch_.clear();
   step_forks_.clear();
   int32_t budget = config_.max_num_batched_tokens;
@@ -155,7 +167,8 @@ const ScheduledBatch& Scheduler::schedule() {
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence* seq = running_[i];
     const int64_t want = seq->num_tokens() - seq->num_computed_tokens;
-    VERL_CHECK(want > 0, "scheduler: running sequence {} has nothing to compute ({} of {} tokens computed)",
+    VERL_CHECK(want > 0,
+               "scheduler: running sequence {} has nothing to compute ({} of {} tokens computed)",
                seq->id(), seq->num_computed_tokens, seq->num_tokens());
     int32_t n = static_cast<int32_t>(std::min<int64_t>(want, budget));
     bool runs = true;
@@ -183,7 +196,8 @@ const ScheduledBatch& Scheduler::schedule() {
   while (!preempted && !waiting_.empty() && budget > 0) {
     Sequence* head = waiting_.front();
     auto it = pending_forks_.find(head);
-    const int32_t group = 1 + (it == pending_forks_.end() ? 0 : static_cast<int32_t>(it->second.size()));
+    const int32_t group =
+        1 + (it == pending_forks_.end() ? 0 : static_cast<int32_t>(it->second.size()));
     if (seats_taken() + group > config_.max_num_seqs) break;
     const int64_t want = head->num_tokens() - head->num_computed_tokens;
     int32_t n = static_cast<int32_t>(std::min<int64_t>(want, budget));
@@ -239,13 +253,15 @@ void Scheduler::build_metadata() {
     b.max_seqlen_q = std::max(b.max_seqlen_q, it.num_new_tokens);
     b.max_context_len = std::max(b.max_context_len, ctx);
     VERL_CHECK(static_cast<int32_t>(seq.block_table.size()) <= W,
-               "scheduler: sequence {} holds {} blocks, more than max_model_len allows ({})", seq.id(),
-               seq.block_table.size(), W);
-    std::copy(seq.block_table.begin(), seq.block_table.end(), b.block_tables.begin() + static_cast<std::ptrdiff_t>(i) * W);
+               "scheduler: sequence {} holds {} blocks, more than max_model_len allows ({})",
+               seq.id(), seq.block_table.size(), W);
+    std::copy(seq.block_table.begin(), seq.block_table.end(),
+              b.block_tables.begin() + static_cast<std::ptrdiff_t>(i) * W);
     if (it.samples) {
       b.sample_seqs.push_back(it.seq);
       b.sample_token_indices.push_back(offset - 1);
-      for (; fork < step_forks_.size() && step_forks_[fork].first == static_cast<int32_t>(i); ++fork) {
+      for (; fork < step_forks_.size() && step_forks_[fork].first == static_cast<int32_t>(i);
+           ++fork) {
         b.sample_seqs.push_back(step_forks_[fork].second);
         b.sample_token_indices.push_back(offset - 1);
       }
@@ -254,15 +270,17 @@ void Scheduler::build_metadata() {
 }
 
 void Scheduler::finish(Sequence* seq, FinishReason reason) {
-  VERL_CHECK(!awaiting_postprocess_, "scheduler: finish() of sequence {} while a step awaits postprocess()",
+  VERL_CHECK(!awaiting_postprocess_,
+             "scheduler: finish() of sequence {} while a step awaits postprocess()", seq->id());
+  VERL_CHECK(seq->status != SequenceStatus::Finished, "scheduler: sequence {} finished twice",
              seq->id());
-  VERL_CHECK(seq->status != SequenceStatus::Finished, "scheduler: sequence {} finished twice", seq->id());
   // Samples still waiting to fork from seq lose their head: they become a group of their own.
   std::vector<Sequence*> orphans;
   if (auto it = pending_forks_.find(seq); it != pending_forks_.end()) {
     orphans = std::move(it->second);
     pending_forks_.erase(it);
-    if (seq->status == SequenceStatus::Running) reserved_seats_ -= static_cast<int32_t>(orphans.size());
+    if (seq->status == SequenceStatus::Running)
+      reserved_seats_ -= static_cast<int32_t>(orphans.size());
   }
   if (seq->status == SequenceStatus::Running) {
     std::erase(running_, seq);
@@ -278,27 +296,32 @@ void Scheduler::finish(Sequence* seq, FinishReason reason) {
         break;
       }
     }
-    VERL_CHECK(found, "scheduler: finish() of sequence {}, which this scheduler does not hold", seq->id());
+    VERL_CHECK(found, "scheduler: finish() of sequence {}, which this scheduler does not hold",
+               seq->id());
   }
   blocks_.free(*seq);
   seq->status = SequenceStatus::Finished;
   seq->finish_reason = reason;
   if (!orphans.empty()) {
     Sequence* head = orphans.front();
-    if (orphans.size() > 1) pending_forks_.emplace(head, std::vector<Sequence*>(orphans.begin() + 1, orphans.end()));
+    if (orphans.size() > 1)
+      pending_forks_.emplace(head, std::vector<Sequence*>(orphans.begin() + 1, orphans.end()));
     waiting_.push_front(head);
   }
 }
 
-const std::vector<Sequence*>& Scheduler::postprocess(const ScheduledBatch& batch, std::span<const int32_t> tokens,
+const std::vector<Sequence*>& Scheduler::postprocess(const ScheduledBatch& batch,
+                                                     std::span<const int32_t> tokens,
                                                      std::span<const float> logprobs) {
   VERL_CHECK(&batch == &batch_, "scheduler: postprocess() got a batch this scheduler did not plan");
-  VERL_CHECK(awaiting_postprocess_ || batch.empty(), "scheduler: postprocess() called twice for one step");
+  VERL_CHECK(awaiting_postprocess_ || batch.empty(),
+             "scheduler: postprocess() called twice for one step");
   VERL_CHECK(static_cast<int32_t>(tokens.size()) == batch.num_samples(),
-             "scheduler: postprocess() got {} sampled tokens for a batch of {} samples", tokens.size(),
-             batch.num_samples());
+             "scheduler: postprocess() got {} sampled tokens for a batch of {} samples",
+             tokens.size(), batch.num_samples());
   VERL_CHECK(logprobs.empty() || logprobs.size() == tokens.size(),
-             "scheduler: postprocess() got {} log-probs for {} sampled tokens", logprobs.size(), tokens.size());
+             "scheduler: postprocess() got {} log-probs for {} sampled tokens", logprobs.size(),
+             tokens.size());
   awaiting_postprocess_ = false;
   finished_.clear();
   for (const ScheduledItem& it : batch.items) it.seq->num_computed_tokens += it.num_new_tokens;
@@ -310,8 +333,11 @@ const std::vector<Sequence*>& Scheduler::postprocess(const ScheduledBatch& batch
     FinishReason reason = FinishReason::None;
     if (!p.ignore_eos && p.is_stop_token(tok)) {
       reason = FinishReason::Stop;
-    } else if (seq->num_output_tokens() >= p.max_tokens || seq->num_tokens() >= config_.max_model_len) {
-      reason = p.stop_at_max_tokens && seq->num_output_tokens() >= p.max_tokens ? FinishReason::Stop : FinishReason::Length;
+    } else if (seq->num_output_tokens() >= p.max_tokens ||
+               seq->num_tokens() >= config_.max_model_len) {
+      reason = p.stop_at_max_tokens && seq->num_output_tokens() >= p.max_tokens
+                   ? FinishReason::Stop
+                   : FinishReason::Length;
     }
     if (reason != FinishReason::None) {
       seq->status = SequenceStatus::Finished;
@@ -321,7 +347,8 @@ const std::vector<Sequence*>& Scheduler::postprocess(const ScheduledBatch& batch
     }
   }
   if (!finished_.empty()) {
-    std::erase_if(running_, [](const Sequence* s) { return s->status == SequenceStatus::Finished; });
+    std::erase_if(running_,
+                  [](const Sequence* s) { return s->status == SequenceStatus::Finished; });
   }
   return finished_;
 }

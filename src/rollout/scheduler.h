@@ -17,12 +17,13 @@
 namespace verl::rollout {
 
 struct SchedulerConfig {
-  int32_t max_num_seqs = 256;             // running sequences at most (verl: rollout.max_num_seqs)
-  int32_t max_num_batched_tokens = 8192;  // new tokens per step at most (rollout.max_num_batched_tokens)
-  int32_t max_model_len = 4096;           // prompt + output at most; fixes the block-table width
-  int32_t num_blocks = 1024;              // KV pool size in blocks
-  int32_t block_size = 16;                // tokens per block
-  bool enable_prefix_sharing = true;      // samples of one prompt fork from its first sample
+  int32_t max_num_seqs = 256;  // running sequences at most (verl: rollout.max_num_seqs)
+  int32_t max_num_batched_tokens =
+      8192;                      // new tokens per step at most (rollout.max_num_batched_tokens)
+  int32_t max_model_len = 4096;  // prompt + output at most; fixes the block-table width
+  int32_t num_blocks = 1024;     // KV pool size in blocks
+  int32_t block_size = 16;       // tokens per block
+  bool enable_prefix_sharing = true;  // samples of one prompt fork from its first sample
   // Blocks kept free when admitting a new sequence while others run, so running sequences can
   // keep decoding without immediately preempting (vLLM's watermark, as a fraction of the pool).
   float admission_watermark = 0.01f;
@@ -40,22 +41,22 @@ struct ScheduledItem {
 // The whole plan of one step, built once by schedule() and reused (cleared, capacity kept) by
 // the next. T = total new tokens, B = items.size(), S = tokens to sample, W = max_blocks_per_seq.
 struct ScheduledBatch {
-  std::vector<ScheduledItem> items;      // [B]
-  std::vector<BlockCopy> block_copies;   // copy-on-write, to apply in order before the forward
-  std::vector<int32_t> input_ids;        // [T] tokens to feed
-  std::vector<int32_t> positions;        // [T]
-  std::vector<int32_t> cu_seqlens;       // [B+1] prefix sums of num_new_tokens (varlen query)
-  std::vector<int32_t> context_lens;     // [B] cached + new tokens, the keys each item attends to
-  std::vector<int32_t> slot_mapping;     // [T] KV slot (block * block_size + offset) of each new token
-  std::vector<int32_t> block_tables;     // [B, W] row-major, padded with -1
-  int32_t max_blocks_per_seq = 0;        // W, fixed by max_model_len
-  int32_t max_seqlen_q = 0;              // max num_new_tokens over items
-  int32_t max_context_len = 0;           // max context_lens
+  std::vector<ScheduledItem> items;     // [B]
+  std::vector<BlockCopy> block_copies;  // copy-on-write, to apply in order before the forward
+  std::vector<int32_t> input_ids;       // [T] tokens to feed
+  std::vector<int32_t> positions;       // [T]
+  std::vector<int32_t> cu_seqlens;      // [B+1] prefix sums of num_new_tokens (varlen query)
+  std::vector<int32_t> context_lens;    // [B] cached + new tokens, the keys each item attends to
+  std::vector<int32_t> slot_mapping;  // [T] KV slot (block * block_size + offset) of each new token
+  std::vector<int32_t> block_tables;  // [B, W] row-major, padded with -1
+  int32_t max_blocks_per_seq = 0;     // W, fixed by max_model_len
+  int32_t max_seqlen_q = 0;           // max num_new_tokens over items
+  int32_t max_context_len = 0;        // max context_lens
   // Sampling: one entry per token to draw. sample_token_indices[s] is the index in [0, T) of the
   // token whose logits (the next-token distribution after it) sample s uses. Forked samples of a
   // group point at their first sample's last prompt token, so one logits row serves n draws.
-  std::vector<Sequence*> sample_seqs;          // [S]
-  std::vector<int32_t> sample_token_indices;   // [S]
+  std::vector<Sequence*> sample_seqs;         // [S]
+  std::vector<int32_t> sample_token_indices;  // [S]
 
   int32_t num_tokens() const { return static_cast<int32_t>(input_ids.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(items.size()); }
@@ -79,7 +80,9 @@ struct SchedulerStats {
   int64_t num_block_copies = 0;
   int64_t num_preemptions = 0;
   int64_t preempted_tokens = 0;  // computed KV thrown away by preemption (computed again later)
-  int64_t prompt_tokens_without_sharing() const { return prompt_tokens_computed + prompt_tokens_shared; }
+  int64_t prompt_tokens_without_sharing() const {
+    return prompt_tokens_computed + prompt_tokens_shared;
+  }
 };
 
 class Scheduler {
@@ -97,7 +100,8 @@ class Scheduler {
   // Takes the S sampled tokens (and log-probs, may be empty) of `batch`, in sample order; marks
   // computed KV, appends tokens, applies stop conditions, frees finished sequences' blocks and
   // returns the sequences that finished this step (valid until the next postprocess()).
-  const std::vector<Sequence*>& postprocess(const ScheduledBatch& batch, std::span<const int32_t> tokens,
+  const std::vector<Sequence*>& postprocess(const ScheduledBatch& batch,
+                                            std::span<const int32_t> tokens,
                                             std::span<const float> logprobs);
 
   // Ends a sequence outside postprocess() (a stop string matched, an abort): frees its blocks,
@@ -122,7 +126,7 @@ class Scheduler {
   SchedulerConfig config_;
   BlockManager blocks_;
   int32_t watermark_blocks_;
-  std::deque<Sequence*> waiting_;  // heads to prefill: group first samples and preempted sequences
+  std::deque<Sequence*> waiting_;   // heads to prefill: group first samples and preempted sequences
   std::vector<Sequence*> running_;  // in admission order; the last is preempted first
   // Samples waiting to fork from a head (keyed by the head). Their seats are reserved while
   // the head runs so the fork always has room.

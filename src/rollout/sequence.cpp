@@ -11,8 +11,10 @@ namespace verl::rollout {
 void SamplingParams::validate() const {
   VERL_CHECK(std::isfinite(temperature) && temperature >= 0.0f,
              "sampling param temperature must be >= 0, got {}", temperature);
-  VERL_CHECK(top_k >= -1, "sampling param top_k must be -1 (off), 0 (off) or positive, got {}", top_k);
-  VERL_CHECK(top_p > 0.0f && top_p <= 1.0f, "sampling param top_p must be in (0, 1], got {}", top_p);
+  VERL_CHECK(top_k >= -1, "sampling param top_k must be -1 (off), 0 (off) or positive, got {}",
+             top_k);
+  VERL_CHECK(top_p > 0.0f && top_p <= 1.0f, "sampling param top_p must be in (0, 1], got {}",
+             top_p);
   VERL_CHECK(max_tokens >= 1, "sampling param max_tokens must be >= 1, got {}", max_tokens);
 }
 
@@ -22,20 +24,28 @@ bool SamplingParams::is_stop_token(int32_t token) const {
 
 std::string_view to_string(SequenceStatus s) {
   switch (s) {
-    case SequenceStatus::Waiting: return "waiting";
-    case SequenceStatus::Running: return "running";
-    case SequenceStatus::Finished: return "finished";
+    case SequenceStatus::Waiting:
+      return "waiting";
+    case SequenceStatus::Running:
+      return "running";
+    case SequenceStatus::Finished:
+      return "finished";
   }
   return "unknown";
 }
 
 std::string_view to_string(FinishReason r) {
   switch (r) {
-    case FinishReason::None: return "";
-    case FinishReason::Stop: return "stop";
-    case FinishReason::Length: return "length";
-    case FinishReason::StopString: return "stop_string";
-    case FinishReason::Abort: return "abort";
+    case FinishReason::None:
+      return "";
+    case FinishReason::Stop:
+      return "stop";
+    case FinishReason::Length:
+      return "length";
+    case FinishReason::StopString:
+      return "stop_string";
+    case FinishReason::Abort:
+      return "abort";
   }
   return "unknown";
 }
@@ -49,7 +59,8 @@ Sequence::Sequence(int64_t id, std::vector<int32_t> prompt, SamplingParams param
       tokens_(std::move(prompt)),
       num_prompt_(static_cast<int64_t>(tokens_.size())) {
   VERL_CHECK(num_prompt_ > 0, "sequence {}: the prompt is empty", id_);
-  VERL_CHECK(index_in_group_ >= 0, "sequence {}: index_in_group must be >= 0, got {}", id_, index_in_group_);
+  VERL_CHECK(index_in_group_ >= 0, "sequence {}: index_in_group must be >= 0, got {}", id_,
+             index_in_group_);
   params_.validate();
   rng_stream_ = (static_cast<uint64_t>(group_id_) << 32) | static_cast<uint32_t>(index_in_group_);
   // Reserve the whole generation up front so appends in the decode loop never reallocate.

@@ -12,11 +12,11 @@ namespace verl::rollout {
 
 // Per-request sampling knobs, named as in verl's rollout config / vLLM's SamplingParams.
 struct SamplingParams {
-  float temperature = 1.0f;  // 0 = greedy
-  int32_t top_k = -1;        // -1 or 0 = off; >= vocab size is also off
-  float top_p = 1.0f;        // 1 = off; must be in (0, 1]
-  int32_t max_tokens = 16;   // generated tokens at most (>= 1)
-  bool ignore_eos = false;   // when true, stop_token_ids do not end the sequence
+  float temperature = 1.0f;             // 0 = greedy
+  int32_t top_k = -1;                   // -1 or 0 = off; >= vocab size is also off
+  float top_p = 1.0f;                   // 1 = off; must be in (0, 1]
+  int32_t max_tokens = 16;              // generated tokens at most (>= 1)
+  bool ignore_eos = false;              // when true, stop_token_ids do not end the sequence
   std::vector<int32_t> stop_token_ids;  // the EOS ids of the tokenizer / generation config
   uint64_t seed = 0;                    // Philox key of the sampler; see sampler.h
   bool logprobs = true;                 // record the sampled token's log-prob
@@ -58,7 +58,9 @@ class Sequence {
 
   // Tokens: the prompt followed by the generated output.
   std::span<const int32_t> token_ids() const { return tokens_; }
-  std::span<const int32_t> prompt_tokens() const { return {tokens_.data(), static_cast<size_t>(num_prompt_)}; }
+  std::span<const int32_t> prompt_tokens() const {
+    return {tokens_.data(), static_cast<size_t>(num_prompt_)};
+  }
   std::span<const int32_t> output_tokens() const {
     return {tokens_.data() + num_prompt_, tokens_.size() - static_cast<size_t>(num_prompt_)};
   }

@@ -1,7 +1,8 @@
-// The model side of one rollout step, as the engine sees it: run a scheduled batch's forward over the
-// runner's paged KV cache and sample its S tokens. Host-only interface, so src/rollout does not
-// depend on CUDA: CpuStepRunner (CpuModelRunner + Sampler) is the default; the GPU implementation is
-// rollout::cuda::CudaModelRunner (src/rollout/cuda/model_runner.h), handed to the Engine by the caller.
+// The model side of one rollout step, as the engine sees it: run a scheduled batch's forward over
+// the runner's paged KV cache and sample its S tokens. Host-only interface, so src/rollout does not
+// depend on CUDA: CpuStepRunner (CpuModelRunner + Sampler) is the default; the GPU implementation
+// is rollout::cuda::CudaModelRunner (src/rollout/cuda/model_runner.h), handed to the Engine by the
+// caller.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +16,8 @@
 
 namespace verl::rollout {
 
-// What a runner's steps did since it was built (the trainer logs them per rollout: docs/metrics.md).
+// What a runner's steps did since it was built (the trainer logs them per rollout:
+// docs/metrics.md).
 struct StepRunnerStats {
   int64_t steps = 0;            // step() calls
   int64_t decode_steps = 0;     // steps of one token and one sample a sequence

@@ -10,7 +10,9 @@ namespace verl::tokenizer {
 
 namespace {
 
-bool is_word_char(uint32_t cp) { return u_isalnum(static_cast<UChar32>(cp)) || cp == '_'; }
+bool is_word_char(uint32_t cp) {
+  return u_isalnum(static_cast<UChar32>(cp)) || cp == '_';
+}
 
 }  // namespace
 

@@ -34,9 +34,11 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& model,
                                               const std::string& where) {
   VERL_CHECK(model.is_object(), "{}: \"model\" must be an object", where);
   const std::string type = model.value("type", std::string("BPE"));
-  VERL_CHECK(type == "BPE",
-             "{}: unsupported model type \"{}\": only byte-level BPE is implemented (not WordPiece, "
-             "Unigram or WordLevel)", where, type);
+  VERL_CHECK(
+      type == "BPE",
+      "{}: unsupported model type \"{}\": only byte-level BPE is implemented (not WordPiece, "
+      "Unigram or WordLevel)",
+      where, type);
   auto m = std::make_unique<BpeModel>();
 
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
@@ -76,8 +78,10 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& model,
   const ByteLevelAlphabet& alpha = ByteLevelAlphabet::get();
   for (int b = 0; b < 256; ++b) {
     const int32_t id = m->token_to_id(alpha.utf8_of(static_cast<uint8_t>(b)));
-    VERL_CHECK(id >= 0, "{}: the vocabulary lacks the byte-level token for byte 0x{:02X}; only "
-               "byte-level BPE vocabularies are supported", where, b);
+    VERL_CHECK(id >= 0,
+               "{}: the vocabulary lacks the byte-level token for byte 0x{:02X}; only "
+               "byte-level BPE vocabularies are supported",
+               where, b);
     m->byte_id_[static_cast<size_t>(b)] = id;
   }
 
@@ -107,7 +111,8 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const nlohmann::json& model,
     const int32_t merged = m->token_to_id(left + right);
     VERL_CHECK(l >= 0 && r >= 0 && merged >= 0,
                "{}: model.merges[{}] (\"{}\" + \"{}\") refers to a token missing from the "
-               "vocabulary", where, rank, left, right);
+               "vocabulary",
+               where, rank, left, right);
     m->merges_.insert(l, r, static_cast<uint32_t>(rank), merged);
   }
   return m;
@@ -133,9 +138,7 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
     uint32_t rank;
     int32_t left, right;  // symbol indices
     int32_t left_id, right_id;
-    bool operator>(const Cand& o) const {
-      return rank != o.rank ? rank > o.rank : left > o.left;
-    }
+    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
   };
   thread_local std::vector<Sym> syms;
   thread_local std::vector<Cand> heap;  // a binary min-heap through std::push_heap/pop_heap
@@ -164,7 +167,8 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
     heap.pop_back();
     Sym& l = syms[static_cast<size_t>(c.left)];
     // Stale if either side was merged away or changed since the entry was pushed.
-    if (l.id != c.left_id || l.next != c.right || syms[static_cast<size_t>(c.right)].id != c.right_id)
+    if (l.id != c.left_id || l.next != c.right ||
+        syms[static_cast<size_t>(c.right)].id != c.right_id)
       continue;
     Sym& r = syms[static_cast<size_t>(c.right)];
     l.id = merges_.find(c.left_id, c.right_id)->merged;
@@ -209,7 +213,8 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
   if (!done) merge_word(word, out);
   std::lock_guard<std::mutex> lock(shard.mu);
   if (shard.map.size() >= kShardCapacity) shard.map.clear();
-  shard.map.emplace(std::string(word), std::vector<int32_t>(out.begin() + static_cast<long>(start), out.end()));
+  shard.map.emplace(std::string(word),
+                    std::vector<int32_t>(out.begin() + static_cast<long>(start), out.end()));
 }
 
 }  // namespace verl::tokenizer

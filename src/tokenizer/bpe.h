@@ -56,7 +56,8 @@ class MergeTable {
 };
 
 // Token ids of a tokenizer file (vocabulary and added tokens) must lie in [0, kMaxTokenId): per-id
-// tables are sized by the largest id, and the largest real vocabularies hold a few hundred thousand.
+// tables are sized by the largest id, and the largest real vocabularies hold a few hundred
+// thousand.
 inline constexpr int64_t kMaxTokenId = int64_t{1} << 24;
 
 class BpeModel {

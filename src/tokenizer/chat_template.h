@@ -12,7 +12,9 @@ namespace verl::tokenizer {
 class ChatTemplate {
  public:
   ChatTemplate(const std::string& source, const std::string& name) : template_(source, name) {}
-  std::string render(const nlohmann::ordered_json& context) const { return template_.render(context); }
+  std::string render(const nlohmann::ordered_json& context) const {
+    return template_.render(context);
+  }
 
  private:
   jinja::Template template_;

@@ -20,10 +20,11 @@ namespace verl::tokenizer::jinja {
 inline constexpr int kMaxCallDepth = 100;                 // macro calls in progress at once
 inline constexpr int64_t kMaxLoopIterations = 1'000'000;  // for-loop iterations in one render
 inline constexpr int64_t kMaxRangeLength = 100'000;       // items one range() may produce
-inline constexpr size_t kMaxStringBytes = 64u << 20;      // the output or any string (bytes), or a list (items)
-// Nesting levels while parsing: brackets, unary operators, blocks inside blocks, and each operand of
-// a chain (a + b + c ... or x|f|g ...) count one each, so both the parser's recursion and the depth
-// of the trees the renderer walks recursively stay bounded.
+inline constexpr size_t kMaxStringBytes =
+    64u << 20;  // the output or any string (bytes), or a list (items)
+// Nesting levels while parsing: brackets, unary operators, blocks inside blocks, and each operand
+// of a chain (a + b + c ... or x|f|g ...) count one each, so both the parser's recursion and the
+// depth of the trees the renderer walks recursively stay bounded.
 inline constexpr int kMaxNesting = 256;
 
 struct Value;
@@ -41,9 +42,19 @@ struct CallArgs;
 using Function = std::function<Value(CallArgs&)>;
 
 struct Value {
-  enum class Kind : uint8_t { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kFunction };
+  enum class Kind : uint8_t {
+    kUndefined,
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kString,
+    kList,
+    kDict,
+    kFunction
+  };
   Kind kind = Kind::kUndefined;
-  bool tuple = false;      // a list created as a tuple: printed as (a, b)
+  bool tuple = false;       // a list created as a tuple: printed as (a, b)
   bool namespace_ = false;  // a namespace(): attributes may be assigned with {% set ns.x = ... %}
   bool b = false;
   int64_t i = 0;
@@ -67,7 +78,9 @@ struct Value {
   bool is_undefined() const { return kind == Kind::kUndefined; }
   bool is_none() const { return kind == Kind::kNone; }
   bool is_string() const { return kind == Kind::kString; }
-  bool is_number() const { return kind == Kind::kInt || kind == Kind::kFloat || kind == Kind::kBool; }
+  bool is_number() const {
+    return kind == Kind::kInt || kind == Kind::kFloat || kind == Kind::kBool;
+  }
   bool is_list() const { return kind == Kind::kList; }
   bool is_dict() const { return kind == Kind::kDict; }
   bool truthy() const;

@@ -39,12 +39,12 @@ struct Expr {
   };
   Kind kind;
   Pos pos;
-  Value value;                 // kLiteral
-  std::string name;            // kName, kAttr, kFilter, kTest; operator of kBinary
-  std::vector<ExprPtr> kids;   // operands / items / dict keys and values interleaved
+  Value value;                   // kLiteral
+  std::string name;              // kName, kAttr, kFilter, kTest; operator of kBinary
+  std::vector<ExprPtr> kids;     // operands / items / dict keys and values interleaved
   std::vector<std::string> ops;  // kCompare operators
   std::vector<std::pair<std::string, ExprPtr>> kwargs;  // kCall, kFilter, kTest
-  bool negated = false;        // kTest
+  bool negated = false;                                 // kTest
 };
 
 struct Node;
@@ -62,20 +62,20 @@ struct Node {
     kMacro,
     kBreak,
     kContinue,
-    kWith,      // {% with a = 1 %}...{% endwith %}
-    kScope,     // a body run in place ({% generation %})
+    kWith,   // {% with a = 1 %}...{% endwith %}
+    kScope,  // a body run in place ({% generation %})
   };
   Kind kind;
   Pos pos;
-  std::string text;                   // kText
-  ExprPtr expr;                       // kOutput, kFor iter, kSet value
-  ExprPtr filter;                     // kFor condition
-  std::vector<ExprPtr> conds;         // kIf
-  std::vector<Body> bodies;           // kIf branches; kFor/kSetBlock/kMacro/kWith/kScope use bodies[0]
-  Body else_body;                     // kIf, kFor
-  std::vector<std::string> targets;   // kFor / kSet names; kSet "ns.attr" uses attr
-  std::string attr;                   // kSet: ns.attr form
-  std::string name;                   // kMacro
+  std::string text;            // kText
+  ExprPtr expr;                // kOutput, kFor iter, kSet value
+  ExprPtr filter;              // kFor condition
+  std::vector<ExprPtr> conds;  // kIf
+  std::vector<Body> bodies;    // kIf branches; kFor/kSetBlock/kMacro/kWith/kScope use bodies[0]
+  Body else_body;              // kIf, kFor
+  std::vector<std::string> targets;  // kFor / kSet names; kSet "ns.attr" uses attr
+  std::string attr;                  // kSet: ns.attr form
+  std::string name;                  // kMacro
   std::vector<std::pair<std::string, ExprPtr>> params;  // kMacro (default may be null), kWith
 };
 

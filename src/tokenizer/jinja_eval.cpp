@@ -93,7 +93,8 @@ std::string py_capitalize(const std::string& s) {
   return out;
 }
 
-std::string replace_all(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
+std::string replace_all(const std::string& s, const std::string& from, const std::string& to,
+                        int64_t count) {
   if (from.empty()) {  // Python inserts `to` between characters
     std::string out = to;
     size_t pos = 0;
@@ -143,14 +144,16 @@ Value py_split(const std::string& s, const Value& sep, int64_t maxsplit, bool fr
         size_t rest = words[static_cast<size_t>(maxsplit)].first;
         size_t end = cps.size();
         while (end > rest && py_isspace(cps[end - 1])) --end;
-        for (int64_t w = 0; w < maxsplit; ++w) parts.push_back(Value::string(from_code_points(cps, words[w].first, words[w].second)));
+        for (int64_t w = 0; w < maxsplit; ++w)
+          parts.push_back(Value::string(from_code_points(cps, words[w].first, words[w].second)));
         parts.push_back(Value::string(from_code_points(cps, rest, end)));
       } else {
         const size_t first_kept = words.size() - static_cast<size_t>(maxsplit);
         size_t b = 0;
         while (b < cps.size() && py_isspace(cps[b])) ++b;
         parts.push_back(Value::string(from_code_points(cps, b, words[first_kept - 1].second)));
-        for (size_t w = first_kept; w < words.size(); ++w) parts.push_back(Value::string(from_code_points(cps, words[w].first, words[w].second)));
+        for (size_t w = first_kept; w < words.size(); ++w)
+          parts.push_back(Value::string(from_code_points(cps, words[w].first, words[w].second)));
       }
     } else {
       for (auto [b, e] : words) parts.push_back(Value::string(from_code_points(cps, b, e)));
@@ -194,19 +197,31 @@ std::string html_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out.push_back(c);
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out.push_back(c);
     }
   }
   return out;
 }
 
 // Python slice indices for a sequence of length n.
-std::vector<size_t> slice_indices(int64_t n, const Value& start, const Value& stop, const Value& step_v) {
+std::vector<size_t> slice_indices(int64_t n, const Value& start, const Value& stop,
+                                  const Value& step_v) {
   const int64_t step = step_v.is_undefined() || step_v.is_none() ? 1 : step_v.i;
   VERL_CHECK(step != 0, "slice step cannot be zero");
   auto clamp = [&](const Value& v, int64_t dflt, bool is_start) {
@@ -254,7 +269,8 @@ class Renderer {
   Renderer(const std::string& name, const nlohmann::ordered_json& ctx) : name_(name) {
     scopes_.emplace_back();
     if (ctx.is_object())
-      for (auto it = ctx.begin(); it != ctx.end(); ++it) scopes_[0][it.key()] = Value::from_json(it.value());
+      for (auto it = ctx.begin(); it != ctx.end(); ++it)
+        scopes_[0][it.key()] = Value::from_json(it.value());
   }
 
   std::string run(const Node& root) {
@@ -275,11 +291,13 @@ class Renderer {
   // A hostile or broken template must not exhaust memory or the stack (limits in jinja.h).
   void check_size(size_t bytes, const Pos& p, const char* what) const {
     if (bytes > kMaxStringBytes)
-      fail(p, fmt::format("{} grew past {} bytes, the limit of a rendered string", what, kMaxStringBytes));
+      fail(p, fmt::format("{} grew past {} bytes, the limit of a rendered string", what,
+                          kMaxStringBytes));
   }
   void count_iteration(const Pos& p) {
     if (++iterations_ > kMaxLoopIterations)
-      fail(p, fmt::format("more than {} loop iterations in one render, the limit", kMaxLoopIterations));
+      fail(p, fmt::format("more than {} loop iterations in one render, the limit",
+                          kMaxLoopIterations));
   }
 
   // ---- statements ----
@@ -306,17 +324,25 @@ class Renderer {
         for (size_t k = 0; k < n.conds.size(); ++k)
           if (eval(*n.conds[k]).truthy()) return exec_body(n.bodies[k], out);
         return exec_body(n.else_body, out);
-      case Node::Kind::kFor: return exec_for(n, out);
-      case Node::Kind::kSet: exec_set(n); return Flow::kNormal;
+      case Node::Kind::kFor:
+        return exec_for(n, out);
+      case Node::Kind::kSet:
+        exec_set(n);
+        return Flow::kNormal;
       case Node::Kind::kSetBlock: {
         std::string text;
-        if (exec_body(n.bodies[0], text) != Flow::kNormal) fail(n.pos, "{% break %}/{% continue %} inside {% set %} block");
+        if (exec_body(n.bodies[0], text) != Flow::kNormal)
+          fail(n.pos, "{% break %}/{% continue %} inside {% set %} block");
         scopes_.back()[n.targets[0]] = Value::string(std::move(text));
         return Flow::kNormal;
       }
-      case Node::Kind::kMacro: define_macro(n); return Flow::kNormal;
-      case Node::Kind::kBreak: return Flow::kBreak;
-      case Node::Kind::kContinue: return Flow::kContinue;
+      case Node::Kind::kMacro:
+        define_macro(n);
+        return Flow::kNormal;
+      case Node::Kind::kBreak:
+        return Flow::kBreak;
+      case Node::Kind::kContinue:
+        return Flow::kContinue;
       case Node::Kind::kWith: {
         Scope scope;
         for (const auto& [pname, e] : n.params) scope[pname] = eval(*e);
@@ -325,15 +351,18 @@ class Renderer {
         scopes_.pop_back();
         return f;
       }
-      case Node::Kind::kScope: return exec_body(n.bodies[0], out);
+      case Node::Kind::kScope:
+        return exec_body(n.bodies[0], out);
     }
     return Flow::kNormal;
   }
 
   ValueList iterate(const Value& v, const Pos& p) {
     switch (v.kind) {
-      case Kind::kUndefined: return {};
-      case Kind::kList: return *v.list;
+      case Kind::kUndefined:
+        return {};
+      case Kind::kList:
+        return *v.list;
       case Kind::kDict: {
         ValueList keys;
         for (const auto& kv : v.dict->items) keys.push_back(Value::string(kv.first));
@@ -349,11 +378,13 @@ class Renderer {
         }
         return chars;
       }
-      default: fail(p, fmt::format("'{}' object is not iterable", v.type_name()));
+      default:
+        fail(p, fmt::format("'{}' object is not iterable", v.type_name()));
     }
   }
 
-  void bind_targets(Scope& scope, const std::vector<std::string>& targets, const Value& v, const Pos& p) {
+  void bind_targets(Scope& scope, const std::vector<std::string>& targets, const Value& v,
+                    const Pos& p) {
     if (targets.size() == 1) {
       scope[targets[0]] = v;
       return;
@@ -396,12 +427,14 @@ class Renderer {
       d.set("length", Value::integer(len));
       d.set("depth", Value::integer(1));
       d.set("depth0", Value::integer(0));
-      d.set("previtem", k > 0 ? items[static_cast<size_t>(k - 1)] : Value::undefined("loop.previtem"));
-      d.set("nextitem", k + 1 < len ? items[static_cast<size_t>(k + 1)] : Value::undefined("loop.nextitem"));
+      d.set("previtem",
+            k > 0 ? items[static_cast<size_t>(k - 1)] : Value::undefined("loop.previtem"));
+      d.set("nextitem",
+            k + 1 < len ? items[static_cast<size_t>(k + 1)] : Value::undefined("loop.nextitem"));
       d.set("cycle", Value::function([k](CallArgs& a) {
-        VERL_CHECK(!a.args.empty(), "loop.cycle() needs at least one argument");
-        return a.args[static_cast<size_t>(k) % a.args.size()];
-      }));
+              VERL_CHECK(!a.args.empty(), "loop.cycle() needs at least one argument");
+              return a.args[static_cast<size_t>(k) % a.args.size()];
+            }));
       scope["loop"] = loop;
       scopes_.push_back(std::move(scope));
       const Flow f = exec_body(n.bodies[0], out);
@@ -416,7 +449,8 @@ class Renderer {
     if (!n.attr.empty()) {
       Value target = lookup(n.targets[0]);
       if (!(target.is_dict() && target.namespace_))
-        fail(n.pos, fmt::format("cannot assign attribute '{}' on '{}': it is not a namespace()", n.attr, n.targets[0]));
+        fail(n.pos, fmt::format("cannot assign attribute '{}' on '{}': it is not a namespace()",
+                                n.attr, n.targets[0]));
       target.dict->set(n.attr, std::move(v));
       return;
     }
@@ -427,15 +461,17 @@ class Renderer {
     const Node* node = &n;
     scopes_.back()[n.name] = Value::function([this, node](CallArgs& a) {
       if (depth_ >= kMaxCallDepth)
-        fail(node->pos, fmt::format("macro '{}' nested more than {} calls deep (runaway recursion?)", node->name,
-                                    kMaxCallDepth));
+        fail(node->pos,
+             fmt::format("macro '{}' nested more than {} calls deep (runaway recursion?)",
+                         node->name, kMaxCallDepth));
       struct Depth {
         int& d;
         explicit Depth(int& x) : d(x) { ++d; }
         ~Depth() { --d; }
       } depth(depth_);
       if (a.args.size() > node->params.size())
-        fail(node->pos, fmt::format("macro '{}' takes {} arguments, got {}", node->name, node->params.size(), a.args.size()));
+        fail(node->pos, fmt::format("macro '{}' takes {} arguments, got {}", node->name,
+                                    node->params.size(), a.args.size()));
       for (const auto& [k, v] : a.kwargs) {
         bool known = false;
         for (const auto& p : node->params) known |= p.first == k;
@@ -463,7 +499,8 @@ class Renderer {
       }
       // Top-level changes made inside the macro do not escape: restore the caller's scopes.
       scopes_.swap(saved);
-      if (f != Flow::kNormal) fail(node->pos, "{% break %}/{% continue %} outside a loop in a macro");
+      if (f != Flow::kNormal)
+        fail(node->pos, "{% break %}/{% continue %} outside a loop in a macro");
       return Value::string(std::move(text));
     });
   }
@@ -482,7 +519,9 @@ class Renderer {
     if (name == "range") {
       return Value::function([](CallArgs& a) {
         int64_t start = 0, stop = 0, step = 1;
-        for (const Value& v : a.args) VERL_CHECK(v.kind == Kind::kInt, "range() arguments must be integers, got {}", v.type_name());
+        for (const Value& v : a.args)
+          VERL_CHECK(v.kind == Kind::kInt, "range() arguments must be integers, got {}",
+                     v.type_name());
         if (a.args.size() == 1) {
           stop = a.args[0].i;
         } else if (a.args.size() >= 2) {
@@ -493,12 +532,15 @@ class Renderer {
           VERL_FAIL("range() takes 1 to 3 arguments");
         }
         VERL_CHECK(step != 0, "range() step must not be zero");
-        const double count = step > 0 ? std::ceil((static_cast<double>(stop) - start) / step)
-                                      : std::ceil((static_cast<double>(start) - stop) / -static_cast<double>(step));
-        VERL_CHECK(count <= static_cast<double>(kMaxRangeLength), "range() of {} items is over the limit of {}",
-                   static_cast<int64_t>(count), kMaxRangeLength);
+        const double count =
+            step > 0 ? std::ceil((static_cast<double>(stop) - start) / step)
+                     : std::ceil((static_cast<double>(start) - stop) / -static_cast<double>(step));
+        VERL_CHECK(count <= static_cast<double>(kMaxRangeLength),
+                   "range() of {} items is over the limit of {}", static_cast<int64_t>(count),
+                   kMaxRangeLength);
         ValueList out;
-        for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) out.push_back(Value::integer(k));
+        for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step)
+          out.push_back(Value::integer(k));
         return Value::new_list(std::move(out));
       });
     }
@@ -517,7 +559,8 @@ class Renderer {
     }
     if (name == "raise_exception") {
       return Value::function([this](CallArgs& a) -> Value {
-        VERL_FAIL("{}: template raised an exception: {}", name_, a.args.empty() ? "" : to_str(a.args[0]));
+        VERL_FAIL("{}: template raised an exception: {}", name_,
+                  a.args.empty() ? "" : to_str(a.args[0]));
       });
     }
     if (name == "strftime_now") {
@@ -538,17 +581,23 @@ class Renderer {
 
   Value eval(const Expr& e) {
     switch (e.kind) {
-      case Expr::Kind::kLiteral: return e.value;
-      case Expr::Kind::kName: return lookup(e.name);
-      case Expr::Kind::kAttr: return get_attr(eval(*e.kids[0]), e.name, e.pos, describe(*e.kids[0]));
-      case Expr::Kind::kItem: return get_item(eval(*e.kids[0]), eval(*e.kids[1]), e.pos, describe(*e.kids[0]));
+      case Expr::Kind::kLiteral:
+        return e.value;
+      case Expr::Kind::kName:
+        return lookup(e.name);
+      case Expr::Kind::kAttr:
+        return get_attr(eval(*e.kids[0]), e.name, e.pos, describe(*e.kids[0]));
+      case Expr::Kind::kItem:
+        return get_item(eval(*e.kids[0]), eval(*e.kids[1]), e.pos, describe(*e.kids[0]));
       case Expr::Kind::kSlice: {
         Value obj = eval(*e.kids[0]);
         Value parts[3];
         for (int k = 0; k < 3; ++k) {
-          if (e.kids[static_cast<size_t>(k + 1)]) parts[k] = eval(*e.kids[static_cast<size_t>(k + 1)]);
+          if (e.kids[static_cast<size_t>(k + 1)])
+            parts[k] = eval(*e.kids[static_cast<size_t>(k + 1)]);
           if (!parts[k].is_undefined() && !parts[k].is_none() && parts[k].kind != Kind::kInt)
-            fail(e.pos, fmt::format("slice indices must be integers, got {}", parts[k].type_name()));
+            fail(e.pos,
+                 fmt::format("slice indices must be integers, got {}", parts[k].type_name()));
         }
         return slice(obj, parts[0], parts[1], parts[2], e.pos);
       }
@@ -556,7 +605,9 @@ class Renderer {
         Value callee = eval(*e.kids[0]);
         CallArgs args = eval_args(e);
         if (callee.kind != Kind::kFunction) {
-          if (callee.is_undefined()) fail(e.pos, fmt::format("'{}' is undefined (called as a function)", describe(*e.kids[0])));
+          if (callee.is_undefined())
+            fail(e.pos,
+                 fmt::format("'{}' is undefined (called as a function)", describe(*e.kids[0])));
           fail(e.pos, fmt::format("'{}' object is not callable", callee.type_name()));
         }
         return call(callee, args, e.pos);
@@ -572,16 +623,21 @@ class Renderer {
         const bool r = apply_test(e.name, operand, args, e.pos);
         return Value::boolean(e.negated ? !r : r);
       }
-      case Expr::Kind::kNot: return Value::boolean(!eval(*e.kids[0]).truthy());
+      case Expr::Kind::kNot:
+        return Value::boolean(!eval(*e.kids[0]).truthy());
       case Expr::Kind::kNeg:
       case Expr::Kind::kPos: {
         Value v = eval(*e.kids[0]);
         const bool neg = e.kind == Expr::Kind::kNeg;
-        if (v.kind == Kind::kInt || v.kind == Kind::kBool) return Value::integer(neg ? -(v.kind == Kind::kBool ? v.b : v.i) : (v.kind == Kind::kBool ? v.b : v.i));
+        if (v.kind == Kind::kInt || v.kind == Kind::kBool)
+          return Value::integer(neg ? -(v.kind == Kind::kBool ? v.b : v.i)
+                                    : (v.kind == Kind::kBool ? v.b : v.i));
         if (v.kind == Kind::kFloat) return Value::number(neg ? -v.f : v.f);
-        fail(e.pos, fmt::format("bad operand type for unary {}: '{}'", neg ? '-' : '+', v.type_name()));
+        fail(e.pos,
+             fmt::format("bad operand type for unary {}: '{}'", neg ? '-' : '+', v.type_name()));
       }
-      case Expr::Kind::kBinary: return eval_binary(e);
+      case Expr::Kind::kBinary:
+        return eval_binary(e);
       case Expr::Kind::kCompare: {
         Value left = eval(*e.kids[0]);
         for (size_t k = 0; k < e.ops.size(); ++k) {
@@ -593,7 +649,8 @@ class Renderer {
       }
       case Expr::Kind::kCond: {
         if (eval(*e.kids[0]).truthy()) return eval(*e.kids[1]);
-        return e.kids[2] ? eval(*e.kids[2]) : Value::undefined("conditional expression without else");
+        return e.kids[2] ? eval(*e.kids[2])
+                         : Value::undefined("conditional expression without else");
       }
       case Expr::Kind::kList:
       case Expr::Kind::kTuple: {
@@ -605,7 +662,8 @@ class Renderer {
         Value d = Value::new_dict();
         for (size_t k = 0; k + 1 < e.kids.size(); k += 2) {
           Value key = eval(*e.kids[k]);
-          if (!key.is_string()) fail(e.kids[k]->pos, fmt::format("dict keys must be strings, got {}", key.type_name()));
+          if (!key.is_string())
+            fail(e.kids[k]->pos, fmt::format("dict keys must be strings, got {}", key.type_name()));
           d.dict->set(key.s, eval(*e.kids[k + 1]));
         }
         return d;
@@ -617,10 +675,14 @@ class Renderer {
   // A short text naming an expression, for "'x.y' is undefined" messages.
   std::string describe(const Expr& e) const {
     switch (e.kind) {
-      case Expr::Kind::kName: return e.name;
-      case Expr::Kind::kAttr: return describe(*e.kids[0]) + "." + e.name;
-      case Expr::Kind::kItem: return describe(*e.kids[0]) + "[...]";
-      default: return "expression";
+      case Expr::Kind::kName:
+        return e.name;
+      case Expr::Kind::kAttr:
+        return describe(*e.kids[0]) + "." + e.name;
+      case Expr::Kind::kItem:
+        return describe(*e.kids[0]) + "[...]";
+      default:
+        return "expression";
     }
   }
 
@@ -663,10 +725,14 @@ class Renderer {
       fail(e.pos, fmt::format("'{}' is undefined (operand of '{}')",
                               describe(l.is_undefined() ? *e.kids[0] : *e.kids[1]), op));
     auto type_error = [&]() {
-      fail(e.pos, fmt::format("unsupported operand types for {}: '{}' and '{}'", op, l.type_name(), r.type_name()));
+      fail(e.pos, fmt::format("unsupported operand types for {}: '{}' and '{}'", op, l.type_name(),
+                              r.type_name()));
     };
-    const bool both_int = (l.kind == Kind::kInt || l.kind == Kind::kBool) && (r.kind == Kind::kInt || r.kind == Kind::kBool);
-    auto ival = [](const Value& v) { return v.kind == Kind::kBool ? static_cast<int64_t>(v.b) : v.i; };
+    const bool both_int = (l.kind == Kind::kInt || l.kind == Kind::kBool) &&
+                          (r.kind == Kind::kInt || r.kind == Kind::kBool);
+    auto ival = [](const Value& v) {
+      return v.kind == Kind::kBool ? static_cast<int64_t>(v.b) : v.i;
+    };
     if (op == "+") {
       if (both_int) return Value::integer(ival(l) + ival(r));
       if (l.is_number() && r.is_number()) return Value::number(l.as_double() + r.as_double());
@@ -681,7 +747,8 @@ class Renderer {
         return Value::new_list(std::move(items), l.tuple);
       }
       if (l.is_string() || r.is_string())
-        fail(e.pos, fmt::format("can only concatenate str (not \"{}\") to str", l.is_string() ? r.type_name() : l.type_name()));
+        fail(e.pos, fmt::format("can only concatenate str (not \"{}\") to str",
+                                l.is_string() ? r.type_name() : l.type_name()));
       type_error();
     }
     if (op == "-") {
@@ -692,21 +759,24 @@ class Renderer {
     if (op == "*") {
       if (both_int) return Value::integer(ival(l) * ival(r));
       if (l.is_number() && r.is_number()) return Value::number(l.as_double() * r.as_double());
-      const Value* seq = l.is_string() || l.is_list() ? &l : (r.is_string() || r.is_list() ? &r : nullptr);
+      const Value* seq =
+          l.is_string() || l.is_list() ? &l : (r.is_string() || r.is_list() ? &r : nullptr);
       const Value* cnt = seq == &l ? &r : &l;
       if (seq && (cnt->kind == Kind::kInt || cnt->kind == Kind::kBool)) {
         const int64_t n = std::max<int64_t>(0, ival(*cnt));
         const size_t unit = seq->is_string() ? seq->s.size() : seq->list->size();
         if (unit > 0 && static_cast<uint64_t>(n) > kMaxStringBytes / unit)
-          fail(e.pos, fmt::format("{} repeated {} times is over the limit of {} {}", seq->type_name(), n,
-                                  kMaxStringBytes, seq->is_string() ? "bytes" : "items"));
+          fail(e.pos,
+               fmt::format("{} repeated {} times is over the limit of {} {}", seq->type_name(), n,
+                           kMaxStringBytes, seq->is_string() ? "bytes" : "items"));
         if (seq->is_string()) {
           std::string out;
           for (int64_t k = 0; k < n; ++k) out += seq->s;
           return Value::string(std::move(out));
         }
         ValueList items;
-        for (int64_t k = 0; k < n; ++k) items.insert(items.end(), seq->list->begin(), seq->list->end());
+        for (int64_t k = 0; k < n; ++k)
+          items.insert(items.end(), seq->list->begin(), seq->list->end());
         return Value::new_list(std::move(items), seq->tuple);
       }
       type_error();
@@ -745,16 +815,21 @@ class Renderer {
 
   bool contains(const Value& container, const Value& item, const Pos& p) {
     switch (container.kind) {
-      case Kind::kUndefined: return false;
+      case Kind::kUndefined:
+        return false;
       case Kind::kString:
-        if (!item.is_string()) fail(p, fmt::format("'in <string>' requires string as left operand, not {}", item.type_name()));
+        if (!item.is_string())
+          fail(p, fmt::format("'in <string>' requires string as left operand, not {}",
+                              item.type_name()));
         return container.s.find(item.s) != std::string::npos;
       case Kind::kList:
         for (const Value& v : *container.list)
           if (values_equal(v, item)) return true;
         return false;
-      case Kind::kDict: return item.is_string() && container.dict->find(item.s) != nullptr;
-      default: fail(p, fmt::format("argument of type '{}' is not iterable", container.type_name()));
+      case Kind::kDict:
+        return item.is_string() && container.dict->find(item.s) != nullptr;
+      default:
+        fail(p, fmt::format("argument of type '{}' is not iterable", container.type_name()));
     }
   }
 
@@ -765,7 +840,9 @@ class Renderer {
     if (op == "not in") return !contains(r, l, p);
     bool ok = false;
     const int c = compare_values(l, r, ok);
-    if (!ok) fail(p, fmt::format("'{}' not supported between instances of '{}' and '{}'", op, l.type_name(), r.type_name()));
+    if (!ok)
+      fail(p, fmt::format("'{}' not supported between instances of '{}' and '{}'", op,
+                          l.type_name(), r.type_name()));
     if (op == "<") return c < 0;
     if (op == "<=") return c <= 0;
     if (op == ">") return c > 0;
@@ -775,13 +852,15 @@ class Renderer {
   Value slice(const Value& obj, const Value& b, const Value& e, const Value& s, const Pos& p) {
     if (obj.is_list()) {
       ValueList out;
-      for (size_t k : slice_indices(static_cast<int64_t>(obj.list->size()), b, e, s)) out.push_back((*obj.list)[k]);
+      for (size_t k : slice_indices(static_cast<int64_t>(obj.list->size()), b, e, s))
+        out.push_back((*obj.list)[k]);
       return Value::new_list(std::move(out), obj.tuple);
     }
     if (obj.is_string()) {
       const std::vector<uint32_t> cps = code_points(obj.s);
       std::string out;
-      for (size_t k : slice_indices(static_cast<int64_t>(cps.size()), b, e, s)) append_utf8(out, cps[k]);
+      for (size_t k : slice_indices(static_cast<int64_t>(cps.size()), b, e, s))
+        append_utf8(out, cps[k]);
       return Value::string(std::move(out));
     }
     if (obj.is_undefined()) fail(p, fmt::format("'{}' is undefined (sliced)", obj.s));
@@ -790,7 +869,8 @@ class Renderer {
 
   Value get_item(const Value& obj, const Value& key, const Pos& p, const std::string& what) {
     switch (obj.kind) {
-      case Kind::kUndefined: fail(p, fmt::format("'{}' is undefined (subscripted)", what));
+      case Kind::kUndefined:
+        fail(p, fmt::format("'{}' is undefined (subscripted)", what));
       case Kind::kDict:
         if (key.is_string()) {
           if (const Value* v = obj.dict->find(key.s)) return *v;
@@ -800,7 +880,8 @@ class Renderer {
       case Kind::kList:
       case Kind::kString: {
         if (key.is_string()) return get_attr(obj, key.s, p, what);
-        if (key.kind != Kind::kInt && key.kind != Kind::kBool) return Value::undefined(what + "[...]");
+        if (key.kind != Kind::kInt && key.kind != Kind::kBool)
+          return Value::undefined(what + "[...]");
         int64_t k = key.kind == Kind::kBool ? key.b : key.i;
         if (obj.is_list()) {
           const auto n = static_cast<int64_t>(obj.list->size());
@@ -812,7 +893,8 @@ class Renderer {
         const auto n = static_cast<int64_t>(cps.size());
         if (k < 0) k += n;
         if (k < 0 || k >= n) return Value::undefined(fmt::format("{}[{}]", what, key.i));
-        return Value::string(from_code_points(cps, static_cast<size_t>(k), static_cast<size_t>(k) + 1));
+        return Value::string(
+            from_code_points(cps, static_cast<size_t>(k), static_cast<size_t>(k) + 1));
       }
       default:
         if (key.is_string()) return get_attr(obj, key.s, p, what);
@@ -822,9 +904,11 @@ class Renderer {
 
   Value get_attr(const Value& obj, const std::string& name, const Pos& p, const std::string& what) {
     switch (obj.kind) {
-      case Kind::kUndefined: fail(p, fmt::format("'{}' is undefined (reading attribute '{}')", what, name));
+      case Kind::kUndefined:
+        fail(p, fmt::format("'{}' is undefined (reading attribute '{}')", what, name));
       case Kind::kDict: {
-        if (!obj.namespace_ && (name == "items" || name == "keys" || name == "values" || name == "get"))
+        if (!obj.namespace_ &&
+            (name == "items" || name == "keys" || name == "values" || name == "get"))
           return dict_method(obj, name);
         if (const Value* v = obj.dict->find(name)) return *v;
         return Value::undefined(what + "." + name);
@@ -848,10 +932,14 @@ class Renderer {
             return Value::integer(n);
           });
         }
-        if (name == "append" || name == "pop" || name == "insert" || name == "extend" || name == "remove")
-          fail(p, fmt::format("list.{}() is not allowed: templates run in an immutable sandbox, as in transformers", name));
+        if (name == "append" || name == "pop" || name == "insert" || name == "extend" ||
+            name == "remove")
+          fail(p, fmt::format("list.{}() is not allowed: templates run in an immutable sandbox, as "
+                              "in transformers",
+                              name));
         return Value::undefined(what + "." + name);
-      default: return Value::undefined(what + "." + name);
+      default:
+        return Value::undefined(what + "." + name);
     }
   }
 
@@ -865,27 +953,32 @@ class Renderer {
       }
       ValueList out;
       for (const auto& [k, v] : obj.dict->items) {
-        if (name == "keys") out.push_back(Value::string(k));
-        else if (name == "values") out.push_back(v);
-        else out.push_back(Value::new_list({Value::string(k), v}, true));
+        if (name == "keys")
+          out.push_back(Value::string(k));
+        else if (name == "values")
+          out.push_back(v);
+        else
+          out.push_back(Value::new_list({Value::string(k), v}, true));
       }
       return Value::new_list(std::move(out));
     });
   }
 
   Value string_method(const Value& obj, const std::string& name) {
-    static const char* kMethods[] = {"startswith", "endswith", "split", "rsplit", "strip", "lstrip",
-                                     "rstrip", "lower", "upper", "title", "capitalize", "replace",
-                                     "find", "rfind", "index", "count", "join", "splitlines",
-                                     "isdigit", "isalpha", "isalnum", "isspace", "islower", "isupper",
-                                     "format"};
-    if (std::find_if(std::begin(kMethods), std::end(kMethods), [&](const char* m) { return name == m; }) == std::end(kMethods))
+    static const char* kMethods[] = {"startswith", "endswith", "split",      "rsplit",  "strip",
+                                     "lstrip",     "rstrip",   "lower",      "upper",   "title",
+                                     "capitalize", "replace",  "find",       "rfind",   "index",
+                                     "count",      "join",     "splitlines", "isdigit", "isalpha",
+                                     "isalnum",    "isspace",  "islower",    "isupper", "format"};
+    if (std::find_if(std::begin(kMethods), std::end(kMethods),
+                     [&](const char* m) { return name == m; }) == std::end(kMethods))
       return Value::undefined();
     const std::string s = obj.s;
     return Value::function([s, name](CallArgs& a) -> Value {
       auto str_arg = [&](size_t k, const char* what) {
         const Value v = a.get(k, what);
-        VERL_CHECK(v.is_string(), "str.{}(): argument must be a string, got {}", name, v.type_name());
+        VERL_CHECK(v.is_string(), "str.{}(): argument must be a string, got {}", name,
+                   v.type_name());
         return v.s;
       };
       if (name == "startswith" || name == "endswith") {
@@ -894,19 +987,22 @@ class Renderer {
         if (v.is_list()) {
           for (const Value& o : *v.list) options.push_back(to_str(o));
         } else {
-          VERL_CHECK(v.is_string(), "str.{}(): argument must be a string or tuple, got {}", name, v.type_name());
+          VERL_CHECK(v.is_string(), "str.{}(): argument must be a string or tuple, got {}", name,
+                     v.type_name());
           options.push_back(v.s);
         }
         for (const std::string& o : options) {
           if (o.size() > s.size()) continue;
-          if (name == "startswith" ? s.compare(0, o.size(), o) == 0 : s.compare(s.size() - o.size(), o.size(), o) == 0)
+          if (name == "startswith" ? s.compare(0, o.size(), o) == 0
+                                   : s.compare(s.size() - o.size(), o.size(), o) == 0)
             return Value::boolean(true);
         }
         return Value::boolean(false);
       }
       if (name == "split" || name == "rsplit") {
         const Value maxsplit = a.get(1, "maxsplit");
-        return py_split(s, a.get(0, "sep"), maxsplit.kind == Kind::kInt ? maxsplit.i : -1, name == "rsplit");
+        return py_split(s, a.get(0, "sep"), maxsplit.kind == Kind::kInt ? maxsplit.i : -1,
+                        name == "rsplit");
       }
       if (name == "strip") return Value::string(py_strip(s, a.get(0, "chars"), true, true));
       if (name == "lstrip") return Value::string(py_strip(s, a.get(0, "chars"), true, false));
@@ -917,7 +1013,8 @@ class Renderer {
       if (name == "capitalize") return Value::string(py_capitalize(s));
       if (name == "replace") {
         const Value count = a.get(2, "count");
-        return Value::string(replace_all(s, str_arg(0, "old"), str_arg(1, "new"), count.kind == Kind::kInt ? count.i : -1));
+        return Value::string(replace_all(s, str_arg(0, "old"), str_arg(1, "new"),
+                                         count.kind == Kind::kInt ? count.i : -1));
       }
       if (name == "find" || name == "rfind" || name == "index") {
         const std::string sub = str_arg(0, "sub");
@@ -926,22 +1023,27 @@ class Renderer {
           VERL_CHECK(name != "index", "str.index(): substring not found");
           return Value::integer(-1);
         }
-        return Value::integer(static_cast<int64_t>(count_code_points(std::string_view(s).substr(0, hit))));
+        return Value::integer(
+            static_cast<int64_t>(count_code_points(std::string_view(s).substr(0, hit))));
       }
       if (name == "count") {
         const std::string sub = str_arg(0, "sub");
         if (sub.empty()) return Value::integer(static_cast<int64_t>(count_code_points(s) + 1));
         int64_t n = 0;
-        for (size_t pos = s.find(sub); pos != std::string::npos; pos = s.find(sub, pos + sub.size())) ++n;
+        for (size_t pos = s.find(sub); pos != std::string::npos;
+             pos = s.find(sub, pos + sub.size()))
+          ++n;
         return Value::integer(n);
       }
       if (name == "join") {
         const Value items = a.get(0, "iterable");
-        VERL_CHECK(items.is_list(), "str.join(): argument must be a list, got {}", items.type_name());
+        VERL_CHECK(items.is_list(), "str.join(): argument must be a list, got {}",
+                   items.type_name());
         std::string out;
         for (size_t k = 0; k < items.list->size(); ++k) {
           if (k) out += s;
-          VERL_CHECK((*items.list)[k].is_string(), "str.join(): item {} is {}, not str", k, (*items.list)[k].type_name());
+          VERL_CHECK((*items.list)[k].is_string(), "str.join(): item {} is {}, not str", k,
+                     (*items.list)[k].type_name());
           out += (*items.list)[k].s;
         }
         return Value::string(std::move(out));
@@ -963,16 +1065,30 @@ class Renderer {
         std::string out;
         size_t auto_idx = 0;
         for (size_t k = 0; k < s.size(); ++k) {
-          if (s[k] == '{' && k + 1 < s.size() && s[k + 1] == '{') { out.push_back('{'); ++k; continue; }
-          if (s[k] == '}' && k + 1 < s.size() && s[k + 1] == '}') { out.push_back('}'); ++k; continue; }
-          if (s[k] != '{') { out.push_back(s[k]); continue; }
+          if (s[k] == '{' && k + 1 < s.size() && s[k + 1] == '{') {
+            out.push_back('{');
+            ++k;
+            continue;
+          }
+          if (s[k] == '}' && k + 1 < s.size() && s[k + 1] == '}') {
+            out.push_back('}');
+            ++k;
+            continue;
+          }
+          if (s[k] != '{') {
+            out.push_back(s[k]);
+            continue;
+          }
           const size_t close = s.find('}', k);
           VERL_CHECK(close != std::string::npos, "str.format(): unmatched '{{'");
           const std::string field = s.substr(k + 1, close - k - 1);
           Value v;
-          if (field.empty()) v = a.get(auto_idx++, "");
-          else if (std::all_of(field.begin(), field.end(), ::isdigit)) v = a.get(std::stoul(field), "");
-          else v = a.get(a.args.size() + 1000, field.c_str());
+          if (field.empty())
+            v = a.get(auto_idx++, "");
+          else if (std::all_of(field.begin(), field.end(), ::isdigit))
+            v = a.get(std::stoul(field), "");
+          else
+            v = a.get(a.args.size() + 1000, field.c_str());
           out += to_str(v);
           k = close;
         }
@@ -984,12 +1100,21 @@ class Renderer {
       bool all = true, any_cased = false;
       for (uint32_t cp : cps) {
         const auto c = static_cast<UChar32>(cp);
-        if (name == "isdigit") all &= u_isdigit(c) != 0;
-        else if (name == "isalpha") all &= u_isalpha(c) != 0;
-        else if (name == "isalnum") all &= u_isalnum(c) != 0;
-        else if (name == "isspace") all &= py_isspace(cp);
-        else if (name == "islower") { if (u_isupper(c) || u_istitle(c)) all = false; any_cased |= u_islower(c) != 0; }
-        else if (name == "isupper") { if (u_islower(c) || u_istitle(c)) all = false; any_cased |= u_isupper(c) != 0; }
+        if (name == "isdigit")
+          all &= u_isdigit(c) != 0;
+        else if (name == "isalpha")
+          all &= u_isalpha(c) != 0;
+        else if (name == "isalnum")
+          all &= u_isalnum(c) != 0;
+        else if (name == "isspace")
+          all &= py_isspace(cp);
+        else if (name == "islower") {
+          if (u_isupper(c) || u_istitle(c)) all = false;
+          any_cased |= u_islower(c) != 0;
+        } else if (name == "isupper") {
+          if (u_islower(c) || u_istitle(c)) all = false;
+          any_cased |= u_isupper(c) != 0;
+        }
       }
       if (name == "islower" || name == "isupper") return Value::boolean(all && any_cased);
       return Value::boolean(all);
@@ -1019,7 +1144,8 @@ class Renderer {
       const Value indent = a.get(0, "indent");
       const bool sort_keys = a.get(99, "sort_keys", Value::boolean(false)).truthy();
       try {
-        return Value::string(to_json(v, indent.kind == Kind::kInt ? static_cast<int>(indent.i) : -1, sort_keys));
+        return Value::string(
+            to_json(v, indent.kind == Kind::kInt ? static_cast<int>(indent.i) : -1, sort_keys));
       } catch (const Error& e) {
         fail(p, e.what());
       }
@@ -1033,12 +1159,14 @@ class Renderer {
       need(v.is_string(), "a string");
       return Value::string(py_strip(v.s, a.get(0, "chars"), true, true));
     }
-    if (f == "upper" || f == "lower") return Value::string(map_case(to_str(v), f == "lower" ? 0 : 1));
+    if (f == "upper" || f == "lower")
+      return Value::string(map_case(to_str(v), f == "lower" ? 0 : 1));
     if (f == "title") return Value::string(py_title(to_str(v)));
     if (f == "capitalize") return Value::string(py_capitalize(to_str(v)));
     if (f == "replace") {
       const Value count = a.get(2, "count");
-      return Value::string(replace_all(to_str(v), to_str(a.get(0, "old")), to_str(a.get(1, "new")), count.kind == Kind::kInt ? count.i : -1));
+      return Value::string(replace_all(to_str(v), to_str(a.get(0, "old")), to_str(a.get(1, "new")),
+                                       count.kind == Kind::kInt ? count.i : -1));
     }
     if (f == "int") {
       const Value dflt = a.get(0, "default", Value::integer(0));
@@ -1084,9 +1212,12 @@ class Renderer {
       const double scale = std::pow(10.0, static_cast<double>(prec.i));
       const double x = v.as_double() * scale;
       double r;
-      if (method == "floor") r = std::floor(x);
-      else if (method == "ceil") r = std::ceil(x);
-      else r = std::nearbyint(x);  // Python's round(): half to even
+      if (method == "floor")
+        r = std::floor(x);
+      else if (method == "ceil")
+        r = std::ceil(x);
+      else
+        r = std::nearbyint(x);  // Python's round(): half to even
       return Value::number(r / scale);
     }
     if (f == "join") {
@@ -1117,8 +1248,10 @@ class Renderer {
       const bool by_value = to_str(a.get(1, "by", Value::string("key"))) == "value";
       const bool reverse = a.get(2, "reverse", Value::boolean(false)).truthy();
       ValueList items;
-      for (const auto& [k, val] : v.dict->items) items.push_back(Value::new_list({Value::string(k), val}, true));
-      sort_values(items, p, reverse, case_sensitive, [&](const Value& it) { return (*it.list)[by_value ? 1 : 0]; });
+      for (const auto& [k, val] : v.dict->items)
+        items.push_back(Value::new_list({Value::string(k), val}, true));
+      sort_values(items, p, reverse, case_sensitive,
+                  [&](const Value& it) { return (*it.list)[by_value ? 1 : 0]; });
       return Value::new_list(std::move(items));
     }
     if (f == "sort") {
@@ -1162,8 +1295,10 @@ class Renderer {
       for (const Value& it : iterate(v, p)) {
         const Value x = attr.is_undefined() ? it : get_attr(it, to_str(attr), p, "item");
         if (!x.is_number() || !total.is_number()) fail(p, "filter 'sum' needs numbers");
-        if (x.kind == Kind::kFloat || total.kind == Kind::kFloat) total = Value::number(total.as_double() + x.as_double());
-        else total = Value::integer(total.i + (x.kind == Kind::kBool ? x.b : x.i));
+        if (x.kind == Kind::kFloat || total.kind == Kind::kFloat)
+          total = Value::number(total.as_double() + x.as_double());
+        else
+          total = Value::integer(total.i + (x.kind == Kind::kBool ? x.b : x.i));
       }
       return total;
     }
@@ -1199,7 +1334,8 @@ class Renderer {
       std::string test;
       if (k < a.args.size()) test = to_str(a.args[k++]);
       CallArgs targs;
-      targs.args.assign(a.args.begin() + static_cast<long>(std::min(k, a.args.size())), a.args.end());
+      targs.args.assign(a.args.begin() + static_cast<long>(std::min(k, a.args.size())),
+                        a.args.end());
       ValueList out;
       for (const Value& it : iterate(v, p)) {
         const Value x = by_attr ? get_attr(it, attr, p, "item") : it;
@@ -1225,7 +1361,8 @@ class Renderer {
         const bool last = e == std::string::npos;
         if (last) e = s.size();
         const std::string line = s.substr(b, e - b);
-        const bool indent_it = first_line ? first : (blank || !py_strip(line, Value::undefined(), true, true).empty());
+        const bool indent_it =
+            first_line ? first : (blank || !py_strip(line, Value::undefined(), true, true).empty());
         if (indent_it) out += pad;
         out += line;
         check_size(out.size(), p, "indent's output");
@@ -1243,7 +1380,8 @@ class Renderer {
       if (n >= width) return Value::string(s);
       check_size(static_cast<size_t>(width), p, "center's width");
       const int64_t total = width - n, left = total / 2 + (total & width & 1);
-      return Value::string(std::string(static_cast<size_t>(left), ' ') + s + std::string(static_cast<size_t>(total - left), ' '));
+      return Value::string(std::string(static_cast<size_t>(left), ' ') + s +
+                           std::string(static_cast<size_t>(total - left), ' '));
     }
     if (f == "wordcount") {
       const Value words = py_split(to_str(v), Value::undefined(), -1, false);
@@ -1265,10 +1403,14 @@ class Renderer {
         }
         if (k >= a.args.size()) fail(p, "filter 'format': not enough arguments");
         const Value& x = a.args[k++];
-        if (c == 's') out += to_str(x);
-        else if (c == 'd' || c == 'i') out += std::to_string(static_cast<int64_t>(x.as_double()));
-        else if (c == 'f') out += fmt::format("{:.6f}", x.as_double());
-        else fail(p, fmt::format("filter 'format': unsupported conversion '%{}'", c));
+        if (c == 's')
+          out += to_str(x);
+        else if (c == 'd' || c == 'i')
+          out += std::to_string(static_cast<int64_t>(x.as_double()));
+        else if (c == 'f')
+          out += fmt::format("{:.6f}", x.as_double());
+        else
+          fail(p, fmt::format("filter 'format': unsupported conversion '%{}'", c));
       }
       return Value::string(std::move(out));
     }
@@ -1284,7 +1426,9 @@ class Renderer {
     std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
       bool ok = false;
       const int c = compare_values(norm(key(x)), norm(key(y)), ok);
-      if (!ok) fail(p, fmt::format("cannot sort: '<' not supported between '{}' and '{}'", key(x).type_name(), key(y).type_name()));
+      if (!ok)
+        fail(p, fmt::format("cannot sort: '<' not supported between '{}' and '{}'",
+                            key(x).type_name(), key(y).type_name()));
       return reverse ? c > 0 : c < 0;
     });
   }
@@ -1313,7 +1457,8 @@ class Renderer {
     if (t == "lower") return v.is_string() && map_case(v.s, 0) == v.s;
     if (t == "upper") return v.is_string() && map_case(v.s, 1) == v.s;
     if (t == "odd" || t == "even" || t == "divisibleby") {
-      if (v.kind != Kind::kInt) fail(p, fmt::format("test '{}' needs an integer, got {}", t, v.type_name()));
+      if (v.kind != Kind::kInt)
+        fail(p, fmt::format("test '{}' needs an integer, got {}", t, v.type_name()));
       const int64_t d = t == "divisibleby" ? arg().i : 2;
       if (d == 0) fail(p, "divisibleby 0");
       const bool div = v.i % d == 0;

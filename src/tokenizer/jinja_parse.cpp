@@ -17,7 +17,19 @@ namespace verl::tokenizer::jinja {
 namespace {
 
 struct Tok {
-  enum Type { kText, kBlockBegin, kBlockEnd, kVarBegin, kVarEnd, kName, kString, kInt, kFloat, kOp, kEof };
+  enum Type {
+    kText,
+    kBlockBegin,
+    kBlockEnd,
+    kVarBegin,
+    kVarEnd,
+    kName,
+    kString,
+    kInt,
+    kFloat,
+    kOp,
+    kEof
+  };
   Type type;
   std::string text;
   Pos pos;
@@ -27,20 +39,23 @@ struct Tok {
 
 const std::set<std::string>& known_filters() {
   static const std::set<std::string> s = {
-      "abs", "attr", "batch", "capitalize", "center", "count", "d", "default", "dictsort", "e",
-      "escape", "first", "float", "format", "indent", "int", "items", "join", "last", "length",
-      "list", "lower", "map", "max", "min", "reject", "rejectattr", "replace", "reverse", "round",
-      "safe", "select", "selectattr", "sort", "string", "sum", "title", "tojson", "trim", "unique",
-      "upper", "wordcount"};
+      "abs",     "attr",     "batch",  "capitalize", "center",     "count",      "d",
+      "default", "dictsort", "e",      "escape",     "first",      "float",      "format",
+      "indent",  "int",      "items",  "join",       "last",       "length",     "list",
+      "lower",   "map",      "max",    "min",        "reject",     "rejectattr", "replace",
+      "reverse", "round",    "safe",   "select",     "selectattr", "sort",       "string",
+      "sum",     "title",    "tojson", "trim",       "unique",     "upper",      "wordcount"};
   return s;
 }
 
 const std::set<std::string>& known_tests() {
   static const std::set<std::string> s = {
-      "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "==", "even", "false",
-      "float", "ge", ">=", "gt", ">", "greaterthan", "in", "integer", "iterable", "le", "<=", "lower",
-      "lt", "<", "lessthan", "mapping", "ne", "!=", "none", "number", "odd", "sameas", "sequence",
-      "string", "true", "undefined", "upper"};
+      "boolean", "callable", "defined",     "divisibleby", "eq",        "equalto",
+      "==",      "even",     "false",       "float",       "ge",        ">=",
+      "gt",      ">",        "greaterthan", "in",          "integer",   "iterable",
+      "le",      "<=",       "lower",       "lt",          "<",         "lessthan",
+      "mapping", "ne",       "!=",          "none",        "number",    "odd",
+      "sameas",  "sequence", "string",      "true",        "undefined", "upper"};
   return s;
 }
 
@@ -67,8 +82,8 @@ class Lexer {
   }
 
   std::vector<Tok> run() {
-    bool strip_next = false;     // the previous tag ended with '-'
-    bool line_starting = true;   // the last consumed text ended a line (for lstrip_blocks)
+    bool strip_next = false;    // the previous tag ended with '-'
+    bool line_starting = true;  // the last consumed text ended a line (for lstrip_blocks)
     while (pos_ < src_.size()) {
       const size_t tag = find_tag(pos_);
       std::string text = src_.substr(pos_, (tag == std::string::npos ? src_.size() : tag) - pos_);
@@ -85,13 +100,15 @@ class Lexer {
       const char kind = src_[tag + 1];  // '{', '%' or '#'
       const char mod = tag + 2 < src_.size() ? src_[tag + 2] : '\0';
       if (mod == '-') {
-        while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+        while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
+          text.pop_back();
       } else if (mod != '+' && kind != '{') {  // lstrip_blocks
         const size_t line_start = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
         if (line_start > 0 || line_starting) {
           bool blank = true;
           for (size_t k = line_start; k < text.size(); ++k)
-            if (text[k] != ' ' && text[k] != '\t' && text[k] != '\v' && text[k] != '\f') blank = false;
+            if (text[k] != ' ' && text[k] != '\t' && text[k] != '\v' && text[k] != '\f')
+              blank = false;
           if (blank) text.erase(line_start);
         }
       }
@@ -102,7 +119,8 @@ class Lexer {
         const size_t end = src_.find("#}", pos_);
         VERL_CHECK(end != std::string::npos, "{}:{}:{}: unterminated comment {{# ... #}}", name_,
                    pos_at(tag).line, pos_at(tag).col);
-        end_mod = end > pos_ && (src_[end - 1] == '-' || src_[end - 1] == '+') ? src_[end - 1] : '\0';
+        end_mod =
+            end > pos_ && (src_[end - 1] == '-' || src_[end - 1] == '+') ? src_[end - 1] : '\0';
         pos_ = end + 2;
       } else if (kind == '%' && try_raw(tag, strip_next, line_starting)) {
         continue;
@@ -112,7 +130,8 @@ class Lexer {
       strip_next = end_mod == '-';
       line_starting = false;
       // trim_blocks: the first newline after a block or comment tag goes.
-      if (kind != '{' && end_mod != '-' && end_mod != '+' && pos_ < src_.size() && src_[pos_] == '\n') {
+      if (kind != '{' && end_mod != '-' && end_mod != '+' && pos_ < src_.size() &&
+          src_[pos_] == '\n') {
         ++pos_;
         line_starting = true;
       }
@@ -180,8 +199,10 @@ class Lexer {
     if (q < src_.size() && (src_[q] == '-' || src_[q] == '+')) mod = src_[q++];
     if (src_.compare(q, 2, "%}") != 0) return false;
     size_t body = q + 2;
-    if (mod == '-') while (body < src_.size() && std::isspace(static_cast<unsigned char>(src_[body]))) ++body;
-    else if (mod != '+' && body < src_.size() && src_[body] == '\n') ++body;
+    if (mod == '-')
+      while (body < src_.size() && std::isspace(static_cast<unsigned char>(src_[body]))) ++body;
+    else if (mod != '+' && body < src_.size() && src_[body] == '\n')
+      ++body;
     // Find {%-? endraw -?%}.
     size_t search = body;
     while (true) {
@@ -202,7 +223,8 @@ class Lexer {
       if (src_.compare(r, 2, "%}") != 0) fail(t, "malformed {% endraw %}");
       std::string text = src_.substr(body, t - body);
       if (open_mod == '-') {
-        while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+        while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back())))
+          text.pop_back();
       } else if (open_mod != '+') {
         const size_t ls = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
         bool blank = true;
@@ -228,7 +250,8 @@ class Lexer {
     int depth = 0;  // open brackets: "}}" inside a dict literal does not end the tag
     while (true) {
       while (pos_ < src_.size() && std::isspace(static_cast<unsigned char>(src_[pos_]))) ++pos_;
-      if (pos_ >= src_.size()) fail(tag, kind == '%' ? "unterminated {% tag" : "unterminated {{ tag");
+      if (pos_ >= src_.size())
+        fail(tag, kind == '%' ? "unterminated {% tag" : "unterminated {{ tag");
       const char c = src_[pos_];
       const size_t start = pos_;
       // Tag end, possibly with a whitespace modifier.
@@ -256,7 +279,9 @@ class Lexer {
         }
       }
       if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
-        while (pos_ < src_.size() && (std::isalnum(static_cast<unsigned char>(src_[pos_])) || src_[pos_] == '_')) ++pos_;
+        while (pos_ < src_.size() &&
+               (std::isalnum(static_cast<unsigned char>(src_[pos_])) || src_[pos_] == '_'))
+          ++pos_;
         toks_.push_back({Tok::kName, src_.substr(start, pos_ - start), pos_at(start)});
       } else if (std::isdigit(static_cast<unsigned char>(c))) {
         lex_number(start);
@@ -267,7 +292,8 @@ class Lexer {
         std::string op(1, c);
         for (const char* two : kTwo)
           if (src_.compare(pos_, 2, two) == 0) op = two;
-        if (op.size() == 1 && std::string_view("+-*/%~<>=()[]{},.:|").find(c) == std::string_view::npos)
+        if (op.size() == 1 &&
+            std::string_view("+-*/%~<>=()[]{},.:|").find(c) == std::string_view::npos)
           fail(start, fmt::format("unexpected character '{}' in tag", c));
         if (op == "(" || op == "[" || op == "{") ++depth;
         if (op == ")" || op == "]" || op == "}") --depth;
@@ -280,10 +306,13 @@ class Lexer {
   void lex_number(size_t start) {
     bool is_float = false;
     auto digits = [&] {
-      while (pos_ < src_.size() && (std::isdigit(static_cast<unsigned char>(src_[pos_])) || src_[pos_] == '_')) ++pos_;
+      while (pos_ < src_.size() &&
+             (std::isdigit(static_cast<unsigned char>(src_[pos_])) || src_[pos_] == '_'))
+        ++pos_;
     };
     digits();
-    if (pos_ + 1 < src_.size() && src_[pos_] == '.' && std::isdigit(static_cast<unsigned char>(src_[pos_ + 1]))) {
+    if (pos_ + 1 < src_.size() && src_[pos_] == '.' &&
+        std::isdigit(static_cast<unsigned char>(src_[pos_ + 1]))) {
       is_float = true;
       ++pos_;
       digits();
@@ -302,8 +331,10 @@ class Lexer {
       if (src_[k] != '_') text.push_back(src_[k]);
     Tok t{is_float ? Tok::kFloat : Tok::kInt, text, pos_at(start)};
     try {
-      if (is_float) t.fval = std::stod(text);
-      else t.ival = std::stoll(text);
+      if (is_float)
+        t.fval = std::stod(text);
+      else
+        t.ival = std::stoll(text);
     } catch (...) {
       fail(start, "number literal " + text + " is out of range");
     }
@@ -330,26 +361,57 @@ class Lexer {
           if (pos_ >= src_.size() || !std::isxdigit(static_cast<unsigned char>(src_[pos_])))
             fail(start, "malformed \\x/\\u escape in string literal");
           const char h = src_[pos_++];
-          v = v * 16 + static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (std::tolower(h) - 'a' + 10));
+          v = v * 16 + static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(h))
+                                                 ? h - '0'
+                                                 : (std::tolower(h) - 'a' + 10));
         }
         return v;
       };
       switch (e) {
-        case 'n': out.push_back('\n'); break;
-        case 't': out.push_back('\t'); break;
-        case 'r': out.push_back('\r'); break;
-        case '\\': out.push_back('\\'); break;
-        case '\'': out.push_back('\''); break;
-        case '"': out.push_back('"'); break;
-        case 'b': out.push_back('\b'); break;
-        case 'f': out.push_back('\f'); break;
-        case 'v': out.push_back('\v'); break;
-        case 'a': out.push_back('\a'); break;
-        case '0': out.push_back('\0'); break;
-        case '\n': break;  // line continuation
-        case 'x': append_utf8(out, hex(2)); break;
-        case 'u': append_utf8(out, hex(4)); break;
-        case 'U': append_utf8(out, hex(8)); break;
+        case 'n':
+          out.push_back('\n');
+          break;
+        case 't':
+          out.push_back('\t');
+          break;
+        case 'r':
+          out.push_back('\r');
+          break;
+        case '\\':
+          out.push_back('\\');
+          break;
+        case '\'':
+          out.push_back('\'');
+          break;
+        case '"':
+          out.push_back('"');
+          break;
+        case 'b':
+          out.push_back('\b');
+          break;
+        case 'f':
+          out.push_back('\f');
+          break;
+        case 'v':
+          out.push_back('\v');
+          break;
+        case 'a':
+          out.push_back('\a');
+          break;
+        case '0':
+          out.push_back('\0');
+          break;
+        case '\n':
+          break;  // line continuation
+        case 'x':
+          append_utf8(out, hex(2));
+          break;
+        case 'u':
+          append_utf8(out, hex(4));
+          break;
+        case 'U':
+          append_utf8(out, hex(8));
+          break;
         default:  // unknown escapes keep their backslash, as in Python
           out.push_back('\\');
           out.push_back(e);
@@ -391,12 +453,18 @@ class Parser {
   }
   std::string describe(const Tok& t) const {
     switch (t.type) {
-      case Tok::kEof: return "end of template";
-      case Tok::kBlockEnd: return "'%}'";
-      case Tok::kVarEnd: return "'}}'";
-      case Tok::kText: return "text";
-      case Tok::kString: return "string '" + t.text + "'";
-      default: return "'" + t.text + "'";
+      case Tok::kEof:
+        return "end of template";
+      case Tok::kBlockEnd:
+        return "'%}'";
+      case Tok::kVarEnd:
+        return "'}}'";
+      case Tok::kText:
+        return "text";
+      case Tok::kString:
+        return "string '" + t.text + "'";
+      default:
+        return "'" + t.text + "'";
     }
   }
   void expect_op(const char* op) {
@@ -404,11 +472,13 @@ class Parser {
     ++i_;
   }
   std::string expect_name() {
-    if (cur().type != Tok::kName) fail(cur().pos, fmt::format("expected a name, got {}", describe(cur())));
+    if (cur().type != Tok::kName)
+      fail(cur().pos, fmt::format("expected a name, got {}", describe(cur())));
     return toks_[i_++].text;
   }
   void expect_block_end() {
-    if (cur().type != Tok::kBlockEnd) fail(cur().pos, fmt::format("expected '%}}', got {}", describe(cur())));
+    if (cur().type != Tok::kBlockEnd)
+      fail(cur().pos, fmt::format("expected '%}}', got {}", describe(cur())));
     ++i_;
   }
 
@@ -425,7 +495,8 @@ class Parser {
     void add(const Pos& at) {
       ++n_;
       if (++p_.depth_ > kMaxNesting) {
-        p_.fail(at, fmt::format("expressions or blocks nested more than {} levels deep", kMaxNesting));
+        p_.fail(at,
+                fmt::format("expressions or blocks nested more than {} levels deep", kMaxNesting));
       }
     }
 
@@ -442,7 +513,8 @@ class Parser {
       if (t.type == Tok::kEof) {
         if (ends.size() == 0) return;
         std::string list;
-        for (const char* e : ends) list += std::string(list.empty() ? "" : " or ") + "{% " + e + " %}";
+        for (const char* e : ends)
+          list += std::string(list.empty() ? "" : " or ") + "{% " + e + " %}";
         fail(t.pos, "unexpected end of template: expected " + list);
       }
       if (t.type == Tok::kText) {
@@ -458,12 +530,14 @@ class Parser {
         n->kind = Node::Kind::kOutput;
         n->pos = t.pos;
         n->expr = parse_tuple();
-        if (cur().type != Tok::kVarEnd) fail(cur().pos, fmt::format("expected '}}}}', got {}", describe(cur())));
+        if (cur().type != Tok::kVarEnd)
+          fail(cur().pos, fmt::format("expected '}}}}', got {}", describe(cur())));
         ++i_;
         body.push_back(std::move(n));
       } else if (t.type == Tok::kBlockBegin) {
         const Tok& kw = peek();
-        if (kw.type != Tok::kName) fail(kw.pos, fmt::format("expected a statement keyword, got {}", describe(kw)));
+        if (kw.type != Tok::kName)
+          fail(kw.pos, fmt::format("expected a statement keyword, got {}", describe(kw)));
         for (const char* e : ends) {
           if (kw.text == e) {
             i_ += 2;
@@ -508,7 +582,8 @@ class Parser {
     } else if (k == "for") {
       n->kind = Node::Kind::kFor;
       n->targets = parse_targets();
-      if (!is_name("in")) fail(cur().pos, fmt::format("expected 'in' in for loop, got {}", describe(cur())));
+      if (!is_name("in"))
+        fail(cur().pos, fmt::format("expected 'in' in for loop, got {}", describe(cur())));
       ++i_;
       n->expr = parse_tuple(/*with_condexpr=*/false);
       if (is_name("if")) {
@@ -544,7 +619,8 @@ class Parser {
         n->expr = parse_tuple();
         expect_block_end();
       } else {
-        if (n->targets.size() != 1 || !n->attr.empty()) fail(p, "a block {% set %} takes exactly one name");
+        if (n->targets.size() != 1 || !n->attr.empty())
+          fail(p, "a block {% set %} takes exactly one name");
         if (is_op("|")) fail(cur().pos, "unsupported construct: filter on a block {% set %}");
         expect_block_end();
         n->kind = Node::Kind::kSetBlock;
@@ -629,7 +705,8 @@ class Parser {
     t->kids.push_back(std::move(first));
     while (is_op(",")) {
       ++i_;
-      if (cur().type == Tok::kBlockEnd || cur().type == Tok::kVarEnd || is_op(")") || is_name("if")) break;
+      if (cur().type == Tok::kBlockEnd || cur().type == Tok::kVarEnd || is_op(")") || is_name("if"))
+        break;
       t->kids.push_back(with_condexpr ? parse_expr() : parse_or());
     }
     return t;
@@ -704,8 +781,9 @@ class Parser {
     ExprPtr cmp;
     while (true) {
       std::string op;
-      if (cur().type == Tok::kOp && (cur().text == "==" || cur().text == "!=" || cur().text == "<" ||
-                                     cur().text == ">" || cur().text == "<=" || cur().text == ">=")) {
+      if (cur().type == Tok::kOp &&
+          (cur().text == "==" || cur().text == "!=" || cur().text == "<" || cur().text == ">" ||
+           cur().text == "<=" || cur().text == ">=")) {
         op = cur().text;
         ++i_;
       } else if (is_name("in")) {
@@ -894,7 +972,8 @@ class Parser {
         ++i_;
         continue;
       }
-      if (parts[colons]) fail(cur().pos, fmt::format("unexpected {} in subscript", describe(cur())));
+      if (parts[colons])
+        fail(cur().pos, fmt::format("unexpected {} in subscript", describe(cur())));
       parts[colons] = parse_expr();
     }
     ++i_;
@@ -923,7 +1002,8 @@ class Parser {
         i_ += 2;
         c->kwargs.emplace_back(std::move(key), parse_expr());
       } else {
-        if (is_op("*") || is_op("**")) fail(cur().pos, "unsupported construct: *args/**kwargs in a call");
+        if (is_op("*") || is_op("**"))
+          fail(cur().pos, "unsupported construct: *args/**kwargs in a call");
         if (!c->kwargs.empty()) fail(cur().pos, "positional argument after keyword argument");
         c->kids.push_back(parse_expr());
       }
@@ -960,9 +1040,12 @@ class Parser {
         }
         const Pos p = cur().pos;
         std::string tname;
-        if (cur().type == Tok::kName) tname = toks_[i_++].text;
-        else if (cur().type == Tok::kOp && known_tests().count(cur().text)) tname = toks_[i_++].text;
-        else fail(p, fmt::format("expected a test name after 'is', got {}", describe(cur())));
+        if (cur().type == Tok::kName)
+          tname = toks_[i_++].text;
+        else if (cur().type == Tok::kOp && known_tests().count(cur().text))
+          tname = toks_[i_++].text;
+        else
+          fail(p, fmt::format("expected a test name after 'is', got {}", describe(cur())));
         if (!known_tests().count(tname)) fail(p, fmt::format("unsupported test '{}'", tname));
         ExprPtr t;
         if (is_op("(")) {
@@ -973,11 +1056,11 @@ class Parser {
           t->kids.push_back(std::move(e));
           // One bare argument: `x is divisibleby 3`, `x is sameas none`.
           const Tok& a = cur();
-          const bool arg_start = a.type == Tok::kString || a.type == Tok::kInt || a.type == Tok::kFloat ||
-                                 is_op("[") || is_op("{") ||
-                                 (a.type == Tok::kName && a.text != "else" && a.text != "or" &&
-                                  a.text != "and" && a.text != "if" && a.text != "in" && a.text != "is" &&
-                                  a.text != "not");
+          const bool arg_start =
+              a.type == Tok::kString || a.type == Tok::kInt || a.type == Tok::kFloat ||
+              is_op("[") || is_op("{") ||
+              (a.type == Tok::kName && a.text != "else" && a.text != "or" && a.text != "and" &&
+               a.text != "if" && a.text != "in" && a.text != "is" && a.text != "not");
           if (arg_start) t->kids.push_back(parse_postfix(parse_primary()));
         }
         t->negated = neg;

@@ -87,13 +87,18 @@ Value Value::function(Function fn) {
 
 Value Value::from_json(const nlohmann::ordered_json& j) {
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return none();
-    case nlohmann::ordered_json::value_t::boolean: return boolean(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer: return integer(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::null:
+      return none();
+    case nlohmann::ordered_json::value_t::boolean:
+      return boolean(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+      return integer(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned:
       return integer(static_cast<int64_t>(j.get<uint64_t>()));
-    case nlohmann::ordered_json::value_t::number_float: return number(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return string(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return number(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return string(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       ValueList items;
       items.reserve(j.size());
@@ -103,48 +108,71 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::object: {
       Value d = new_dict();
       d.dict->items.reserve(j.size());
-      for (auto it = j.begin(); it != j.end(); ++it) d.dict->items.emplace_back(it.key(), from_json(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it)
+        d.dict->items.emplace_back(it.key(), from_json(it.value()));
       return d;
     }
-    default: return undefined("binary JSON value");
+    default:
+      return undefined("binary JSON value");
   }
 }
 
 bool Value::truthy() const {
   switch (kind) {
     case Kind::kUndefined:
-    case Kind::kNone: return false;
-    case Kind::kBool: return b;
-    case Kind::kInt: return i != 0;
-    case Kind::kFloat: return f != 0.0;
-    case Kind::kString: return !s.empty();
-    case Kind::kList: return !list->empty();
-    case Kind::kDict: return !dict->items.empty();
-    case Kind::kFunction: return true;
+    case Kind::kNone:
+      return false;
+    case Kind::kBool:
+      return b;
+    case Kind::kInt:
+      return i != 0;
+    case Kind::kFloat:
+      return f != 0.0;
+    case Kind::kString:
+      return !s.empty();
+    case Kind::kList:
+      return !list->empty();
+    case Kind::kDict:
+      return !dict->items.empty();
+    case Kind::kFunction:
+      return true;
   }
   return false;
 }
 
 double Value::as_double() const {
   switch (kind) {
-    case Kind::kBool: return b ? 1.0 : 0.0;
-    case Kind::kInt: return static_cast<double>(i);
-    case Kind::kFloat: return f;
-    default: return 0.0;
+    case Kind::kBool:
+      return b ? 1.0 : 0.0;
+    case Kind::kInt:
+      return static_cast<double>(i);
+    case Kind::kFloat:
+      return f;
+    default:
+      return 0.0;
   }
 }
 
 const char* Value::type_name() const {
   switch (kind) {
-    case Kind::kUndefined: return "Undefined";
-    case Kind::kNone: return "NoneType";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kFloat: return "float";
-    case Kind::kString: return "str";
-    case Kind::kList: return tuple ? "tuple" : "list";
-    case Kind::kDict: return namespace_ ? "Namespace" : "dict";
-    case Kind::kFunction: return "function";
+    case Kind::kUndefined:
+      return "Undefined";
+    case Kind::kNone:
+      return "NoneType";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "str";
+    case Kind::kList:
+      return tuple ? "tuple" : "list";
+    case Kind::kDict:
+      return namespace_ ? "Namespace" : "dict";
+    case Kind::kFunction:
+      return "function";
   }
   return "?";
 }
@@ -179,7 +207,8 @@ std::string float_repr(double x) {
     } else if (static_cast<int>(digits.size()) <= exp + 1) {
       out += digits + std::string(static_cast<size_t>(exp + 1) - digits.size(), '0') + ".0";
     } else {
-      out += digits.substr(0, static_cast<size_t>(exp + 1)) + "." + digits.substr(static_cast<size_t>(exp + 1));
+      out += digits.substr(0, static_cast<size_t>(exp + 1)) + "." +
+             digits.substr(static_cast<size_t>(exp + 1));
     }
   } else {
     out += digits.substr(0, 1);
@@ -232,16 +261,32 @@ void json_string(const std::string& s, std::string& out) {
   for (char c : s) {
     const auto u = static_cast<unsigned char>(c);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
-        if (u < 0x20) out += fmt::format("\\u{:04x}", u);
-        else out.push_back(c);
+        if (u < 0x20)
+          out += fmt::format("\\u{:04x}", u);
+        else
+          out.push_back(c);
     }
   }
   out.push_back('"');
@@ -254,17 +299,30 @@ void json_value(const Value& v, int indent, bool sort_keys, int level, std::stri
   };
   switch (v.kind) {
     case Value::Kind::kUndefined:
-      VERL_FAIL("tojson: object of type Undefined ({}) is not JSON serializable", v.s.empty() ? "?" : v.s);
-    case Value::Kind::kFunction: VERL_FAIL("tojson: object of type function is not JSON serializable");
-    case Value::Kind::kNone: out += "null"; return;
-    case Value::Kind::kBool: out += v.b ? "true" : "false"; return;
-    case Value::Kind::kInt: out += std::to_string(v.i); return;
-    case Value::Kind::kFloat:
-      if (std::isnan(v.f)) out += "NaN";
-      else if (std::isinf(v.f)) out += v.f > 0 ? "Infinity" : "-Infinity";
-      else out += float_repr(v.f);
+      VERL_FAIL("tojson: object of type Undefined ({}) is not JSON serializable",
+                v.s.empty() ? "?" : v.s);
+    case Value::Kind::kFunction:
+      VERL_FAIL("tojson: object of type function is not JSON serializable");
+    case Value::Kind::kNone:
+      out += "null";
       return;
-    case Value::Kind::kString: json_string(v.s, out); return;
+    case Value::Kind::kBool:
+      out += v.b ? "true" : "false";
+      return;
+    case Value::Kind::kInt:
+      out += std::to_string(v.i);
+      return;
+    case Value::Kind::kFloat:
+      if (std::isnan(v.f))
+        out += "NaN";
+      else if (std::isinf(v.f))
+        out += v.f > 0 ? "Infinity" : "-Infinity";
+      else
+        out += float_repr(v.f);
+      return;
+    case Value::Kind::kString:
+      json_string(v.s, out);
+      return;
     case Value::Kind::kList: {
       if (v.list->empty()) {
         out += "[]";
@@ -308,7 +366,8 @@ void json_value(const Value& v, int indent, bool sort_keys, int level, std::stri
 
 std::string to_repr(const Value& v) {
   switch (v.kind) {
-    case Value::Kind::kString: return string_repr(v.s);
+    case Value::Kind::kString:
+      return string_repr(v.s);
     case Value::Kind::kList: {
       std::string out(1, v.tuple ? '(' : '[');
       for (size_t k = 0; k < v.list->size(); ++k) {
@@ -328,20 +387,29 @@ std::string to_repr(const Value& v) {
       }
       return out + "}";
     }
-    default: return to_str(v);
+    default:
+      return to_str(v);
   }
 }
 
 std::string to_str(const Value& v) {
   switch (v.kind) {
-    case Value::Kind::kUndefined: return "";
-    case Value::Kind::kNone: return "None";
-    case Value::Kind::kBool: return v.b ? "True" : "False";
-    case Value::Kind::kInt: return std::to_string(v.i);
-    case Value::Kind::kFloat: return float_repr(v.f);
-    case Value::Kind::kString: return v.s;
-    case Value::Kind::kFunction: return "<function>";
-    default: return to_repr(v);
+    case Value::Kind::kUndefined:
+      return "";
+    case Value::Kind::kNone:
+      return "None";
+    case Value::Kind::kBool:
+      return v.b ? "True" : "False";
+    case Value::Kind::kInt:
+      return std::to_string(v.i);
+    case Value::Kind::kFloat:
+      return float_repr(v.f);
+    case Value::Kind::kString:
+      return v.s;
+    case Value::Kind::kFunction:
+      return "<function>";
+    default:
+      return to_repr(v);
   }
 }
 
@@ -363,8 +431,10 @@ bool values_equal(const Value& a, const Value& b) {
   if (a.kind != b.kind) return false;
   switch (a.kind) {
     case Value::Kind::kUndefined:
-    case Value::Kind::kNone: return true;
-    case Value::Kind::kString: return a.s == b.s;
+    case Value::Kind::kNone:
+      return true;
+    case Value::Kind::kString:
+      return a.s == b.s;
     case Value::Kind::kList:
       if (a.list->size() != b.list->size()) return false;
       for (size_t k = 0; k < a.list->size(); ++k)
@@ -377,8 +447,10 @@ bool values_equal(const Value& a, const Value& b) {
         if (!o || !values_equal(v, *o)) return false;
       }
       return true;
-    case Value::Kind::kFunction: return a.fn == b.fn;
-    default: return false;
+    case Value::Kind::kFunction:
+      return a.fn == b.fn;
+    default:
+      return false;
   }
 }
 

@@ -13,7 +13,8 @@ namespace verl::tokenizer {
 
 namespace {
 
-void parse_into(const nlohmann::json& cfg, const std::string& where, std::vector<Normalizer::Kind>& steps) {
+void parse_into(const nlohmann::json& cfg, const std::string& where,
+                std::vector<Normalizer::Kind>& steps) {
   VERL_CHECK(cfg.is_object() && cfg.contains("type") && cfg["type"].is_string(),
              "{}: normalizer must be an object with a string \"type\", got {}", where, cfg.dump());
   const std::string type = cfg["type"];
@@ -32,8 +33,10 @@ void parse_into(const nlohmann::json& cfg, const std::string& where, std::vector
                "{}: Sequence normalizer needs a \"normalizers\" array", where);
     for (const auto& sub : cfg["normalizers"]) parse_into(sub, where, steps);
   } else {
-    VERL_FAIL("{}: unsupported normalizer type \"{}\" (supported: NFC, NFD, NFKC, NFKD, Lowercase, "
-              "Sequence)", where, type);
+    VERL_FAIL(
+        "{}: unsupported normalizer type \"{}\" (supported: NFC, NFD, NFKC, NFKD, Lowercase, "
+        "Sequence)",
+        where, type);
   }
 }
 
@@ -47,11 +50,20 @@ const icu::Normalizer2* instance(Normalizer::Kind k) {
   UErrorCode err = U_ZERO_ERROR;
   const icu::Normalizer2* n = nullptr;
   switch (k) {
-    case Normalizer::Kind::kNfc: n = icu::Normalizer2::getNFCInstance(err); break;
-    case Normalizer::Kind::kNfd: n = icu::Normalizer2::getNFDInstance(err); break;
-    case Normalizer::Kind::kNfkc: n = icu::Normalizer2::getNFKCInstance(err); break;
-    case Normalizer::Kind::kNfkd: n = icu::Normalizer2::getNFKDInstance(err); break;
-    default: break;
+    case Normalizer::Kind::kNfc:
+      n = icu::Normalizer2::getNFCInstance(err);
+      break;
+    case Normalizer::Kind::kNfd:
+      n = icu::Normalizer2::getNFDInstance(err);
+      break;
+    case Normalizer::Kind::kNfkc:
+      n = icu::Normalizer2::getNFKCInstance(err);
+      break;
+    case Normalizer::Kind::kNfkd:
+      n = icu::Normalizer2::getNFKDInstance(err);
+      break;
+    default:
+      break;
   }
   VERL_CHECK(U_SUCCESS(err) && n, "ICU: cannot get a normalizer instance: {}", u_errorName(err));
   return n;

@@ -113,7 +113,8 @@ void split_by(std::string_view text, const Regex& re, SplitBehavior behavior, bo
 }
 
 // Flattens nested Sequences into one list of steps.
-void flatten(const nlohmann::json& cfg, const std::string& where, std::vector<nlohmann::json>& flat) {
+void flatten(const nlohmann::json& cfg, const std::string& where,
+             std::vector<nlohmann::json>& flat) {
   VERL_CHECK(cfg.is_object() && cfg.contains("type") && cfg["type"].is_string(),
              "{}: pre_tokenizer must be an object with a string \"type\", got {}", where,
              cfg.dump());

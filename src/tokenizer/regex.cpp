@@ -78,8 +78,7 @@ Regex& Regex::operator=(Regex&& o) noexcept {
   return *this;
 }
 
-void Regex::find_all(std::string_view subject,
-                     std::vector<std::pair<size_t, size_t>>& out) const {
+void Regex::find_all(std::string_view subject, std::vector<std::pair<size_t, size_t>>& out) const {
   auto* code = static_cast<pcre2_code*>(code_);
   ThreadScratch& s = scratch();
   const auto* subj = reinterpret_cast<PCRE2_SPTR>(subject.data());
@@ -89,8 +88,8 @@ void Regex::find_all(std::string_view subject,
     if (jit_) {
       rc = pcre2_jit_match(code, subj, subject.size(), pos, 0, s.data, s.ctx);
       if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {  // fall back to the interpreter (heap frames)
-        rc = pcre2_match(code, subj, subject.size(), pos, PCRE2_NO_JIT | PCRE2_NO_UTF_CHECK,
-                         s.data, nullptr);
+        rc = pcre2_match(code, subj, subject.size(), pos, PCRE2_NO_JIT | PCRE2_NO_UTF_CHECK, s.data,
+                         nullptr);
       }
     } else {
       rc = pcre2_match(code, subj, subject.size(), pos, PCRE2_NO_UTF_CHECK, s.data, nullptr);

@@ -1,5 +1,6 @@
 // A compiled PCRE2 pattern in UTF + UCP mode (so \s, \p{L}, \w follow Unicode, as the Oniguruma
-// regexes of HF tokenizers do), JIT-compiled when the platform allows, safe to share across threads.
+// regexes of HF tokenizers do), JIT-compiled when the platform allows, safe to share across
+// threads.
 #pragma once
 
 #include <memory>

@@ -86,8 +86,10 @@ nlohmann::json load_tokenizer_config(const std::string& dir) {
 
 Tokenizer Tokenizer::load(const std::string& dir) {
   const std::filesystem::path tj = std::filesystem::path(dir) / "tokenizer.json";
-  VERL_CHECK(std::filesystem::exists(tj), "{}: no tokenizer.json in this directory (only HF "
-             "fast-tokenizer files are supported)", dir);
+  VERL_CHECK(std::filesystem::exists(tj),
+             "{}: no tokenizer.json in this directory (only HF "
+             "fast-tokenizer files are supported)",
+             dir);
   const nlohmann::json config = load_tokenizer_config(dir);
   return from_json(read_json(tj.string()), config, tj.string());
 }
@@ -99,7 +101,8 @@ Tokenizer Tokenizer::from_json(const nlohmann::json& tj, const nlohmann::json& c
   try {
     return build(tj, config_in, where);
   } catch (const nlohmann::json::exception& e) {
-    VERL_FAIL("{} (or its tokenizer_config.json): a value of an unexpected type: {}", where, e.what());
+    VERL_FAIL("{} (or its tokenizer_config.json): a value of an unexpected type: {}", where,
+              e.what());
   }
 }
 
@@ -119,7 +122,8 @@ Tokenizer Tokenizer::build(const nlohmann::json& tj, const nlohmann::json& confi
       PreTokenizer::from_json(tj.value("pre_tokenizer", nlohmann::json()), where));
   VERL_CHECK(t.pre_tokenizer_->has_byte_level(),
              "{}: pre_tokenizer has no ByteLevel step; only byte-level BPE tokenizers are "
-             "supported", where);
+             "supported",
+             where);
   if (tj.contains("decoder") && !tj["decoder"].is_null()) {
     const auto& d = tj["decoder"];
     const std::string type = d.value("type", std::string());
@@ -133,10 +137,12 @@ Tokenizer Tokenizer::build(const nlohmann::json& tj, const nlohmann::json& confi
     VERL_CHECK(e.is_object() && e.contains("content") && e["content"].is_string(),
                "{}: added token must be an object with a string \"content\", got {}", ctx,
                e.dump());
-    VERL_CHECK(id >= 0 && id < kMaxTokenId, "{}: the id must be in [0, {}), got {}", ctx, kMaxTokenId, id);
+    VERL_CHECK(id >= 0 && id < kMaxTokenId, "{}: the id must be in [0, {}), got {}", ctx,
+               kMaxTokenId, id);
     const auto flag = [&](const char* key, bool dflt) {
       if (!e.contains(key) || e[key].is_null()) return dflt;
-      VERL_CHECK(e[key].is_boolean(), "{}: \"{}\" must be true or false, got {}", ctx, key, e[key].dump());
+      VERL_CHECK(e[key].is_boolean(), "{}: \"{}\" must be true or false, got {}", ctx, key,
+                 e[key].dump());
       return e[key].get<bool>();
     };
     AddedToken a;
@@ -160,17 +166,21 @@ Tokenizer Tokenizer::build(const nlohmann::json& tj, const nlohmann::json& confi
     }
   }
   if (config.contains("added_tokens_decoder") && config["added_tokens_decoder"].is_object()) {
-    for (auto it = config["added_tokens_decoder"].begin(); it != config["added_tokens_decoder"].end(); ++it) {
+    for (auto it = config["added_tokens_decoder"].begin();
+         it != config["added_tokens_decoder"].end(); ++it) {
       int64_t id = -1;
       try {
         id = std::stoll(it.key());
       } catch (...) {
         VERL_FAIL("{}: added_tokens_decoder key \"{}\" is not an integer id", where, it.key());
       }
-      VERL_CHECK(id >= 0 && id < kMaxTokenId, "tokenizer_config.json: added_tokens_decoder[\"{}\"]: the id "
-                 "must be in [0, {})", it.key(), kMaxTokenId);
+      VERL_CHECK(id >= 0 && id < kMaxTokenId,
+                 "tokenizer_config.json: added_tokens_decoder[\"{}\"]: the id "
+                 "must be in [0, {})",
+                 it.key(), kMaxTokenId);
       if (!t.added_->by_id(static_cast<int32_t>(id)))
-        add_from(it.value(), id, fmt::format("tokenizer_config.json: added_tokens_decoder[{}]", id));
+        add_from(it.value(), id,
+                 fmt::format("tokenizer_config.json: added_tokens_decoder[{}]", id));
     }
   }
   t.added_->build(config.value("split_special_tokens", false));
@@ -182,7 +192,8 @@ Tokenizer Tokenizer::build(const nlohmann::json& tj, const nlohmann::json& confi
   t.id_bytes_.assign(static_cast<size_t>(n), std::string());
   t.special_.assign(static_cast<size_t>(n), 0);
   for (int64_t id = 0; id < t.model_->size(); ++id)
-    t.id_bytes_[static_cast<size_t>(id)] = byte_level_bytes(t.model_->id_to_token(static_cast<int32_t>(id)));
+    t.id_bytes_[static_cast<size_t>(id)] =
+        byte_level_bytes(t.model_->id_to_token(static_cast<int32_t>(id)));
   for (const AddedToken& a : t.added_->tokens()) {
     t.id_bytes_[static_cast<size_t>(a.id)] = byte_level_bytes(a.content);
     t.special_[static_cast<size_t>(a.id)] = a.special ? 1 : 0;
@@ -203,11 +214,14 @@ Tokenizer Tokenizer::build(const nlohmann::json& tj, const nlohmann::json& confi
   t.eos_id_ = resolve("eos_token");
   t.pad_id_ = resolve("pad_token");
   t.unk_id_ = resolve("unk_token");
-  if (config.contains("additional_special_tokens") && config["additional_special_tokens"].is_array()) {
+  if (config.contains("additional_special_tokens") &&
+      config["additional_special_tokens"].is_array()) {
     nlohmann::json extra = nlohmann::json::array();
     for (const auto& e : config["additional_special_tokens"]) {
-      if (e.is_string()) extra.push_back(e);
-      else if (e.is_object() && e.contains("content")) extra.push_back(e["content"]);
+      if (e.is_string())
+        extra.push_back(e);
+      else if (e.is_object() && e.contains("content"))
+        extra.push_back(e["content"]);
     }
     t.special_tokens_map_["additional_special_tokens"] = extra;
   }
@@ -267,7 +281,8 @@ void Tokenizer::encode_normalized(std::string_view text, std::vector<int32_t>& i
 void Tokenizer::encode_segment(std::string_view text, std::vector<int32_t>& ids) const {
   if (text.empty()) return;
   std::string normalized;
-  const std::string_view norm = normalizer_->apply(text, normalized) ? std::string_view(normalized) : text;
+  const std::string_view norm =
+      normalizer_->apply(text, normalized) ? std::string_view(normalized) : text;
   if (!added_->has(true)) {
     encode_normalized(norm, ids);
     return;
@@ -352,7 +367,7 @@ std::string Tokenizer::apply_chat_template(const nlohmann::ordered_json& message
 std::string clean_up_tokenization(std::string text) {
   // transformers' PreTrainedTokenizerBase.clean_up_tokenization, replacement by replacement.
   static const std::pair<std::string_view, std::string_view> kRules[] = {
-      {" .", "."},   {" ?", "?"},     {" !", "!"},     {" ,", ","},     {" ' ", "'"},
+      {" .", "."},     {" ?", "?"},   {" !", "!"},   {" ,", ","},     {" ' ", "'"},
       {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
   for (auto [from, to] : kRules) {
     if (text.find(from) == std::string::npos) continue;

@@ -58,7 +58,8 @@ class Tokenizer {
                                   const nlohmann::json& extra = nlohmann::json::object()) const;
   // The same with insertion-ordered JSON: dict key order shows in `tojson` output, so callers that
   // parse user input (the CLI, tests) keep the order that Python would.
-  std::string apply_chat_template(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+  std::string apply_chat_template(const nlohmann::ordered_json& messages,
+                                  bool add_generation_prompt,
                                   const nlohmann::ordered_json& extra) const;
   bool has_chat_template() const { return chat_template_ != nullptr; }
   // Replaces the chat template (verl's model.custom_chat_template: a Jinja source used instead of
@@ -72,8 +73,8 @@ class Tokenizer {
   // Number of ids: the model's vocabulary and the added tokens (HF's len(tokenizer)).
   int64_t vocab_size() const { return vocab_size_; }
 
-  int32_t token_to_id(std::string_view token) const;   // -1 if unknown
-  std::string id_to_token(int32_t id) const;           // the token string as in tokenizer.json
+  int32_t token_to_id(std::string_view token) const;  // -1 if unknown
+  std::string id_to_token(int32_t id) const;          // the token string as in tokenizer.json
   bool is_special(int32_t id) const;
   // The raw bytes that id contributes to decoded text (may be part of a UTF-8 character).
   const std::string& token_bytes(int32_t id) const;
@@ -81,8 +82,8 @@ class Tokenizer {
  private:
   Tokenizer();
   // from_json's body; from_json turns JSON type errors into errors naming the file.
-  static Tokenizer build(const nlohmann::json& tokenizer_json, const nlohmann::json& tokenizer_config,
-                         const std::string& where);
+  static Tokenizer build(const nlohmann::json& tokenizer_json,
+                         const nlohmann::json& tokenizer_config, const std::string& where);
   void encode_segment(std::string_view text, std::vector<int32_t>& ids) const;
   void encode_normalized(std::string_view text, std::vector<int32_t>& ids) const;
 

@@ -32,7 +32,8 @@ std::string error_of(F&& f) {
   return "";
 }
 
-#define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << "missing '" << (part) << "' in:\n" << (msg)
+#define EXPECT_HAS(msg, part) \
+  EXPECT_NE((msg).find(part), std::string::npos) << "missing '" << (part) << "' in:\n" << (msg)
 
 TEST(ConfigDefaults, MatchVerl) {
   Config c = load({});
@@ -61,7 +62,8 @@ TEST(ConfigDefaults, MatchVerl) {
   EXPECT_EQ(c.get<int64_t>("trainer.save_freq"), -1);
   EXPECT_EQ(c.get<std::string>("trainer.resume_mode"), "auto");
   EXPECT_EQ(c.get<std::string>("custom_reward_function.name"), "compute_score");
-  EXPECT_EQ(c.get<std::vector<double>>("actor_rollout_ref.actor.optim.betas"), (std::vector<double>{0.9, 0.999}));
+  EXPECT_EQ(c.get<std::vector<double>>("actor_rollout_ref.actor.optim.betas"),
+            (std::vector<double>{0.9, 0.999}));
   // Nullable keys with a null default.
   EXPECT_TRUE(c.is_null("data.val_batch_size"));
   EXPECT_EQ(c.get<std::optional<int64_t>>("trainer.total_training_steps"), std::nullopt);
@@ -116,22 +118,26 @@ TEST(ConfigSchema, EveryKeyDocumentedAndTyped) {
   EXPECT_TRUE(s->at("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu").nullable);
   EXPECT_TRUE(s->at("trainer.actor_reward_parallel").ours);
   EXPECT_FALSE(s->at("trainer.total_epochs").ours);
-  EXPECT_EQ(s->at("actor_rollout_ref.rollout.multi_turn.enable").support, Support::Unsupported);  // inherited
-  EXPECT_EQ(s->at("actor_rollout_ref.rollout.mode").support, Support::Ignored);                  // own mark wins
-  EXPECT_EQ(s->at("actor_rollout_ref.actor.profiler.enable").support, Support::Ignored);  // profiling: warned
+  EXPECT_EQ(s->at("actor_rollout_ref.rollout.multi_turn.enable").support,
+            Support::Unsupported);                                               // inherited
+  EXPECT_EQ(s->at("actor_rollout_ref.rollout.mode").support, Support::Ignored);  // own mark wins
+  EXPECT_EQ(s->at("actor_rollout_ref.actor.profiler.enable").support,
+            Support::Ignored);  // profiling: warned
   EXPECT_EQ(s->at("actor_rollout_ref.actor.profiler.ranks").support, Support::Ignored);
 }
 
 TEST(ConfigLoad, PortedVerlGrpoConfig) {
   // verl's run_qwen2-7b.sh as a YAML file, plus the `$@` overrides a user would append.
   Config c = load_config(kRoot + "/configs/examples/grpo_qwen2_7b.yaml",
-                         {"trainer.total_epochs=2", "actor_rollout_ref.rollout.n=8", "trainer.logger=[console,jsonl]"});
+                         {"trainer.total_epochs=2", "actor_rollout_ref.rollout.n=8",
+                          "trainer.logger=[console,jsonl]"});
   EXPECT_EQ(c.get<std::string>("algorithm.adv_estimator"), "grpo");
   EXPECT_TRUE(c.get<bool>("actor_rollout_ref.actor.use_kl_loss"));
   EXPECT_EQ(c.get<std::string>("actor_rollout_ref.model.path"), "Qwen/Qwen2-7B-Instruct");
   EXPECT_EQ(c.get<int64_t>("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"), 40);
   EXPECT_DOUBLE_EQ(c.get<double>("actor_rollout_ref.rollout.gpu_memory_utilization"), 0.6);
-  EXPECT_DOUBLE_EQ(c.get<double>("actor_rollout_ref.actor.entropy_coeff"), 0.0);  // written as int 0
+  EXPECT_DOUBLE_EQ(c.get<double>("actor_rollout_ref.actor.entropy_coeff"),
+                   0.0);  // written as int 0
   EXPECT_TRUE(c.get<bool>("actor_rollout_ref.ref.fsdp_config.param_offload"));
   EXPECT_EQ(c.get<int64_t>("trainer.total_epochs"), 2);  // command line beats the file
   EXPECT_EQ(c.get<int64_t>("actor_rollout_ref.rollout.n"), 8);
@@ -139,31 +145,35 @@ TEST(ConfigLoad, PortedVerlGrpoConfig) {
   EXPECT_EQ(c.get<int64_t>("actor_rollout_ref.rollout.response_length"), 1024);  // follows the file
   EXPECT_EQ(c.get<std::string>("trainer.default_local_dir"),
             "checkpoints/verl_grpo_example_gsm8k/qwen2_7b_function_rm");
-  EXPECT_EQ(c.get<std::vector<std::string>>("trainer.logger"), (std::vector<std::string>{"console", "jsonl"}));
+  EXPECT_EQ(c.get<std::vector<std::string>>("trainer.logger"),
+            (std::vector<std::string>{"console", "jsonl"}));
   EXPECT_EQ(c.get<std::vector<std::string>>("data.val_files"),
             (std::vector<std::string>{"~/data/gsm8k/test.parquet"}));
-  EXPECT_NE(c.origin("actor_rollout_ref.rollout.gpu_memory_utilization").find("grpo_qwen2_7b.yaml:"), std::string::npos);
+  EXPECT_NE(
+      c.origin("actor_rollout_ref.rollout.gpu_memory_utilization").find("grpo_qwen2_7b.yaml:"),
+      std::string::npos);
   EXPECT_EQ(c.origin("trainer.total_epochs"), "command line 'trainer.total_epochs=2'");
 
   // Without the override, verl's wandb logger is dropped (with a warning) rather than failing.
   Config d = load_config(kRoot + "/configs/examples/grpo_qwen2_7b.yaml");
-  EXPECT_EQ(d.get<std::vector<std::string>>("trainer.logger"), (std::vector<std::string>{"console"}));
+  EXPECT_EQ(d.get<std::vector<std::string>>("trainer.logger"),
+            (std::vector<std::string>{"console"}));
   EXPECT_EQ(d.get<int64_t>("critic.rollout_n"), 5);
 }
 
 TEST(ConfigLoad, OverridesOfEveryType) {
   Config c = load({
-      "trainer.val_before_train=False",                 // bool, Python spelling
-      "trainer.total_training_steps=100",               // int into a nullable int
-      "actor_rollout_ref.actor.optim.lr=3e-7",          // float
-      "actor_rollout_ref.rollout.top_p=1",              // int text into a float key
-      "trainer.project_name=my proj",                   // string with a space
-      "trainer.experiment_name='true'",                 // a quoted YAML scalar stays a string
-      "trainer.logger=[console,tensorboard]",           // list of strings
+      "trainer.val_before_train=False",                  // bool, Python spelling
+      "trainer.total_training_steps=100",                // int into a nullable int
+      "actor_rollout_ref.actor.optim.lr=3e-7",           // float
+      "actor_rollout_ref.rollout.top_p=1",               // int text into a float key
+      "trainer.project_name=my proj",                    // string with a space
+      "trainer.experiment_name='true'",                  // a quoted YAML scalar stays a string
+      "trainer.logger=[console,tensorboard]",            // list of strings
       "actor_rollout_ref.actor.optim.betas=[0.8,0.95]",  // list of numbers
       "+data.apply_chat_template_kwargs.enable_thinking=false",  // new key inside a map key
       "data.val_batch_size=64",
-      "data.val_batch_size=null",  // last one wins; null where verl allows it
+      "data.val_batch_size=null",   // last one wins; null where verl allows it
       "trainer.rollout_data_dir=",  // Hydra's empty string
   });
   EXPECT_FALSE(c.get<bool>("trainer.val_before_train"));
@@ -172,8 +182,10 @@ TEST(ConfigLoad, OverridesOfEveryType) {
   EXPECT_DOUBLE_EQ(c.get<double>("actor_rollout_ref.rollout.top_p"), 1.0);
   EXPECT_EQ(c.get<std::string>("trainer.project_name"), "my proj");
   EXPECT_EQ(c.get<std::string>("trainer.experiment_name"), "true");
-  EXPECT_EQ(c.get<std::vector<std::string>>("trainer.logger"), (std::vector<std::string>{"console", "tensorboard"}));
-  EXPECT_EQ(c.get<std::vector<double>>("actor_rollout_ref.actor.optim.betas"), (std::vector<double>{0.8, 0.95}));
+  EXPECT_EQ(c.get<std::vector<std::string>>("trainer.logger"),
+            (std::vector<std::string>{"console", "tensorboard"}));
+  EXPECT_EQ(c.get<std::vector<double>>("actor_rollout_ref.actor.optim.betas"),
+            (std::vector<double>{0.8, 0.95}));
   EXPECT_EQ(c.get<Json>("data.apply_chat_template_kwargs"), Json({{"enable_thinking", false}}));
   EXPECT_TRUE(c.is_null("data.val_batch_size"));
   EXPECT_EQ(c.get<std::string>("trainer.rollout_data_dir"), "");
@@ -183,7 +195,8 @@ TEST(ConfigLoad, OverridesOfEveryType) {
   Config d = load({"critic.optim={lr: 2e-5, weight_decay: 0.0}"});
   EXPECT_DOUBLE_EQ(d.get<double>("critic.optim.lr"), 2e-5);
   EXPECT_DOUBLE_EQ(d.get<double>("critic.optim.weight_decay"), 0.0);
-  EXPECT_EQ(d.get<int64_t>("critic.optim.lr_warmup_steps"), -1);  // untouched siblings keep defaults
+  EXPECT_EQ(d.get<int64_t>("critic.optim.lr_warmup_steps"),
+            -1);  // untouched siblings keep defaults
 }
 
 TEST(ConfigLoad, UserFileMergesOverDefaults) {
@@ -197,18 +210,20 @@ actor_rollout_ref:
       n: 4
 )");
   EXPECT_EQ(c.get<int64_t>("trainer.total_epochs"), 3);
-  EXPECT_EQ(c.get<std::vector<std::string>>("trainer.logger"), (std::vector<std::string>{"console"}));
+  EXPECT_EQ(c.get<std::vector<std::string>>("trainer.logger"),
+            (std::vector<std::string>{"console"}));
   EXPECT_EQ(c.get<int64_t>("actor_rollout_ref.rollout.val_kwargs.n"), 4);
   EXPECT_DOUBLE_EQ(c.get<double>("actor_rollout_ref.rollout.val_kwargs.top_p"), 1.0);
   EXPECT_EQ(c.origin("trainer.total_epochs"), "user.yaml:3");
 }
 
 TEST(ConfigInterpolation, ReferencesResolve) {
-  Config c = load({"data.max_prompt_length=1024", "data.val_batch_size=${data.train_batch_size}",
-                   "trainer.experiment_name=run_${data.max_prompt_length}_${algorithm.adv_estimator}",
-                   "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=${oc.select:no.such.key,4096}",
-                   "actor_rollout_ref.actor.clip_ratio_high=${.clip_ratio_low}",
-                   "critic.model.path=${oc.env:VERL_TEST_UNSET_VAR_42,/models/critic}"});
+  Config c =
+      load({"data.max_prompt_length=1024", "data.val_batch_size=${data.train_batch_size}",
+            "trainer.experiment_name=run_${data.max_prompt_length}_${algorithm.adv_estimator}",
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=${oc.select:no.such.key,4096}",
+            "actor_rollout_ref.actor.clip_ratio_high=${.clip_ratio_low}",
+            "critic.model.path=${oc.env:VERL_TEST_UNSET_VAR_42,/models/critic}"});
   EXPECT_EQ(c.get<int64_t>("actor_rollout_ref.rollout.prompt_length"), 1024);
   EXPECT_EQ(c.get<std::optional<int64_t>>("data.val_batch_size"), 1024);
   EXPECT_EQ(c.get<std::string>("trainer.experiment_name"), "run_1024_gae");
@@ -217,7 +232,8 @@ TEST(ConfigInterpolation, ReferencesResolve) {
   EXPECT_EQ(c.get<int64_t>("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu"), 4096);
   EXPECT_DOUBLE_EQ(c.get<double>("actor_rollout_ref.actor.clip_ratio_high"), 0.2);
   EXPECT_EQ(c.get<std::string>("critic.model.path"), "/models/critic");
-  EXPECT_EQ(c.get<std::string>("trainer.default_local_dir"), "checkpoints/verl_examples/run_1024_gae");
+  EXPECT_EQ(c.get<std::string>("trainer.default_local_dir"),
+            "checkpoints/verl_examples/run_1024_gae");
 
   ::setenv("VERL_TEST_MODEL_DIR", "/data/m", 1);
   Config e = load({"actor_rollout_ref.model.path=${oc.env:VERL_TEST_MODEL_DIR}/qwen"});
@@ -231,8 +247,10 @@ TEST(ConfigInterpolation, Errors) {
   EXPECT_HAS(m, "data.val_batch_size");
   EXPECT_HAS(m, "unknown key 'data.train_batchsize'");
   EXPECT_HAS(m, "data.train_batch_size");  // suggestion
-  m = error_of([] { load({"data.max_prompt_length=${data.max_response_length}",
-                          "data.max_response_length=${data.max_prompt_length}"}); });
+  m = error_of([] {
+    load({"data.max_prompt_length=${data.max_response_length}",
+          "data.max_response_length=${data.max_prompt_length}"});
+  });
   EXPECT_HAS(m, "interpolation cycle");
   // The resolved value is type-checked like a literal one.
   m = error_of([] { load({"trainer.total_epochs=${trainer.project_name}"}); });
@@ -288,22 +306,30 @@ TEST(ConfigErrors, NonUtf8StringsNameTheKey) {
   EXPECT_HAS(m, "trainer.project_name: the value is not valid UTF-8");
   m = error_of([] { load({}, "trainer:\n  experiment_name: \"\xe9${trainer.project_name}\"\n"); });
   EXPECT_HAS(m, "trainer.experiment_name: the value is not valid UTF-8");
-  EXPECT_EQ(load({"trainer.experiment_name=caf\xc3\xa9"}).get<std::string>("trainer.experiment_name"), "caf\xc3\xa9");
+  EXPECT_EQ(
+      load({"trainer.experiment_name=caf\xc3\xa9"}).get<std::string>("trainer.experiment_name"),
+      "caf\xc3\xa9");
 }
 
 // Aliases of aliases ("billion laughs": 9 lines that expand to 10^9 values) and deep nesting in a
 // free-form mapping: refused naming the key, in bounded time and memory (this one took 44 s and
 // 3 GB before failing to allocate).
 TEST(ConfigErrors, ValuesThatExpandWithoutBoundNameTheKey) {
-  std::string bomb = "data:\n  apply_chat_template_kwargs:\n    a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n";
+  std::string bomb =
+      "data:\n  apply_chat_template_kwargs:\n    a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n";
   for (int i = 1; i < 9; ++i) {
     bomb += fmt::format("    a{}: &a{} [", i, i);
     for (int k = 0; k < 10; ++k) bomb += fmt::format("{}*a{}", k ? ", " : "", i - 1);
     bomb += "]\n";
   }
   std::string m = error_of([&] { load({}, bomb); });
-  EXPECT_HAS(m, "user.yaml:2: data.apply_chat_template_kwargs: the value expands to more than 65536 YAML nodes");
-  m = error_of([] { load({"data.apply_chat_template_kwargs={a: " + std::string(300, '[') + std::string(300, ']') + "}"}); });
+  EXPECT_HAS(m,
+             "user.yaml:2: data.apply_chat_template_kwargs: the value expands to more than 65536 "
+             "YAML nodes");
+  m = error_of([] {
+    load({"data.apply_chat_template_kwargs={a: " + std::string(300, '[') + std::string(300, ']') +
+          "}"});
+  });
   EXPECT_HAS(m, "data.apply_chat_template_kwargs: the value nests more than 256 levels deep");
   // An alias used the ordinary way still loads.
   const Config c = load({}, "data:\n  apply_chat_template_kwargs: {x: &v [1, 2], y: *v}\n");
@@ -326,10 +352,12 @@ TEST(ConfigErrors, ValuesOutsideTheAllowedSet) {
   m = error_of([] { load({"reward_model.quantization_bits=3"}); });
   EXPECT_HAS(m, "allowed values: 4, 8, 16");
   m = error_of([] { load({"actor_rollout_ref.rollout.top_p=1.5"}); });
-  EXPECT_HAS(m, "actor_rollout_ref.rollout.top_p = 1.5 is out of range; expected a value in (0, 1]");
+  EXPECT_HAS(m,
+             "actor_rollout_ref.rollout.top_p = 1.5 is out of range; expected a value in (0, 1]");
   // An excluded bound: top_p = 0 would keep no token (the sampler rejects it mid-run).
   m = error_of([] { load({"actor_rollout_ref.rollout.top_p=0"}); });
-  EXPECT_HAS(m, "actor_rollout_ref.rollout.top_p = 0.0 is out of range; expected a value in (0, 1]");
+  EXPECT_HAS(m,
+             "actor_rollout_ref.rollout.top_p = 0.0 is out of range; expected a value in (0, 1]");
   m = error_of([] { load({"actor_rollout_ref.rollout.val_kwargs.top_p=0"}); });
   EXPECT_HAS(m, "actor_rollout_ref.rollout.val_kwargs.top_p = 0.0 is out of range");
   m = error_of([] { load({"actor_rollout_ref.rollout.top_k=-5"}); });
@@ -337,7 +365,8 @@ TEST(ConfigErrors, ValuesOutsideTheAllowedSet) {
   m = error_of([] { load({"data.train_batch_size=0"}); });
   EXPECT_HAS(m, "expected a value >= 1");
   // Every value in range and in the set loads.
-  Config c = load({"algorithm.kl_penalty=k3", "actor_rollout_ref.rollout.top_p=0.9", "trainer.gradient_sync_method=nccl"});
+  Config c = load({"algorithm.kl_penalty=k3", "actor_rollout_ref.rollout.top_p=0.9",
+                   "trainer.gradient_sync_method=nccl"});
   EXPECT_DOUBLE_EQ(c.get<double>("actor_rollout_ref.rollout.top_p"), 0.9);
   // Seed options not built yet are rejected by name rather than ignored.
   m = error_of([] { load({"trainer.gradient_sync_method=sparse"}); });
@@ -349,18 +378,22 @@ TEST(ConfigErrors, ValuesOutsideTheAllowedSet) {
   EXPECT_HAS(m, "int8, bf16, fp32");
   m = error_of([] { load({"reward_model.quantization_bits=2"}); });
   EXPECT_HAS(m, "reward_model.quantization_bits");
-  EXPECT_EQ(load({"reward_model.quantization_bits=4"}).get<int64_t>("reward_model.quantization_bits"), 4);
+  EXPECT_EQ(
+      load({"reward_model.quantization_bits=4"}).get<int64_t>("reward_model.quantization_bits"), 4);
 }
 
 TEST(ConfigErrors, UnsupportedVerlKeysRejectedByName) {
   std::string m = error_of([] { load({"actor_rollout_ref.model.lora_rank=8"}); });
-  EXPECT_HAS(m, "actor_rollout_ref.model.lora_rank is a verl key that verl.cpp does not support yet");
+  EXPECT_HAS(m,
+             "actor_rollout_ref.model.lora_rank is a verl key that verl.cpp does not support yet");
   EXPECT_HAS(m, "default (0), got 8");
   // Inherited from an unsupported section.
-  m = error_of([] { load({}, "actor_rollout_ref:\n  rollout:\n    multi_turn:\n      enable: true\n"); });
+  m = error_of(
+      [] { load({}, "actor_rollout_ref:\n  rollout:\n    multi_turn:\n      enable: true\n"); });
   EXPECT_HAS(m, "user.yaml:4: actor_rollout_ref.rollout.multi_turn.enable is a verl key");
   // Set to the default, an unsupported key is fine (full verl configs list every key).
-  Config c = load({"actor_rollout_ref.model.lora_rank=0", "actor_rollout_ref.actor.ulysses_sequence_parallel_size=1"});
+  Config c = load({"actor_rollout_ref.model.lora_rank=0",
+                   "actor_rollout_ref.actor.ulysses_sequence_parallel_size=1"});
   EXPECT_EQ(c.get<int64_t>("actor_rollout_ref.model.lora_rank"), 0);
   // A key without effect here is accepted (with a warning) and keeps its value.
   Config d = load({"actor_rollout_ref.actor.use_torch_compile=false", "ray_init.num_cpus=4"});
@@ -368,7 +401,9 @@ TEST(ConfigErrors, UnsupportedVerlKeysRejectedByName) {
 }
 
 TEST(ConfigErrors, AllProblemsReportedTogether) {
-  std::string m = error_of([] { load({"trainer.total_epochs=x", "trainer.nosuchkey=1", "algorithm.lam=2"}); });
+  std::string m = error_of([] {
+    load({"trainer.total_epochs=x", "trainer.nosuchkey=1", "algorithm.lam=2"});
+  });
   EXPECT_HAS(m, "3 problems");
   EXPECT_HAS(m, "trainer.total_epochs");
   EXPECT_HAS(m, "trainer.nosuchkey");
@@ -378,15 +413,18 @@ TEST(ConfigErrors, AllProblemsReportedTogether) {
 TEST(ConfigErrors, OverrideSyntax) {
   EXPECT_HAS(error_of([] { load({"trainer.total_epochs"}); }), "expected key=value");
   EXPECT_HAS(error_of([] { load({"~trainer.total_epochs"}); }), "deleting keys");
-  EXPECT_HAS(error_of([] { load({"+trainer.brand_new_key=1"}); }), "unknown key 'trainer.brand_new_key'");
+  EXPECT_HAS(error_of([] { load({"+trainer.brand_new_key=1"}); }),
+             "unknown key 'trainer.brand_new_key'");
   EXPECT_HAS(error_of([] { load({"trainer.logger=[console"}); }), "not valid YAML");
   EXPECT_HAS(error_of([] { load({}, "trainer: [1, 2\n"); }), "user.yaml");
-  EXPECT_HAS(error_of([] { load_config("/nonexistent/cfg.yaml"); }), "cannot open config file /nonexistent/cfg.yaml");
+  EXPECT_HAS(error_of([] { load_config("/nonexistent/cfg.yaml"); }),
+             "cannot open config file /nonexistent/cfg.yaml");
 }
 
 TEST(ConfigAliases, SeedNamesSetVerlKeys) {
-  Config c = load({"trainer.save_steps=500", "trainer.save_total_limit=3",
-                   "actor_rollout_ref.actor.optim.warmup_style=cosine", "critic.optim.clip_grad=0.5"});
+  Config c =
+      load({"trainer.save_steps=500", "trainer.save_total_limit=3",
+            "actor_rollout_ref.actor.optim.warmup_style=cosine", "critic.optim.clip_grad=0.5"});
   EXPECT_EQ(c.get<int64_t>("trainer.save_freq"), 500);
   EXPECT_EQ(c.get<int64_t>("trainer.save_steps"), 500);  // reading an alias reads its target
   EXPECT_EQ(c.get<std::optional<int64_t>>("trainer.max_actor_ckpt_to_keep"), 3);
@@ -395,17 +433,20 @@ TEST(ConfigAliases, SeedNamesSetVerlKeys) {
   EXPECT_DOUBLE_EQ(c.get<double>("critic.grad_clip"), 0.5);
   EXPECT_NE(c.origin("trainer.save_freq").find("(as trainer.save_steps)"), std::string::npos);
   // Aliases check values like their targets, and do not show up in the output.
-  EXPECT_HAS(error_of([] { load({"actor_rollout_ref.actor.optim.warmup_style=linear"}); }), "allowed values: constant, cosine");
+  EXPECT_HAS(error_of([] { load({"actor_rollout_ref.actor.optim.warmup_style=linear"}); }),
+             "allowed values: constant, cosine");
   EXPECT_EQ(c.to_yaml().find("save_steps"), std::string::npos);
   // The alias and its target disagreeing in one source is an error.
   std::string m = error_of([] { load({"trainer.save_steps=500", "trainer.save_freq=100"}); });
   EXPECT_HAS(m, "trainer.save_freq is set twice with different values");
   // verl's older checkpoint.contents.
   Config d = load({}, "critic:\n  checkpoint:\n    contents: [model]\n");
-  EXPECT_EQ(d.get<std::vector<std::string>>("critic.checkpoint.load_contents"), (std::vector<std::string>{"model"}));
+  EXPECT_EQ(d.get<std::vector<std::string>>("critic.checkpoint.load_contents"),
+            (std::vector<std::string>{"model"}));
   // An alias written as null (as a config saved by verl writes warmup_style) leaves its target.
   Config e = load({"critic.optim.clip_grad=null"},
-                  "actor_rollout_ref:\n  actor:\n    optim:\n      warmup_style: null\n      lr_scheduler_type: cosine\n");
+                  "actor_rollout_ref:\n  actor:\n    optim:\n      warmup_style: null\n      "
+                  "lr_scheduler_type: cosine\n");
   EXPECT_EQ(e.get<std::string>("actor_rollout_ref.actor.optim.lr_scheduler_type"), "cosine");
   EXPECT_DOUBLE_EQ(e.get<double>("critic.grad_clip"), 1.0);
 }
@@ -458,13 +499,16 @@ global_profiler:
   EXPECT_TRUE(c.is_null("critic.forward_micro_batch_size_per_gpu"));
   EXPECT_EQ(c.get<std::string>("critic.model.tokenizer_path"), "~/models/tok");
   EXPECT_EQ(c.get<int64_t>("critic.rollout_n"), 4);
-  EXPECT_EQ(c.get<std::string>("critic.profiler.save_path"), "/tmp/prof");  // follows global_profiler
+  EXPECT_EQ(c.get<std::string>("critic.profiler.save_path"),
+            "/tmp/prof");  // follows global_profiler
 }
 
 TEST(ConfigOutput, YamlRoundTripAndJson) {
-  Config c = load({"trainer.experiment_name='123'", "trainer.project_name=null_project", "data.val_batch_size=8",
-                   "actor_rollout_ref.actor.optim.lr=1e-6", "trainer.logger=[console,jsonl]",
-                   "+data.apply_chat_template_kwargs.enable_thinking=false", "data.prompt_key='yes'"});
+  Config c =
+      load({"trainer.experiment_name='123'", "trainer.project_name=null_project",
+            "data.val_batch_size=8", "actor_rollout_ref.actor.optim.lr=1e-6",
+            "trainer.logger=[console,jsonl]",
+            "+data.apply_chat_template_kwargs.enable_thinking=false", "data.prompt_key='yes'"});
   std::string y = c.to_yaml();
   EXPECT_HAS(y, "experiment_name: \"123\"");  // a string that looks like a number is quoted
   EXPECT_HAS(y, "lr: 1.0e-06");
@@ -486,10 +530,14 @@ TEST(ConfigOutput, YamlRoundTripAndJson) {
 
 TEST(ConfigAccess, GetErrorsNameTheKey) {
   Config c = load({});
-  EXPECT_HAS(error_of([&] { c.get<int64_t>("trainer.total_epoch"); }), "unknown config key 'trainer.total_epoch'");
-  EXPECT_HAS(error_of([&] { c.get<int64_t>("trainer.total_epoch"); }), "Did you mean 'trainer.total_epochs'?");
-  EXPECT_HAS(error_of([&] { c.get<int64_t>("actor_rollout_ref.rollout.temperature"); }), "cannot be read as int");
-  EXPECT_HAS(error_of([&] { c.get<int64_t>("data.val_batch_size"); }), "'data.val_batch_size' is null");
+  EXPECT_HAS(error_of([&] { c.get<int64_t>("trainer.total_epoch"); }),
+             "unknown config key 'trainer.total_epoch'");
+  EXPECT_HAS(error_of([&] { c.get<int64_t>("trainer.total_epoch"); }),
+             "Did you mean 'trainer.total_epochs'?");
+  EXPECT_HAS(error_of([&] { c.get<int64_t>("actor_rollout_ref.rollout.temperature"); }),
+             "cannot be read as int");
+  EXPECT_HAS(error_of([&] { c.get<int64_t>("data.val_batch_size"); }),
+             "'data.val_batch_size' is null");
   EXPECT_HAS(error_of([&] { c.get<bool>("trainer"); }), "is a section");
   EXPECT_TRUE(c.has("trainer.lightweight_sync_config"));
   EXPECT_TRUE(c.has("trainer.save_steps"));
@@ -513,9 +561,11 @@ TEST(ConfigSchema, DefaultsFileIsChecked) {
   EXPECT_HAS(m, "unknown annotation @choise");
   m = error_of([] { Schema::from_string("a:  # section\n  b: 3  # x @choices: 1|2\n", "d.yaml"); });
   EXPECT_HAS(m, "a.b = 3 is not allowed");
-  m = error_of([] { Schema::from_string("a:  # section\n  b: null  # x @alias: a.c\n", "d.yaml"); });
+  m = error_of(
+      [] { Schema::from_string("a:  # section\n  b: null  # x @alias: a.c\n", "d.yaml"); });
   EXPECT_HAS(m, "@alias names a.c");
-  auto s = Schema::from_string("a:  # s @unsupported\n  b: ${a.c}  # x\n  c: 2.5  # y @ignored\n", "d.yaml");
+  auto s = Schema::from_string("a:  # s @unsupported\n  b: ${a.c}  # x\n  c: 2.5  # y @ignored\n",
+                               "d.yaml");
   EXPECT_EQ(s->at("a.b").type, Type::Float);
   EXPECT_DOUBLE_EQ(s->at("a.b").default_value.get<double>(), 2.5);
   EXPECT_EQ(s->at("a.b").support, Support::Unsupported);
@@ -528,8 +578,9 @@ TEST(ConfigDocs, InSyncWithDefaults) {
   std::stringstream ss;
   ss << f.rdbuf();
   std::string want = docs_markdown(*Schema::from_file(kRoot + "/configs/ppo_trainer.yaml"));
-  EXPECT_TRUE(ss.str() == want) << "docs/config.md is out of date with configs/ppo_trainer.yaml; regenerate it:\n"
-                                   "  build/bin/verl config --docs > docs/config.md";
+  EXPECT_TRUE(ss.str() == want)
+      << "docs/config.md is out of date with configs/ppo_trainer.yaml; regenerate it:\n"
+         "  build/bin/verl config --docs > docs/config.md";
   // The reference names every key.
   for (const auto& k : Schema::builtin()->keys())
     if (!k.is_section()) {
@@ -537,27 +588,30 @@ TEST(ConfigDocs, InSyncWithDefaults) {
     }
 }
 
-
 // verl's 2026-08 layout beside the January one: new names set the old keys, mechanics keys are
 // accepted, features we lack are refused naming the key and the reason.
 TEST(ConfigLoad, NewerVerlLayout) {
-  Config c = load({"reward.reward_model.enable=true", "reward.reward_model.model_path=/m/rm",
-                   "critic.fsdp.param_offload=true", "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2",
-                   "+actor_rollout_ref.actor.policy_loss.tau_pos=1.5", "model_engine=dp",
-                   "+ray_kwargs.ray_init.num_gpus=8", "ray_kwargs.ray_init.runtime_env.env_vars.X=1",
-                   "+ray_kwargs.some_future_key=3"});
+  Config c =
+      load({"reward.reward_model.enable=true", "reward.reward_model.model_path=/m/rm",
+            "critic.fsdp.param_offload=true",
+            "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2",
+            "+actor_rollout_ref.actor.policy_loss.tau_pos=1.5", "model_engine=dp",
+            "+ray_kwargs.ray_init.num_gpus=8", "ray_kwargs.ray_init.runtime_env.env_vars.X=1",
+            "+ray_kwargs.some_future_key=3"});
   EXPECT_TRUE(c.get<bool>("reward_model.enable"));
   EXPECT_EQ(c.get<std::string>("reward_model.model.path"), "/m/rm");
   EXPECT_TRUE(c.get<bool>("critic.model.fsdp_config.param_offload"));
   EXPECT_EQ(c.get<int64_t>("actor_rollout_ref.actor.ulysses_sequence_parallel_size"), 2);
-  EXPECT_EQ(c.get<int64_t>("actor_rollout_ref.ref.ulysses_sequence_parallel_size"), 2);  // follows the actor
+  EXPECT_EQ(c.get<int64_t>("actor_rollout_ref.ref.ulysses_sequence_parallel_size"),
+            2);  // follows the actor
   EXPECT_DOUBLE_EQ(c.get<double>("actor_rollout_ref.actor.tau_pos"), 1.5);
   // The new spelling of the reward manager reaches the old key (dapo is implemented).
   Config d = load({"reward.reward_manager.name=dapo", "algorithm.filter_groups.enable=true"});
   EXPECT_EQ(d.get<std::string>("reward_model.reward_manager"), "dapo");
   EXPECT_TRUE(d.get<bool>("algorithm.filter_groups.enable"));
   std::string m = error_of([] { load({"reward.reward_manager.name=prime"}); });
-  EXPECT_HAS(m, "reward_model.reward_manager = prime is a verl option that verl.cpp does not support yet");
+  EXPECT_HAS(
+      m, "reward_model.reward_manager = prime is a verl option that verl.cpp does not support yet");
   m = error_of([] { load({"model_engine=megatron"}); });
   EXPECT_HAS(m, "model_engine = megatron is a verl option");
   EXPECT_HAS(m, "use model_engine=dp");
@@ -568,10 +622,12 @@ TEST(ConfigLoad, NewerVerlLayout) {
 
 TEST(ConfigLoad, NewerVerlSftLayout) {
   LoadOptions lo;
-  lo.defaults_path = (std::filesystem::path(default_config_path()).parent_path() / "sft_trainer.yaml").string();
-  Config c = load_config("", {"model.path=/m/qwen", "data.messages_key=conv", "engine=fsdp",
-                              "engine.ulysses_sequence_parallel_size=2", "optim.lr_scheduler_type=constant",
-                              "trainer.logger=[console,wandb]"},
+  lo.defaults_path =
+      (std::filesystem::path(default_config_path()).parent_path() / "sft_trainer.yaml").string();
+  Config c = load_config("",
+                         {"model.path=/m/qwen", "data.messages_key=conv", "engine=fsdp",
+                          "engine.ulysses_sequence_parallel_size=2",
+                          "optim.lr_scheduler_type=constant", "trainer.logger=[console,wandb]"},
                          lo);
   EXPECT_EQ(c.get<std::string>("model.partial_pretrain"), "/m/qwen");
   EXPECT_EQ(c.get<std::string>("data.multiturn.messages_key"), "conv");

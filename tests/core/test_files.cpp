@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 
 #include "core/error.h"
 #include "core/file.h"
@@ -19,7 +19,8 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path fresh_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("verl_core_" + std::to_string(getpid()) + "_" + name);
+  const fs::path d =
+      fs::temp_directory_path() / ("verl_core_" + std::to_string(getpid()) + "_" + name);
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
@@ -37,12 +38,16 @@ std::string error_of(const std::function<void()>& f) {
 TEST(ReadFile, ADirectoryIsAnErrorNamingIt) {
   const fs::path d = fresh_dir("read_dir");
   const std::string msg = error_of([&] { read_file(d.string(), "config file"); });
-  EXPECT_NE(msg.find("cannot open config file " + d.string() + ": it is a directory"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cannot open config file " + d.string() + ": it is a directory"),
+            std::string::npos)
+      << msg;
   std::ifstream f;
-  EXPECT_NE(error_of([&] { open_for_reading(f, d.string(), "--input"); }).find("--input " + d.string()),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { read_file((d / "missing.yaml").string(), "config file"); })
-                .find("cannot open config file " + (d / "missing.yaml").string() + ": No such file"),
+  EXPECT_NE(
+      error_of([&] { open_for_reading(f, d.string(), "--input"); }).find("--input " + d.string()),
+      std::string::npos);
+  EXPECT_NE(error_of([&] {
+              read_file((d / "missing.yaml").string(), "config file");
+            }).find("cannot open config file " + (d / "missing.yaml").string() + ": No such file"),
             std::string::npos);
   std::ofstream(d / "a.txt") << "hello\n";
   EXPECT_EQ(read_file((d / "a.txt").string(), "x"), "hello\n");
@@ -60,8 +65,9 @@ TEST(JsonDepth, CountsBracketsOutsideStrings) {
   EXPECT_TRUE(json_depth_ok(in_string));
   EXPECT_TRUE(json_depth_ok("[\"\\\\\", " + nest(kMaxJsonDepth - 1) + "]"));
   EXPECT_FALSE(json_depth_ok("[\"\\\\\", " + nest(kMaxJsonDepth) + "]"));
-  EXPECT_TRUE(error_of([&] { check_json_depth(nest(100000), "rows.jsonl:7"); })
-                  .starts_with("rows.jsonl:7: JSON nested more than 512 levels deep"));
+  EXPECT_TRUE(error_of([&] {
+                check_json_depth(nest(100000), "rows.jsonl:7");
+              }).starts_with("rows.jsonl:7: JSON nested more than 512 levels deep"));
 }
 
 TEST(RunLock, SecondHolderGetsAnErrorNamingThePid) {
@@ -74,8 +80,9 @@ TEST(RunLock, SecondHolderGetsAnErrorNamingThePid) {
     EXPECT_EQ(pid, std::to_string(getpid()));
     // flock conflicts between two open files even in one process, as between two runs.
     const std::string msg = error_of([&] { RunLock second(d.string()); });
-    EXPECT_NE(msg.find(d.string() + " is in use by another run (pid " + std::to_string(getpid()) + ","),
-              std::string::npos)
+    EXPECT_NE(
+        msg.find(d.string() + " is in use by another run (pid " + std::to_string(getpid()) + ","),
+        std::string::npos)
         << msg;
   }
   // Released with its holder: the next run takes it (the file stays behind, harmless).

@@ -14,7 +14,8 @@ namespace {
 TEST(CublasLtLazy, EveryFunctionResolvesAndForwards) {
   EXPECT_EQ(cublaslt_load_problem(), "");
   EXPECT_GE(cublasLtGetVersion(), static_cast<size_t>(CUBLAS_VERSION));
-  EXPECT_EQ(std::string(cublasLtGetStatusName(CUBLAS_STATUS_NOT_SUPPORTED)), "CUBLAS_STATUS_NOT_SUPPORTED");
+  EXPECT_EQ(std::string(cublasLtGetStatusName(CUBLAS_STATUS_NOT_SUPPORTED)),
+            "CUBLAS_STATUS_NOT_SUPPORTED");
   // A matrix layout needs no device: created and destroyed through the library.
   cublasLtMatrixLayout_t layout = nullptr;
   ASSERT_EQ(cublasLtMatrixLayoutCreate(&layout, CUDA_R_16BF, 64, 32, 64), CUBLAS_STATUS_SUCCESS);

@@ -504,7 +504,8 @@ TEST_F(FusedGlue, EmbeddingVectorPathMatchesCpu) {
 // add_rmsnorm_forward (the rollout's residual add inside the next norm) gives the bits of the
 // trainer's add_inplace followed by rmsnorm_forward, on the vector path and the scalar one.
 TEST_F(FusedGlue, AddRmsnormEqualsAddThenRmsnorm) {
-  for (const auto& [R, C] : {std::pair<int64_t, int64_t>{37, 896}, {5, 4096}, {300, 64}, {3, 100}}) {
+  for (const auto& [R, C] :
+       {std::pair<int64_t, int64_t>{37, 896}, {5, 4096}, {300, 64}, {3, 100}}) {
     for (int off : {0, 1}) {
       SCOPED_TRACE(shape({R, C}) + " offset " + std::to_string(off));
       const auto x = bf16_rounded(randn(R * C, 300 + C, 3.0f));
@@ -579,8 +580,10 @@ TEST_F(FusedGlue, RolloutQkvRopeEqualsTheTrainersKernels) {
         }
         return rows;
       };
-      expect_same_bits("k", down_bits(k1.data(), T * kvd), token_order(down_bits(kc.data(), T * kvd)));
-      expect_same_bits("v", down_bits(v1.data(), T * kvd), token_order(down_bits(vc.data(), T * kvd)));
+      expect_same_bits("k", down_bits(k1.data(), T * kvd),
+                       token_order(down_bits(kc.data(), T * kvd)));
+      expect_same_bits("v", down_bits(v1.data(), T * kvd),
+                       token_order(down_bits(vc.data(), T * kvd)));
     }
   }
 }

@@ -212,7 +212,8 @@ void check_invariance(const CudaContext& ctx, const CudaSession& session, InvSha
                    " j0=" + std::to_string(sub.j0));
       const int64_t mm = m - sub.j0;
       DeviceBuffer<OutT> d_out(sub.M * ldd);
-      VERL_CUDA_CHECK(cudaMemsetAsync(d_out.data(), 0xff, d_out.bytes(), ctx.stream));  // gaps stay 0xff
+      VERL_CUDA_CHECK(
+          cudaMemsetAsync(d_out.data(), 0xff, d_out.bytes(), ctx.stream));  // gaps stay 0xff
       const bf16* w_sub = d_w.data() + sub.j0 * ld_k;
       const bf16* x_sub = d_x.data() + sub.t0 * ld_k;
       Gemm g{CUBLAS_OP_T, CUBLAS_OP_N, mm,          sub.M,        K,   w_sub,    ld_k,
@@ -378,7 +379,6 @@ TEST_F(GemmInvariant, SameBitsAsCublasLtWithoutSplitK) {
   }
   EXPECT_TRUE(raw_bytes(z_lt) == raw_bytes(z_inv)) << "LM-head logits";
 }
-
 
 // ---- (d) unsplit_k: forward GEMMs that never split k --------------------------------------------
 

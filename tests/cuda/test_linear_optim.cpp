@@ -55,8 +55,8 @@ void check_linear(const CudaContext& ctx, const CudaSession& session, LinearShap
   expect_close("d_b", d_db.download(), db, kF32Kernel);
 
   // d_x overwritten; and (leading dimensions multiples of 8, the model's layouts) the residual in
-  // the epilogue: y = x W^T + b + r, one rounding. With other layouts cuBLASLt may round the product
-  // before adding C, so the model adds residuals with add_inplace.
+  // the epilogue: y = x W^T + b + r, one rounding. With other layouts cuBLASLt may round the
+  // product before adding C, so the model adds residuals with add_inplace.
   const bool aligned = K % 8 == 0 && N % 8 == 0;
   const auto r = bf16_rounded(randn(T * N, 107));
   std::vector<float> yr = yb;
@@ -64,13 +64,14 @@ void check_linear(const CudaContext& ctx, const CudaSession& session, LinearShap
   auto d_r = upload_bf16(r);
   DeviceBuffer<bf16> d_yr(T * N);
   linear_forward(ctx, d_yr.data(), d_x.data(), d_w.data(), d_b.data(), d_r.data(), T, K, N);
-  linear_forward(ctx, d_r.data(), d_x.data(), d_w.data(), d_b.data(), d_r.data(), T, K, N);  // in place
+  linear_forward(ctx, d_r.data(), d_x.data(), d_w.data(), d_b.data(), d_r.data(), T, K,
+                 N);  // in place
   std::vector<float> dx_only(T * K, 0.0f), dw_unused(N * K, 0.0f);
-  cpu::linear_backward(dx_only.data(), dw_unused.data(), nullptr, dy.data(), x.data(), w.data(),
-                       T, K, N);
+  cpu::linear_backward(dx_only.data(), dw_unused.data(), nullptr, dy.data(), x.data(), w.data(), T,
+                       K, N);
   auto d_dx2 = upload_bf16(dx0);  // garbage the overwrite must ignore
-  linear_backward(ctx, d_dx2.data(), nullptr, nullptr, d_dy.data(), d_x.data(), d_w.data(), T, K,
-                  N, /*accumulate_dx=*/false);
+  linear_backward(ctx, d_dx2.data(), nullptr, nullptr, d_dy.data(), d_x.data(), d_w.data(), T, K, N,
+                  /*accumulate_dx=*/false);
   session.synchronize();
   if (aligned) {
     expect_close_accumulated("y + b + r", download_bf16(d_yr), yr, r, kBf16Accumulate);
@@ -118,10 +119,10 @@ TEST_F(CudaOps, AdamWMatchesCpuAndWritesBf16Copy) {
     DeviceBuffer<float> d_p(p), d_g(grad), d_m(m), d_v(v);
     DeviceBuffer<bf16> d_pb(n);
     for (int64_t step = 1; step <= 3; ++step) {
-      cpu::adamw_step(p.data(), grad.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f,
-                      0.1f, step, 0.5f);
-      adamw_step(ctx(), d_p.data(), d_pb.data(), d_g.data(), d_m.data(), d_v.data(), n, 1e-3f,
-                 0.9f, 0.95f, 1e-8f, 0.1f, step, 0.5f);
+      cpu::adamw_step(p.data(), grad.data(), m.data(), v.data(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                      step, 0.5f);
+      adamw_step(ctx(), d_p.data(), d_pb.data(), d_g.data(), d_m.data(), d_v.data(), n, 1e-3f, 0.9f,
+                 0.95f, 1e-8f, 0.1f, step, 0.5f);
     }
     sync();
     const auto gp = d_p.download();

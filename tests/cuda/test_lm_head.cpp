@@ -256,8 +256,8 @@ void check_keep_probs(const CudaContext& ctx, const CudaSession& session, LmShap
 // V = 1000: float4 forward and 8-wide backward; 1004: float4 forward, scalar backward; 4099 and
 // 257: scalar both (and rows not 16-byte aligned).
 TEST_F(CudaLmHead, KeepProbsMatchesCpu) {
-  const LmShape shapes[] = {{1, 64, 1000}, {7, 96, 4099}, {19, 64, 1004}, {130, 96, 4099},
-                            {130, 64, 1000}, {19, 96, 257}};
+  const LmShape shapes[] = {{1, 64, 1000},   {7, 96, 4099},   {19, 64, 1004},
+                            {130, 96, 4099}, {130, 64, 1000}, {19, 96, 257}};
   for (const LmShape& s : shapes) {
     for (float temperature : {1.0f, 0.7f}) {
       check_keep_probs(ctx(), *session_, s, temperature, true, true);
@@ -279,9 +279,8 @@ TEST_F(CudaLmHead, KeepProbsArenaAndRepeat) {
   DeviceBuffer<bf16> d_probs(lm_head_probs_bytes(T, V) / sizeof(bf16));
   DeviceArena arena("lm_head_test", lm_head_forward_scratch_bytes(T, V, chunk) +
                                         lm_head_backward_from_probs_scratch_bytes(T, V, chunk) * 4);
-  lm_head_forward_keep_probs(ctx(), arena, d_lp.data(), d_ent.data(), d_lse.data(),
-                             d_probs.data(), d_h.data(), d_w.data(), d_tg.data(), T, C, V,
-                             temperature, chunk);
+  lm_head_forward_keep_probs(ctx(), arena, d_lp.data(), d_ent.data(), d_lse.data(), d_probs.data(),
+                             d_h.data(), d_w.data(), d_tg.data(), T, C, V, temperature, chunk);
   std::vector<float> dw_first;
   for (int rep = 0; rep < 2; ++rep) {
     auto d_dh = upload_bf16(r.dh0);
@@ -289,8 +288,8 @@ TEST_F(CudaLmHead, KeepProbsArenaAndRepeat) {
     for (int part = 0; part < 2; ++part) {
       lm_head_backward_from_probs(ctx(), arena, part == 0 ? d_dh.data() : nullptr,
                                   part == 1 ? d_dw.data() : nullptr, d_dlp.data(), d_dent.data(),
-                                  d_probs.data(), d_h.data(), d_w.data(), d_tg.data(),
-                                  d_ent.data(), T, C, V, temperature, chunk);
+                                  d_probs.data(), d_h.data(), d_w.data(), d_tg.data(), d_ent.data(),
+                                  T, C, V, temperature, chunk);
     }
     sync();
     const auto dw = d_dw.download();
@@ -316,11 +315,11 @@ TEST_F(CudaLmHead, RejectsSmallScratch) {
   DeviceBuffer<float> d_ent(T), d_dlp(T);
   DeviceBuffer<bf16> d_probs(T * V), d_dh(T * C);
   DeviceBuffer<uint8_t> bscratch(lm_head_backward_from_probs_scratch_bytes(T, V, 7) - 1);
-  EXPECT_THROW(lm_head_backward_from_probs(ctx(), d_dh.data(), nullptr, d_dlp.data(), nullptr,
-                                           d_probs.data(), d_h.data(), d_w.data(), nullptr,
-                                           d_ent.data(), T, C, V, 1.0f, 7, bscratch.data(),
-                                           bscratch.bytes()),
-               Error);
+  EXPECT_THROW(
+      lm_head_backward_from_probs(ctx(), d_dh.data(), nullptr, d_dlp.data(), nullptr,
+                                  d_probs.data(), d_h.data(), d_w.data(), nullptr, d_ent.data(), T,
+                                  C, V, 1.0f, 7, bscratch.data(), bscratch.bytes()),
+      Error);
 }
 
 }  // namespace

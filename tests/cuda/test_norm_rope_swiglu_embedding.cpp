@@ -42,7 +42,8 @@ TEST_F(CudaOps, RmsnormBf16MatchesCpu) {
       cpu::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), R, C, eps);
       cpu::rmsnorm_backward(dx.data(), dw.data(), g.data(), x.data(), w.data(), rstd.data(), R, C);
 
-      auto d_x = upload_bf16(x), d_w = upload_bf16(w), d_g = upload_bf16(g), d_dx = upload_bf16(dx0);
+      auto d_x = upload_bf16(x), d_w = upload_bf16(w), d_g = upload_bf16(g),
+           d_dx = upload_bf16(dx0);
       DeviceBuffer<bf16> d_out(R * C);
       DeviceBuffer<float> d_rstd(R), d_dw(dw0);
       rmsnorm_forward(ctx(), d_out.data(), d_rstd.data(), d_x.data(), d_w.data(), R, C, eps);
@@ -91,8 +92,10 @@ TEST_F(CudaOps, RmsnormWeightGradIsDeterministic) {
     DeviceBuffer<float> dw(std::vector<float>(C, 0.0f));
     rmsnorm_backward(ctx(), nullptr, dw.data(), g.data(), x.data(), nullptr, rstd.data(), R, C);
     sync();
-    if (run == 0) first = dw.download();
-    else EXPECT_TRUE(bitwise_equal(dw.download(), first)) << "run " << run;
+    if (run == 0)
+      first = dw.download();
+    else
+      EXPECT_TRUE(bitwise_equal(dw.download(), first)) << "run " << run;
   }
 }
 
@@ -128,7 +131,7 @@ TEST_F(CudaOps, RopeMatchesCpuBothPrecisions) {
           const auto x = bf16_rounded(randn(n, 41 + D));
           std::vector<float> want = x;
           (backward ? cpu::rope_backward : cpu::rope_forward)(want.data(), pos.data(), inv.data(),
-                                                               T, nh, D);
+                                                              T, nh, D);
           auto d_b = upload_bf16(x);
           DeviceBuffer<float> d_f(x);
           if (backward) {

@@ -62,8 +62,8 @@ TEST_F(OffloadTest, OffloadedStateStepsBitwiseLikeResident) {
   };
   for (const Case c : {Case{0.3, 0.3, 4096}, Case{1.0, 0.0, 1000}, Case{0.0, 1.0, 1 << 20},
                        Case{0.25, 0.7, 8192}, Case{1.0, 1.0, 77777}}) {
-    SCOPED_TRACE("params " + std::to_string(c.params) + " optimizer " + std::to_string(c.optimizer) +
-                 " bucket " + std::to_string(c.bucket));
+    SCOPED_TRACE("params " + std::to_string(c.params) + " optimizer " +
+                 std::to_string(c.optimizer) + " bucket " + std::to_string(c.bucket));
     OffloadConfig o;
     o.params = c.params;
     o.optimizer = c.optimizer;
@@ -72,7 +72,8 @@ TEST_F(OffloadTest, OffloadedStateStepsBitwiseLikeResident) {
     // What lives on the host: the offloaded shares of the master (4 bytes) and both moments (8).
     const double expect_host = 4.0 * c.params * n + 8.0 * c.optimizer * n;
     EXPECT_NEAR(static_cast<double>(off.host_bytes()), expect_host, 12.0 * 256 + 1);
-    EXPECT_LT(off.device_bytes(), resident.device_bytes() + 9 * sizeof(float) * static_cast<size_t>(o.bucket));
+    EXPECT_LT(off.device_bytes(),
+              resident.device_bytes() + 9 * sizeof(float) * static_cast<size_t>(o.bucket));
     train(off, ctx());
     EXPECT_EQ(off.download_weights(), want_w);
     const optim::AdamWState opt = off.download_optimizer_state();

@@ -1,12 +1,10 @@
 // Paged attention on the GPU (src/ops/cuda/paged_attention.cu), fast and reference kernels, against
 // the CPU runner's attention (CpuModelRunner::attention, restated here on the same bf16-rounded
 // cache): ragged contexts 1..700 over 16-token blocks scattered through the pool, decode items
-// (split-K with partitions of 64 and 512 keys, one partition and many) mixed with prefill chunks that
-// start after a cached prefix, H/Hkv/D = 14/2/64, 4/4/24 (reference kernels only), 12/2/128, 4/2/16,
-// block sizes 16, 24 and 8. Also the KV write (plain and fused with q/k-norm and RoPE) and the
-// copy-on-write block copies, which must be exact.
-#include "ops/cuda/paged_attention.h"
-
+// (split-K with partitions of 64 and 512 keys, one partition and many) mixed with prefill chunks
+// that start after a cached prefix, H/Hkv/D = 14/2/64, 4/4/24 (reference kernels only), 12/2/128,
+// 4/2/16, block sizes 16, 24 and 8. Also the KV write (plain and fused with q/k-norm and RoPE) and
+// the copy-on-write block copies, which must be exact.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +14,7 @@
 #include <vector>
 
 #include "ops/cpu/ops.h"
+#include "ops/cuda/paged_attention.h"
 #include "test_util.h"
 
 namespace verl::ops::cuda::test {
@@ -68,9 +67,9 @@ Step make_step(const std::vector<Item>& items, int64_t bs, uint64_t seed) {
   return s;
 }
 
-// CpuModelRunner::attention: token t attends to keys 0..positions[t] of its item's table, two passes
-// (max, then exp-sum and weighted values), fp32. `mag` gets sum_j p_j |v_j| per output element, the
-// scale of the error from rounding p to bf16 (the tensor-core prefill does).
+// CpuModelRunner::attention: token t attends to keys 0..positions[t] of its item's table, two
+// passes (max, then exp-sum and weighted values), fp32. `mag` gets sum_j p_j |v_j| per output
+// element, the scale of the error from rounding p to bf16 (the tensor-core prefill does).
 std::vector<float> cpu_paged_attention(const Step& s, const std::vector<float>& q,
                                        const std::vector<float>& kc, const std::vector<float>& vc,
                                        int64_t H, int64_t Hkv, int64_t D, std::vector<float>& mag) {
@@ -136,9 +135,10 @@ void check_attention(const CudaContext& ctx, const CudaSession& session,
                      const std::vector<Item>& items, int64_t H, int64_t Hkv, int64_t D,
                      int32_t partition, int64_t max_context_pad, uint64_t seed,
                      int32_t max_partitions = 0, int32_t block_size = 16) {
-  SCOPED_TRACE(label(H, Hkv, D, " partition " + std::to_string(partition) + " max_partitions " +
-                                    std::to_string(max_partitions) + " block_size " +
-                                    std::to_string(block_size)));
+  SCOPED_TRACE(label(H, Hkv, D,
+                     " partition " + std::to_string(partition) + " max_partitions " +
+                         std::to_string(max_partitions) + " block_size " +
+                         std::to_string(block_size)));
   const Step s = make_step(items, block_size, seed);
   const int64_t ts = Hkv * D, pool = s.num_blocks * s.bs * ts;
   // Cache contents: random (stale values where this step writes), new k/v written by the kernel.
@@ -176,7 +176,8 @@ void check_attention(const CudaContext& ctx, const CudaSession& session,
         paged_attention_workspace_bytes(s.B, H, D, plan.max_context, partition, max_partitions);
     DeviceBuffer<uint8_t> d_ws(std::max<size_t>(ws, 1));
     DeviceBuffer<bf16> d_out(static_cast<size_t>(s.T * H * D));
-    VERL_CUDA_CHECK(cudaMemsetAsync(d_out.data(), 0xff, d_out.bytes(), ctx.stream));  // NaN: all written
+    VERL_CUDA_CHECK(
+        cudaMemsetAsync(d_out.data(), 0xff, d_out.bytes(), ctx.stream));  // NaN: all written
     paged_attention(ctx, d_out.data(), d_q.data(), d_kc.data(), d_vc.data(), d_tables.data(), s.W,
                     d_cu.data(), d_pos.data(), s.B, s.T, H, Hkv, D, s.bs,
                     1.0f / std::sqrt(static_cast<float>(D)), plan, d_ws.data(), d_ws.size());
@@ -184,10 +185,11 @@ void check_attention(const CudaContext& ctx, const CudaSession& session,
     const std::vector<float> got = download_bf16(d_out);
     int misses = 0;
     for (size_t i = 0; i < got.size(); ++i) {
-      const double bound = kAttnOut.atol + kAttnOut.rtol * std::abs(want[i]) + kPagedAttnBf16P * mag[i];
+      const double bound =
+          kAttnOut.atol + kAttnOut.rtol * std::abs(want[i]) + kPagedAttnBf16P * mag[i];
       if (!(std::abs(double(got[i]) - want[i]) <= bound) && ++misses <= 5) {
-        ADD_FAILURE() << "out[" << i << "] (token " << i / (H * D) << "): got " << got[i] << " want "
-                      << want[i] << " (bound " << bound << ")";
+        ADD_FAILURE() << "out[" << i << "] (token " << i / (H * D) << "): got " << got[i]
+                      << " want " << want[i] << " (bound " << bound << ")";
       }
     }
     EXPECT_EQ(misses, 0) << misses << " of " << got.size() << " out of tolerance";
@@ -196,9 +198,9 @@ void check_attention(const CudaContext& ctx, const CudaSession& session,
 
 // Decode items at context lengths around the tile (64) and partition (512) edges, and prefill
 // chunks: whole prompts (start 0), chunks after a cached prefix, a 2-token chunk, a 129-token one.
-const std::vector<Item> kMixed = {{0, 1},   {1, 1},   {16, 1},  {62, 1},  {63, 1},  {64, 1},
-                                  {299, 1}, {510, 1}, {511, 1}, {512, 1}, {699, 1}, {0, 37},
-                                  {37, 70}, {600, 100}, {0, 2},  {15, 129}, {5, 1}};
+const std::vector<Item> kMixed = {{0, 1},   {1, 1},     {16, 1},  {62, 1},   {63, 1},  {64, 1},
+                                  {299, 1}, {510, 1},   {511, 1}, {512, 1},  {699, 1}, {0, 37},
+                                  {37, 70}, {600, 100}, {0, 2},   {15, 129}, {5, 1}};
 
 TEST_F(CudaPagedAttention, MixedStepMatchesCpuRunner) {
   uint64_t seed = 300;
@@ -249,7 +251,8 @@ void check_rope_write(const CudaContext& ctx, const CudaSession& session, int64_
   for (int64_t i = 0; i < D / 2; ++i) {
     inv_freq[i] = static_cast<float>(1.0 / std::pow(10000.0, 2.0 * i / D));
   }
-  const std::vector<float> cache0 = bf16_rounded(randn(static_cast<size_t>(slots_n * kvd), seed + 4));
+  const std::vector<float> cache0 =
+      bf16_rounded(randn(static_cast<size_t>(slots_n * kvd), seed + 4));
 
   // CPU: split, [rmsnorm -> bf16], rope.
   std::vector<float> q(T * qd), k(T * kvd), v(T * kvd);
@@ -287,7 +290,6 @@ void check_rope_write(const CudaContext& ctx, const CudaSession& session, int64_
   expect_close("q", download_bf16(d_q), q, kBf16Out);
   expect_close("k cache", download_bf16(d_kc), kc, kBf16Out);
   EXPECT_TRUE(download_bf16(d_vc) == vc) << "v cache must be an exact copy";
-
 }
 
 TEST_F(CudaPagedAttention, FusedRopeKvWriteMatchesCpuOps) {

@@ -33,7 +33,8 @@ TEST_F(RewardModelCudaTest, ScoresMatchTheCpuModel) {
   std::vector<std::vector<int32_t>> seqs;
   for (int n : {1, 5, 17, 64, 3, 120, 33}) {
     std::vector<int32_t> s(static_cast<size_t>(n));
-    for (int32_t& t : s) t = static_cast<int32_t>(rng.uniform() * static_cast<double>(w.config.vocab_size - 1));
+    for (int32_t& t : s)
+      t = static_cast<int32_t>(rng.uniform() * static_cast<double>(w.config.vocab_size - 1));
     seqs.push_back(std::move(s));
   }
   trainer::RewardModel cpu(Device::Cpu, w, kRm, 512, 16);

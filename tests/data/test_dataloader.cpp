@@ -21,7 +21,8 @@ using OJ = nlohmann::ordered_json;
 RLDataset numbered(int64_t n, DatasetOptions opts = {}) {
   std::vector<OJ> rows;
   for (int64_t i = 0; i < n; ++i)
-    rows.push_back(make_row(fmt::format("Question {}: what is {} + {}?", i, i, i), std::to_string(i)));
+    rows.push_back(
+        make_row(fmt::format("Question {}: what is {} + {}?", i, i, i), std::to_string(i)));
   return RLDataset::from_rows(rows, "rows.jsonl", qwen3(), opts);
 }
 
@@ -98,7 +99,8 @@ TEST(DataLoader, EpochsDropLastAndEveryRowOnce) {
   ASSERT_EQ(all2.size(), 15u);
   for (int64_t e = 0; e < 3; ++e) {
     std::multiset<int64_t> rows;
-    for (int64_t b = 0; b < 5; ++b) rows.insert(all2[e * 5 + b].indices.begin(), all2[e * 5 + b].indices.end());
+    for (int64_t b = 0; b < 5; ++b)
+      rows.insert(all2[e * 5 + b].indices.begin(), all2[e * 5 + b].indices.end());
     EXPECT_EQ(rows.size(), 23u);
     EXPECT_EQ(std::set<int64_t>(rows.begin(), rows.end()).size(), 23u);
     EXPECT_EQ(all2[e * 5 + 4].indices.size(), 3u);
@@ -174,7 +176,8 @@ TEST(DataLoader, StateRestoresTheRemainingBatchesExactly) {
     resumed.load_state(st);
     auto tail = drain(resumed);
     ASSERT_EQ(static_cast<int64_t>(tail.size()), 15 - cut) << "cut " << cut;
-    for (size_t i = 0; i < tail.size(); ++i) EXPECT_EQ(tail[i], all[cut + i]) << "cut " << cut << " batch " << i;
+    for (size_t i = 0; i < tail.size(); ++i)
+      EXPECT_EQ(tail[i], all[cut + i]) << "cut " << cut << " batch " << i;
   }
 
   // load_state on a loader that already prefetched elsewhere drops what it had queued.
@@ -232,7 +235,8 @@ TEST(DataLoader, WorkerErrorsSurfaceInOrder) {
         loader.next();
         FAIL() << "expected the worker's error";
       } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("prompts.jsonl:6: prompt length"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("prompts.jsonl:6: prompt length"), std::string::npos)
+            << e.what();
       }
     }
     EXPECT_EQ(loader.state()["batch"], 1);  // the failed batch was not consumed
@@ -249,7 +253,8 @@ TEST(DataLoader, TooSmallDatasetIsAnError) {
     DataLoader loader(ds, o);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("3 rows, fewer than one batch of 4"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("3 rows, fewer than one batch of 4"), std::string::npos)
+        << e.what();
   }
   o.drop_last = false;
   DataLoader ok(ds, o);
@@ -257,8 +262,9 @@ TEST(DataLoader, TooSmallDatasetIsAnError) {
 }
 
 TEST(DataLoader, OptionsFromConfigAndValidation) {
-  config::Config cfg = config::load_config("", {"data.train_batch_size=6", "data.seed=42", "trainer.total_epochs=2",
-                                                "data.dataloader_num_workers=3", "data.prefetch_factor=5"});
+  config::Config cfg =
+      config::load_config("", {"data.train_batch_size=6", "data.seed=42", "trainer.total_epochs=2",
+                               "data.dataloader_num_workers=3", "data.prefetch_factor=5"});
   LoaderOptions t = LoaderOptions::train_from_config(cfg);
   EXPECT_EQ(t.batch_size, 6);  // gen_batch_size follows train_batch_size
   EXPECT_EQ(t.seed, 42u);

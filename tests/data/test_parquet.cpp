@@ -323,7 +323,8 @@ namespace {
 // A column of the wrong type (tools/parquet/make_fixtures.mjs: `prompt` written as INT64 by
 // hyparquet-writer): the file reads, and the dataset refuses the row naming file, row and field.
 TEST(Parquet, AColumnOfTheWrongTypeNamesFileRowAndField) {
-  const std::string p = std::string(VERL_SOURCE_DIR) + "/tests/fixtures/parquet/bad/prompt_int64_hyparquet.parquet";
+  const std::string p =
+      std::string(VERL_SOURCE_DIR) + "/tests/fixtures/parquet/bad/prompt_int64_hyparquet.parquet";
   const std::vector<OJ> rows = read_parquet(p);
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_TRUE(rows[0]["prompt"].is_number_integer());

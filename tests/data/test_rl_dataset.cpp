@@ -41,10 +41,12 @@ std::string error_of(Fn fn) {
 
 TEST(RLDataset, RowsBecomeTemplatedTokenizedSamples) {
   ScratchDir dir;
-  std::vector<OJ> rows = {make_row("What is 6 * 7?", "42"), make_row("Add 2 and 3.", 5, "lighteval/MATH", true),
+  std::vector<OJ> rows = {make_row("What is 6 * 7?", "42"),
+                          make_row("Add 2 and 3.", 5, "lighteval/MATH", true),
                           make_row("Übung: 10 / 4?", 2.5)};
   // A blank line in the middle: line numbers keep counting it.
-  const std::string path = dir.write("train.jsonl", rows[0].dump() + "\n\n" + rows[1].dump() + "\n" + rows[2].dump());
+  const std::string path =
+      dir.write("train.jsonl", rows[0].dump() + "\n\n" + rows[1].dump() + "\n" + rows[2].dump());
   RLDataset ds = RLDataset::load({path}, qwen3(), DatasetOptions{});
   ASSERT_EQ(ds.size(), 3);
   EXPECT_EQ(ds.stats().rows_read, 3);
@@ -104,8 +106,8 @@ TEST(RLDataset, CustomPromptAndRewardKeys) {
 }
 
 TEST(RLDataset, FilterOverlongPromptsDropsAndCounts) {
-  std::vector<OJ> rows = {make_row("short one", "1"), make_row(long_question(), "2"), make_row("short two", "3"),
-                          make_row(long_question() + "again", "4")};
+  std::vector<OJ> rows = {make_row("short one", "1"), make_row(long_question(), "2"),
+                          make_row("short two", "3"), make_row(long_question() + "again", "4")};
   const int64_t short_len = static_cast<int64_t>(reference_ids(rows[2]).size());
   const int64_t long_len = static_cast<int64_t>(reference_ids(rows[1]).size());
   ASSERT_LT(short_len, long_len);
@@ -150,7 +152,8 @@ TEST(RLDataset, TruncationModes) {
   Sample left = ids_with(Truncation::Left);
   EXPECT_EQ(left.prompt_ids, std::vector<int32_t>(full.end() - max, full.end()));
   EXPECT_EQ(left.full_prompt_length, static_cast<int64_t>(full.size()));
-  EXPECT_EQ(ids_with(Truncation::Right).prompt_ids, std::vector<int32_t>(full.begin(), full.begin() + max));
+  EXPECT_EQ(ids_with(Truncation::Right).prompt_ids,
+            std::vector<int32_t>(full.begin(), full.begin() + max));
   std::vector<int32_t> middle(full.begin(), full.begin() + 12);
   middle.insert(middle.end(), full.end() - 13, full.end());
   EXPECT_EQ(ids_with(Truncation::Middle).prompt_ids, middle);
@@ -170,14 +173,17 @@ TEST(RLDataset, TruncatePromptEdgeCases) {
   std::vector<int32_t> ids = {1, 2, 3, 4, 5};
   EXPECT_EQ(truncate_prompt(ids, 5, Truncation::Error), ids);
   EXPECT_EQ(truncate_prompt(ids, 4, Truncation::Middle), (std::vector<int32_t>{1, 2, 4, 5}));
-  EXPECT_EQ(truncate_prompt(ids, 1, Truncation::Middle), (std::vector<int32_t>{5}));  // 0 head, 1 tail
+  EXPECT_EQ(truncate_prompt(ids, 1, Truncation::Middle),
+            (std::vector<int32_t>{5}));  // 0 head, 1 tail
   EXPECT_EQ(truncate_prompt(ids, 2, Truncation::Left), (std::vector<int32_t>{4, 5}));
   EXPECT_THROW(truncate_prompt(ids, 4, Truncation::Error), Error);
   EXPECT_EQ(parse_truncation("middle"), Truncation::Middle);
-  EXPECT_NE(error_of([] { parse_truncation("center"); }).find("error, left, right, middle"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_truncation("center"); }).find("error, left, right, middle"),
+            std::string::npos);
 }
 
-// Each bad row sits on line 3 (after a good row and a blank line); the error names file:3 and the problem.
+// Each bad row sits on line 3 (after a good row and a blank line); the error names file:3 and the
+// problem.
 TEST(RLDataset, BadRowsNameFileAndLine) {
   ScratchDir dir;
   const std::string good = make_row("fine", "1").dump();
@@ -214,7 +220,8 @@ TEST(RLDataset, BadRowsNameFileAndLine) {
       {bad_extra.dump(), "'extra_info' must be an object"},
   };
   for (size_t c = 0; c < cases.size(); ++c) {
-    const std::string path = dir.write(fmt::format("bad{}.jsonl", c), good + "\n\n" + cases[c].first + "\n" + good + "\n");
+    const std::string path = dir.write(fmt::format("bad{}.jsonl", c),
+                                       good + "\n\n" + cases[c].first + "\n" + good + "\n");
     const std::string msg = error_of([&] { RLDataset::load({path}, qwen3(), DatasetOptions{}); });
     EXPECT_NE(msg.find(path + ":3:"), std::string::npos) << "case " << c << ": " << msg;
     EXPECT_NE(msg.find(cases[c].second), std::string::npos) << "case " << c << ": " << msg;
@@ -222,15 +229,18 @@ TEST(RLDataset, BadRowsNameFileAndLine) {
   // A reward-model row may leave ground_truth out.
   OJ model_row = no_gt;
   model_row["reward_model"]["style"] = "model";
-  EXPECT_EQ(RLDataset::from_rows({model_row}, "mem", qwen3(), DatasetOptions{}).get(0).ground_truth, "");
+  EXPECT_EQ(RLDataset::from_rows({model_row}, "mem", qwen3(), DatasetOptions{}).get(0).ground_truth,
+            "");
 }
 
 TEST(RLDataset, FileProblems) {
   ScratchDir dir;
-  EXPECT_NE(error_of([&] { RLDataset::load({"/nonexistent/x.jsonl"}, qwen3(), DatasetOptions{}); })
-                .find("cannot open dataset file /nonexistent/x.jsonl"),
+  EXPECT_NE(error_of([&] {
+              RLDataset::load({"/nonexistent/x.jsonl"}, qwen3(), DatasetOptions{});
+            }).find("cannot open dataset file /nonexistent/x.jsonl"),
             std::string::npos);
-  // A directory is not read as an empty file, and an empty file is named (not blamed on a batch size).
+  // A directory is not read as an empty file, and an empty file is named (not blamed on a batch
+  // size).
   std::string msg0 = error_of([&] { RLDataset::load({dir.path()}, qwen3(), DatasetOptions{}); });
   EXPECT_NE(msg0.find(dir.path() + ": it is a directory"), std::string::npos) << msg0;
   const std::string empty = dir.write("empty.jsonl", "\n");
@@ -239,36 +249,47 @@ TEST(RLDataset, FileProblems) {
   const std::string parquet = dir.write("train.parquet", "PAR1");
   const std::string msg = error_of([&] { RLDataset::load({parquet}, qwen3(), DatasetOptions{}); });
   // Parquet is read now (tests/data/test_parquet.cpp); a 4-byte file is named as too short.
-  EXPECT_NE(msg.find(parquet + ": 4 bytes is too short for a parquet file"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(parquet + ": 4 bytes is too short for a parquet file"), std::string::npos)
+      << msg;
   if (const char* home = std::getenv("HOME")) {
     EXPECT_EQ(expand_user("~/d/x.jsonl"), std::string(home) + "/d/x.jsonl");
   }
   EXPECT_EQ(expand_user("a/~/b"), "a/~/b");
   const std::string obj = dir.write("x.json", make_row("q", "1").dump());
-  EXPECT_NE(error_of([&] { RLDataset::load({obj}, qwen3(), DatasetOptions{}); }).find("must be an array"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { RLDataset::load({obj}, qwen3(), DatasetOptions{}); }).find("must be an array"),
+      std::string::npos);
 }
 
-// With the trainer's scorer check, a row no built-in scorer can score fails at load, naming file:line.
+// With the trainer's scorer check, a row no built-in scorer can score fails at load, naming
+// file:line.
 TEST(RLDataset, RewardInputsAreCheckedAtLoad) {
   ScratchDir dir;
   DatasetOptions opts;
-  opts.check_reward_inputs = [](const std::string& ds, const nlohmann::json& gt) { reward::check_reward_inputs(ds, gt); };
+  opts.check_reward_inputs = [](const std::string& ds, const nlohmann::json& gt) {
+    reward::check_reward_inputs(ds, gt);
+  };
   const std::string good = make_row("q", "1").dump();
-  const std::string bad_gt = dir.write("gt.jsonl", good + "\n" + make_row("q", OJ::array({1, 2})).dump() + "\n");
+  const std::string bad_gt =
+      dir.write("gt.jsonl", good + "\n" + make_row("q", OJ::array({1, 2})).dump() + "\n");
   std::string msg = error_of([&] { RLDataset::load({bad_gt}, qwen3(), opts); });
-  EXPECT_NE(msg.find(bad_gt + ":2: gsm8k: ground_truth must be a string"), std::string::npos) << msg;
-  const std::string bad_src = dir.write("src.jsonl", make_row("q", "1", "my/unknown").dump() + "\n");
+  EXPECT_NE(msg.find(bad_gt + ":2: gsm8k: ground_truth must be a string"), std::string::npos)
+      << msg;
+  const std::string bad_src =
+      dir.write("src.jsonl", make_row("q", "1", "my/unknown").dump() + "\n");
   msg = error_of([&] { RLDataset::load({bad_src}, qwen3(), opts); });
-  EXPECT_NE(msg.find(bad_src + ":1: no reward function for data_source 'my/unknown'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(bad_src + ":1: no reward function for data_source 'my/unknown'"),
+            std::string::npos)
+      << msg;
   // Without the check (a reward command scores its own rows) the same rows load.
   EXPECT_EQ(RLDataset::load({bad_src}, qwen3(), DatasetOptions{}).size(), 1);
 }
 
 TEST(RLDataset, OptionsFromConfig) {
-  config::Config cfg = config::load_config("", {"data.max_prompt_length=77", "data.truncation=middle",
-                                                "data.filter_overlong_prompts=true", "data.prompt_key=chat",
-                                                "data.val_max_samples=9", "data.apply_chat_template_kwargs={enable_thinking: false}"});
+  config::Config cfg = config::load_config(
+      "", {"data.max_prompt_length=77", "data.truncation=middle",
+           "data.filter_overlong_prompts=true", "data.prompt_key=chat", "data.val_max_samples=9",
+           "data.apply_chat_template_kwargs={enable_thinking: false}"});
   DatasetOptions o = DatasetOptions::from_config(cfg);
   EXPECT_EQ(o.max_prompt_length, 77);
   EXPECT_EQ(o.truncation, Truncation::Middle);
@@ -281,10 +302,11 @@ TEST(RLDataset, OptionsFromConfig) {
 
   // Whole datasets from the config's file lists.
   ScratchDir dir;
-  const std::string train = dir.write("t.jsonl", to_jsonl({make_row("a", "1"), make_row("b", "2")}));
+  const std::string train =
+      dir.write("t.jsonl", to_jsonl({make_row("a", "1"), make_row("b", "2")}));
   const std::string val = dir.write("v.jsonl", to_jsonl({make_row("c", "3")}));
-  config::Config files = config::load_config("", {"data.train_files=[" + train + "," + train + "]",
-                                                  "data.val_files=" + val});
+  config::Config files = config::load_config(
+      "", {"data.train_files=[" + train + "," + train + "]", "data.val_files=" + val});
   EXPECT_EQ(RLDataset::from_config(files, qwen3()).size(), 4);
   EXPECT_EQ(RLDataset::from_config(files, qwen3(), true).get(0).ground_truth, "3");
 

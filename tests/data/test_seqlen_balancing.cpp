@@ -73,7 +73,8 @@ TEST(KarmarkarKarp, EqualSizeMatchesVerl) {
   std::vector<int64_t> lens = {1, 2, 3, 4, 5, 6, 7, 8};
   Partitions raw = karmarkar_karp(lens, 2, true);
   EXPECT_EQ(raw, (Partitions{{7, 4, 2, 1}, {6, 5, 3, 0}}));
-  EXPECT_EQ(get_seqlen_balanced_partitions(lens, 2, true), (Partitions{{1, 2, 4, 7}, {0, 3, 5, 6}}));
+  EXPECT_EQ(get_seqlen_balanced_partitions(lens, 2, true),
+            (Partitions{{1, 2, 4, 7}, {0, 3, 5, 6}}));
   EXPECT_THROW(karmarkar_karp(lens, 3, true), Error);
 }
 
@@ -158,7 +159,8 @@ TEST(RearrangeMicroBatches, NeverExceedsTheBudget) {
     rearrange_micro_batches({4, 12, 3}, budget(9));
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("sequence 1 has 12 tokens"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("sequence 1 has 12 tokens"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -188,17 +190,23 @@ TEST(RearrangeMicroBatches, RandomisedInvariants) {
     const int64_t budget = 64 + static_cast<int64_t>(rng.below(4096));
     std::vector<int64_t> lens(static_cast<size_t>(n));
     // Mixed: many short sequences and a few near the budget, where packing is hardest.
-    for (auto& l : lens) l = rng.below(4) == 0 ? budget - static_cast<int64_t>(rng.below(budget / 4 + 1))
-                                                : 1 + static_cast<int64_t>(rng.below(budget / 2));
+    for (auto& l : lens)
+      l = rng.below(4) == 0 ? budget - static_cast<int64_t>(rng.below(budget / 4 + 1))
+                            : 1 + static_cast<int64_t>(rng.below(budget / 2));
     const int64_t total = std::accumulate(lens.begin(), lens.end(), int64_t{0});
     MicroBatchOptions opts;
     opts.max_token_len = budget;
     // Another rank may need more micro-batches: the agreed count is at least ours.
     const int64_t extra = static_cast<int64_t>(rng.below(3));
     int64_t asked = -1;
-    if (trial % 3 == 0) opts.dp_max = [&](int64_t k) { asked = k; return std::min(n, k + extra); };
+    if (trial % 3 == 0)
+      opts.dp_max = [&](int64_t k) {
+        asked = k;
+        return std::min(n, k + extra);
+      };
     if (trial % 5 == 0) opts.num_batches_divided_by = 2;
-    if (trial % 4 == 1) opts.kk_attempts = 0;  // the first-fit-decreasing fallback, split to the agreed count
+    if (trial % 4 == 1)
+      opts.kk_attempts = 0;  // the first-fit-decreasing fallback, split to the agreed count
     MicroBatches mb;
     try {
       mb = rearrange_micro_batches(lens, opts);

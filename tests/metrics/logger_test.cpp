@@ -199,7 +199,9 @@ TEST(JsonlLogger, FullDiskIsAnErrorNamingTheFile) {
     j.log(1, step_metrics(1));
     FAIL() << "log() on a full disk did not fail";
   } catch (const verl::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("jsonl: write to '" + path + "' failed"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("jsonl: write to '" + path + "' failed"),
+              std::string::npos)
+        << e.what();
   }
   MultiLogger multi;
   multi.add("jsonl", std::make_unique<JsonlLogger>(path));

@@ -168,8 +168,8 @@ TEST(TfEvents, FullDiskIsAnErrorNamingTheFile) {
     TfEventsWriter w(dir.string(), "events.out.tfevents.full");
     FAIL() << "opening an event file on a full disk did not fail";
   } catch (const verl::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("tensorboard: write to '" + (dir / "events.out.tfevents.full").string() +
-                                         "' failed"),
+    EXPECT_NE(std::string(e.what()).find("tensorboard: write to '" +
+                                         (dir / "events.out.tfevents.full").string() + "' failed"),
               std::string::npos)
         << e.what();
   }

@@ -92,11 +92,11 @@ TEST(GradSync, StagesZeroOneTwoGiveTheSumOverRanks) {
   }
 }
 
-
 // Every rank's gradient of a range as run_backward writes it over micro-batches 0 and 1.
 std::vector<float> local_grads(int r, int64_t numel) {
   std::vector<float> g(static_cast<size_t>(numel));
-  for (int64_t i = 0; i < numel; ++i) g[i] = grad(r, i, 0) + grad(r, i, 1) + 0.37f * static_cast<float>((i * 13 + r * 5) % 11);
+  for (int64_t i = 0; i < numel; ++i)
+    g[i] = grad(r, i, 0) + grad(r, i, 1) + 0.37f * static_cast<float>((i * 13 + r * 5) % 11);
   return g;
 }
 
@@ -113,7 +113,8 @@ TEST(GradSync, LightweightSumsEveryRanksMessage) {
       cfg.top_k = 0.3;
       cfg.values = values;
       SyncStats stats;
-      std::vector<float> grads(static_cast<size_t>(chunk * n), 0.0f), carry(static_cast<size_t>(numel), 0.25f);
+      std::vector<float> grads(static_cast<size_t>(chunk * n), 0.0f),
+          carry(static_cast<size_t>(numel), 0.25f);
       std::vector<float> want(static_cast<size_t>(numel), 0.0f);
       double want_bytes = 0;
       for (const auto& rg : ranges) {
@@ -140,7 +141,8 @@ TEST(GradSync, LightweightSumsEveryRanksMessage) {
         EXPECT_TRUE(sync.finish());
       }
       for (int64_t i = 0; i < numel; ++i)
-        EXPECT_EQ(grads[i], want[i]) << "stage " << stage << " " << to_string(values) << ", element " << i;
+        EXPECT_EQ(grads[i], want[i])
+            << "stage " << stage << " " << to_string(values) << ", element " << i;
       // This rank's carry: its accumulated gradient minus what it sent.
       const std::vector<float> g = local_grads(r, numel);
       int64_t sent = 0;

@@ -23,9 +23,9 @@ struct Shape {
 };
 
 // Full T x T score matrix in double with a block-diagonal causal mask (-inf outside).
-void naive_attention(std::vector<double>& out, std::vector<double>& lse, const std::vector<float>& q,
-                     const std::vector<float>& k, const std::vector<float>& v, const Shape& s,
-                     double scale) {
+void naive_attention(std::vector<double>& out, std::vector<double>& lse,
+                     const std::vector<float>& q, const std::vector<float>& k,
+                     const std::vector<float>& v, const Shape& s, double scale) {
   const int64_t T = s.T(), H = s.H, Hkv = s.Hkv, D = s.D, rep = H / Hkv;
   std::vector<int64_t> seq_of(T);
   for (int64_t b = 0; b < s.B(); ++b)
@@ -183,12 +183,12 @@ TEST(Attention, RejectsBadCuSeqlens) {
   auto in = make_inputs(s, 500);
   std::vector<float> out(s.T() * s.H * s.D), lse(s.T() * s.H);
   std::vector<int32_t> bad = {0, 3, 4};  // ends at 4, but T = 5
-  EXPECT_THROW(cpu::attention_forward(out.data(), lse.data(), in.q.data(), in.k.data(),
-                                      in.v.data(), bad.data(), 2, 5, 2, 2, 4, 1.0f),
+  EXPECT_THROW(cpu::attention_forward(out.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(),
+                                      bad.data(), 2, 5, 2, 2, 4, 1.0f),
                verl::Error);
   std::vector<int32_t> ok = s.cu;
-  EXPECT_THROW(cpu::attention_forward(out.data(), lse.data(), in.q.data(), in.k.data(),
-                                      in.v.data(), ok.data(), 2, 5, 3, 2, 4, 1.0f),  // 3 % 2 != 0
+  EXPECT_THROW(cpu::attention_forward(out.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(),
+                                      ok.data(), 2, 5, 3, 2, 4, 1.0f),  // 3 % 2 != 0
                verl::Error);
 }
 

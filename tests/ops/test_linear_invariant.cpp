@@ -9,7 +9,8 @@ namespace verl::ops::test {
 namespace {
 
 TEST(LinearInvariant, MatchesLinearForward) {
-  for (auto [T, K, N] : {std::tuple<int64_t, int64_t, int64_t>{1, 7, 3}, {5, 19, 257}, {37, 64, 130}}) {
+  for (auto [T, K, N] :
+       {std::tuple<int64_t, int64_t, int64_t>{1, 7, 3}, {5, 19, 257}, {37, 64, 130}}) {
     std::vector<float> x = randn(T * K, 1), w = randn(N * K, 2), b = randn(N, 3);
     std::vector<float> y0(T * N), y1(T * N);
     cpu::linear_forward(y0.data(), x.data(), w.data(), b.data(), T, K, N);

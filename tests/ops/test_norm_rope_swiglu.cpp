@@ -36,7 +36,7 @@ TEST(RmsNorm, FiniteDifferences) {
       cpu::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), R, C, 1e-5f);
       return dot(out, Rw);
     };
-    loss();  // fills rstd for the backward
+    loss();                                           // fills rstd for the backward
     std::vector<float> dx(R * C, 0.5f), dw(C, 0.5f);  // accumulate onto 0.5
     cpu::rmsnorm_backward(dx.data(), dw.data(), Rw.data(), x.data(), w.data(), rstd.data(), R, C);
     for (auto& e : dx) e -= 0.5f;

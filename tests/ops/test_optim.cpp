@@ -29,9 +29,12 @@ TEST(AdamW, ThreeStepsByHand) {
     std::vector<float> g = {raw[s], 0.0f};
     cpu::adamw_step(p.data(), g.data(), m.data(), v.data(), 2, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f,
                     s + 1, 0.5f);
-    EXPECT_NEAR(p[0], want_p[s], kAdamW.atol + kAdamW.rtol * std::abs(want_p[s])) << "step " << s + 1;
-    EXPECT_NEAR(m[0], want_m[s], kAdamW.atol + kAdamW.rtol * std::abs(want_m[s])) << "step " << s + 1;
-    EXPECT_NEAR(v[0], want_v[s], kAdamW.atol + kAdamW.rtol * std::abs(want_v[s])) << "step " << s + 1;
+    EXPECT_NEAR(p[0], want_p[s], kAdamW.atol + kAdamW.rtol * std::abs(want_p[s]))
+        << "step " << s + 1;
+    EXPECT_NEAR(m[0], want_m[s], kAdamW.atol + kAdamW.rtol * std::abs(want_m[s]))
+        << "step " << s + 1;
+    EXPECT_NEAR(v[0], want_v[s], kAdamW.atol + kAdamW.rtol * std::abs(want_v[s]))
+        << "step " << s + 1;
   }
   EXPECT_NEAR(p[1], -2.991008997, 1e-6);
   EXPECT_EQ(m[1], 0.0f);

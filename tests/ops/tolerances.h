@@ -10,7 +10,7 @@ struct Tol {
 };
 
 // |got - want| <= atol + rtol * |want|
-inline constexpr Tol kForwardF32{1e-5, 1e-5};  // fp32 op vs double reference
+inline constexpr Tol kForwardF32{1e-5, 1e-5};    // fp32 op vs double reference
 inline constexpr Tol kAttentionRef{1e-5, 1e-5};  // attention vs naive masked softmax
 inline constexpr Tol kLmHeadRef{2e-5, 1e-5};     // lm_head vs naive full logits (V-long sums)
 inline constexpr Tol kSameMath{1e-6, 1e-6};      // one op run two ways (chunking, packing)

@@ -94,7 +94,8 @@ TEST(SparseSync, SelectionMatchesAStableSortForEveryK) {
   Rng rng(11);
   std::vector<float> g(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    const float m = std::ldexp(1.0f + static_cast<float>(i % 7) / 8.0f, static_cast<int>(rng.normal() * 20));
+    const float m =
+        std::ldexp(1.0f + static_cast<float>(i % 7) / 8.0f, static_cast<int>(rng.normal() * 20));
     g[i] = (i % 3 == 0 ? -1.0f : 1.0f) * (i % 5 == 0 ? 0.25f : m);  // every fifth the same
   }
   g[17] = 1e-42f;  // denormal
@@ -104,7 +105,8 @@ TEST(SparseSync, SelectionMatchesAStableSortForEveryK) {
   std::stable_sort(order.begin(), order.end(),
                    [&](int64_t a, int64_t b) { return std::fabs(g[a]) > std::fabs(g[b]); });
   for (int64_t k : {1, 2, 3, 50, 299, 300, 301, 302, 777, 1499, 1500}) {
-    const SparseLayout l = sparse_layout(n, static_cast<double>(k) / static_cast<double>(n), SyncValues::F32);
+    const SparseLayout l =
+        sparse_layout(n, static_cast<double>(k) / static_cast<double>(n), SyncValues::F32);
     ASSERT_EQ(l.k, k);
     std::vector<uint8_t> msg(l.bytes);
     sparse_compress(g.data(), nullptr, true, l, msg.data());
@@ -204,7 +206,8 @@ double quadratic_loss(bool error_feedback, int steps, float lr = 0.05f, float lo
     std::vector<float> sum(static_cast<size_t>(n), 0.0f);
     for (int r = 0; r < world; ++r) {
       std::vector<float> g(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) g[i] = (x[i] - target[i]) + (i < loud ? loud_noise : 0.01f) * noise.normal();
+      for (int64_t i = 0; i < n; ++i)
+        g[i] = (x[i] - target[i]) + (i < loud ? loud_noise : 0.01f) * noise.normal();
       sparse_compress(g.data(), carry[r].data(), error_feedback, l, msg.data());
       sparse_accumulate(msg.data(), l, sum.data());
     }
@@ -218,8 +221,10 @@ double quadratic_loss(bool error_feedback, int steps, float lr = 0.05f, float lo
 TEST(SparseSync, ErrorFeedbackIsWhatMakesTopKConverge) {
   const double start = quadratic_loss(true, 0);
   const double with = quadratic_loss(true, 300), without = quadratic_loss(false, 300);
-  std::printf("quadratic, 2 ranks, top 5%% int8, 300 steps: loss %.3g from %.3g with error feedback, %.3g "
-              "without\n", with, start, without);
+  std::printf(
+      "quadratic, 2 ranks, top 5%% int8, 300 steps: loss %.3g from %.3g with error feedback, %.3g "
+      "without\n",
+      with, start, without);
   EXPECT_LT(with, 0.01 * start);
   EXPECT_GT(without, 0.5 * start);
 }
@@ -232,7 +237,8 @@ TEST(SparseSync, NamesTheCompressionDtype) {
     sync_values_named("int4", "trainer.lightweight_sync_config.compression_dtype");
     FAIL() << "int4 accepted";
   } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("compression_dtype: 'int4'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("compression_dtype: 'int4'"), std::string::npos)
+        << e.what();
   }
 }
 

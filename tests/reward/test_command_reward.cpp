@@ -221,7 +221,8 @@ for line in sys.stdin:
   EXPECT_EQ(r.scores, (std::vector<double>{0, 0, 1e9, -0.5}));
   ASSERT_EQ(r.errors.size(), 2u);
   EXPECT_EQ(r.errors[0].index, 0);
-  EXPECT_NE(r.errors[0].message.find("the score 1e+308 is outside [-1e+09, 1e+09]"), std::string::npos)
+  EXPECT_NE(r.errors[0].message.find("the score 1e+308 is outside [-1e+09, 1e+09]"),
+            std::string::npos)
       << r.errors[0].message;
   EXPECT_EQ(r.errors[1].index, 1);
 }

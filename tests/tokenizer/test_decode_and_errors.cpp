@@ -24,8 +24,12 @@ std::string error_of(const std::function<void()>& fn) {
 
 TEST(Utf8, LossyReplacesMaximalSubpartsLikePython) {
   // Expected values from Python's bytes.decode("utf-8", "replace").
-  EXPECT_EQ(utf8_lossy("a\xE2\x82" "b"), "a\xEF\xBF\xBD" "b");                        // truncated 3-byte
-  EXPECT_EQ(utf8_lossy("\xF0\x80\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // F0 80: invalid 2nd
+  EXPECT_EQ(utf8_lossy("a\xE2\x82"
+                       "b"),
+            "a\xEF\xBF\xBD"
+            "b");  // truncated 3-byte
+  EXPECT_EQ(utf8_lossy("\xF0\x80\x80"),
+            "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // F0 80: invalid 2nd
   EXPECT_EQ(utf8_lossy("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate
   EXPECT_EQ(utf8_lossy("\xC3\xA9\xFF"), "\xC3\xA9\xEF\xBF\xBD");
   EXPECT_EQ(find_invalid_utf8("ok \xC3\xA9 \xF0\x9F\x98\x80"), kUtf8Valid);
@@ -85,7 +89,9 @@ TEST(Streaming, HoldsBackHalfCharactersAndReplacesBrokenOnes) {
   EXPECT_EQ(dec.push(byte_token(0x80)), "\xF0\x9F\x98\x80");
   // A started character interrupted by ASCII: U+FFFD, then the ASCII.
   EXPECT_EQ(dec.push(byte_token(0xE2)), "");
-  EXPECT_EQ(dec.push(tok->token_to_id("a")), "\xEF\xBF\xBD" "a");
+  EXPECT_EQ(dec.push(tok->token_to_id("a")),
+            "\xEF\xBF\xBD"
+            "a");
   // A dangling start at the end comes out of finish() as U+FFFD.
   EXPECT_EQ(dec.push(byte_token(0xC3)), "");
   EXPECT_EQ(dec.finish(), "\xEF\xBF\xBD");
@@ -105,7 +111,8 @@ nlohmann::json tiny_tokenizer(bool pair_merges) {
   nlohmann::json merges = nlohmann::json::array();
   // Rank order matters: "b c" outranks "a b", so "abc" becomes a + bc, which has no merge, and
   // the token "abc" is never produced from it.
-  for (auto [l, r] : std::vector<std::pair<std::string, std::string>>{{"b", "c"}, {"a", "b"}, {"ab", "c"}, {sp, "a"}})
+  for (auto [l, r] : std::vector<std::pair<std::string, std::string>>{
+           {"b", "c"}, {"a", "b"}, {"ab", "c"}, {sp, "a"}})
     merges.push_back(pair_merges ? nlohmann::json::array({l, r}) : nlohmann::json(l + " " + r));
   return {
       {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}},
@@ -113,20 +120,31 @@ nlohmann::json tiny_tokenizer(bool pair_merges) {
       {"pre_tokenizer",
        {{"type", "Sequence"},
         {"pretokenizers",
-         {{{"type", "Split"}, {"pattern", {{"Regex", R"( ?\p{L}+|\s+|[^\s\p{L}]+)"}}}, {"behavior", "Isolated"}},
+         {{{"type", "Split"},
+           {"pattern", {{"Regex", R"( ?\p{L}+|\s+|[^\s\p{L}]+)"}}},
+           {"behavior", "Isolated"}},
           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
       {"decoder", {{"type", "ByteLevel"}}},
       {"added_tokens",
        {{{"id", 300}, {"content", "<eos>"}, {"special", true}, {"normalized", false}},
-        {{"id", 301}, {"content", "[L]"}, {"special", false}, {"lstrip", true}, {"normalized", false}},
-        {{"id", 302}, {"content", "[R]"}, {"special", false}, {"rstrip", true}, {"normalized", false}},
+        {{"id", 301},
+         {"content", "[L]"},
+         {"special", false},
+         {"lstrip", true},
+         {"normalized", false}},
+        {{"id", 302},
+         {"content", "[R]"},
+         {"special", false},
+         {"rstrip", true},
+         {"normalized", false}},
         {{"id", 303}, {"content", "<eos>x"}, {"special", false}, {"normalized", false}}}},
   };
 }
 
 TEST(TinyTokenizer, MergesInRankOrderInBothFileFormats) {
   for (bool pairs : {false, true}) {
-    const Tokenizer tok = Tokenizer::from_json(tiny_tokenizer(pairs), {{"eos_token", "<eos>"}}, "tiny");
+    const Tokenizer tok =
+        Tokenizer::from_json(tiny_tokenizer(pairs), {{"eos_token", "<eos>"}}, "tiny");
     EXPECT_EQ(tok.encode("ab"), (std::vector<int32_t>{256}));
     EXPECT_EQ(tok.encode("abc"), (std::vector<int32_t>{'a', 258}));  // "b c" merges first
     EXPECT_EQ(tok.encode("abab"), (std::vector<int32_t>{256, 256}));
@@ -136,10 +154,12 @@ TEST(TinyTokenizer, MergesInRankOrderInBothFileFormats) {
 }
 
 TEST(TinyTokenizer, AddedTokensMatchLongestFirstAndStripWhitespace) {
-  const Tokenizer tok = Tokenizer::from_json(tiny_tokenizer(false), nlohmann::json::object(), "tiny");
-  EXPECT_EQ(tok.encode("<eos>x"), (std::vector<int32_t>{303}));         // longest match wins
+  const Tokenizer tok =
+      Tokenizer::from_json(tiny_tokenizer(false), nlohmann::json::object(), "tiny");
+  EXPECT_EQ(tok.encode("<eos>x"), (std::vector<int32_t>{303}));  // longest match wins
   EXPECT_EQ(tok.encode("c<eos>c"), (std::vector<int32_t>{'c', 300, 'c'}));
-  EXPECT_EQ(tok.encode("c  [L]c"), (std::vector<int32_t>{'c', 301, 'c'}));  // lstrip eats the spaces
+  EXPECT_EQ(tok.encode("c  [L]c"),
+            (std::vector<int32_t>{'c', 301, 'c'}));  // lstrip eats the spaces
   EXPECT_EQ(tok.encode("c[R] \n c"), (std::vector<int32_t>{'c', 302, 'c'}));  // rstrip eats after
   EXPECT_EQ(tok.decode(tok.encode("c<eos>c"), true), "cc");
 }
@@ -147,28 +167,43 @@ TEST(TinyTokenizer, AddedTokensMatchLongestFirstAndStripWhitespace) {
 TEST(Errors, BadTokenizerFilesNameTheProblem) {
   nlohmann::json t = tiny_tokenizer(false);
   t["model"]["type"] = "WordPiece";
-  EXPECT_NE(error_of([&] { Tokenizer::from_json(t, {}, "x.json"); }).find("unsupported model type \"WordPiece\""), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              Tokenizer::from_json(t, {}, "x.json");
+            }).find("unsupported model type \"WordPiece\""),
+            std::string::npos);
   t = tiny_tokenizer(false);
   t["model"]["type"] = "Unigram";
-  EXPECT_NE(error_of([&] { Tokenizer::from_json(t, {}, "x.json"); }).find("\"Unigram\""), std::string::npos);
+  EXPECT_NE(error_of([&] { Tokenizer::from_json(t, {}, "x.json"); }).find("\"Unigram\""),
+            std::string::npos);
   t = tiny_tokenizer(false);
   t["model"]["merges"][1] = "zz qq";
-  EXPECT_NE(error_of([&] { Tokenizer::from_json(t, {}, "x.json"); }).find("model.merges[1]"), std::string::npos);
+  EXPECT_NE(error_of([&] { Tokenizer::from_json(t, {}, "x.json"); }).find("model.merges[1]"),
+            std::string::npos);
   t = tiny_tokenizer(false);
   t["pre_tokenizer"] = {{"type", "Metaspace"}};
-  EXPECT_NE(error_of([&] { Tokenizer::from_json(t, {}, "x.json"); }).find("unsupported pre_tokenizer type \"Metaspace\""), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              Tokenizer::from_json(t, {}, "x.json");
+            }).find("unsupported pre_tokenizer type \"Metaspace\""),
+            std::string::npos);
   t = tiny_tokenizer(false);
   t["normalizer"] = {{"type", "BertNormalizer"}};
-  EXPECT_NE(error_of([&] { Tokenizer::from_json(t, {}, "x.json"); }).find("unsupported normalizer type \"BertNormalizer\""), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              Tokenizer::from_json(t, {}, "x.json");
+            }).find("unsupported normalizer type \"BertNormalizer\""),
+            std::string::npos);
   t = tiny_tokenizer(false);
-  EXPECT_NE(error_of([&] { Tokenizer::from_json(t, {{"eos_token", "<nope>"}}, "x.json"); }).find("eos_token \"<nope>\""), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              Tokenizer::from_json(t, {{"eos_token", "<nope>"}}, "x.json");
+            }).find("eos_token \"<nope>\""),
+            std::string::npos);
 }
 
 // Ids far past any vocabulary and values of the wrong JSON type (found by
 // tools/fuzz/fuzz_tokenizer.cpp: an id of 1.1e14 asked for a 9.8 GB table, a negative added-token
 // id wrote before the per-id table, "special": "yes" was nlohmann's bare type error).
 TEST(Errors, TokenIdsAndFlagsAreChecked) {
-  const auto err = [](const nlohmann::json& t, const nlohmann::json& cfg = nlohmann::json::object()) {
+  const auto err = [](const nlohmann::json& t,
+                      const nlohmann::json& cfg = nlohmann::json::object()) {
     return error_of([&] { Tokenizer::from_json(t, cfg, "x.json"); });
   };
   const auto has = [](const std::string& msg, const std::string& want) {
@@ -176,7 +211,8 @@ TEST(Errors, TokenIdsAndFlagsAreChecked) {
   };
   nlohmann::json t = tiny_tokenizer(false);
   t["model"]["vocab"]["zz"] = 111111111111146LL;
-  has(err(t), "x.json: model.vocab[\"zz\"] must be an integer id in [0, 16777216), got 111111111111146");
+  has(err(t),
+      "x.json: model.vocab[\"zz\"] must be an integer id in [0, 16777216), got 111111111111146");
   t = tiny_tokenizer(false);
   t["model"]["vocab"]["zz"] = 3000000000LL;  // was cast to a negative int32
   has(err(t), "must be an integer id in [0, 16777216), got 3000000000");
@@ -200,18 +236,25 @@ TEST(Errors, MalformedJsonNamesTheFile) {
   std::ofstream(dir + "/tokenizer.json") << "{\"model\": {";
   const std::string msg = error_of([&] { Tokenizer::load(dir); });
   EXPECT_NE(msg.find(dir + "/tokenizer.json: malformed JSON"), std::string::npos) << msg;
-  EXPECT_NE(error_of([&] { Tokenizer::load(dir + "/missing"); }).find("no tokenizer.json"), std::string::npos);
+  EXPECT_NE(error_of([&] { Tokenizer::load(dir + "/missing"); }).find("no tokenizer.json"),
+            std::string::npos);
 }
 
 TEST(Errors, InvalidUtf8InputNamesTheOffset) {
   const Tokenizer tok = Tokenizer::from_json(tiny_tokenizer(false), {}, "tiny");
-  const std::string msg = error_of([&] { tok.encode("ab\xFF" "c"); });
+  const std::string msg = error_of([&] {
+    tok.encode(
+        "ab\xFF"
+        "c");
+  });
   EXPECT_NE(msg.find("not valid UTF-8 (byte 0xFF at offset 2)"), std::string::npos) << msg;
-  EXPECT_NE(error_of([&] { tok.decode({-1}, false); }).find("ids[0] = -1 is negative"), std::string::npos);
+  EXPECT_NE(error_of([&] { tok.decode({-1}, false); }).find("ids[0] = -1 is negative"),
+            std::string::npos);
 }
 
-// A model's embedding may have more rows than the tokenizer has tokens (Qwen2.5: 151936 for 151665),
-// so a sampled id can lie past the vocabulary: it has no text and is skipped, as HF's decode does.
+// A model's embedding may have more rows than the tokenizer has tokens (Qwen2.5: 151936 for
+// 151665), so a sampled id can lie past the vocabulary: it has no text and is skipped, as HF's
+// decode does.
 TEST(Decode, IdsPastTheVocabularyAreSkipped) {
   const Tokenizer tok = Tokenizer::from_json(tiny_tokenizer(false), {}, "tiny");
   std::vector<int32_t> ids = tok.encode("ab c");

@@ -30,8 +30,9 @@ TEST_P(RealTokenizer, IdsEqualReferenceLineByLine) {
     const std::vector<int32_t> ids = tok->encode(corpus()[i]);
     const auto want = expected[i]["ids"].get<std::vector<int32_t>>();
     if (ids != want && ++mismatches <= 5) {
-      ADD_FAILURE() << GetParam() << " corpus line " << i + 1 << ": " << nlohmann::json(corpus()[i]).dump()
-                    << "\n  got:  " << show(ids) << "\n  want: " << show(want);
+      ADD_FAILURE() << GetParam() << " corpus line " << i + 1 << ": "
+                    << nlohmann::json(corpus()[i]).dump() << "\n  got:  " << show(ids)
+                    << "\n  want: " << show(want);
     }
   }
   EXPECT_EQ(mismatches, 0);
@@ -69,7 +70,8 @@ TEST_P(RealTokenizer, DecodeOfEncodeRoundTrips) {
         ++normalized_lines;
       }
     }
-    const std::string got = tok->decode(tok->encode(text), false, /*clean_up_tokenization_spaces=*/false);
+    const std::string got =
+        tok->decode(tok->encode(text), false, /*clean_up_tokenization_spaces=*/false);
     if (got != want && ++mismatches <= 5)
       ADD_FAILURE() << GetParam() << " line " << i + 1 << ": " << nlohmann::json(got).dump();
   }

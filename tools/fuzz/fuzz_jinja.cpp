@@ -24,7 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"
   })");
   try {
-    verl::tokenizer::jinja::Template t(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz");
+    verl::tokenizer::jinja::Template t(std::string_view(reinterpret_cast<const char*>(data), size),
+                                       "fuzz");
     (void)t.render(context);
   } catch (const verl::Error&) {
   }

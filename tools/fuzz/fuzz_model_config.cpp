@@ -10,8 +10,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
-    const verl::model::ModelConfig c =
-        verl::model::parse_model_config(std::string(reinterpret_cast<const char*>(data), size), "config.json");
+    const verl::model::ModelConfig c = verl::model::parse_model_config(
+        std::string(reinterpret_cast<const char*>(data), size), "config.json");
     (void)c;
   } catch (const verl::Error&) {
   }

@@ -6,7 +6,6 @@
 
 #include "core/error.h"
 #include "data/parquet.h"
-
 #include "input_file.h"  // tools/fuzz/
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

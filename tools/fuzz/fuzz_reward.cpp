@@ -19,7 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (source == "aime*") source = "aime2024";
   const std::string_view rest(reinterpret_cast<const char*>(data + 1), size - 1);
   const size_t nul = rest.find('\0');
-  const std::string_view truth = nul == std::string_view::npos ? std::string_view("42") : rest.substr(0, nul);
+  const std::string_view truth =
+      nul == std::string_view::npos ? std::string_view("42") : rest.substr(0, nul);
   const std::string_view response = nul == std::string_view::npos ? rest : rest.substr(nul + 1);
   // The ground truth as a dataset holds it: JSON when it parses (countdown's object, a number),
   // else the text itself, which must be UTF-8 as the JSONL and Parquet readers insist.

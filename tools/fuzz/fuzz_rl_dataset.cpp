@@ -8,9 +8,8 @@
 
 #include "core/error.h"
 #include "data/rl_dataset.h"
-#include "tokenizer/tokenizer.h"
-
 #include "input_file.h"  // tools/fuzz/
+#include "tokenizer/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const verl::tokenizer::Tokenizer tok = verl::tokenizer::Tokenizer::load(VERL_DEMO_DIR);

@@ -21,7 +21,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const verl::tokenizer::Tokenizer t =
         verl::tokenizer::Tokenizer::from_json(tj, nlohmann::json::object(), "tokenizer.json");
-    if (verl::tokenizer::find_invalid_utf8(text) != verl::tokenizer::kUtf8Valid) return 0;  // encode() wants UTF-8
+    if (verl::tokenizer::find_invalid_utf8(text) != verl::tokenizer::kUtf8Valid)
+      return 0;  // encode() wants UTF-8
     const std::vector<int32_t> ids = t.encode(text);
     (void)t.decode(ids, false);
     (void)t.decode(ids, true);

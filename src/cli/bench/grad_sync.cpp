@@ -7,6 +7,8 @@
 // seconds are those of the sync alone (nothing for the backward to hide it behind). The codec's
 // share (compress plus decode of every rank's message, no communication) is timed on its own, and
 // a link of --link-gbps models the time the same bytes take across nodes.
+#include "optim/grad_sync.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -23,7 +25,6 @@
 #include "core/timer.h"
 #include "dist/launch.h"
 #include "model/weights.h"
-#include "optim/grad_sync.h"
 #include "optim/sparse_sync.h"
 
 namespace verl::cli {
@@ -52,7 +53,8 @@ std::vector<Bucket> backward_buckets(const model::ParamLayout& lay) {
     if (p.name.rfind("layers.", 0) == 0) {
       const int64_t l = std::stoll(p.name.substr(7));
       auto [it, fresh] = layers.try_emplace(l, r);
-      if (!fresh) it->second = {std::min(it->second.begin, r.begin), std::max(it->second.end, r.end)};
+      if (!fresh)
+        it->second = {std::min(it->second.begin, r.begin), std::max(it->second.end, r.end)};
     } else if (static_cast<int>(i) == lay.embed) {
       embed = r;
     } else if (static_cast<int>(i) == lay.final_norm) {
@@ -77,7 +79,8 @@ struct Setting {
 Setting parse_setting(const std::string& s) {
   if (s == "dense" || s == "allreduce") return {"dense", std::nullopt};
   const size_t colon = s.find(':');
-  VERL_CHECK(colon != std::string::npos, "--settings '{}': want dense or TOP_K:DTYPE (0.05:int8)", s);
+  VERL_CHECK(colon != std::string::npos, "--settings '{}': want dense or TOP_K:DTYPE (0.05:int8)",
+             s);
   optim::LightweightConfig lw;
   try {
     lw.top_k = std::stod(s.substr(0, colon));
@@ -91,13 +94,15 @@ Setting parse_setting(const std::string& s) {
 
 int run_grad_sync(const GradSyncOpts& o) {
   const BenchShape* shape = find_bench_shape(o.shape);
-  VERL_CHECK(shape != nullptr, "--shape '{}' is not a known shape; choose one of {}", o.shape, bench_shape_names());
+  VERL_CHECK(shape != nullptr, "--shape '{}' is not a known shape; choose one of {}", o.shape,
+             bench_shape_names());
   VERL_CHECK(o.iters >= 1, "--iters must be >= 1, got {}", o.iters);
   VERL_CHECK(o.link_gbps > 0, "--link-gbps must be positive, got {}", o.link_gbps);
   std::vector<Setting> settings;
   for (const std::string& s : o.settings) settings.push_back(parse_setting(s));
-  const model::ModelConfig cfg = qwen2_shape(shape->vocab, shape->hidden, shape->layers, shape->heads,
-                                             shape->kv_heads, shape->intermediate, shape->tied);
+  const model::ModelConfig cfg =
+      qwen2_shape(shape->vocab, shape->hidden, shape->layers, shape->heads, shape->kv_heads,
+                  shape->intermediate, shape->tied);
   const model::ParamLayout lay = model::ParamLayout::build(cfg);
   const std::vector<Bucket> buckets = backward_buckets(lay);
   int64_t largest = 0, covered = 0;
@@ -105,10 +110,13 @@ int run_grad_sync(const GradSyncOpts& o) {
     largest = std::max(largest, b.size());
     covered += b.size();
   }
-  VERL_CHECK(covered == lay.total, "grad-sync: the buckets cover {} of {} parameters", covered, lay.total);
+  VERL_CHECK(covered == lay.total, "grad-sync: the buckets cover {} of {} parameters", covered,
+             lay.total);
   std::unique_ptr<dist::Communicator> comm = dist::make_communicator(dist::detect_launch(), 600);
   const int world = comm->world_size(), rank = comm->rank();
-  VERL_CHECK(world >= 2, "verl bench grad-sync measures a sync between ranks: run it under mpirun -np 2 (or more)");
+  VERL_CHECK(
+      world >= 2,
+      "verl bench grad-sync measures a sync between ranks: run it under mpirun -np 2 (or more)");
 
   // Gradient-like values (N(0, 1e-3), different on every rank), restored before every bucket
   // since a sync overwrites the buffer with the sum.
@@ -135,7 +143,8 @@ int run_grad_sync(const GradSyncOpts& o) {
         sync.finish();
         seconds += t.seconds();
       }
-      best = std::min(best, comm->max(static_cast<int64_t>(seconds * 1e9)) / 1e9);  // the slowest rank
+      best =
+          std::min(best, comm->max(static_cast<int64_t>(seconds * 1e9)) / 1e9);  // the slowest rank
       bytes = stats.bytes;
       dense = stats.dense_bytes;
     }
@@ -175,7 +184,8 @@ int run_grad_sync(const GradSyncOpts& o) {
                           {"modelled_link_seconds", modelled},
                           {"modelled_dense_link_seconds", dense / link_bps}};
       if (dense_seconds > 0) j["time_ratio_vs_dense"] = dense_seconds / best;
-      if (dense_bytes > 0 && !s.lw) j["note"] = "the peer: the dense all-reduce of the same buckets";
+      if (dense_bytes > 0 && !s.lw)
+        j["note"] = "the peer: the dense all-reduce of the same buckets";
       std::printf("%s\n", j.dump().c_str());
       std::fflush(stdout);
     }
@@ -191,9 +201,11 @@ Action add_bench_grad_sync(CLI::App& bench) {
       "grad-sync",
       "Time one data-parallel gradient sync of a model shape, dense against LightweightSync "
       "settings (run under mpirun -np 2 or more); prints one JSON line per setting");
-  s->add_option("--shape", o->shape, "model shape: " + bench_shape_names() + " (default qwen2.5-0.5b)");
-  s->add_option("--settings", o->settings,
-                "dense and/or TOP_K:DTYPE entries (default dense 0.1:int8 0.05:int8 0.01:int8 0.1:bf16)");
+  s->add_option("--shape", o->shape,
+                "model shape: " + bench_shape_names() + " (default qwen2.5-0.5b)");
+  s->add_option(
+      "--settings", o->settings,
+      "dense and/or TOP_K:DTYPE entries (default dense 0.1:int8 0.05:int8 0.01:int8 0.1:bf16)");
   s->add_option("--iters", o->iters, "timed syncs per setting, the best reported (default 2)");
   s->add_option("--link-gbps", o->link_gbps,
                 "link speed in Gbit/s for the modelled cross-node time (default 100)");

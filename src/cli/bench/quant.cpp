@@ -63,7 +63,8 @@ struct ScoreOpts {
 
 // Milliseconds per call of fn (enqueued on `stream`), averaged over `iters` after `warmup`.
 template <typename Fn>
-double time_ms(ops::cuda::SectionTimer& timer, cudaStream_t stream, int warmup, int iters, Fn&& fn) {
+double time_ms(ops::cuda::SectionTimer& timer, cudaStream_t stream, int warmup, int iters,
+               Fn&& fn) {
   for (int i = 0; i < warmup; ++i) fn();
   timer.mark(stream, "timed");
   for (int i = 0; i < iters; ++i) fn();

@@ -1,10 +1,10 @@
 // `verl bench-rollout`: rollout throughput of the CUDA engine (scheduler + CudaModelRunner), on a
 // model shape with random weights (--shape) or an HF model (--model): G prompts of random tokens,
 // n samples each, a fixed number of new tokens (EOS ignored). One JSON line: output tokens/s over
-// the whole generate() (prefill included), the decode steps' achieved memory bandwidth (bf16 weights
-// plus the live KV read by each decode step, summed, over the decode steps' time) against the H200's
-// 4.8 TB/s HBM3e peak, memory, host time per decode step, and with --profile the GPU time per
-// section of an (eager) decode step. The runner's steps are counted by RunnerStats
+// the whole generate() (prefill included), the decode steps' achieved memory bandwidth (bf16
+// weights plus the live KV read by each decode step, summed, over the decode steps' time) against
+// the H200's 4.8 TB/s HBM3e peak, memory, host time per decode step, and with --profile the GPU
+// time per section of an (eager) decode step. The runner's steps are counted by RunnerStats
 // (runner_stats.h) through the runner's observer hook.
 #include <omp.h>
 
@@ -74,7 +74,8 @@ int run_bench_rollout(const RolloutOpts& o) {
     w = model::Weights::load(o.model);
   } else {
     const BenchShape* s = find_bench_shape(o.shape);
-    VERL_CHECK(s != nullptr, "bench-rollout: unknown --shape '{}' (known: {})", o.shape, bench_shape_names());
+    VERL_CHECK(s != nullptr, "bench-rollout: unknown --shape '{}' (known: {})", o.shape,
+               bench_shape_names());
     w = bench_random_weights(bench_shape_config(*s), o.seed);
     name = o.shape;
   }
@@ -82,7 +83,8 @@ int run_bench_rollout(const RolloutOpts& o) {
   const model::ParamLayout layout = w.layout;
 
   ops::cuda::CudaSession session;
-  ops::cuda::DeviceBuffer<ops::cuda::bf16> wbf = rollout::cuda::upload_weights_bf16(session.ctx(), w);
+  ops::cuda::DeviceBuffer<ops::cuda::bf16> wbf =
+      rollout::cuda::upload_weights_bf16(session.ctx(), w);
   w.data = {};  // the GPU copy is all the runner reads
 
   rollout::EngineConfig ec;
@@ -107,7 +109,8 @@ int run_bench_rollout(const RolloutOpts& o) {
   for (size_t i = 0; i < reqs.size(); ++i) {
     rollout::Request& r = reqs[i];
     r.prompt.resize(static_cast<size_t>(o.prompt_len));
-    for (auto& t : r.prompt) t = static_cast<int32_t>(rng.below(static_cast<uint64_t>(cfg.vocab_size)));
+    for (auto& t : r.prompt)
+      t = static_cast<int32_t>(rng.below(static_cast<uint64_t>(cfg.vocab_size)));
     r.params.temperature = o.temperature;
     r.params.top_p = o.top_p;
     r.params.top_k = o.top_k;
@@ -171,12 +174,14 @@ int run_bench_rollout(const RolloutOpts& o) {
       {"kv_blocks", runner.cache().num_blocks()},
       {"scratch_bytes", runner.scratch_bytes()},
       {"device_used_bytes", static_cast<int64_t>(total_b - free_b)},  // all allocations are static:
-      {"peak_memory_bytes", static_cast<int64_t>(total_b - free_b)},  // the peak is what is held now
+      {"peak_memory_bytes",
+       static_cast<int64_t>(total_b - free_b)},  // the peak is what is held now
       {"device_total_bytes", static_cast<int64_t>(total_b)}};
   // Host time per decode step (std::chrono in the runner; RunnerStats says what each covers).
   const double per = rs.decode_steps > 0 ? 1e3 / static_cast<double>(rs.decode_steps) : 0.0;
   const double between =
-      rs.between_steps > 0 ? 1e3 * rs.between_steps_seconds / static_cast<double>(rs.between_steps) : 0.0;
+      rs.between_steps > 0 ? 1e3 * rs.between_steps_seconds / static_cast<double>(rs.between_steps)
+                           : 0.0;
   j["decode_step_ms"] = rs.decode_seconds * per;
   j["host_ms_per_decode_step"] = {
       {"between_steps_scheduler_postprocess", between},
@@ -194,7 +199,8 @@ int run_bench_rollout(const RolloutOpts& o) {
     nlohmann::json prof = nlohmann::json::object(), other = nlohmann::json::object();
     double sum = 0.0;
     for (const auto& [section, ms] : rs.decode_profile_ms) {
-      const double v = rs.profiled_decode_steps > 0 ? ms / static_cast<double>(rs.profiled_decode_steps) : 0.0;
+      const double v =
+          rs.profiled_decode_steps > 0 ? ms / static_cast<double>(rs.profiled_decode_steps) : 0.0;
       prof[section] = v;
       sum += v;
     }
@@ -267,7 +273,7 @@ Action add_rollout_flags(CLI::App& app) {
                "steps run eagerly) in profile_ms_per_step");
   app.add_option("--warmup", o->warmup, "untimed runs of the same workload first (default 1)");
   app.add_option("--seed", o->seed, "weights and prompts seed (default 1)");
-  
+
   return [o] { return run_bench_rollout(*o); };
 }
 
@@ -280,7 +286,8 @@ Command reg("bench-rollout",
 
 Action add_bench_rollout(CLI::App& bench) {
   CLI::App* s = bench.add_subcommand(
-      "rollout", "Rollout throughput of the CUDA engine on random or HF weights; prints one JSON line");
+      "rollout",
+      "Rollout throughput of the CUDA engine on random or HF weights; prints one JSON line");
   Action run = add_rollout_flags(*s);
   return [s, run]() -> int { return s->parsed() ? run() : 0; };
 }

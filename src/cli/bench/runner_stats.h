@@ -38,7 +38,8 @@ class RunnerStats final : public rollout::cuda::StepObserver {
       auto& acc = r.decode ? decode_profile_ms : other_profile_ms;
       ++(r.decode ? profiled_decode_steps : profiled_other_steps);
       for (const auto& [name, ms] : *r.sections) {
-        auto it = std::find_if(acc.begin(), acc.end(), [&](const auto& e) { return e.first == name; });
+        auto it =
+            std::find_if(acc.begin(), acc.end(), [&](const auto& e) { return e.first == name; });
         if (it == acc.end()) {
           acc.emplace_back(name, ms);
         } else {

@@ -264,7 +264,7 @@ int run_train(TrainOpts o) {
       {"loss", st.loss},
       {"grad_norm", st.grad_norm}};
   if (o.device == "cuda") {
-    j["policy_device_bytes"] = st.arena_bytes;  // training state + the model's arena
+    j["policy_device_bytes"] = st.arena_bytes;           // training state + the model's arena
     j["device_used_peak_bytes"] = st.peak_memory_bytes;  // the key the HF peer reports too
     if (!st.profile.empty()) {
       nlohmann::json prof = nlohmann::json::object();
@@ -296,14 +296,15 @@ Command reg("bench",
               train->add_option("--seq", o->seq, "tokens per sequence (default 1024)");
               train->add_option("--steps", o->steps, "timed steps (default 10)");
               train->add_option("--warmup", o->warmup, "untimed steps first (default 2)");
-              train->add_option("--lm-head-chunk", o->lm_head_chunk,
-                                "token rows of fp32 logits alive at once in the LM head "
-                                "(default 4096: fewer, larger GEMMs; 4096 x V x 6 bytes of scratch)");
+              train->add_option(
+                  "--lm-head-chunk", o->lm_head_chunk,
+                  "token rows of fp32 logits alive at once in the LM head "
+                  "(default 4096: fewer, larger GEMMs; 4096 x V x 6 bytes of scratch)");
               train->add_option("--device", o->device,
                                 "cuda (default) or cpu (fp32 CPU model; use small shapes)");
               train->add_flag("--profile", o->profile,
-                             "CUDA: after the timed steps, time each op family (attention, GEMMs, "
-                             "LM head, norms, element-wise, optimizer) over two more steps");
+                              "CUDA: after the timed steps, time each op family (attention, GEMMs, "
+                              "LM head, norms, element-wise, optimizer) over two more steps");
               train->add_flag("--recompute", o->recompute,
                               "CUDA: activation recomputation (keep each layer's input, recompute "
                               "its activations in backward)");
@@ -343,6 +344,5 @@ model::Weights bench_random_weights(const model::ModelConfig& c, uint64_t seed) 
   }
   return w;
 }
-
 
 }  // namespace verl::cli

@@ -56,7 +56,7 @@ void adamw_step(const CudaContext& ctx, float* param, bf16* param_bf16, const fl
   k.grad_scale = grad_scale;
   constexpr int kThreads = 256;
   adamw_kernel<<<detail::grid_for(n, kThreads), kThreads, 0, ctx.stream>>>(param, param_bf16, grad,
-                                                                         m, v, n, k);
+                                                                           m, v, n, k);
   VERL_CUDA_CHECK_LAUNCH();
 }
 

@@ -877,8 +877,7 @@ __device__ __forceinline__ void stage_cache_warp(bf16_t* dst, const bf16_t* kv, 
 // log2(block_size) when it is a power of two dividing kBN (every key tile then starts a block),
 // else -1: stage_cache_warp's fast addressing.
 __device__ __forceinline__ int block_size_log2(int block_size, int kBN) {
-  return (block_size & (block_size - 1)) == 0 && kBN % block_size == 0 ? __ffs(block_size) - 1
-                                                                        : -1;
+  return (block_size & (block_size - 1)) == 0 && kBN % block_size == 0 ? __ffs(block_size) - 1 : -1;
 }
 
 // The decode kernels' stores: the warp's 8-column accumulator tiles o[0 .. kTiles) of head dims
@@ -969,7 +968,7 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_split_kernel(con
   bf16_t* sK = sQ + 16 * kLds;
   bf16_t* sV = sK + 2 * kBN * kLds;
   float* sMx = reinterpret_cast<float*>(base + sizeof(bf16_t) * Cfg::kPairElems);  // [h][lane][hf]
-  float* sP = sMx + Cfg::kMxFloats;                                                 // [nt][lane][c]
+  float* sP = sMx + Cfg::kMxFloats;                                                // [nt][lane][c]
   const int nkt = pos / kBN + 1;  // key tiles 0 .. pos / kBN, as for the tiled kernel's row pos
   const int bs_log2 = block_size_log2(a.block_size, kOwnRows);
   const int bar = 1 + pb;  // named barrier of the pair's threads (0 is __syncthreads)
@@ -979,8 +978,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_split_kernel(con
   auto stage_kv = [&](int j, int buf) {  // the warp's rows of tile j
     const int key0 = j * kBN + h * kOwnRows, off = (buf * kBN + h * kOwnRows) * kLds;
     stage_cache_warp<kOwnRows, Dp, kLds, true>(sK + off, kg, sV + off, vg, table, ks, a.block_size,
-                                               bs_log2, key0, min(kOwnRows, pos + 1 - key0), 0,
-                                               a.D, a.vec, lane);
+                                               bs_log2, key0, min(kOwnRows, pos + 1 - key0), 0, a.D,
+                                               a.vec, lane);
   };
 
   const int q0 = kQRows * h;  // the warp's query rows: heads g * G + q0 ..
@@ -1117,8 +1116,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_split_kernel(con
     }
   }
 
-  decode_store(a.out + t * qs + int64_t(g * G) * a.D, o, l_run, G, a.D, a.out_pairs,
-               16 * kNPW * h, gr, tc);
+  decode_store(a.out + t * qs + int64_t(g * G) * a.D, o, l_run, G, a.D, a.out_pairs, 16 * kNPW * h,
+               gr, tc);
 }
 
 // Block (item b, kv head g) = blockIdx.x (b = x / Hkv); a block whose item does not have exactly
@@ -1144,10 +1143,10 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_block_kernel(con
   bf16_t* sQ = reinterpret_cast<bf16_t*>(smem_raw) + warp * Cfg::kWarpElems;
   bf16_t* sK = sQ + 16 * kLds;
   bf16_t* sV = sK + kBN * kLds;
-  uint32_t* sP = reinterpret_cast<uint32_t*>(reinterpret_cast<bf16_t*>(smem_raw) +
-                                             kR * Cfg::kWarpElems);
+  uint32_t* sP =
+      reinterpret_cast<uint32_t*>(reinterpret_cast<bf16_t*>(smem_raw) + kR * Cfg::kWarpElems);
   float* sMx = reinterpret_cast<float*>(sP + Cfg::kPWords);  // [tile][lane][hf]
-  float* sSum = sMx + Cfg::kStatFloats;                       // [tile][lane][hf]
+  float* sSum = sMx + Cfg::kStatFloats;                      // [tile][lane][hf]
   const int nkt = pos / kBN + 1;  // key tiles 0 .. pos / kBN, as for the tiled kernel's row pos
   const int c0 = warp * kDW;      // the warp's head-dim columns in P V
   const bool has_cols = c0 < Dp;
@@ -1169,8 +1168,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_block_kernel(con
                                              a.vec, lane);
     }
   };
-  stage_rows_by<Dp, 16, 32>(sQ, GroupQueryRows{a.q + t * qs + int64_t(g) * G * a.D, a.D, G},
-                            a.D, a.vec, lane);
+  stage_rows_by<Dp, 16, 32>(sQ, GroupQueryRows{a.q + t * qs + int64_t(g) * G * a.D, a.D, G}, a.D,
+                            a.vec, lane);
   stage_k(0);
   cp_async_commit();
   stage_v(0);

@@ -66,8 +66,9 @@ void attention_forward_paged(const CudaContext& ctx, bf16* out, const bf16* q, c
                              bool multi_token_items = true);
 
 // From the forward's out and lse (Dao et al. 2022, alg. 4):
-//   D_i = d_out_i.out_i,  p_ij = exp(s_ij - lse_i),  dp_ij = d_out_i.v_j,  ds_ij = p_ij (dp_ij - D_i)
-//   d_q_i += scale sum_j ds_ij k_j,  d_k_j += scale sum_i ds_ij q_i,  d_v_j += sum_i p_ij d_out_i
+//   D_i = d_out_i.out_i,  p_ij = exp(s_ij - lse_i),  dp_ij = d_out_i.v_j,  ds_ij = p_ij (dp_ij -
+//   D_i) d_q_i += scale sum_j ds_ij k_j,  d_k_j += scale sum_i ds_ij q_i,  d_v_j += sum_i p_ij
+//   d_out_i
 // d_q [T,H,D], d_k and d_v [T,Hkv,D] are fp32 and ACCUMULATED (+=); a null one is skipped.
 // Uses T*H floats of ctx.workspace (D_i). No atomics (deterministic): after the D_i pass, one
 // launch whose blocks are either d_k/d_v per (key tile, kv head), looping over the heads of its

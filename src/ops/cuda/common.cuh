@@ -17,8 +17,12 @@
 namespace verl::ops::cuda::detail {
 
 // Storage is fp32 or bf16; arithmetic is always fp32 (round to nearest even on store).
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f32(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
 template <typename T>
 __device__ __forceinline__ T from_f32(float x);
 template <>
@@ -47,7 +51,9 @@ __device__ __forceinline__ T block_sum(T v) {
   return total;
 }
 
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 // Raises a kernel's dynamic shared memory limit on the current device to at least `bytes`. The
 // runtime is called only when the (kernel, device) needs more than it was given before, not on

@@ -19,29 +19,29 @@ namespace verl::ops::cuda::detail {
 
 }  // namespace verl::ops::cuda::detail
 
-#define VERL_CUDA_CHECK(call)                                                                \
-  do {                                                                                       \
-    const cudaError_t verl_err_ = (call);                                                    \
-    if (verl_err_ != cudaSuccess) {                                                          \
-      ::verl::ops::cuda::detail::fail_call("CUDA", #call, cudaGetErrorName(verl_err_),       \
+#define VERL_CUDA_CHECK(call)                                                                  \
+  do {                                                                                         \
+    const cudaError_t verl_err_ = (call);                                                      \
+    if (verl_err_ != cudaSuccess) {                                                            \
+      ::verl::ops::cuda::detail::fail_call("CUDA", #call, cudaGetErrorName(verl_err_),         \
                                            cudaGetErrorString(verl_err_), __FILE__, __LINE__); \
-    }                                                                                        \
+    }                                                                                          \
   } while (0)
 
-#define VERL_CUBLAS_CHECK(call)                                                                  \
-  do {                                                                                           \
-    const cublasStatus_t verl_st_ = (call);                                                      \
-    if (verl_st_ != CUBLAS_STATUS_SUCCESS) {                                                     \
-      ::verl::ops::cuda::detail::fail_call("cuBLASLt", #call, cublasLtGetStatusName(verl_st_),   \
+#define VERL_CUBLAS_CHECK(call)                                                                    \
+  do {                                                                                             \
+    const cublasStatus_t verl_st_ = (call);                                                        \
+    if (verl_st_ != CUBLAS_STATUS_SUCCESS) {                                                       \
+      ::verl::ops::cuda::detail::fail_call("cuBLASLt", #call, cublasLtGetStatusName(verl_st_),     \
                                            cublasLtGetStatusString(verl_st_), __FILE__, __LINE__); \
-    }                                                                                            \
+    }                                                                                              \
   } while (0)
 
 // After a kernel launch: reports a bad launch configuration at the launch site.
 #define VERL_CUDA_CHECK_LAUNCH() VERL_CUDA_CHECK(cudaGetLastError())
 
 // A precondition on the arguments of a CUDA op; msg is a std::string expression.
-#define VERL_CUDA_REQUIRE(cond, msg)                                   \
-  do {                                                                 \
+#define VERL_CUDA_REQUIRE(cond, msg)                                         \
+  do {                                                                       \
     if (!(cond)) ::verl::ops::cuda::detail::fail(__FILE__, __LINE__, (msg)); \
   } while (0)

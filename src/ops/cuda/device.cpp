@@ -21,7 +21,8 @@ void fail(const char* file, int line, const std::string& msg) {
 
 }  // namespace detail
 
-// ---- DeviceArena ----------------------------------------------------------------------------------
+// ---- DeviceArena
+// ----------------------------------------------------------------------------------
 
 static constexpr size_t kArenaAlign = 256;  // cuBLASLt's preferred alignment; also fits float4
 
@@ -37,7 +38,9 @@ void copy_to_host(void* dst, const void* src, size_t bytes) {
   VERL_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
 }
 
-static size_t round_up(size_t x) { return (x + kArenaAlign - 1) / kArenaAlign * kArenaAlign; }
+static size_t round_up(size_t x) {
+  return (x + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+}
 
 DeviceArena::DeviceArena(std::string name, size_t capacity_bytes)
     : name_(std::move(name)), capacity_(round_up(capacity_bytes)) {
@@ -52,7 +55,9 @@ DeviceArena::DeviceArena(std::string name, size_t capacity_bytes)
   }
 }
 
-DeviceArena::~DeviceArena() { release(); }
+DeviceArena::~DeviceArena() {
+  release();
+}
 
 DeviceArena::DeviceArena(DeviceArena&& o) noexcept
     : name_(std::move(o.name_)),
@@ -92,7 +97,8 @@ void DeviceArena::release() {
   capacity_ = used_ = 0;
 }
 
-// ---- CudaSession ------------------------------------------------------------------------------------
+// ---- CudaSession
+// ------------------------------------------------------------------------------------
 
 CudaSession::CudaSession(size_t workspace_bytes) {
   VERL_CHECK(cuda_device_count() > 0, "CudaSession: no CUDA device (or no driver) on this machine");
@@ -110,7 +116,9 @@ CudaSession::CudaSession(size_t workspace_bytes) {
   }
 }
 
-CudaSession::~CudaSession() { destroy(); }
+CudaSession::~CudaSession() {
+  destroy();
+}
 
 void CudaSession::destroy() noexcept {
   // Errors here cannot be thrown; the stream is drained first so nothing still uses the memory.
@@ -124,6 +132,8 @@ void CudaSession::destroy() noexcept {
   ctx_ = CudaContext{};
 }
 
-void CudaSession::synchronize() const { VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream)); }
+void CudaSession::synchronize() const {
+  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+}
 
 }  // namespace verl::ops::cuda

@@ -70,7 +70,8 @@ struct PinnedAlloc {
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
       VERL_CUDA_REQUIRE(false, "cannot pin " + std::to_string(bytes) + " bytes of host memory (" +
-                                   cudaGetErrorString(e) + "); lower the offload ratio or free host memory");
+                                   cudaGetErrorString(e) +
+                                   "); lower the offload ratio or free host memory");
     }
     note_pinned_memory(static_cast<int64_t>(bytes));
     return p;
@@ -93,7 +94,8 @@ class OwnedBuffer {
   ~OwnedBuffer() { reset(); }
   OwnedBuffer(const OwnedBuffer&) = delete;
   OwnedBuffer& operator=(const OwnedBuffer&) = delete;
-  OwnedBuffer(OwnedBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  OwnedBuffer(OwnedBuffer&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
   OwnedBuffer& operator=(OwnedBuffer&& o) noexcept {
     if (this != &o) {
       reset();
@@ -131,8 +133,9 @@ class DeviceBuffer : public detail::OwnedBuffer<T, detail::DeviceAlloc> {
   explicit DeviceBuffer(const std::vector<T>& host) : Base(host.size()) { upload(host); }
 
   void upload(const std::vector<T>& host) {
-    VERL_CUDA_REQUIRE(host.size() == this->size(), "DeviceBuffer::upload: " + std::to_string(host.size()) +
-                                                       " elements into a buffer of " + std::to_string(this->size()));
+    VERL_CUDA_REQUIRE(host.size() == this->size(),
+                      "DeviceBuffer::upload: " + std::to_string(host.size()) +
+                          " elements into a buffer of " + std::to_string(this->size()));
     copy_to_device(this->data(), host.data(), this->bytes());
   }
   std::vector<T> download() const {

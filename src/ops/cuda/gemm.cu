@@ -1,8 +1,8 @@
 // cuBLASLt matmul with per-call descriptors and the alignment-aware algorithm heuristic (gemm.h).
 // The forward form has two more policies: batch-invariant mode (unsplit cuBLASLt or
 // gemm_invariant.cu) and unsplit_k (an algorithm that does not split k, at every row count).
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -54,8 +54,8 @@ struct Plan {
   MatmulDesc op;
   Layout la, lb, ld;
   cublasLtMatmulAlgo_t algo{};
-  bool found = false;     // kUnsplit: an algorithm that fits (else the caller falls back)
-  bool split_k = false;   // the algorithm sums k in more than one slice
+  bool found = false;    // kUnsplit: an algorithm that fits (else the caller falls back)
+  bool split_k = false;  // the algorithm sums k in more than one slice
   // Unsplit, with A, B and D 16-byte aligned and leading dimensions of whole 16-byte rows: the
   // cases GemmInvariant.SameBitsAsCublasLtWithoutSplitK checks against our kernel.
   bool tested_unsplit = false;
@@ -116,22 +116,22 @@ std::unique_ptr<Plan> make_plan(const CudaContext& ctx, const Gemm& g, const Pla
     const uint32_t epi = CUBLASLT_EPILOGUE_BIAS;
     VERL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op.h, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                                      &epi, sizeof(epi)));
-    VERL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-        plan->op.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+    VERL_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op.h, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                     &g.bias, sizeof(g.bias)));
   }
   // Stored (not transposed) shapes of A and B, column-major.
   const bool a_n = g.ta == CUBLAS_OP_N, b_n = g.tb == CUBLAS_OP_N;
-  VERL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->la.h, g.ab_type, a_n ? g.m : g.k,
-                                               a_n ? g.k : g.m, g.lda));
-  VERL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->lb.h, g.ab_type, b_n ? g.k : g.n,
-                                               b_n ? g.n : g.k, g.ldb));
+  VERL_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&plan->la.h, g.ab_type, a_n ? g.m : g.k, a_n ? g.k : g.m, g.lda));
+  VERL_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&plan->lb.h, g.ab_type, b_n ? g.k : g.n, b_n ? g.n : g.k, g.ldb));
   VERL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->ld.h, g.d_type, g.m, g.n, g.ldd));
   const auto finish = [&](const cublasLtMatmulAlgo_t& algo) {
     plan->algo = algo;
     plan->found = true;
     plan->split_k = splits_of(algo) > 1;
-    plan->tested_unsplit = !plan->split_k && key.al_a >= 16 && key.al_b >= 16 &&
-                           key.al_d >= 16 && g.lda % 8 == 0 && g.ldb % 8 == 0 && g.ldd % 4 == 0;
+    plan->tested_unsplit = !plan->split_k && key.al_a >= 16 && key.al_b >= 16 && key.al_d >= 16 &&
+                           g.lda % 8 == 0 && g.ldb % 8 == 0 && g.ldd % 4 == 0;
   };
 
   Preference pref;
@@ -208,11 +208,22 @@ void run_gemm(const CudaContext& ctx, const Gemm& g, const char* what) {
   const void* c = g.c != nullptr ? g.c : g.d;
   int device = 0;
   VERL_CUDA_CHECK(cudaGetDevice(&device));
-  const PlanKey key{static_cast<int32_t>(g.ta), static_cast<int32_t>(g.tb), g.m, g.n, g.k, g.lda,
-                    g.ldb, g.ldd, static_cast<int32_t>(g.ab_type), static_cast<int32_t>(g.d_type),
-                    g.bias != nullptr, alignment_of(g.a), alignment_of(g.b),
+  const PlanKey key{static_cast<int32_t>(g.ta),
+                    static_cast<int32_t>(g.tb),
+                    g.m,
+                    g.n,
+                    g.k,
+                    g.lda,
+                    g.ldb,
+                    g.ldd,
+                    static_cast<int32_t>(g.ab_type),
+                    static_cast<int32_t>(g.d_type),
+                    g.bias != nullptr,
+                    alignment_of(g.a),
+                    alignment_of(g.b),
                     std::min(alignment_of(g.d), alignment_of(c)),
-                    static_cast<uint64_t>(ctx.workspace_bytes), device};
+                    static_cast<uint64_t>(ctx.workspace_bytes),
+                    device};
   std::lock_guard<std::mutex> lock(plans_mutex());
   Plan* plan = plan_for(ctx, g, key, what);
   if (!forward_form) {

@@ -1,8 +1,8 @@
 // Batch-invariant GEMM: the forward form of gemm.h (ta = T, tb = N, bf16 operands) when
-// ctx.numerics is BatchInvariant, so that the trainer's forward (thousands of rows) and the rollout's
-// decode steps (1..256 rows) give the same bits for the same row. In row-major terms, with
-// W = A ([m rows, k], row stride lda), X = B ([n rows, k], row stride ldb), out = D ([n rows, m],
-// row stride ldd) and C (D's type and ldd; D itself unless given):
+// ctx.numerics is BatchInvariant, so that the trainer's forward (thousands of rows) and the
+// rollout's decode steps (1..256 rows) give the same bits for the same row. In row-major terms,
+// with W = A ([m rows, k], row stride lda), X = B ([n rows, k], row stride ldb), out = D ([n rows,
+// m], row stride ldd) and C (D's type and ldd; D itself unless given):
 //   out[t][j] = alpha sum_k X[t][k] W[j][k]  (+ beta C[t][j])  (+ bias[j])
 // out is overwritten (C is read first when beta != 0, so C == D accumulates in place).
 //

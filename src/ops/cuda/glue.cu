@@ -216,8 +216,8 @@ void move_rows(const CudaContext& ctx, T* out, const T* in, const int32_t* rows,
     rows_kernel<uint4, kScatter><<<static_cast<unsigned>(n), threads, 0, ctx.stream>>>(
         reinterpret_cast<uint4*>(out), reinterpret_cast<const uint4*>(in), rows, bytes / 16);
   } else {
-    rows_kernel<T, kScatter><<<static_cast<unsigned>(n), threads, 0, ctx.stream>>>(out, in, rows,
-                                                                                    width);
+    rows_kernel<T, kScatter>
+        <<<static_cast<unsigned>(n), threads, 0, ctx.stream>>>(out, in, rows, width);
   }
   VERL_CUDA_CHECK_LAUNCH();
 }
@@ -228,8 +228,8 @@ void gather_rows(const CudaContext& ctx, bf16* out, const bf16* in, const int32_
                  int64_t width) {
   move_rows<false>(ctx, out, in, rows, n, width);
 }
-void gather_rows(const CudaContext& ctx, float* out, const float* in, const int32_t* rows, int64_t n,
-                 int64_t width) {
+void gather_rows(const CudaContext& ctx, float* out, const float* in, const int32_t* rows,
+                 int64_t n, int64_t width) {
   move_rows<false>(ctx, out, in, rows, n, width);
 }
 void gather_rows(const CudaContext& ctx, int32_t* out, const int32_t* in, const int32_t* rows,

@@ -41,8 +41,8 @@ void rope_backward_pack_qkv(const CudaContext& ctx, bf16* d_qkv, const float* d_
 // out's other rows as they are. `width` elements a row. Copies, no arithmetic: bit for bit.
 void gather_rows(const CudaContext& ctx, bf16* out, const bf16* in, const int32_t* rows, int64_t n,
                  int64_t width);
-void gather_rows(const CudaContext& ctx, float* out, const float* in, const int32_t* rows, int64_t n,
-                 int64_t width);
+void gather_rows(const CudaContext& ctx, float* out, const float* in, const int32_t* rows,
+                 int64_t n, int64_t width);
 void gather_rows(const CudaContext& ctx, int32_t* out, const int32_t* in, const int32_t* rows,
                  int64_t n, int64_t width);
 void scatter_rows(const CudaContext& ctx, bf16* out, const bf16* in, const int32_t* rows, int64_t n,

@@ -1,7 +1,8 @@
 // Linear layer y = x W^T + b in the HF nn.Linear layout (W is [N, K]) on cuBLASLt, the same math
 // as src/ops/cpu/linear.cpp:
-//   forward   y[T,N]   = x[T,K] w[N,K]^T (+ b[N])        bf16 in/out, fp32 accumulate, bias in epilogue
-//   backward  d_x[T,K] += d_y[T,N] w[N,K]                 bf16 out (beta = 1: accumulated in fp32)
+//   forward   y[T,N]   = x[T,K] w[N,K]^T (+ b[N])        bf16 in/out, fp32 accumulate, bias in
+//   epilogue backward  d_x[T,K] += d_y[T,N] w[N,K]                 bf16 out (beta = 1: accumulated
+//   in fp32)
 //             d_w[N,K] += d_y^T x                         fp32 out (the fp32 gradient buffer)
 //             d_b[N]   += sum_t d_y[t,:]                  fp32, fixed two-pass row partition
 // cuBLASLt is column-major: a row-major [R, S] matrix is a column-major [S, R] one with ld = S.
@@ -33,7 +34,8 @@ __global__ void bias_grad_partial_kernel(float* partial, const bf16* d_y, int64_
   const int64_t r1 = r0 + rows_per < T ? r0 + rows_per : T;
   float s = 0.0f;
   if (n < N) {
-    for (int64_t t = r0 + threadIdx.y; t < r1; t += kBiasLanes) s += __bfloat162float(d_y[t * N + n]);
+    for (int64_t t = r0 + threadIdx.y; t < r1; t += kBiasLanes)
+      s += __bfloat162float(d_y[t * N + n]);
   }
   tile[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
@@ -67,8 +69,8 @@ void bias_grad(const CudaContext& ctx, float* d_b, const bf16* d_y, int64_t T, i
   float* partial = static_cast<float*>(ctx.workspace);
   const dim3 grid(static_cast<unsigned>(detail::ceil_div(N, kBiasCols)),
                   static_cast<unsigned>(chunks));
-  bias_grad_partial_kernel<<<grid, dim3(kBiasCols, kBiasLanes), 0, ctx.stream>>>(partial, d_y, T,
-                                                                                N, rows_per);
+  bias_grad_partial_kernel<<<grid, dim3(kBiasCols, kBiasLanes), 0, ctx.stream>>>(partial, d_y, T, N,
+                                                                                 rows_per);
   VERL_CUDA_CHECK_LAUNCH();
   bias_grad_final_kernel<<<static_cast<unsigned>(detail::ceil_div(N, 256)), 256, 0, ctx.stream>>>(
       d_b, partial, chunks, N);
@@ -88,10 +90,10 @@ void linear_forward(const CudaContext& ctx, bf16* y, const bf16* x, const bf16* 
   check_linear("linear_forward", ctx, T, K, N);
   if (T == 0) return;
   // y^T[N,T] = op_T(w: col-major [K,N]) x^T (col-major [K,T]).
-  run_gemm(ctx,
-           Gemm{CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, w, K, x, K, CUDA_R_16BF, y, N, CUDA_R_16BF, 0.0f,
-                b},
-           "linear_forward");
+  run_gemm(
+      ctx,
+      Gemm{CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, w, K, x, K, CUDA_R_16BF, y, N, CUDA_R_16BF, 0.0f, b},
+      "linear_forward");
 }
 
 void linear_forward(const CudaContext& ctx, bf16* y, const bf16* x, const bf16* w, const bf16* b,
@@ -111,15 +113,15 @@ void linear_backward(const CudaContext& ctx, bf16* d_x, float* d_w, float* d_b, 
   if (d_x != nullptr) {
     // d_x^T[K,T] += w (col-major [K,N]) d_y^T (col-major [N,T]).
     run_gemm(ctx,
-             Gemm{CUBLAS_OP_N, CUBLAS_OP_N, K, T, N, w, K, d_y, N, CUDA_R_16BF, d_x, K,
-                  CUDA_R_16BF, accumulate_dx ? 1.0f : 0.0f, nullptr},
+             Gemm{CUBLAS_OP_N, CUBLAS_OP_N, K, T, N, w, K, d_y, N, CUDA_R_16BF, d_x, K, CUDA_R_16BF,
+                  accumulate_dx ? 1.0f : 0.0f, nullptr},
              "linear_backward (d_x)");
   }
   if (d_w != nullptr) {
     // d_w^T[K,N] += x^T (col-major [K,T]) op_T(d_y^T: col-major [N,T]).
     run_gemm(ctx,
-             Gemm{CUBLAS_OP_N, CUBLAS_OP_T, K, N, T, x, K, d_y, N, CUDA_R_16BF, d_w, K,
-                  CUDA_R_32F, 1.0f, nullptr},
+             Gemm{CUBLAS_OP_N, CUBLAS_OP_T, K, N, T, x, K, d_y, N, CUDA_R_16BF, d_w, K, CUDA_R_32F,
+                  1.0f, nullptr},
              "linear_backward (d_w)");
   }
   if (d_b != nullptr) bias_grad(ctx, d_b, d_y, T, N);

@@ -41,9 +41,9 @@ int64_t normalise_chunk(int64_t T, int64_t chunk) {
 void chunk_logits(const CudaContext& ctx, float* z, const bf16* h, const bf16* w, int64_t n,
                   int64_t C, int64_t V, float temperature, const char* what) {
   run_gemm(ctx,
-          Gemm{CUBLAS_OP_T, CUBLAS_OP_N, V, n, C, w, C, h, C, CUDA_R_16BF, z, V, CUDA_R_32F, 0.0f,
-               nullptr, 1.0f / temperature},
-          what);
+           Gemm{CUBLAS_OP_T, CUBLAS_OP_N, V, n, C, w, C, h, C, CUDA_R_16BF, z, V, CUDA_R_32F, 0.0f,
+                nullptr, 1.0f / temperature},
+           what);
 }
 
 // ---- row kernels (one block per row of the chunk)
@@ -144,8 +144,7 @@ __device__ __forceinline__ RowStats block_combine(RowStats a) {
 // the row backwards so that its most recently read part is still in L2.
 template <bool kVec, bool kKeep>
 __global__ void forward_rows_kernel(float* logprob, float* entropy, float* lse, bf16* probs,
-                                    const float* z, const int32_t* targets, int64_t t0,
-                                    int64_t V) {
+                                    const float* z, const int32_t* targets, int64_t t0, int64_t V) {
   const int64_t r = blockIdx.x, t = t0 + r;
   const float* zr = z + r * V;
   RowStats a;
@@ -266,8 +265,7 @@ __global__ void backward_probs_rows_kernel(bf16* dz, const bf16* probs, const fl
     }
   } else {
     for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
-      dr[j] = __float2bfloat16_rn(
-          dz_from_p(__bfloat162float(pr[j]), j, tg, dl, de, ent, inv_temp));
+      dr[j] = __float2bfloat16_rn(dz_from_p(__bfloat162float(pr[j]), j, tg, dl, de, ent, inv_temp));
     }
   }
 }
@@ -278,24 +276,24 @@ bool aligned(const void* p, size_t bytes) {
 
 // The row kernels of one chunk of n rows starting at token t0 (probs null: no kept p).
 void launch_forward_rows(const CudaContext& ctx, float* logprob, float* entropy, float* lse,
-                         bf16* probs, const float* z, const int32_t* targets, int64_t t0,
-                         int64_t n, int64_t V) {
+                         bf16* probs, const float* z, const int32_t* targets, int64_t t0, int64_t n,
+                         int64_t V) {
   const bool vec = V % 4 == 0 && aligned(z, 16) && (probs == nullptr || aligned(probs, 8));
   const auto grid = static_cast<unsigned>(n);
   if (probs == nullptr) {
     if (vec) {
-      forward_rows_kernel<true, false><<<grid, kRowThreads, 0, ctx.stream>>>(
-          logprob, entropy, lse, probs, z, targets, t0, V);
+      forward_rows_kernel<true, false>
+          <<<grid, kRowThreads, 0, ctx.stream>>>(logprob, entropy, lse, probs, z, targets, t0, V);
     } else {
-      forward_rows_kernel<false, false><<<grid, kRowThreads, 0, ctx.stream>>>(
-          logprob, entropy, lse, probs, z, targets, t0, V);
+      forward_rows_kernel<false, false>
+          <<<grid, kRowThreads, 0, ctx.stream>>>(logprob, entropy, lse, probs, z, targets, t0, V);
     }
   } else if (vec) {
-    forward_rows_kernel<true, true><<<grid, kRowThreads, 0, ctx.stream>>>(
-        logprob, entropy, lse, probs, z, targets, t0, V);
+    forward_rows_kernel<true, true>
+        <<<grid, kRowThreads, 0, ctx.stream>>>(logprob, entropy, lse, probs, z, targets, t0, V);
   } else {
-    forward_rows_kernel<false, true><<<grid, kRowThreads, 0, ctx.stream>>>(
-        logprob, entropy, lse, probs, z, targets, t0, V);
+    forward_rows_kernel<false, true>
+        <<<grid, kRowThreads, 0, ctx.stream>>>(logprob, entropy, lse, probs, z, targets, t0, V);
   }
   VERL_CUDA_CHECK_LAUNCH();
 }
@@ -422,8 +420,8 @@ void lm_head_forward_keep_probs(const CudaContext& ctx, float* logprob, float* e
                                 void* scratch, size_t scratch_bytes) {
   VERL_CUDA_REQUIRE(probs != nullptr || T == 0,
                     std::string("lm_head_forward_keep_probs: the probabilities buffer is null"));
-  forward_impl("lm_head_forward_keep_probs", ctx, logprob, entropy, lse, probs, h, w, targets, T,
-               C, V, temperature, chunk, scratch, scratch_bytes);
+  forward_impl("lm_head_forward_keep_probs", ctx, logprob, entropy, lse, probs, h, w, targets, T, C,
+               V, temperature, chunk, scratch, scratch_bytes);
 }
 
 void lm_head_forward_keep_probs(const CudaContext& ctx, DeviceArena& arena, float* logprob,
@@ -433,8 +431,8 @@ void lm_head_forward_keep_probs(const CudaContext& ctx, DeviceArena& arena, floa
   check_args("lm_head_forward_keep_probs", ctx, T, C, V, temperature);
   if (T == 0) return;
   const size_t bytes = lm_head_forward_scratch_bytes(T, V, chunk);
-  lm_head_forward_keep_probs(ctx, logprob, entropy, lse, probs, h, w, targets, T, C, V,
-                             temperature, chunk, arena.alloc(bytes), bytes);
+  lm_head_forward_keep_probs(ctx, logprob, entropy, lse, probs, h, w, targets, T, C, V, temperature,
+                             chunk, arena.alloc(bytes), bytes);
 }
 
 void lm_head_backward(const CudaContext& ctx, bf16* d_h, float* d_w, const float* d_logprob,
@@ -506,17 +504,17 @@ void lm_head_backward_from_probs(const CudaContext& ctx, bf16* d_h, float* d_w,
   }
 }
 
-void lm_head_backward_from_probs(const CudaContext& ctx, DeviceArena& arena, bf16* d_h,
-                                 float* d_w, const float* d_logprob, const float* d_entropy,
-                                 const bf16* probs, const bf16* h, const bf16* w,
-                                 const int32_t* targets, const float* entropy, int64_t T,
-                                 int64_t C, int64_t V, float temperature, int64_t chunk) {
+void lm_head_backward_from_probs(const CudaContext& ctx, DeviceArena& arena, bf16* d_h, float* d_w,
+                                 const float* d_logprob, const float* d_entropy, const bf16* probs,
+                                 const bf16* h, const bf16* w, const int32_t* targets,
+                                 const float* entropy, int64_t T, int64_t C, int64_t V,
+                                 float temperature, int64_t chunk) {
   check_backward_probs_args(ctx, probs, d_entropy, entropy, T, C, V, temperature);
   if (T == 0 || (d_h == nullptr && d_w == nullptr)) return;
   if (d_logprob == nullptr && d_entropy == nullptr) return;
   const size_t bytes = lm_head_backward_from_probs_scratch_bytes(T, V, chunk);
-  lm_head_backward_from_probs(ctx, d_h, d_w, d_logprob, d_entropy, probs, h, w, targets, entropy,
-                              T, C, V, temperature, chunk, arena.alloc(bytes), bytes);
+  lm_head_backward_from_probs(ctx, d_h, d_w, d_logprob, d_entropy, probs, h, w, targets, entropy, T,
+                              C, V, temperature, chunk, arena.alloc(bytes), bytes);
 }
 
 }  // namespace verl::ops::cuda

@@ -112,10 +112,10 @@ void lm_head_backward_from_probs(const CudaContext& ctx, bf16* d_h, float* d_w,
                                  const float* entropy, int64_t T, int64_t C, int64_t V,
                                  float temperature, int64_t chunk, void* scratch,
                                  size_t scratch_bytes);
-void lm_head_backward_from_probs(const CudaContext& ctx, DeviceArena& arena, bf16* d_h,
-                                 float* d_w, const float* d_logprob, const float* d_entropy,
-                                 const bf16* probs, const bf16* h, const bf16* w,
-                                 const int32_t* targets, const float* entropy, int64_t T,
-                                 int64_t C, int64_t V, float temperature, int64_t chunk);
+void lm_head_backward_from_probs(const CudaContext& ctx, DeviceArena& arena, bf16* d_h, float* d_w,
+                                 const float* d_logprob, const float* d_entropy, const bf16* probs,
+                                 const bf16* h, const bf16* w, const int32_t* targets,
+                                 const float* entropy, int64_t T, int64_t C, int64_t V,
+                                 float temperature, int64_t chunk);
 
 }  // namespace verl::ops::cuda

@@ -11,7 +11,6 @@
 
 namespace verl::ops::cuda::detail {
 
-
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -108,9 +107,8 @@ __device__ __forceinline__ void cp_async_wait() {
 // become zero. vec: 16-byte cp.async for chunks wholly inside K (the caller commits); otherwise,
 // and for a chunk straddling K, plain element loads. Both copy the bits unchanged.
 template <int kRows, int kBK, int kThreads>
-__device__ __forceinline__ void stage_tile(__nv_bfloat16* dst, const __nv_bfloat16* src,
-                                           int64_t ld, int64_t r0, int64_t rows, int k0, int K,
-                                           bool vec) {
+__device__ __forceinline__ void stage_tile(__nv_bfloat16* dst, const __nv_bfloat16* src, int64_t ld,
+                                           int64_t r0, int64_t rows, int k0, int K, bool vec) {
   constexpr int kLds = kBK + 8;
   constexpr int kChunks = kBK / 8;  // 16-byte chunks per row
   constexpr int kTotal = kRows * kChunks;

@@ -22,9 +22,10 @@ namespace verl::ops::cuda {
 
 using bf16 = __nv_bfloat16;
 
-// ---- linear.cu: y = x W^T + b, HF nn.Linear layout (W is [N, K]), cuBLASLt -----------------------
-// y[T,N] = x[T,K] @ w[N,K]^T (+ b[N] when b != nullptr): bf16 tensor-core GEMM, fp32 accumulation,
-// one rounding to bf16 (bias added in fp32 in the epilogue). Needs ctx.lt and ctx.workspace.
+// ---- linear.cu: y = x W^T + b, HF nn.Linear layout (W is [N, K]), cuBLASLt
+// ----------------------- y[T,N] = x[T,K] @ w[N,K]^T (+ b[N] when b != nullptr): bf16 tensor-core
+// GEMM, fp32 accumulation, one rounding to bf16 (bias added in fp32 in the epilogue). Needs ctx.lt
+// and ctx.workspace.
 void linear_forward(const CudaContext& ctx, bf16* y, const bf16* x, const bf16* w, const bf16* b,
                     int64_t T, int64_t K, int64_t N);
 // The same plus a residual in the GEMM epilogue: y = x W^T + b + residual (residual [T,N] bf16,
@@ -53,8 +54,9 @@ void embedding_backward(const CudaContext& ctx, float* d_table, const bf16* d_ou
 void embedding_backward(const CudaContext& ctx, float* d_table, const float* d_out,
                         const int32_t* ids, int64_t T, int64_t C, int64_t V);
 
-// ---- rmsnorm.cu: HF LlamaRMSNorm ------------------------------------------------------------------
-// rstd[r] = 1/sqrt(mean_c x[r,c]^2 + eps) (fp32, may be null);  out[r,c] = w[c] * x[r,c] * rstd[r].
+// ---- rmsnorm.cu: HF LlamaRMSNorm
+// ------------------------------------------------------------------ rstd[r] = 1/sqrt(mean_c
+// x[r,c]^2 + eps) (fp32, may be null);  out[r,c] = w[c] * x[r,c] * rstd[r].
 void rmsnorm_forward(const CudaContext& ctx, bf16* out, float* rstd, const bf16* x, const bf16* w,
                      int64_t R, int64_t C, float eps);
 void rmsnorm_forward(const CudaContext& ctx, float* out, float* rstd, const float* x,
@@ -74,8 +76,9 @@ void rmsnorm_backward(const CudaContext& ctx, float* d_x, float* d_w, const floa
                       const float* x, const float* w, const float* rstd, int64_t R, int64_t C,
                       bool accumulate_dx = true);
 
-// ---- rope.cu: HF rotary embedding, "rotate_half" layout ---------------------------------------------
-// In place on x[T, nh, D] (D even, at most 8192): a = pos[t] * inv_freq[i] in fp32, i < D/2,
+// ---- rope.cu: HF rotary embedding, "rotate_half" layout
+// --------------------------------------------- In place on x[T, nh, D] (D even, at most 8192): a =
+// pos[t] * inv_freq[i] in fp32, i < D/2,
 //   x'[i] = x[i] cos a - x[i+D/2] sin a,  x'[i+D/2] = x[i+D/2] cos a + x[i] sin a.
 // pos [T] and inv_freq [D/2] are device arrays. Fused with the q|k|v split / pack: glue.h.
 void rope_forward(const CudaContext& ctx, bf16* x, const int32_t* pos, const float* inv_freq,
@@ -88,8 +91,8 @@ void rope_backward(const CudaContext& ctx, bf16* d_x, const int32_t* pos, const 
 void rope_backward(const CudaContext& ctx, float* d_x, const int32_t* pos, const float* inv_freq,
                    int64_t T, int64_t nh, int64_t D);
 
-// ---- swiglu.cu: HF LlamaMLP activation on the fused gate|up projection ----------------------------
-// gu[T, 2F] = [gate | up];  out[T,F] = silu(gate) * up.
+// ---- swiglu.cu: HF LlamaMLP activation on the fused gate|up projection
+// ---------------------------- gu[T, 2F] = [gate | up];  out[T,F] = silu(gate) * up.
 void swiglu_forward(const CudaContext& ctx, bf16* out, const bf16* gu, int64_t T, int64_t F);
 void swiglu_forward(const CudaContext& ctx, float* out, const float* gu, int64_t T, int64_t F);
 // s = sigmoid(gate):  d_gate += d_out up s (1 + gate (1-s));  d_up += d_out silu(gate).
@@ -100,18 +103,19 @@ void swiglu_backward(const CudaContext& ctx, bf16* d_gu, const bf16* d_out, cons
 void swiglu_backward(const CudaContext& ctx, float* d_gu, const float* d_out, const float* gu,
                      int64_t T, int64_t F, bool accumulate = true);
 
-// ---- adamw.cu: torch.optim.AdamW over flat fp32 master weights ------------------------------------
-// As cpu::adamw_step (g = grad * grad_scale; decoupled decay; bias-corrected moments; step from 1),
-// on fp32 param/grad/m/v. When param_bf16 != nullptr the same kernel writes the updated weights
-// rounded to bf16 there: the compute copy used by forward and backward.
+// ---- adamw.cu: torch.optim.AdamW over flat fp32 master weights
+// ------------------------------------ As cpu::adamw_step (g = grad * grad_scale; decoupled decay;
+// bias-corrected moments; step from 1), on fp32 param/grad/m/v. When param_bf16 != nullptr the same
+// kernel writes the updated weights rounded to bf16 there: the compute copy used by forward and
+// backward.
 void adamw_step(const CudaContext& ctx, float* param, bf16* param_bf16, const float* grad, float* m,
                 float* v, int64_t n, float lr, float beta1, float beta2, float eps,
                 float weight_decay, int64_t step, float grad_scale);
 
-// ---- grad_norm.cu ----------------------------------------------------------------------------------
-// *out = sum_i x[i]^2 in double (a device scalar; overwritten). Two passes with a fixed partition
-// of x into blocks, so the result is the same on every run and every GPU. Uses 2 KiB of
-// ctx.workspace.
+// ---- grad_norm.cu
+// ---------------------------------------------------------------------------------- *out = sum_i
+// x[i]^2 in double (a device scalar; overwritten). Two passes with a fixed partition of x into
+// blocks, so the result is the same on every run and every GPU. Uses 2 KiB of ctx.workspace.
 void sum_squares(const CudaContext& ctx, double* out, const float* x, int64_t n);
 
 }  // namespace verl::ops::cuda

@@ -20,9 +20,12 @@ using detail::ceil_div;
 constexpr int kMaxD = 128;
 constexpr float kNegInf = -INFINITY;
 
-__device__ __forceinline__ float bf(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float bf(bf16 x) {
+  return __bfloat162float(x);
+}
 
-// ---- KV write --------------------------------------------------------------------------------------
+// ---- KV write
+// --------------------------------------------------------------------------------------
 
 // One block per token; bf16 pairs (D is even, so a row of Hkv*D elements is whole pairs).
 __global__ void kv_write_kernel(bf16* kc, bf16* vc, const bf16* k, const bf16* v,
@@ -41,7 +44,8 @@ __global__ void kv_write_kernel(bf16* kc, bf16* vc, const bf16* k, const bf16* v
 }
 
 // Keys j0 .. j0 + nt - 1 of kv head g0 from the paged cache into fp32 shared memory (the reference
-// kernels' staging): k_s rows of D + 1 floats (no bank conflicts on the column reads), v_s rows of D.
+// kernels' staging): k_s rows of D + 1 floats (no bank conflicts on the column reads), v_s rows of
+// D.
 __device__ __forceinline__ void stage_kv_f32(float* k_s, float* v_s, const bf16* kc, const bf16* vc,
                                              const int32_t* table, int bs, int j0, int nt, int Hkv,
                                              int g0, int D) {
@@ -151,9 +155,11 @@ __global__ void __launch_bounds__(kRopeThreads)
   }
 }
 
-// ---- block copies ------------------------------------------------------------------------------------
+// ---- block copies
+// ------------------------------------------------------------------------------------
 
-// Block (pair, array); 16-byte chunks when the block is a whole number of them (always for D % 8 == 0).
+// Block (pair, array); 16-byte chunks when the block is a whole number of them (always for D % 8 ==
+// 0).
 __global__ void copy_blocks_kernel(bf16* base, int64_t array_stride, int64_t block_elems,
                                    const int32_t* pairs) {
   const int64_t c = blockIdx.x, a = blockIdx.y;
@@ -169,7 +175,8 @@ __global__ void copy_blocks_kernel(bf16* base, int64_t array_stride, int64_t blo
   }
 }
 
-// ---- decode: split-K over the context --------------------------------------------------------------
+// ---- decode: split-K over the context
+// --------------------------------------------------------------
 
 // An item's partitions: parts of len keys (len a multiple of 64), the last one shorter.
 struct Split {
@@ -194,8 +201,8 @@ size_t decode_smem_bytes(int G, int D) {
 }
 // Upper bound of decode_smem_bytes over the supported shapes (G * D <= 2048, D <= 128, G <= 64).
 constexpr size_t kDecodeSmemMax =
-    sizeof(float) * (kMaxAcc * kDecThreads + kDecTile * (2 * kMaxD + 1) + kMaxGroup * kDecTile +
-                     3 * kMaxGroup);
+    sizeof(float) *
+    (kMaxAcc * kDecThreads + kDecTile * (2 * kMaxD + 1) + kMaxGroup * kDecTile + 3 * kMaxGroup);
 
 // Block (kv head g0, item, partition). Thread e owns the (head, dim) pairs e, e + 128, ... of the
 // group's G x D output. Per 64-key tile: K, V -> shared (fp32; K rows padded to D+1 floats so the
@@ -218,13 +225,13 @@ __global__ void __launch_bounds__(kDecThreads)
   const int G = H / Hkv;
 
   extern __shared__ float smem[];
-  float* q_s = smem;                         // [G][D]
-  float* k_s = q_s + G * D;                  // [tile][D+1]
-  float* v_s = k_s + kDecTile * (D + 1);     // [tile][D]
-  float* p_s = v_s + kDecTile * D;           // [G][tile]
-  float* m_s = p_s + G * kDecTile;           // [G] running max
-  float* l_s = m_s + G;                      // [G] running sum
-  float* a_s = l_s + G;                      // [G] rescale of this tile
+  float* q_s = smem;                      // [G][D]
+  float* k_s = q_s + G * D;               // [tile][D+1]
+  float* v_s = k_s + kDecTile * (D + 1);  // [tile][D]
+  float* p_s = v_s + kDecTile * D;        // [G][tile]
+  float* m_s = p_s + G * kDecTile;        // [G] running max
+  float* l_s = m_s + G;                   // [G] running sum
+  float* a_s = l_s + G;                   // [G] rescale of this tile
 
   const bf16* qt = q + (t * H + static_cast<int64_t>(g0) * G) * D;  // the group's heads, contiguous
   for (int e = threadIdx.x; e < G * D; e += blockDim.x) q_s[e] = bf(qt[e]);
@@ -290,7 +297,8 @@ __global__ void __launch_bounds__(kDecThreads)
       }
     }
   }
-  __syncthreads();  // (l_s, m_s of the last tile are visible since the sync above; kept for clarity)
+  __syncthreads();  // (l_s, m_s of the last tile are visible since the sync above; kept for
+                    // clarity)
 #pragma unroll
   for (int r = 0; r < kMaxAcc; ++r) {
     const int idx = threadIdx.x + r * kDecThreads;
@@ -314,9 +322,9 @@ __global__ void __launch_bounds__(kDecThreads)
 
 // Block (head, item): out = sum_p exp(m_p - M) acc_p / sum_p exp(m_p - M) l_p over the item's
 // partitions; items with one partition were written by the decode kernel itself.
-__global__ void paged_decode_combine_kernel(bf16* out, const float* part,
-                                            const int32_t* cu_seqlens, const int32_t* positions,
-                                            int H, int D, int partition, int max_parts) {
+__global__ void paged_decode_combine_kernel(bf16* out, const float* part, const int32_t* cu_seqlens,
+                                            const int32_t* positions, int H, int D, int partition,
+                                            int max_parts) {
   const int h = blockIdx.x, item = blockIdx.y;
   const int64_t t = cu_seqlens[item];
   if (cu_seqlens[item + 1] - t != 1) return;
@@ -334,7 +342,8 @@ __global__ void paged_decode_combine_kernel(bf16* out, const float* part,
   }
 }
 
-// ---- prefill: 64-query tiles x 64-key tiles ------------------------------------------------------
+// ---- prefill: 64-query tiles x 64-key tiles
+// ------------------------------------------------------
 
 constexpr int kPreThreads = 128;
 constexpr int kPreRows = 64;
@@ -414,10 +423,10 @@ __global__ void __launch_bounds__(kPreThreads)
   const int h = blockIdx.y, g0 = h / (H / Hkv);
 
   extern __shared__ float smem[];
-  float* q_s = smem;                        // [64][D+1]
-  float* k_s = q_s + kPreRows * (D + 1);    // [64][D+1]
-  float* v_s = k_s + kPreKeys * (D + 1);    // [64][D]
-  float* p_s = v_s + kPreKeys * D;          // [64][65]
+  float* q_s = smem;                      // [64][D+1]
+  float* k_s = q_s + kPreRows * (D + 1);  // [64][D+1]
+  float* v_s = k_s + kPreKeys * (D + 1);  // [64][D]
+  float* p_s = v_s + kPreKeys * D;        // [64][65]
 
   for (int e = threadIdx.x; e < kPreRows * D; e += blockDim.x) {
     const int r = e / D, d = e - r * D;
@@ -492,7 +501,8 @@ __global__ void __launch_bounds__(kPreThreads)
     for (int j = 0; j < nt; ++j) {
       float pv[kRowsPerThread];
 #pragma unroll
-      for (int i = 0; i < kRowsPerThread; ++i) pv[i] = p_s[(rg * kRowsPerThread + i) * (kPreKeys + 1) + j];
+      for (int i = 0; i < kRowsPerThread; ++i)
+        pv[i] = p_s[(rg * kRowsPerThread + i) * (kPreKeys + 1) + j];
 #pragma unroll
       for (int e = 0; e < kDPerThread; ++e) {
         const int d = cg + 8 * e;
@@ -517,7 +527,8 @@ __global__ void __launch_bounds__(kPreThreads)
   }
 }
 
-// ---- fast decode: tensor cores, the group's heads as the rows of one mma tile ----------------------
+// ---- fast decode: tensor cores, the group's heads as the rows of one mma tile
+// ----------------------
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -526,7 +537,8 @@ constexpr int kTcThreads = 128;  // 8 warps were measured slower (2.00 vs 1.88 m
 constexpr int kTcWarps = kTcThreads / 32;
 constexpr int kTcKeys = 16;  // keys per warp step: two n-tiles of S, one k-step of P V
 
-__device__ __forceinline__ void mma_bf16_16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma_bf16_16816(float* c, const uint32_t* a, uint32_t b0,
+                                               uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
@@ -543,7 +555,9 @@ __device__ __forceinline__ float2 unpack_bf16(uint32_t w) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
 }
 
-__device__ __forceinline__ uint32_t ld32(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+__device__ __forceinline__ uint32_t ld32(const bf16* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
 
 // NB bytes at p (aligned to min(NB, 16)) into NB/4 words: 16-byte loads when NB % 16 == 0.
 template <int NB>
@@ -636,7 +650,7 @@ __global__ void __launch_bounds__(kTcThreads)
   const bool one_block = bs % kTcKeys == 0;
   // K rows of keys base + gid and base + 8 + gid; V rows of keys base + {0, 1, 8, 9} + 2 tig.
   // Keys past the partition read nothing and hold zeros (the pool may hold non-finite garbage).
-  auto load = [&](int base, uint32_t (&kw)[2][KW], uint32_t (&vw)[4][VW]) {
+  auto load = [&](int base, uint32_t(&kw)[2][KW], uint32_t(&vw)[4][VW]) {
     const int64_t row_base = one_block && base < j_end ? row_of(base) : 0;
     auto row = [&](int j) -> int64_t {
       return one_block ? row_base + static_cast<int64_t>(j - base) * Hkv * D : row_of(j);
@@ -782,7 +796,8 @@ __global__ void __launch_bounds__(kTcThreads)
   }
 }
 
-// ---- fast prefill: tensor cores ------------------------------------------------------------------
+// ---- fast prefill: tensor cores
+// ------------------------------------------------------------------
 
 // Block (64-query tile, head), 4 warps of 16 query rows. Fragments of mma.m16n8k16 (PTX ISA): lane
 // = 4 gid + tig; A holds rows gid, gid + 8 and columns 2 tig (+1), (+8); B columns gid, rows 2 tig
@@ -810,7 +825,8 @@ __global__ void __launch_bounds__(kPreThreads)
   const int pos0 = r0 < rows ? positions[t0 + r0] : -1;
   const int pos1 = r1 < rows ? positions[t0 + r1] : -1;
   int warp_pos = max(pos0, pos1);
-  for (int off = 16; off > 0; off >>= 1) warp_pos = max(warp_pos, __shfl_xor_sync(0xffffffffu, warp_pos, off));
+  for (int off = 16; off > 0; off >>= 1)
+    warp_pos = max(warp_pos, __shfl_xor_sync(0xffffffffu, warp_pos, off));
 
   uint32_t qa[KS][4];
   {
@@ -906,7 +922,8 @@ __global__ void __launch_bounds__(kPreThreads)
     }
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+      const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]),
+                              pack_bf16(s[2 * kk][2], s[2 * kk][3]),
                               pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                               pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
@@ -934,33 +951,50 @@ __global__ void __launch_bounds__(kPreThreads)
   }
 }
 
-bool fast_head_dim(int64_t D) { return D == 16 || D == 32 || D == 64 || D == 128; }
+bool fast_head_dim(int64_t D) {
+  return D == 16 || D == 32 || D == 64 || D == 128;
+}
 
 template <typename... Args>
 void launch_decode_mma(int64_t D, dim3 grid, cudaStream_t st, Args... args) {
   switch (D) {
-    case 16: paged_decode_mma_kernel<16><<<grid, kTcThreads, 0, st>>>(args...); break;
-    case 32: paged_decode_mma_kernel<32><<<grid, kTcThreads, 0, st>>>(args...); break;
-    case 64: paged_decode_mma_kernel<64><<<grid, kTcThreads, 0, st>>>(args...); break;
-    default: paged_decode_mma_kernel<128><<<grid, kTcThreads, 0, st>>>(args...); break;
+    case 16:
+      paged_decode_mma_kernel<16><<<grid, kTcThreads, 0, st>>>(args...);
+      break;
+    case 32:
+      paged_decode_mma_kernel<32><<<grid, kTcThreads, 0, st>>>(args...);
+      break;
+    case 64:
+      paged_decode_mma_kernel<64><<<grid, kTcThreads, 0, st>>>(args...);
+      break;
+    default:
+      paged_decode_mma_kernel<128><<<grid, kTcThreads, 0, st>>>(args...);
+      break;
   }
 }
 
 template <typename... Args>
 void launch_prefill_mma(int64_t D, dim3 grid, cudaStream_t st, Args... args) {
   switch (D) {
-    case 16: paged_prefill_mma_kernel<16><<<grid, kPreThreads, 0, st>>>(args...); break;
-    case 32: paged_prefill_mma_kernel<32><<<grid, kPreThreads, 0, st>>>(args...); break;
-    case 64: paged_prefill_mma_kernel<64><<<grid, kPreThreads, 0, st>>>(args...); break;
-    default: paged_prefill_mma_kernel<128><<<grid, kPreThreads, 0, st>>>(args...); break;
+    case 16:
+      paged_prefill_mma_kernel<16><<<grid, kPreThreads, 0, st>>>(args...);
+      break;
+    case 32:
+      paged_prefill_mma_kernel<32><<<grid, kPreThreads, 0, st>>>(args...);
+      break;
+    case 64:
+      paged_prefill_mma_kernel<64><<<grid, kPreThreads, 0, st>>>(args...);
+      break;
+    default:
+      paged_prefill_mma_kernel<128><<<grid, kPreThreads, 0, st>>>(args...);
+      break;
   }
 }
 
 }  // namespace
 
 void paged_kv_write(const CudaContext& ctx, bf16* k_cache, bf16* v_cache, const bf16* k,
-                    const bf16* v, const int32_t* slot_mapping, int64_t T, int64_t Hkv,
-                    int64_t D) {
+                    const bf16* v, const int32_t* slot_mapping, int64_t T, int64_t Hkv, int64_t D) {
   VERL_CUDA_REQUIRE(T >= 0 && Hkv > 0 && D > 0 && D % 2 == 0,
                     detail::shape_str("paged_kv_write", {T, Hkv, D}) + ": D must be even");
   if (T == 0) return;
@@ -980,18 +1014,19 @@ void qkv_rope_paged_write(const CudaContext& ctx, bf16* q_out, bf16* k_cache, bf
                         ": needs H % Hkv == 0, D even and <= 128, both or no q/k norms");
   if (T == 0) return;
   const unsigned head_groups = static_cast<unsigned>(ceil_div(H + 2 * Hkv, kRopeThreads / 32));
-  qkv_rope_write_kernel<<<dim3(static_cast<unsigned>(T), head_groups), kRopeThreads, 0, ctx.stream>>>(
-      q_out, k_cache, v_cache, qkv, q_norm, k_norm, eps, positions, inv_freq, slot_mapping,
-      static_cast<int>(H), static_cast<int>(Hkv), static_cast<int>(D));
+  qkv_rope_write_kernel<<<dim3(static_cast<unsigned>(T), head_groups), kRopeThreads, 0,
+                          ctx.stream>>>(q_out, k_cache, v_cache, qkv, q_norm, k_norm, eps,
+                                        positions, inv_freq, slot_mapping, static_cast<int>(H),
+                                        static_cast<int>(Hkv), static_cast<int>(D));
   VERL_CUDA_CHECK_LAUNCH();
 }
 
 void paged_kv_copy_blocks(const CudaContext& ctx, bf16* base, int64_t num_arrays,
                           int64_t array_stride, int64_t block_elems, const int32_t* pairs,
                           int64_t n) {
-  VERL_CUDA_REQUIRE(num_arrays >= 0 && block_elems > 0 && n >= 0 && n < 65536 * 1024 &&
-                        num_arrays < 65536,
-                    detail::shape_str("paged_kv_copy_blocks", {num_arrays, block_elems, n}));
+  VERL_CUDA_REQUIRE(
+      num_arrays >= 0 && block_elems > 0 && n >= 0 && n < 65536 * 1024 && num_arrays < 65536,
+      detail::shape_str("paged_kv_copy_blocks", {num_arrays, block_elems, n}));
   if (n == 0 || num_arrays == 0) return;
   copy_blocks_kernel<<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(num_arrays)), 256, 0,
                        ctx.stream>>>(base, array_stride, block_elems, pairs);
@@ -1026,17 +1061,19 @@ void paged_attention(const CudaContext& ctx, bf16* out, const bf16* q, const bf1
                      const PagedAttentionPlan& plan, void* workspace, size_t workspace_bytes) {
   const std::string shape =
       detail::shape_str("paged_attention", {B, T, H, Hkv, D, block_size, W, plan.max_context});
-  VERL_CUDA_REQUIRE(B >= 0 && T >= 0 && H > 0 && Hkv > 0 && H % Hkv == 0 && D > 0 &&
-                        D % 2 == 0 && D <= kMaxD && (H / Hkv) * D <= kMaxAcc * kDecThreads &&
-                        H / Hkv <= kMaxGroup && block_size > 0 && W > 0 && B < 65536,
-                    shape + ": needs H % Hkv == 0, D even and <= 128, H/Hkv <= 64, (H/Hkv) * D <= 2048");
+  VERL_CUDA_REQUIRE(
+      B >= 0 && T >= 0 && H > 0 && Hkv > 0 && H % Hkv == 0 && D > 0 && D % 2 == 0 && D <= kMaxD &&
+          (H / Hkv) * D <= kMaxAcc * kDecThreads && H / Hkv <= kMaxGroup && block_size > 0 &&
+          W > 0 && B < 65536,
+      shape + ": needs H % Hkv == 0, D even and <= 128, H/Hkv <= 64, (H/Hkv) * D <= 2048");
   VERL_CUDA_REQUIRE(plan.partition > 0 && plan.partition % kDecTile == 0,
                     shape + ": the decode partition must be a positive multiple of 64");
   if (B == 0 || T == 0) return;
   const int G = static_cast<int>(H / Hkv);
   if (plan.decode) {
     VERL_CUDA_REQUIRE(plan.max_context > 0, shape + ": decode needs max_context > 0");
-    const int64_t parts = decode_grid_partitions(plan.max_context, plan.partition, plan.max_partitions);
+    const int64_t parts =
+        decode_grid_partitions(plan.max_context, plan.partition, plan.max_partitions);
     VERL_CUDA_REQUIRE(parts < 65536, shape + ": too many decode partitions");
     const size_t need = paged_attention_workspace_bytes(B, H, D, plan.max_context, plan.partition,
                                                         plan.max_partitions);
@@ -1047,9 +1084,9 @@ void paged_attention(const CudaContext& ctx, bf16* out, const bf16* q, const bf1
                     static_cast<unsigned>(parts));
     if (!plan.reference && G <= 8 && fast_head_dim(D)) {
       launch_decode_mma(D, grid, ctx.stream, out, static_cast<float*>(workspace), q, k_cache,
-                           v_cache, block_tables, W, cu_seqlens, positions, static_cast<int>(H),
-                           static_cast<int>(Hkv), static_cast<int>(block_size), scale,
-                           static_cast<int>(plan.partition), static_cast<int>(parts));
+                        v_cache, block_tables, W, cu_seqlens, positions, static_cast<int>(H),
+                        static_cast<int>(Hkv), static_cast<int>(block_size), scale,
+                        static_cast<int>(plan.partition), static_cast<int>(parts));
     } else {
       allow_dynamic_smem(paged_decode_kernel, kDecodeSmemMax);
       paged_decode_kernel<<<grid, kDecThreads, decode_smem_bytes(G, static_cast<int>(D)),
@@ -1072,16 +1109,15 @@ void paged_attention(const CudaContext& ctx, bf16* out, const bf16* q, const bf1
     VERL_CUDA_REQUIRE(tiles < (int64_t{1} << 31), shape + ": too many prefill tiles");
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(H));
     if (!plan.reference && fast_head_dim(D)) {
-      launch_prefill_mma(D, grid, ctx.stream, out, q, k_cache, v_cache, block_tables, W,
-                         cu_seqlens, positions, B, static_cast<int>(H), static_cast<int>(Hkv),
+      launch_prefill_mma(D, grid, ctx.stream, out, q, k_cache, v_cache, block_tables, W, cu_seqlens,
+                         positions, B, static_cast<int>(H), static_cast<int>(Hkv),
                          static_cast<int>(block_size), scale);
     } else {
       allow_dynamic_smem(paged_prefill_kernel, prefill_smem_bytes(kMaxD));
       paged_prefill_kernel<<<grid, kPreThreads, prefill_smem_bytes(static_cast<int>(D)),
-                             ctx.stream>>>(out, q, k_cache, v_cache, block_tables, W, cu_seqlens,
-                                           positions, B, static_cast<int>(H),
-                                           static_cast<int>(Hkv), static_cast<int>(D),
-                                           static_cast<int>(block_size), scale);
+                             ctx.stream>>>(
+          out, q, k_cache, v_cache, block_tables, W, cu_seqlens, positions, B, static_cast<int>(H),
+          static_cast<int>(Hkv), static_cast<int>(D), static_cast<int>(block_size), scale);
     }
     VERL_CUDA_CHECK_LAUNCH();
   }

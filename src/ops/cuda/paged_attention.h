@@ -1,20 +1,23 @@
-// ---- paged_attention.cu: attention over a paged KV cache, for the rollout engine (CUDA) ----------
-// The KV of every sequence lives in fixed-size blocks of a pool (PagedAttention, Kwon et al., SOSP
-// 2023): per layer K and V are [num_blocks, block_size, Hkv, D] bf16, and position p of the sequence
-// of item i sits in slot block_tables[i, p / block_size] * block_size + p % block_size. One scheduled
-// step (src/rollout/scheduler.h, ScheduledBatch) has T new tokens in B items: item i owns query
-// tokens [cu_seqlens[i], cu_seqlens[i+1]) at positions[t], and the query token t attends to keys
-// 0..positions[t] of its sequence. The same math as CpuModelRunner::attention (the oracle):
+// ---- paged_attention.cu: attention over a paged KV cache, for the rollout engine (CUDA)
+// ---------- The KV of every sequence lives in fixed-size blocks of a pool (PagedAttention, Kwon et
+// al., SOSP 2023): per layer K and V are [num_blocks, block_size, Hkv, D] bf16, and position p of
+// the sequence of item i sits in slot block_tables[i, p / block_size] * block_size + p %
+// block_size. One scheduled step (src/rollout/scheduler.h, ScheduledBatch) has T new tokens in B
+// items: item i owns query tokens [cu_seqlens[i], cu_seqlens[i+1]) at positions[t], and the query
+// token t attends to keys 0..positions[t] of its sequence. The same math as
+// CpuModelRunner::attention (the oracle):
 //   s_j = scale q.k_j,  out = sum_j softmax(s)_j v_j      (query head h reads kv head h / (H/Hkv))
 // with bf16 q, K, V, out and fp32 scores, softmax and sums.
 //
-// Two kinds of items, chosen by their number of query tokens, each with a fast kernel for the common
-// shapes (D in {16, 32, 64, 128}) and a plain fp32 shared-memory kernel for any shape (the reference):
+// Two kinds of items, chosen by their number of query tokens, each with a fast kernel for the
+// common shapes (D in {16, 32, 64, 128}) and a plain fp32 shared-memory kernel for any shape (the
+// reference):
 //   decode  (1 token): split-K over the context (FlashDecoding, Dao et al. 2023): partitions of
-//           about `partition` keys (at most P per item, PagedAttentionPlan) run as separate blocks, one per (kv head, item, partition), so the G =
-//           H/Hkv query heads of a group share every K/V row read; each block keeps an online softmax
-//           (running max m, sum l, unnormalised acc) and, when the item needs more than one partition,
-//           writes (m, l, acc) to the workspace; a second kernel rescales and adds them:
+//           about `partition` keys (at most P per item, PagedAttentionPlan) run as separate blocks,
+//           one per (kv head, item, partition), so the G = H/Hkv query heads of a group share every
+//           K/V row read; each block keeps an online softmax (running max m, sum l, unnormalised
+//           acc) and, when the item needs more than one partition, writes (m, l, acc) to the
+//           workspace; a second kernel rescales and adds them:
 //             M = max_p m_p,  out = sum_p exp(m_p - M) acc_p / sum_p exp(m_p - M) l_p.
 //           The grid depends only on (B, max_context), never on the lengths in device memory, so a
 //           CUDA graph captured once replays for any contexts up to max_context.
@@ -71,15 +74,15 @@ void paged_kv_copy_blocks(const CudaContext& ctx, bf16* base, int64_t num_arrays
 
 // What paged_attention launches for one step.
 struct PagedAttentionPlan {
-  int64_t max_context = 0;   // >= positions[t] + 1 of every decode item (sizes the split-K grid)
-  bool decode = true;        // launch the decode kernels (items with one query token)
-  bool prefill = true;       // launch the prefill kernel (items with several query tokens)
+  int64_t max_context = 0;  // >= positions[t] + 1 of every decode item (sizes the split-K grid)
+  bool decode = true;       // launch the decode kernels (items with one query token)
+  bool prefill = true;      // launch the prefill kernel (items with several query tokens)
   // Split-K of the decode kernel: an item of n keys runs as min(P, ceil(n / partition)) partitions
   // of equal length rounded up to 64 keys (at most `partition` keys each unless P caps the count),
   // P = max_partitions, or ceil(max_context / partition) when that is 0 or smaller.
   int32_t partition = 512;
   int32_t max_partitions = 0;
-  bool reference = false;    // only the plain fp32 kernels below (tests compare the two paths)
+  bool reference = false;  // only the plain fp32 kernels below (tests compare the two paths)
 };
 
 // P of the plan above: the partitions the grid has per (kv head, item).
@@ -99,8 +102,8 @@ int32_t decode_partitions_for(int64_t B, int64_t Hkv, int64_t max_context, int32
 size_t paged_attention_workspace_bytes(int64_t B, int64_t H, int64_t D, int64_t max_context,
                                        int32_t partition, int32_t max_partitions = 0);
 
-// out [T, H, D] (overwritten for every token of the launched kinds) from q [T, H, D] and one layer's
-// cache. block_tables [B, W], cu_seqlens [B+1], positions [T]; workspace of at least
+// out [T, H, D] (overwritten for every token of the launched kinds) from q [T, H, D] and one
+// layer's cache. block_tables [B, W], cu_seqlens [B+1], positions [T]; workspace of at least
 // paged_attention_workspace_bytes(B, H, D, plan.max_context, plan.partition, plan.max_partitions)
 // (may be null when no decode item needs two partitions).
 void paged_attention(const CudaContext& ctx, bf16* out, const bf16* q, const bf16* k_cache,

@@ -81,7 +81,7 @@ struct QuantArgs {
   int64_t T, N, ld;
   int K, group, groups;
   int units_per_split;  // k units a split: k-tiles (fused kernel) or warp-step chunks (GEMV)
-  bool vec_x;  // 16-byte cp.async of x rows (K % 8 == 0, x aligned)
+  bool vec_x;           // 16-byte cp.async of x rows (K % 8 == 0, x aligned)
 };
 
 // Stages the code bytes [kb0, kb0 + kCodeBytes) of rows [n0, n0 + kBN) into dst [kBN][kCodeLd].
@@ -335,11 +335,13 @@ __global__ void quant_dequantize_kernel(bf16_t* out, const uint8_t* codes, const
 // bring it there, each at least two of the `units` k units, the fp32 partial sums inside
 // ctx.workspace, at most 16. Sets a.units_per_split and a.partial; returns the split count (no
 // split empty).
-int64_t plan_k_split(const CudaContext& ctx, QuantArgs& a, int64_t blocks, int64_t fill, int units) {
+int64_t plan_k_split(const CudaContext& ctx, QuantArgs& a, int64_t blocks, int64_t fill,
+                     int units) {
   int64_t splits = 1;
   if (blocks < fill && ctx.workspace != nullptr) {
     const int64_t fit = static_cast<int64_t>(ctx.workspace_bytes / (sizeof(float) * a.T * a.N));
-    splits = std::max<int64_t>(1, std::min({ceil_div(fill, blocks), int64_t{units / 2}, fit, int64_t{16}}));
+    splits = std::max<int64_t>(
+        1, std::min({ceil_div(fill, blocks), int64_t{units / 2}, fit, int64_t{16}}));
   }
   a.units_per_split = static_cast<int>(ceil_div(units, splits));
   splits = ceil_div(units, a.units_per_split);
@@ -355,17 +357,18 @@ void sum_k_splits(const CudaContext& ctx, const QuantArgs& a, int64_t splits, in
   VERL_CUDA_CHECK_LAUNCH();
 }
 
-// ---- the GEMV kernel (QuantPath::Gemv): up to 8 tokens --------------------------------------------
-// A warp owns kGemvRowsPerWarp output rows; each lane reads 16 code bytes of each row per step
-// (int8: 16 inputs, int4: 32; a warp step covers kGemvChunk inputs, coalesced 512 bytes a row),
-// dequantises them in registers (int8: the integer code, the row's scale applied to the sum at the
-// end; int4: (q - z) s of the lane's group) and multiplies them with the step's x chunk, which the
-// block stages in shared memory for all its rows. Codes stream from global memory straight into
-// registers: no shared-memory round trip and no barrier between a load and its use, so many
-// loads stay in flight, which is what the memory-bound regime needs. The lanes' partial sums are
-// reduced over the warp in a fixed order. Inputs past K read zero x, so the padding codes add
-// nothing. K is split over blockIdx.y while the grid is small (fp32 partial sums in the workspace,
-// added by quant_split_sum_kernel in split order: deterministic).
+// ---- the GEMV kernel (QuantPath::Gemv): up to 8 tokens
+// -------------------------------------------- A warp owns kGemvRowsPerWarp output rows; each lane
+// reads 16 code bytes of each row per step (int8: 16 inputs, int4: 32; a warp step covers
+// kGemvChunk inputs, coalesced 512 bytes a row), dequantises them in registers (int8: the integer
+// code, the row's scale applied to the sum at the end; int4: (q - z) s of the lane's group) and
+// multiplies them with the step's x chunk, which the block stages in shared memory for all its
+// rows. Codes stream from global memory straight into registers: no shared-memory round trip and no
+// barrier between a load and its use, so many loads stay in flight, which is what the memory-bound
+// regime needs. The lanes' partial sums are reduced over the warp in a fixed order. Inputs past K
+// read zero x, so the padding codes add nothing. K is split over blockIdx.y while the grid is small
+// (fp32 partial sums in the workspace, added by quant_split_sum_kernel in split order:
+// deterministic).
 constexpr int kGemvThreads = 256, kGemvWarps = kGemvThreads / 32, kGemvRowsPerWarp = 4;
 constexpr int kGemvRows = kGemvWarps * kGemvRowsPerWarp;  // rows a block
 constexpr int kGemvMaxTokens = 8;
@@ -405,7 +408,8 @@ __global__ void __launch_bounds__(kGemvThreads) quant_gemv_kernel(const QuantArg
     for (int e = static_cast<int>(threadIdx.x); e < TT * (kChunk / 8); e += kGemvThreads) {
       const int t = e / (kChunk / 8), j = (e % (kChunk / 8)) * 8, k = k0 + j;
       uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      if (t < a.T && k < a.K) v = *reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(t) * a.K + k);
+      if (t < a.T && k < a.K)
+        v = *reinterpret_cast<const uint4*>(a.x + static_cast<int64_t>(t) * a.K + k);
       *reinterpret_cast<uint4*>(&xs[t][j]) = v;
     }
     __syncthreads();
@@ -453,7 +457,8 @@ __global__ void __launch_bounds__(kGemvThreads) quant_gemv_kernel(const QuantArg
 #pragma unroll
     for (int t = 0; t < TT; ++t)
 #pragma unroll
-      for (int off = 16; off > 0; off /= 2) acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], off);
+      for (int off = 16; off > 0; off /= 2)
+        acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], off);
 #pragma unroll
   for (int r = 0; r < kGemvRowsPerWarp; ++r) {
 #pragma unroll
@@ -615,7 +620,8 @@ void quant_linear_forward(const CudaContext& ctx, bf16* y, const bf16* x, const 
   a.group = static_cast<int>(std::min<int64_t>(w.group, K));
   a.groups = static_cast<int>(w.groups());
   a.vec_x = K % 8 == 0 && detail::aligned16(x);
-  if (path == QuantPath::Auto) path = quant_auto_path(w, T, x, scratch != nullptr, fused_max_tokens);
+  if (path == QuantPath::Auto)
+    path = quant_auto_path(w, T, x, scratch != nullptr, fused_max_tokens);
   if (path == QuantPath::Gemv) {
     VERL_CUDA_REQUIRE(quant_gemv_supported(w, T, x),
                       detail::shape_str(op, {T, K, N, w.group}) +
@@ -631,8 +637,10 @@ void quant_linear_forward(const CudaContext& ctx, bf16* y, const bf16* x, const 
   }
   const bool fused = path == QuantPath::Fused;
   VERL_CUDA_REQUIRE(!fused || quant_fusable(w),
-                    std::string(op) + ": the fused kernel takes int4 groups that are a multiple "
-                                      "of 8, not " + std::to_string(w.group));
+                    std::string(op) +
+                        ": the fused kernel takes int4 groups that are a multiple "
+                        "of 8, not " +
+                        std::to_string(w.group));
   if (!fused) {
     VERL_CUDA_REQUIRE(
         scratch != nullptr,

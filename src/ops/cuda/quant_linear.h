@@ -64,7 +64,9 @@ enum class QuantPath { Auto, Fused, Dequant, Gemv };
 // T = 1 the GEMV kernel takes 0.42-0.98x bf16 cuBLASLt's time for int8 and 0.44-1.19x for int4
 // (the fused kernel 0.74-1.90x), and it is faster than the fused kernel at every matrix up to
 // T = 2; at T = 4 int8 still wins at all eight, int4 at five; at T = 8 it loses at seven of eight.
-inline constexpr int64_t quant_gemv_auto_max_tokens(int bits) { return bits == 8 ? 4 : 2; }
+inline constexpr int64_t quant_gemv_auto_max_tokens(int bits) {
+  return bits == 8 ? 4 : 2;
+}
 
 // Whether QuantPath::Gemv takes this product: 1 <= T <= 8, K a multiple of 8 with x 16-byte
 // aligned, int8, or int4 with groups of a multiple of 32 inputs (or one group a row).

@@ -65,8 +65,8 @@ __device__ __forceinline__ float group_sum(float v) {
 template <typename T, int V, int G, int NV>
 __global__ void __launch_bounds__(kThreads)
     rmsnorm_forward_fast(T* __restrict__ out, float* __restrict__ rstd, T* __restrict__ x,
-                         const T* __restrict__ resid, const T* __restrict__ w, int64_t R,
-                         int64_t C, int nvec, float eps) {
+                         const T* __restrict__ resid, const T* __restrict__ w, int64_t R, int64_t C,
+                         int nvec, float eps) {
   const int lane = threadIdx.x % G;  // blockDim.x: a multiple of G (kThreads when G = kThreads)
   const int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / G) + threadIdx.x / G;
   const bool active = r < R;
@@ -417,8 +417,9 @@ void forward_impl(const CudaContext& ctx, T* out, float* rstd, T* x, const T* re
     const int64_t rows_per_block =
         G < kThreads ? std::clamp<int64_t>(detail::ceil_div(R, 512), 32 / G, kThreads / G) : 1;
     const unsigned blocks = static_cast<unsigned>(detail::ceil_div(R, rows_per_block));
-    rmsnorm_forward_fast<T, V, G, NV><<<blocks, static_cast<unsigned>(rows_per_block * G), 0,
-                                        ctx.stream>>>(out, rstd, x, resid, w, R, C, s.nvec, eps);
+    rmsnorm_forward_fast<T, V, G, NV>
+        <<<blocks, static_cast<unsigned>(rows_per_block * G), 0, ctx.stream>>>(
+            out, rstd, x, resid, w, R, C, s.nvec, eps);
   });
   VERL_CUDA_CHECK_LAUNCH();
 }

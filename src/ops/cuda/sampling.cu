@@ -1,6 +1,6 @@
 // GPU token sampling (sampling.h): Philox4x32-10 on the device; one 512-thread block per logits row
-// (every kind of row), or, with a workspace, several blocks per row for greedy and untruncated rows.
-// See sampling.h for the definition (the CPU Sampler's) and the fixed-point weights.
+// (every kind of row), or, with a workspace, several blocks per row for greedy and untruncated
+// rows. See sampling.h for the definition (the CPU Sampler's) and the fixed-point weights.
 #include <cmath>
 #include <string>
 
@@ -38,8 +38,9 @@ __device__ __forceinline__ uint4 philox4x32_10(uint64_t seed, uint64_t stream, u
   return make_uint4(c0, c1, c2, c3);
 }
 
-// Sort key of a token: larger key = earlier in "descending logit, ties to the lower id". The logit's
-// bits are mapped to an unsigned order (negatives flipped, -0 taken as +0), the id inverted below.
+// Sort key of a token: larger key = earlier in "descending logit, ties to the lower id". The
+// logit's bits are mapped to an unsigned order (negatives flipped, -0 taken as +0), the id inverted
+// below.
 __device__ __forceinline__ uint32_t ordered_bits(float f) {
   const uint32_t b = __float_as_uint(f == 0.0f ? 0.0f : f);
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
@@ -187,9 +188,9 @@ struct Cross {
 
 // In descending key order, the first token whose cumulative weight (count, or fixed-point mass)
 // reaches X (cum >= X) or, with `strict`, exceeds it (cum > X). Radix descent over the 64-bit key,
-// 8 bits per pass: a histogram of the tokens sharing the chosen prefix, warp 0 picks the digit where
-// the cumulative weight crosses; stops when that bin holds a single token. Sums are exact integers,
-// so a crossing found at the first level is found at every later one.
+// 8 bits per pass: a histogram of the tokens sharing the chosen prefix, warp 0 picks the digit
+// where the cumulative weight crosses; stops when that bin holds a single token. Sums are exact
+// integers, so a crossing found at the first level is found at every later one.
 __device__ Cross radix_cross(const Row& r, bool by_mass, ull X, bool strict, Smem& sh) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   ull prefix = 0, above_cnt = 0, above_mass = 0;
@@ -390,9 +391,9 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// ---- split path: several blocks per row ----------------------------------------------------------
-// Rows of greedy or untruncated temperature sampling, in three launches over fixed tiles of kTile
-// ids (block (tile, row)):
+// ---- split path: several blocks per row
+// ---------------------------------------------------------- Rows of greedy or untruncated
+// temperature sampling, in three launches over fixed tiles of kTile ids (block (tile, row)):
 //   1. tile_max:  the largest key of each tile -> part_key[row, tile]
 //   2. tile_sum:  m = max of the row's part_key; each tile's fixed-point weight sum -> part_fx and
 //                 its double sum (greedy: of exp(l - m)) -> part_sum
@@ -403,8 +404,8 @@ __global__ void __launch_bounds__(kThreads)
 // first id whose cumulative weight exceeds the target) bit for bit; only the double total behind
 // the log-prob is added in another order (~1e-16 relative).
 constexpr int kSplitThreads = 256;
-constexpr int kPerThread = 16;                         // ids per thread in a tile
-constexpr int kTile = kSplitThreads * kPerThread;      // 4096 ids
+constexpr int kPerThread = 16;                     // ids per thread in a tile
+constexpr int kTile = kSplitThreads * kPerThread;  // 4096 ids
 
 __device__ __forceinline__ ull block_max_split(ull v) {
   __shared__ ull red[kSplitThreads / 32];
@@ -629,7 +630,8 @@ __global__ void __launch_bounds__(kSplitThreads)
     if (token < 0) token = min(V, (s_tile + 1) * kTile) - 1;  // unreachable; a valid id anyway
     tokens[row] = token;
     if (logprobs != nullptr) {
-      logprobs[row] = static_cast<float>(static_cast<double>((l[token] - m) * r.inv_t) - log(total));
+      logprobs[row] =
+          static_cast<float>(static_cast<double>((l[token] - m) * r.inv_t) - log(total));
     }
   }
 }
@@ -679,7 +681,7 @@ void sample_tokens(const CudaContext& ctx, int32_t* tokens, float* logprobs, con
     const bool vec = ld % 4 == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0;
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(S));
     split_tile_max_kernel<<<grid, kSplitThreads, 0, ctx.stream>>>(part_key, logits, ld, params,
-                                                                   static_cast<int>(V), tiles, vec);
+                                                                  static_cast<int>(V), tiles, vec);
     VERL_CUDA_CHECK_LAUNCH();
     split_tile_sum_kernel<<<grid, kSplitThreads, 0, ctx.stream>>>(
         part_fx, part_sum, part_key, logits, ld, params, static_cast<int>(V), tiles, fx_shift, vec);

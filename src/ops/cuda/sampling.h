@@ -1,12 +1,13 @@
-// ---- sampling.cu: the rollout sampler on the GPU -----------------------------------------------------
-// The same definition as the CPU Sampler (src/rollout/sampler.cpp, the oracle), one block per logits
-// row, on device data, so a decode step needs no host round trip but the S sampled tokens and
-// log-probs. Per row, with m = max logits and w_i = exp((l_i - m) / T) (fp32, as the CPU):
+// ---- sampling.cu: the rollout sampler on the GPU
+// ----------------------------------------------------- The same definition as the CPU Sampler
+// (src/rollout/sampler.cpp, the oracle), one block per logits row, on device data, so a decode step
+// needs no host round trip but the S sampled tokens and log-probs. Per row, with m = max logits and
+// w_i = exp((l_i - m) / T) (fp32, as the CPU):
 //   T == 0    greedy: argmax, ties -> lowest id; log-prob = -log sum_j exp(l_j - m) (T = 1)
 //   T  > 0    keep the top_k largest logits (ties -> lower id), then the smallest prefix in that
 //             order whose weight reaches top_p of the top-k weight; u in [0, 1) (53 bits) from the
-//             Philox4x32-10 block (seed, stream, counter), exactly as the CPU builds it; the token is
-//             the first kept one (vocabulary order when nothing is truncated, descending logits
+//             Philox4x32-10 block (seed, stream, counter), exactly as the CPU builds it; the token
+//             is the first kept one (vocabulary order when nothing is truncated, descending logits
 //             otherwise) whose cumulative weight exceeds u * (kept weight).
 //             log-prob = (l - m) / T - log sum_j w_j over the FULL vocabulary.
 // No sort of the vocabulary: cumulative weights are exact integer sums of w_i in fixed point
@@ -14,11 +15,10 @@
 // deterministic; it differs from the CPU's double sums only by ~V * 2^-s relative (< 1e-8 for a
 // 152K vocabulary), i.e. at near-ties. Truncation finds the cut tokens by radix descent over a
 // 64-bit key (order-preserving bits of the logit, then the inverted id): 8 bits per pass, a
-// shared-memory histogram of counts and weights, stopping as soon as the chosen bin holds one token.
-// Untruncated sampling walks the vocabulary in id order with one pass for 32 pieces' sums and two
-// small refinement passes.
-// A row whose logits are not finite (max or sum of exp not finite) yields token -1 and a NaN log-prob;
-// the caller reports it (the CPU sampler throws).
+// shared-memory histogram of counts and weights, stopping as soon as the chosen bin holds one
+// token. Untruncated sampling walks the vocabulary in id order with one pass for 32 pieces' sums
+// and two small refinement passes. A row whose logits are not finite (max or sum of exp not finite)
+// yields token -1 and a NaN log-prob; the caller reports it (the CPU sampler throws).
 #pragma once
 
 #include <cstdint>
@@ -37,7 +37,8 @@ struct SampleParamsDevice {
   uint64_t stream = 0;   // Philox counter words 2-3
   uint64_t counter = 0;  // Philox counter words 0-1: tokens the sequence generated before
 };
-static_assert(sizeof(SampleParamsDevice) == 40, "SampleParamsDevice is a 40-byte host/device record");
+static_assert(sizeof(SampleParamsDevice) == 40,
+              "SampleParamsDevice is a 40-byte host/device record");
 
 // Device bytes of sample_tokens' split path for S rows of V logits: three [S, ceil(V / 4096)]
 // arrays of 8-byte per-tile partials.

@@ -1,7 +1,7 @@
 // The token-classification (value) head: see value_head.h.
-//   forward   one warp per token: NL dot products over C, lanes strided over C, a fixed shuffle tree
-//   d_h       one thread per (t, c): sum over the NL labels in order
-//   d_w, d_b  pass 1: block (32 columns x 8 row lanes) per (column tile, row chunk) sums its chunk
+//   forward   one warp per token: NL dot products over C, lanes strided over C, a fixed shuffle
+//   tree d_h       one thread per (t, c): sum over the NL labels in order d_w, d_b  pass 1: block
+//   (32 columns x 8 row lanes) per (column tile, row chunk) sums its chunk
 //             of d_values[t,n] h[t,c] into partial[chunk, n, c]; pass 2 adds the chunks in order
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/value_head.h"
@@ -84,8 +84,8 @@ __global__ void value_dw_final_kernel(float* d_w, float* d_b, const float* parti
 
 void check(const char* op, int64_t T, int64_t C, int64_t NL) {
   VERL_CUDA_REQUIRE(T >= 0 && C >= 1 && NL >= 1 && NL <= kMaxLabels,
-                    detail::shape_str(op, {T, C, NL}) + ": need T >= 0, C >= 1, 1 <= NL <= " +
-                        std::to_string(kMaxLabels));
+                    detail::shape_str(op, {T, C, NL}) +
+                        ": need T >= 0, C >= 1, 1 <= NL <= " + std::to_string(kMaxLabels));
 }
 
 }  // namespace

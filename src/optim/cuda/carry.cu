@@ -1,6 +1,5 @@
-#include "optim/cuda/carry.h"
-
 #include "ops/cuda/common.cuh"
+#include "optim/cuda/carry.h"
 
 namespace verl::optim::cuda {
 namespace {

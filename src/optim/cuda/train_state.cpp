@@ -6,10 +6,10 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "dist/communicator.h"
 #include "ops/cuda/glue.h"
 #include "optim/cuda/carry.h"
 #include "optim/cuda/sparse_sync.h"
-#include "dist/communicator.h"
 
 namespace verl::optim::cuda {
 
@@ -20,7 +20,8 @@ namespace {
 // A share of n elements as a count of elements, rounded up to a multiple of 256 (at most n).
 int64_t offloaded_elems(double share, int64_t n) {
   VERL_CHECK(share >= 0 && share <= 1, "offload share {} is outside 0..1", share);
-  const int64_t k = static_cast<int64_t>(std::llround(share * static_cast<double>(n)) + 255) / 256 * 256;
+  const int64_t k =
+      static_cast<int64_t>(std::llround(share * static_cast<double>(n)) + 255) / 256 * 256;
   return std::min(k, n);
 }
 }  // namespace
@@ -32,8 +33,8 @@ void CudaTrainState::SplitBuffer::allocate(int64_t n, int64_t resident_elems) {
 }
 
 void CudaTrainState::SplitBuffer::upload(const std::vector<float>& x) {
-  VERL_CHECK(x.size() == dev.size() + host.size(), "internal: {} floats into a buffer of {}", x.size(),
-             dev.size() + host.size());
+  VERL_CHECK(x.size() == dev.size() + host.size(), "internal: {} floats into a buffer of {}",
+             x.size(), dev.size() + host.size());
   if (dev.size() > 0) ops::cuda::copy_to_device(dev.data(), x.data(), dev.bytes());
   if (host.size() > 0) std::memcpy(host.data(), x.data() + resident, host.bytes());
 }
@@ -80,7 +81,8 @@ CudaTrainState::CudaTrainState(const ops::cuda::CudaContext& ctx, const model::W
 }
 
 CudaTrainState::~CudaTrainState() {
-  if (ctx_.stream != nullptr) cudaStreamSynchronize(ctx_.stream);  // no copy may outlive its buffers
+  if (ctx_.stream != nullptr)
+    cudaStreamSynchronize(ctx_.stream);  // no copy may outlive its buffers
   for (int s = 0; s < kSlots; ++s) {
     if (up_done_[s] != nullptr) cudaEventDestroy(up_done_[s]);
     if (slot_free_[s] != nullptr) cudaEventDestroy(slot_free_[s]);
@@ -91,8 +93,8 @@ CudaTrainState::~CudaTrainState() {
 }
 
 size_t CudaTrainState::device_bytes() const {
-  return master_.device_bytes() + grads_.bytes() + m_.device_bytes() + v_.device_bytes() + wbf_.bytes() +
-         norm_.bytes() + stage_.bytes();
+  return master_.device_bytes() + grads_.bytes() + m_.device_bytes() + v_.device_bytes() +
+         wbf_.bytes() + norm_.bytes() + stage_.bytes();
 }
 
 size_t CudaTrainState::host_bytes() const {
@@ -152,7 +154,8 @@ void CudaTrainState::stream_offloaded(int64_t begin, int64_t end, unsigned parts
     lo = hi;
   }
   // Whoever synchronises the compute stream, or enqueues after this, sees every piece home.
-  for (int s = 0; s < std::min(i, kSlots); ++s) VERL_CUDA_CHECK(cudaStreamWaitEvent(ctx_.stream, slot_free_[s]));
+  for (int s = 0; s < std::min(i, kSlots); ++s)
+    VERL_CUDA_CHECK(cudaStreamWaitEvent(ctx_.stream, slot_free_[s]));
 }
 
 void CudaTrainState::zero_grad() {
@@ -191,7 +194,8 @@ void CudaTrainState::start_sparse(int64_t begin, int64_t end) {
   SparseBucket b{begin, end, sparse_layout(end - begin, lw_->top_k, lw_->values)};
   DeviceBuffer<uint8_t>& buf = messages_[begin];
   const size_t bytes = b.layout.bytes;
-  if (buf.size() != bytes * static_cast<size_t>(world)) buf = DeviceBuffer<uint8_t>(bytes * static_cast<size_t>(world));
+  if (buf.size() != bytes * static_cast<size_t>(world))
+    buf = DeviceBuffer<uint8_t>(bytes * static_cast<size_t>(world));
   uint8_t* mine = buf.data() + bytes * static_cast<size_t>(dp_->rank());
   sparse_compress(ctx_, grads_.data() + begin, carry_.size() > 0 ? carry_.data() + begin : nullptr,
                   lw_->error_feedback, b.layout, mine, scratch_.data());
@@ -207,7 +211,8 @@ void CudaTrainState::finish_sparse() {
   // Every rank's decoded message added in rank order into the bucket: the same sum everywhere.
   for (const SparseBucket& b : sparse_) {
     float* out = grads_.data() + b.begin;
-    VERL_CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<size_t>(b.end - b.begin) * sizeof(float), ctx_.stream));
+    VERL_CUDA_CHECK(
+        cudaMemsetAsync(out, 0, static_cast<size_t>(b.end - b.begin) * sizeof(float), ctx_.stream));
     const uint8_t* all = messages_.at(b.begin).data();
     for (int r = 0; r < dp_->world_size(); ++r)
       sparse_accumulate(ctx_, all + b.layout.bytes * static_cast<size_t>(r), b.layout, out);
@@ -226,10 +231,13 @@ std::vector<float> CudaTrainState::download_carry() const {
 
 void CudaTrainState::upload_carry(const std::vector<float>& carry, int64_t calls) {
   VERL_CHECK(carry.empty() || carry_.size() == 0 || static_cast<int64_t>(carry.size()) == numel(),
-             "restore: a LightweightSync carry of {} floats for a model of {} parameters", carry.size(), numel());
+             "restore: a LightweightSync carry of {} floats for a model of {} parameters",
+             carry.size(), numel());
   if (carry_.size() > 0) {
-    if (carry.empty()) carry_.zero(ctx_.stream);
-    else carry_.upload(carry);
+    if (carry.empty())
+      carry_.zero(ctx_.stream);
+    else
+      carry_.upload(carry);
   }
   sync_calls_ = calls;
 }
@@ -238,7 +246,8 @@ uint64_t CudaTrainState::weights_digest() {
   double sq = 0;
   if (master_.resident > 0) {
     ops::cuda::sum_squares(ctx_, norm_.data(), master_.dev.data(), master_.resident);
-    VERL_CUDA_CHECK(cudaMemcpyAsync(&sq, norm_.data(), sizeof(double), cudaMemcpyDeviceToHost, ctx_.stream));
+    VERL_CUDA_CHECK(
+        cudaMemcpyAsync(&sq, norm_.data(), sizeof(double), cudaMemcpyDeviceToHost, ctx_.stream));
   }
   VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
   for (size_t i = 0; i < master_.host.size(); ++i) {  // the offloaded part, in order
@@ -367,8 +376,8 @@ void CudaTrainState::upload(const std::vector<float>& weights, const AdamWState*
 void CudaTrainState::wake() {
   if (!sleeps() || wbf_.size() > 0) return;
   wbf_ = DeviceBuffer<bf16>(wbf_host_.size());
-  VERL_CUDA_CHECK(cudaMemcpyAsync(wbf_.data(), wbf_host_.data(), wbf_host_.bytes(), cudaMemcpyHostToDevice,
-                                  ctx_.stream));
+  VERL_CUDA_CHECK(cudaMemcpyAsync(wbf_.data(), wbf_host_.data(), wbf_host_.bytes(),
+                                  cudaMemcpyHostToDevice, ctx_.stream));
 }
 
 void CudaTrainState::sleep() {

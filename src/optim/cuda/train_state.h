@@ -86,9 +86,9 @@ class CudaTrainState final : public TrainState {
     int64_t resident = 0;
     void allocate(int64_t n, int64_t resident_elems);
     size_t device_bytes() const { return dev.bytes(); }
-    void upload(const std::vector<float>& x);     // synchronous (setup, resume)
+    void upload(const std::vector<float>& x);  // synchronous (setup, resume)
     void zero(cudaStream_t stream);
-    std::vector<float> download() const;          // synchronous; the caller drained the streams
+    std::vector<float> download() const;  // synchronous; the caller drained the streams
   };
   // The offloaded elements of [begin, end) (those past some part's `resident`) bucket by bucket:
   // for each bucket, the host-resident pieces of the parts in `parts` (bits: 1 master, 2 exp_avg,
@@ -96,7 +96,8 @@ class CudaTrainState final : public TrainState {
   // exp_avg_sq, first element, count) is enqueued on the compute stream, and with write_back the
   // pieces come home. The compute stream waits for every copy before its later work.
   using BucketFn = std::function<void(float* const* ptr, int64_t begin, int64_t n)>;
-  void stream_offloaded(int64_t begin, int64_t end, unsigned parts, bool write_back, const BucketFn& fn);
+  void stream_offloaded(int64_t begin, int64_t end, unsigned parts, bool write_back,
+                        const BucketFn& fn);
   // The first element some part keeps on the host (numel() without offload).
   int64_t first_offloaded() const;
 
