@@ -40,9 +40,9 @@ for r in $(seq 1 $rounds); do
       --warmup 1 --steps 3 > $R/grpo_$n.json 2> $R/grpo_$n.err
     echo "grpo-step $n rc $?: $(grep '^{' $R/grpo_$n.json | tail -1 | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(round(d["step_s"],4), {k: round(x,4) for k,x in d["phase_s"].items()})' 2>&1)" >> $S
     timeout 120 $v bench rollout --shape qwen2.5-0.5b > $R/rollout_$n.json 2> $R/rollout_$n.err
-    echo "rollout $n rc $?: $(grep -oE '"(tokens_per_s|decode_step_ms)":[0-9.]*' $R/rollout_$n.json | tr '\n' ' ')" >> $S
+    echo "rollout $n rc $?: $(grep -oE '"(output_tokens_per_s|decode_step_ms)":[0-9.]*' $R/rollout_$n.json | tr '\n' ' ')" >> $S
     timeout 120 $v bench train --device cuda --shape qwen2.5-0.5b > $R/train_$n.json 2> $R/train_$n.err
-    echo "train $n rc $?: $(grep -oE '"(tokens_per_s|peak_gib|mfu)":[0-9.]*' $R/train_$n.json | tr '\n' ' ')" >> $S
+    echo "train $n rc $?: $(grep -oE '"(tokens_per_s|peak_memory_bytes|mfu)":[0-9.]*' $R/train_$n.json | tr '\n' ' ')" >> $S
     pack
   done
 done
