@@ -130,6 +130,61 @@ int64_t Communicator::max(int64_t x) {
   return x;
 }
 
+// ---- split --------------------------------------------------------------------------------------
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  VERL_CHECK(color >= 0 || color == kNoColor,
+             "split on {}: color {} is negative; a color is >= 0, or kNoColor ({}) to join no "
+             "group",
+             describe_rank(), color, kNoColor);
+  // Every rank learns every (color, key), so each works out the same groups.
+  const int n = world_size();
+  const int64_t mine[2] = {color, key};
+  std::vector<int64_t> all(2 * static_cast<size_t>(n));
+  all_gather(mine, all.data(), 2, DataType::I64);
+  SplitGroup g{color, key, -1, {}};
+  if (color != kNoColor) {
+    for (int r = 0; r < n; ++r)
+      if (all[2 * r] == color) g.members.push_back(r);
+    // Members are in rank order already: a stable sort by key gives (key, rank).
+    std::stable_sort(g.members.begin(), g.members.end(),
+                     [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
+    g.rank = static_cast<int>(std::find(g.members.begin(), g.members.end(), rank()) -
+                              g.members.begin());
+  }
+  std::unique_ptr<Communicator> child = split_impl(g);
+  if (color == kNoColor) {
+    VERL_CHECK(child == nullptr, "split on {}: kNoColor gave a communicator", describe_rank());
+    return nullptr;
+  }
+  const int size = static_cast<int>(g.members.size());
+  VERL_CHECK(child != nullptr && child->rank() == g.rank && child->world_size() == size,
+             "split on {}: group color {} was formed as rank {} of {}, want rank {} of {}",
+             describe_rank(), color, child ? child->rank() : -1, child ? child->world_size() : 0,
+             g.rank, size);
+  child->group_.color = color;
+  for (int m : g.members)
+    child->group_.world_ranks.push_back(group_.world_ranks.empty() ? m : group_.world_ranks[m]);
+  child->set_stage(stage());
+  return child;
+}
+
+std::string Communicator::describe_rank() const {
+  std::string s = fmt::format("rank {} of {}", rank(), world_size());
+  if (!group_.world_ranks.empty()) {
+    s += fmt::format(" in group color {} (world rank {})", group_.color,
+                     group_.world_ranks[static_cast<size_t>(rank())]);
+  }
+  return s;
+}
+
+std::string Communicator::describe_peer(int peer) const {
+  if (group_.world_ranks.empty() || peer < 0 || peer >= world_size())
+    return fmt::format("rank {}", peer);
+  return fmt::format("rank {} (world rank {})", peer,
+                     group_.world_ranks[static_cast<size_t>(peer)]);
+}
+
 // ---- SingleProcess -----------------------------------------------------------------------------
 
 namespace {
@@ -254,6 +309,11 @@ std::unique_ptr<PendingCollective> Communicator::start_reduce_impl(void* data, s
   (void)root;
   all_reduce_impl(data, count, type, op, Place::host());
   return std::make_unique<Completed>();
+}
+
+std::unique_ptr<Communicator> SingleProcess::split_impl(const SplitGroup& g) {
+  if (g.color == kNoColor) return nullptr;
+  return std::make_unique<SingleProcess>();
 }
 
 void SingleProcess::all_reduce_impl(void*, size_t, DataType, ReduceOp, Place place) {

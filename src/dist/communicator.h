@@ -12,6 +12,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "core/error.h"
 
@@ -63,6 +64,19 @@ class PendingCollective {
   virtual ~PendingCollective() = default;
   virtual bool test() = 0;
   virtual void wait() = 0;
+};
+
+// The color a rank passes to Communicator::split to join no group (MPI_UNDEFINED's role).
+inline constexpr int kNoColor = -1;
+
+// What Communicator::split has worked out before a backend forms the group: this rank's color
+// and key, its rank in the group and the group's members as ranks of the parent, in group rank
+// order (by key, then parent rank). Under kNoColor: rank -1 and no members.
+struct SplitGroup {
+  int color = kNoColor;
+  int key = 0;
+  int rank = -1;
+  std::vector<int> members;
 };
 
 // Every rank calls a collective with the same counts, type, op and root. Counts and displacements
@@ -205,6 +219,26 @@ class Communicator {
                 data_type_of<T>(), place);
   }
 
+  // A collective over every rank, as MPI_Comm_split: the ranks passing the same color (>= 0) form
+  // a new communicator, ranked by key, then by rank here; a rank passing kNoColor gets nullptr
+  // and joins no group. The child is the same backend with this one's timeout and stage, and its
+  // errors name its group (color, size, world ranks). Destroy a child before its parent (an MPI
+  // parent that started MPI finalises it).
+  std::unique_ptr<Communicator> split(int color, int key);
+
+  // A split child's place in the job: the color it was split with and, per rank of the child,
+  // its world rank (its rank in the communicator no split made). No world ranks when no split
+  // made this communicator.
+  struct Group {
+    int color = kNoColor;
+    std::vector<int> world_ranks;
+  };
+  const Group& group() const { return group_; }
+  // How errors name this rank ("rank 1 of 4"; in a split child "rank 0 of 2 in group color 1
+  // (world rank 3)") and a peer ("rank 2"; in a split child "rank 1 (world rank 3)").
+  std::string describe_rank() const;
+  std::string describe_peer(int peer) const;
+
   // Conveniences over all_reduce.
   double sum(double x);
   int64_t sum(int64_t x);
@@ -246,9 +280,14 @@ class Communicator {
                                                                      std::span<const size_t> counts,
                                                                      std::span<const size_t> displs,
                                                                      DataType type, Place place);
+  // Forms this rank's group `g` (a backend's own connections or handle) and returns it, or
+  // nullptr under kNoColor. Every rank calls it, kNoColor ones too, so a backend may run
+  // collectives here. split() then checks the child's rank and size and sets its group and stage.
+  virtual std::unique_ptr<Communicator> split_impl(const SplitGroup& g) = 0;
 
  private:
   std::string stage_ = "setup";
+  Group group_;
   // Every slice [displs[j], displs[j] + counts[j]) lies inside a buffer of `size` elements.
   void check_slices(const char* which, size_t size, std::span<const size_t> counts,
                     std::span<const size_t> displs) const;
@@ -275,6 +314,7 @@ class SingleProcess final : public Communicator {
                         std::span<const size_t> send_displs, void* recv,
                         std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
                         DataType type, Place place) override;
+  std::unique_ptr<Communicator> split_impl(const SplitGroup& g) override;
 };
 
 }  // namespace verl::dist

@@ -26,13 +26,14 @@ bool poll_until(double timeout_s, Done&& done) {
   }
 }
 
-// The line a rank prints when `what` (e.g. "all_reduce", "NCCL all_reduce") timed out.
-inline void report_timeout(int rank, int world, const char* what, const std::string& stage,
+// The line a rank prints when `what` (e.g. "all_reduce", "NCCL all_reduce") timed out; `who` is
+// the communicator's describe_rank() ("rank 0 of 2", with the group in a split child).
+inline void report_timeout(const std::string& who, const char* what, const std::string& stage,
                            double timeout_s) {
   std::fprintf(stderr,
-               "error: rank %d of %d: %s in stage '%s' did not complete within %.0f s "
+               "error: %s: %s in stage '%s' did not complete within %.0f s "
                "(actor_rollout_ref.nccl_timeout): another rank died or is stuck\n",
-               rank, world, what, stage.c_str(), timeout_s);
+               who.c_str(), what, stage.c_str(), timeout_s);
   std::fflush(stderr);
 }
 

@@ -55,7 +55,12 @@ void check_mpi(int rc, const char* what) {
 
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(double timeout_s) : timeout_s_(timeout_s) {
+struct MpiCommunicator::Handle {
+  MPI_Comm comm;
+};
+
+MpiCommunicator::MpiCommunicator(double timeout_s)
+    : comm_(std::make_unique<Handle>(Handle{MPI_COMM_WORLD})), timeout_s_(timeout_s) {
   VERL_CHECK(timeout_s > 0, "actor_rollout_ref.nccl_timeout must be > 0 seconds, got {}", timeout_s);
   int inited = 0;
   MPI_Initialized(&inited);
@@ -70,13 +75,34 @@ MpiCommunicator::MpiCommunicator(double timeout_s) : timeout_s_(timeout_s) {
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
 }
 
+MpiCommunicator::MpiCommunicator(std::unique_ptr<Handle> comm, double timeout_s)
+    : comm_(std::move(comm)), timeout_s_(timeout_s) {
+  MPI_Comm_set_errhandler(comm_->comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm_->comm, &rank_);
+  MPI_Comm_size(comm_->comm, &size_);
+}
+
 MpiCommunicator::~MpiCommunicator() {
   // While an error unwinds, the other ranks may still wait in a collective: MPI_Finalize could
   // block. abort_job (called where the error is caught) ends the job instead.
   if (std::uncaught_exceptions() > 0) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (owns_init_ && !finalized) MPI_Finalize();
+  if (finalized) return;
+  if (comm_->comm != MPI_COMM_WORLD) MPI_Comm_free(&comm_->comm);
+  if (owns_init_) MPI_Finalize();
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split_impl(const SplitGroup& g) {
+  // split() has just all-gathered on this communicator within the deadline, so every rank is
+  // here: MPI_Comm_split, which has no non-blocking form, waits for no rank that died.
+  MPI_Comm child = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split(comm_->comm, g.color == kNoColor ? MPI_UNDEFINED : g.color, g.key,
+                           &child),
+            "split");
+  if (child == MPI_COMM_NULL) return nullptr;
+  return std::unique_ptr<Communicator>(
+      new MpiCommunicator(std::make_unique<Handle>(Handle{child}), timeout_s_));
 }
 
 void abort_job_on_error(const char* what) {
@@ -109,7 +135,7 @@ void MpiCommunicator::wait(void* request, const char* what) {
   if (done) return;
   // A peer died or is stuck inside another stage: nothing this rank can finish. Say where and end
   // the whole job (the launcher stops the other ranks).
-  report_timeout(rank_, size_, what, stage(), timeout_s_);
+  report_timeout(describe_rank(), what, stage(), timeout_s_);
   MPI_Abort(MPI_COMM_WORLD, 3);
   std::_Exit(3);
 }
@@ -157,7 +183,7 @@ std::unique_ptr<PendingCollective> MpiCommunicator::start_all_reduce_impl(void* 
   host_only(place, "all_reduce");
   auto p = std::make_unique<Pending>(*this, "gradient all_reduce");
   check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, count_of(count, "all_reduce"), mpi_type(type),
-                           mpi_op(op, type, "all_reduce"), MPI_COMM_WORLD, p->request()),
+                           mpi_op(op, type, "all_reduce"), comm_->comm, p->request()),
             "all_reduce");
   return p;
 }
@@ -167,7 +193,7 @@ std::unique_ptr<PendingCollective> MpiCommunicator::start_reduce_impl(void* data
                                                                       int root) {
   auto p = std::make_unique<Pending>(*this, "gradient reduce");
   check_mpi(MPI_Ireduce(rank_ == root ? MPI_IN_PLACE : data, data, count_of(count, "reduce"),
-                        mpi_type(type), mpi_op(op, type, "reduce"), root, MPI_COMM_WORLD,
+                        mpi_type(type), mpi_op(op, type, "reduce"), root, comm_->comm,
                         p->request()),
             "reduce");
   return p;
@@ -184,7 +210,7 @@ std::unique_ptr<PendingCollective> MpiCommunicator::start_all_gather_impl(const 
   auto p = std::make_unique<Pending>(*this, "gradient all_gather");
   const int n = count_of(send_count, "all_gather");
   check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, mpi_type(type), recv, n,
-                           mpi_type(type), MPI_COMM_WORLD, p->request()),
+                           mpi_type(type), comm_->comm, p->request()),
             "all_gather");
   return p;
 }
@@ -203,7 +229,7 @@ std::unique_ptr<PendingCollective> MpiCommunicator::start_all_gather_v_impl(cons
   // MPI reads the count and displacement arrays until the request completes: they live in p.
   p->keep(std::move(c), std::move(d));
   check_mpi(MPI_Iallgatherv(send, p->ints(0)[static_cast<size_t>(rank_)], mpi_type(type), recv,
-                            p->ints(0).data(), p->ints(1).data(), mpi_type(type), MPI_COMM_WORLD,
+                            p->ints(0).data(), p->ints(1).data(), mpi_type(type), comm_->comm,
                             p->request()),
             "all_gather_v");
   return p;
@@ -211,7 +237,7 @@ std::unique_ptr<PendingCollective> MpiCommunicator::start_all_gather_v_impl(cons
 
 void MpiCommunicator::barrier() {
   MPI_Request req;
-  check_mpi(MPI_Ibarrier(MPI_COMM_WORLD, &req), "barrier");
+  check_mpi(MPI_Ibarrier(comm_->comm, &req), "barrier");
   wait(&req, "barrier");
 }
 
@@ -220,7 +246,7 @@ void MpiCommunicator::all_reduce_impl(void* data, size_t count, DataType type, R
   host_only(place, "all_reduce");
   MPI_Request req;
   check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, count_of(count, "all_reduce"), mpi_type(type),
-                           mpi_op(op, type, "all_reduce"), MPI_COMM_WORLD, &req),
+                           mpi_op(op, type, "all_reduce"), comm_->comm, &req),
             "all_reduce");
   wait(&req, "all_reduce");
 }
@@ -241,7 +267,7 @@ void MpiCommunicator::reduce_scatter_impl(const void* send, void* recv, size_t r
   MPI_Request req;
   check_mpi(MPI_Ireduce_scatter_block(send, out, count_of(recv_count, "reduce_scatter"),
                                       mpi_type(type), mpi_op(op, type, "reduce_scatter"),
-                                      MPI_COMM_WORLD, &req),
+                                      comm_->comm, &req),
             "reduce_scatter");
   wait(&req, "reduce_scatter");
   if (!staged.empty()) std::memcpy(recv, staged.data(), bytes);
@@ -255,7 +281,7 @@ void MpiCommunicator::all_gather_impl(const void* send, void* recv, size_t send_
   MPI_Request req;
   const int n = count_of(send_count, "all_gather");
   check_mpi(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, mpi_type(type), recv, n,
-                           mpi_type(type), MPI_COMM_WORLD, &req),
+                           mpi_type(type), comm_->comm, &req),
             "all_gather");
   wait(&req, "all_gather");
 }
@@ -264,7 +290,7 @@ void MpiCommunicator::broadcast_impl(void* data, size_t count, DataType type, in
                                      Place place) {
   host_only(place, "broadcast");
   MPI_Request req;
-  check_mpi(MPI_Ibcast(data, count_of(count, "broadcast"), mpi_type(type), root, MPI_COMM_WORLD,
+  check_mpi(MPI_Ibcast(data, count_of(count, "broadcast"), mpi_type(type), root, comm_->comm,
                        &req),
             "broadcast");
   wait(&req, "broadcast");
@@ -275,7 +301,7 @@ void MpiCommunicator::all_to_all_impl(const void* send, void* recv, size_t count
   host_only(place, "all_to_all");
   MPI_Request req;
   const int n = count_of(count_per_rank, "all_to_all");
-  check_mpi(MPI_Ialltoall(send, n, mpi_type(type), recv, n, mpi_type(type), MPI_COMM_WORLD, &req),
+  check_mpi(MPI_Ialltoall(send, n, mpi_type(type), recv, n, mpi_type(type), comm_->comm, &req),
             "all_to_all");
   wait(&req, "all_to_all");
 }
@@ -295,7 +321,7 @@ void MpiCommunicator::all_to_allv_impl(const void* send, std::span<const size_t>
                          rd = ints(recv_displs);
   MPI_Request req;
   check_mpi(MPI_Ialltoallv(send, sc.data(), sd.data(), mpi_type(type), recv, rc.data(), rd.data(),
-                           mpi_type(type), MPI_COMM_WORLD, &req),
+                           mpi_type(type), comm_->comm, &req),
             "all_to_allv");
   wait(&req, "all_to_allv");
 }

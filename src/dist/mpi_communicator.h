@@ -5,6 +5,7 @@
 // hang. Device buffers are the NCCL communicator's business and are refused here.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "dist/communicator.h"
@@ -48,13 +49,19 @@ class MpiCommunicator final : public Communicator {
                                                              std::span<const size_t> counts,
                                                              std::span<const size_t> displs,
                                                              DataType type, Place place) override;
+  // MPI_Comm_split; the child owns its MPI_Comm and frees it when destroyed.
+  std::unique_ptr<Communicator> split_impl(const SplitGroup& g) override;
 
  private:
   class Pending;
+  struct Handle;  // the MPI_Comm (mpi.h stays out of this header)
+  // A split's child over `comm`, which it frees.
+  MpiCommunicator(std::unique_ptr<Handle> comm, double timeout_s);
   void host_only(Place place, const char* what) const;
   // Waits for `request` (an MPI_Request) until the deadline; past it, reports and aborts the job.
   void wait(void* request, const char* what);
 
+  std::unique_ptr<Handle> comm_;  // MPI_COMM_WORLD, or a split's communicator
   int rank_ = 0, size_ = 1;
   double timeout_s_;
   bool owns_init_ = false;

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "core/error.h"
 #include "dist/deadline.h"
@@ -82,6 +83,103 @@ void reduce_typed(void* acc, const void* x, size_t n, DataType t, ReduceOp op) {
   VERL_FAIL("TCP all_reduce: {} reductions are not supported on the host", to_string(t));
 }
 
+// A socket closed when it goes out of scope, unless released.
+class Socket {
+ public:
+  explicit Socket(int fd = -1) : fd_(fd) {}
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+  ~Socket() {
+    if (fd_ >= 0) close(fd_);
+  }
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+// A socket listening on `port` of every interface (0: a port the system picks), or -1 (errno
+// says why).
+int listen_on(int port, int backlog) {
+  Socket s(socket(AF_INET, SOCK_STREAM, 0));
+  if (s.get() < 0) return -1;
+  int one = 1;
+  setsockopt(s.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in any{};
+  any.sin_family = AF_INET;
+  any.sin_addr.s_addr = htonl(INADDR_ANY);  // peers may use any route to this host
+  any.sin_port = htons(static_cast<uint16_t>(port));
+  if (bind(s.get(), reinterpret_cast<const sockaddr*>(&any), sizeof(any)) != 0 ||
+      listen(s.get(), backlog) != 0) {
+    const int err = errno;  // close() must not replace it
+    close(s.release());
+    errno = err;
+    return -1;
+  }
+  return s.release();
+}
+
+// Why forming a star failed; empty when it did not. `timed_out` tells a peer that never came from
+// one that said something wrong.
+struct JoinError {
+  std::string why;
+  bool timed_out = false;
+};
+
+// The hub's side of forming a star: accepts fds.size() - 1 connections on `lfd` until
+// `timeout_s` after `start`; each peer says hello {its rank, the world size} and its socket goes
+// to fds[rank].
+JoinError accept_peers(int lfd, int port, std::vector<int>& fds, double timeout_s,
+                       Clock::time_point start) {
+  const int world = static_cast<int>(fds.size());
+  for (int joined = 1; joined < world;) {
+    pollfd p{lfd, POLLIN, 0};
+    const double left = timeout_s - seconds_since(start);
+    if (left <= 0 || poll(&p, 1, static_cast<int>(left * 1000) + 1) <= 0) {
+      return {fmt::format("{} of {} ranks connected to port {} within {:g} s "
+                          "(actor_rollout_ref.nccl_timeout)",
+                          joined - 1, world - 1, port, timeout_s),
+              true};
+    }
+    Socket c(accept(lfd, nullptr, nullptr));
+    if (c.get() < 0) continue;
+    tune(c.get());
+    int32_t hello[2] = {-1, -1};  // the peer's rank and world size
+    size_t got = 0;
+    while (got < sizeof(hello)) {
+      const ssize_t r =
+          ::recv(c.get(), reinterpret_cast<char*>(hello) + got, sizeof(hello) - got, 0);
+      if (r <= 0) break;
+      got += static_cast<size_t>(r);
+    }
+    if (got != sizeof(hello) || hello[1] != world || hello[0] <= 0 || hello[0] >= world ||
+        fds[hello[0]] >= 0) {
+      return {fmt::format("a peer on port {} says it is rank {} of {}, but this job has {} ranks "
+                          "(or that rank joined twice)",
+                          port, hello[0], hello[1], world)};
+    }
+    fds[hello[0]] = c.release();
+    ++joined;
+  }
+  return {};
+}
+
+// A peer's side: a connection to `where`, retried until `timeout_s` after `start` (the hub may not
+// listen yet), or -1.
+int connect_to(const sockaddr_in& where, double timeout_s, Clock::time_point start) {
+  for (;;) {
+    Socket c(socket(AF_INET, SOCK_STREAM, 0));
+    VERL_CHECK(c.get() >= 0, "TCP bootstrap: socket: {}", std::strerror(errno));
+    if (connect(c.get(), reinterpret_cast<const sockaddr*>(&where), sizeof(where)) == 0) {
+      tune(c.get());
+      return c.release();
+    }
+    if (seconds_since(start) >= timeout_s) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 }  // namespace
 
 TcpCommunicator::TcpCommunicator(int rank, int world_size, const std::string& addr, int port,
@@ -99,75 +197,94 @@ TcpCommunicator::TcpCommunicator(int rank, int world_size, const std::string& ad
   const sockaddr_in where = resolve(addr, port);
   const auto start = Clock::now();
   if (rank_ == 0) {
-    const int lfd = socket(AF_INET, SOCK_STREAM, 0);
-    VERL_CHECK(lfd >= 0, "TCP bootstrap: socket: {}", std::strerror(errno));
-    int one = 1;
-    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    sockaddr_in any = where;
-    any.sin_addr.s_addr =
-        htonl(INADDR_ANY);  // MASTER_ADDR names this host; peers may use any route
-    if (bind(lfd, reinterpret_cast<const sockaddr*>(&any), sizeof(any)) != 0 ||
-        listen(lfd, world_) != 0) {
-      const std::string why = std::strerror(errno);
-      close(lfd);
-      VERL_FAIL("rank 0 cannot listen on MASTER_PORT={}: {} (another job on this port?)", port,
-                why);
-    }
-    for (int joined = 1; joined < world_;) {
-      pollfd p{lfd, POLLIN, 0};
-      const double left = timeout_s_ - seconds_since(start);
-      if (left <= 0 || poll(&p, 1, static_cast<int>(left * 1000) + 1) <= 0) {
-        close(lfd);
-        VERL_FAIL(
-            "rank 0: {} of {} ranks connected to port {} within {:g} s "
-            "(actor_rollout_ref.nccl_timeout); "
-            "check RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT on every rank",
-            joined - 1, world_ - 1, port, timeout_s_);
-      }
-      const int c = accept(lfd, nullptr, nullptr);
-      if (c < 0) continue;
-      tune(c);
-      int32_t hello[2] = {-1, -1};  // the peer's rank and world size
-      size_t got = 0;
-      while (got < sizeof(hello)) {
-        const ssize_t r = ::recv(c, reinterpret_cast<char*>(hello) + got, sizeof(hello) - got, 0);
-        if (r <= 0) break;
-        got += static_cast<size_t>(r);
-      }
-      if (got != sizeof(hello) || hello[1] != world_ || hello[0] <= 0 || hello[0] >= world_ ||
-          fds_[hello[0]] >= 0) {
-        close(c);
-        close(lfd);
-        VERL_FAIL(
-            "rank 0: a peer on port {} says it is rank {} of {}, but this job has {} ranks (or "
-            "that rank "
-            "joined twice)",
-            port, hello[0], hello[1], world_);
-      }
-      fds_[hello[0]] = c;
-      ++joined;
-    }
-    close(lfd);
+    const Socket lfd(listen_on(port, world_));
+    VERL_CHECK(lfd.get() >= 0,
+               "rank 0 cannot listen on MASTER_PORT={}: {} (another job on this port?)", port,
+               std::strerror(errno));
+    const JoinError e = accept_peers(lfd.get(), port, fds_, timeout_s_, start);
+    VERL_CHECK(e.why.empty(), "rank 0: {}{}", e.why,
+               e.timed_out ? "; check RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT on every rank"
+                           : "");
   } else {
-    for (;;) {
-      const int c = socket(AF_INET, SOCK_STREAM, 0);
-      VERL_CHECK(c >= 0, "TCP bootstrap: socket: {}", std::strerror(errno));
-      if (connect(c, reinterpret_cast<const sockaddr*>(&where), sizeof(where)) == 0) {
-        tune(c);
-        fds_[0] = c;
-        break;
-      }
-      close(c);
-      VERL_CHECK(seconds_since(start) < timeout_s_,
-                 "rank {}: cannot reach rank 0 at MASTER_ADDR={} MASTER_PORT={} within {:g} s "
-                 "(actor_rollout_ref.nccl_timeout)",
-                 rank_, addr, port, timeout_s_);
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // rank 0 may not listen yet
-    }
+    fds_[0] = connect_to(where, timeout_s_, start);
+    VERL_CHECK(fds_[0] >= 0,
+               "rank {}: cannot reach rank 0 at MASTER_ADDR={} MASTER_PORT={} within {:g} s "
+               "(actor_rollout_ref.nccl_timeout)",
+               rank_, addr, port, timeout_s_);
     const int32_t hello[2] = {rank_, world_};
     send_bytes(0, hello, sizeof(hello), "bootstrap");
   }
   barrier();  // every rank is connected before the first collective
+}
+
+TcpCommunicator::TcpCommunicator(int rank, int world_size, double timeout_s)
+    : rank_(rank),
+      world_(world_size),
+      timeout_s_(timeout_s),
+      fds_(static_cast<size_t>(world_size), -1) {}
+
+std::unique_ptr<Communicator> TcpCommunicator::split_impl(const SplitGroup& g) {
+  // The group's rank 0 is its hub, as in every TCP communicator: it listens on a port the system
+  // picks, and this communicator carries the address to the members (no port to configure).
+  const int size = static_cast<int>(g.members.size());
+  const bool hub = g.rank == 0 && size > 1;
+  const Socket lfd(hub ? listen_on(0, size) : -1);
+  int64_t mine[2] = {0, 0};  // the hub's IPv4 address and port (host byte order); port 0: none
+  std::string listen_error;
+  if (hub) {
+    sockaddr_in a{};
+    socklen_t len = sizeof(a);
+    if (lfd.get() < 0 || getsockname(lfd.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      listen_error = std::strerror(errno);
+    } else {
+      mine[0] = local_address();
+      mine[1] = ntohs(a.sin_port);
+    }
+  }
+  // Every rank takes part, so a hub that cannot listen fails its members too, not by a timeout.
+  std::vector<int64_t> all(2 * static_cast<size_t>(world_));
+  all_gather(mine, all.data(), 2, DataType::I64);
+  VERL_CHECK(listen_error.empty(), "split on {}: group color {} cannot listen: {}",
+             describe_rank(), g.color, listen_error);
+  if (g.color == kNoColor) return nullptr;
+
+  // The child closes what it holds if forming it fails part way.
+  std::unique_ptr<TcpCommunicator> child(new TcpCommunicator(g.rank, size, timeout_s_));
+  if (size == 1) return child;
+  const int hub_rank = g.members[0];
+  const int port = static_cast<int>(all[2 * hub_rank + 1]);
+  VERL_CHECK(port > 0, "split on {}: group color {}: its rank 0 (here {}) could not listen",
+             describe_rank(), g.color, describe_peer(hub_rank));
+  const auto start = Clock::now();
+  if (hub) {
+    const JoinError e = accept_peers(lfd.get(), port, child->fds_, timeout_s_, start);
+    VERL_CHECK(e.why.empty(), "split on {}: group color {} ({} ranks): {}", describe_rank(),
+               g.color, size, e.why);
+  } else {
+    sockaddr_in where{};
+    where.sin_family = AF_INET;
+    where.sin_addr.s_addr = htonl(static_cast<uint32_t>(all[2 * hub_rank]));
+    where.sin_port = htons(static_cast<uint16_t>(port));
+    child->fds_[0] = connect_to(where, timeout_s_, start);
+    VERL_CHECK(child->fds_[0] >= 0,
+               "split on {}: group color {} ({} ranks): cannot reach its rank 0 (here {}) at port "
+               "{} within {:g} s (actor_rollout_ref.nccl_timeout)",
+               describe_rank(), g.color, size, describe_peer(hub_rank), port, timeout_s_);
+    const int32_t hello[2] = {g.rank, size};
+    child->send_bytes(0, hello, sizeof(hello), "split");
+  }
+  child->barrier();  // every member is connected before the first collective
+  return child;
+}
+
+uint32_t TcpCommunicator::local_address() const {
+  // Rank 0 of a star is reached at the address its peers connected to; another rank at the one
+  // its connection to rank 0 leaves from.
+  sockaddr_in a{};
+  socklen_t len = sizeof(a);
+  VERL_CHECK(getsockname(fd(rank_ == 0 ? 1 : 0), reinterpret_cast<sockaddr*>(&a), &len) == 0,
+             "TCP: {}: getsockname: {}", describe_rank(), std::strerror(errno));
+  return ntohl(a.sin_addr.s_addr);
 }
 
 TcpCommunicator::~TcpCommunicator() {
@@ -190,15 +307,13 @@ void TcpCommunicator::send_bytes(int peer, const void* data, size_t n, const cha
     const double left = timeout_s_ - seconds_since(start);
     const int ready = left > 0 ? poll(&pf, 1, static_cast<int>(left * 1000) + 1) : 0;
     if (ready == 0) {
-      report_timeout(rank_, world_, what, stage(), timeout_s_);
+      report_timeout(describe_rank(), what, stage(), timeout_s_);
       std::_Exit(3);  // the peers see the connection close and stop too
     }
     const ssize_t w = ::send(f, p, n, MSG_NOSIGNAL);
     if (w < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    VERL_CHECK(
-        w > 0,
-        "rank {} of {}: {} in stage '{}': rank {} closed the connection ({}): it died or failed",
-        rank_, world_, what, stage(), peer, std::strerror(errno));
+    VERL_CHECK(w > 0, "{}: {} in stage '{}': {} closed the connection ({}): it died or failed",
+               describe_rank(), what, stage(), describe_peer(peer), std::strerror(errno));
     p += w;
     n -= static_cast<size_t>(w);
   }
@@ -213,14 +328,13 @@ void TcpCommunicator::recv_bytes(int peer, void* data, size_t n, const char* wha
     const double left = timeout_s_ - seconds_since(start);
     const int ready = left > 0 ? poll(&pf, 1, static_cast<int>(left * 1000) + 1) : 0;
     if (ready == 0) {
-      report_timeout(rank_, world_, what, stage(), timeout_s_);
+      report_timeout(describe_rank(), what, stage(), timeout_s_);
       std::_Exit(3);
     }
     const ssize_t r = ::recv(f, p, n, 0);
     if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    VERL_CHECK(r > 0,
-               "rank {} of {}: {} in stage '{}': rank {} closed the connection: it died or failed",
-               rank_, world_, what, stage(), peer);
+    VERL_CHECK(r > 0, "{}: {} in stage '{}': {} closed the connection: it died or failed",
+               describe_rank(), what, stage(), describe_peer(peer));
     p += r;
     n -= static_cast<size_t>(r);
   }

@@ -43,8 +43,15 @@ class TcpCommunicator final : public Communicator {
                         std::span<const size_t> send_displs, void* recv,
                         std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
                         DataType type, Place place) override;
+  // The group's rank 0 listens on a port the system picks, its address travels over this
+  // communicator, and the members connect to it: a star of the group's own, closed with the child.
+  std::unique_ptr<Communicator> split_impl(const SplitGroup& g) override;
 
  private:
+  // A split's child, not yet connected.
+  TcpCommunicator(int rank, int world_size, double timeout_s);
+  // The IPv4 address (host byte order) the other ranks reach this one at.
+  uint32_t local_address() const;
   // The socket to rank `peer` (rank 0 holds one per rank; the others hold one, to rank 0).
   int fd(int peer) const;
   void send_bytes(int peer, const void* data, size_t n, const char* what);

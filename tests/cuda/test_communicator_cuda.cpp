@@ -1,6 +1,6 @@
 // dist::SingleProcess with device buffers: every collective copies on the given stream and the bits
-// come back unchanged; slices outside an all_to_allv's receive ranges stay as they were. Skipped on
-// a machine without a CUDA device.
+// come back unchanged (a split's child's too); slices outside an all_to_allv's receive ranges stay
+// as they were. Skipped on a machine without a CUDA device.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -92,6 +93,17 @@ TEST_F(CudaCommunicator, AllGatherCopiesOddFloatsExactly) {
   sync();
   const std::vector<float> got = d_recv.download<float>();
   EXPECT_EQ(std::memcmp(got.data(), send.data(), 7 * sizeof(float)), 0);
+}
+
+// A split's one-rank child copies device buffers as its parent does.
+TEST_F(CudaCommunicator, SplitChildCopiesDeviceBuffers) {
+  const std::unique_ptr<Communicator> g = comm_.split(/*color=*/0, /*key=*/0);
+  ASSERT_NE(g, nullptr);
+  const std::vector<uint8_t> send = pattern(23 * 2, 11);
+  DeviceBytes d_send(send), d_recv(std::vector<uint8_t>(send.size(), 0));
+  g->all_gather(d_send.as<void>(), d_recv.as<void>(), 23, DataType::BF16, place());
+  sync();
+  EXPECT_EQ(d_recv.download<uint8_t>(), send);
 }
 
 TEST_F(CudaCommunicator, ReduceScatterOfFiveInt64AndTypedSpans) {

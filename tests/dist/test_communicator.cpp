@@ -1,6 +1,6 @@
 // The communicator interface on SingleProcess with host buffers: every collective moves the exact
-// bits for each element type, in-place calls are no-ops, and bad arguments raise verl::Error with
-// a message naming the collective and the offending value.
+// bits for each element type, in-place calls are no-ops, a split gives a one-rank group, and bad
+// arguments raise verl::Error with a message naming the collective and the offending value.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +8,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -303,6 +304,40 @@ TEST(SingleProcess, DevicePlaceWithoutCudaBackendIsAnError) {
 #endif
 }
 
+// A split of one rank is a one-rank communicator of the same backend that keeps the parent's
+// stage and names its group; kNoColor joins none; a nested split composes the world ranks.
+TEST(SingleProcess, SplitGivesAOneRankGroup) {
+  SingleProcess comm;
+  comm.set_stage("gen");
+  EXPECT_EQ(comm.describe_rank(), "rank 0 of 1");
+  std::unique_ptr<Communicator> g = comm.split(/*color=*/3, /*key=*/-7);
+  ASSERT_NE(g, nullptr);
+  EXPECT_NE(dynamic_cast<SingleProcess*>(g.get()), nullptr);
+  EXPECT_EQ(g->rank(), 0);
+  EXPECT_EQ(g->world_size(), 1);
+  EXPECT_EQ(g->stage(), "gen");
+  EXPECT_EQ(g->group().color, 3);
+  EXPECT_EQ(g->group().world_ranks, std::vector<int>{0});
+  EXPECT_EQ(g->describe_rank(), "rank 0 of 1 in group color 3 (world rank 0)");
+  EXPECT_EQ(g->describe_peer(0), "rank 0 (world rank 0)");
+  std::vector<float> x = {1.5f, -2.0f}, y(2);
+  g->all_gather<float>(x, y);
+  EXPECT_EQ(y, x);
+  g->set_stage("update_actor");  // the child's stage is its own
+  EXPECT_EQ(comm.stage(), "gen");
+
+  std::unique_ptr<Communicator> h = g->split(0, 0);
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(h->stage(), "update_actor");
+  EXPECT_EQ(h->group().color, 0);
+  EXPECT_EQ(h->group().world_ranks, std::vector<int>{0});
+  EXPECT_EQ(g->split(kNoColor, 5), nullptr);
+  EXPECT_EQ(comm.split(kNoColor, 0), nullptr);
+  expect_mentions(error_of([&] { comm.split(-2, 0); }),
+                  {"split on rank 0 of 1", "color -2", "kNoColor"});
+  EXPECT_EQ(comm.group().world_ranks, std::vector<int>{});  // no split made the parent
+}
+
 // A backend with three ranks that only records what reaches it: the public calls must hand the
 // backend element counts (not bytes) and the DataType of the span, and check sizes against the
 // world size. It overrides only the *_impl hooks, so calls through it see every overload.
@@ -338,6 +373,11 @@ class RecordingComm final : public Communicator {
                         std::span<const size_t>, std::span<const size_t>, DataType t,
                         Place) override {
     record("all_to_allv", counts.size(), t);
+  }
+  std::unique_ptr<Communicator> split_impl(const SplitGroup& g) override {
+    last = "split";
+    count = g.members.size();
+    return nullptr;
   }
 
  private:
@@ -391,6 +431,19 @@ TEST(Communicator, WrappersPassElementCountsAndTypesToTheBackend) {
   EXPECT_EQ(comm.type, DataType::F64);
   comm.barrier();
   EXPECT_EQ(comm.last, "barrier");
+}
+
+// split() works out the group itself and holds the backend to it: RecordingComm gathers nothing
+// (every color reads 0), so rank 1 of 3 must be formed as rank 1 of 3, and its nullptr is refused.
+TEST(Communicator, SplitHoldsTheBackendToTheGroup) {
+  RecordingComm comm;
+  expect_mentions(error_of([&] { comm.split(0, 0); }),
+                  {"split on rank 1 of 3", "group color 0 was formed as rank -1 of 0",
+                   "want rank 1 of 3"});
+  EXPECT_EQ(comm.last, "split");
+  EXPECT_EQ(comm.count, 3u);  // the three members reached the backend
+  EXPECT_EQ(comm.split(kNoColor, 0), nullptr);
+  EXPECT_EQ(comm.count, 0u);  // no members under kNoColor
 }
 
 TEST(Communicator, ChecksAreAgainstTheWorldSize) {

@@ -1,9 +1,10 @@
 // The MPI communicator's collectives with two (or more) real ranks: run under
 //   mpirun --allow-run-as-root --oversubscribe -np 2 test_mpi
 // (ctest does; every rank runs every test in the same order, so the collectives pair up). Each
-// rank checks values that depend on every rank's contribution.
+// rank checks values that depend on every rank's contribution, inside split groups too.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -138,6 +139,97 @@ TEST(Mpi, AllGatherVariableCounts) {
   std::vector<float> c(total, -1.0f);
   comm().all_gather_v(mine.data(), c.data(), counts, displs, DataType::F32);
   EXPECT_EQ(c, a);
+}
+
+// Split by rank: every rank is a group of one, whose collectives see only its own values.
+TEST(Mpi, SplitIntoGroupsOfOne) {
+  const int r = comm().rank();
+  comm().set_stage("ref");
+  std::unique_ptr<Communicator> g = comm().split(/*color=*/r, /*key=*/0);
+  ASSERT_NE(g, nullptr);
+  EXPECT_NE(dynamic_cast<MpiCommunicator*>(g.get()), nullptr);
+  EXPECT_EQ(g->rank(), 0);
+  EXPECT_EQ(g->world_size(), 1);
+  EXPECT_EQ(g->stage(), "ref");
+  EXPECT_EQ(g->group().world_ranks, std::vector<int>{r});
+  EXPECT_EQ(g->describe_rank(),
+            "rank 0 of 1 in group color " + std::to_string(r) + " (world rank " +
+                std::to_string(r) + ")");
+  EXPECT_DOUBLE_EQ(g->sum(1.0 + r), 1.0 + r);
+  std::vector<int64_t> mine = {r, 7 * r}, all(2, -1);
+  g->all_gather<int64_t>(mine, all);
+  EXPECT_EQ(all, mine);
+  g->barrier();
+  comm().set_stage("setup");
+}
+
+// One group of every rank with reversed keys: the child's ranks are the parent's backwards.
+TEST(Mpi, SplitWithReversedKeysSwapsTheRanks) {
+  const int r = comm().rank(), n = comm().world_size();
+  std::unique_ptr<Communicator> g = comm().split(/*color=*/4, /*key=*/-r);
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->rank(), n - 1 - r);
+  EXPECT_EQ(g->world_size(), n);
+  std::vector<int> backwards(n);
+  for (int j = 0; j < n; ++j) backwards[j] = n - 1 - j;
+  EXPECT_EQ(g->group().world_ranks, backwards);
+  // all_gather lands in the child's rank order: parent ranks n - 1 down to 0.
+  std::vector<int32_t> mine = {r}, all(n, -1);
+  g->all_gather<int32_t>(mine, all);
+  EXPECT_EQ(all, std::vector<int32_t>(backwards.begin(), backwards.end()));
+  // The child's rank 0 is the parent's last rank.
+  std::vector<double> b = {0.25 + r};
+  g->broadcast<double>(b, 0);
+  EXPECT_EQ(b[0], 0.25 + (n - 1));
+  // reduce_scatter: child rank q gets the sum of every rank's block q.
+  std::vector<float> send(2 * n), recv(2);
+  for (size_t i = 0; i < send.size(); ++i) send[i] = static_cast<float>(10 * r + i);
+  g->reduce_scatter<float>(send, recv, ReduceOp::Sum);
+  const int q = g->rank();
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(recv[k], static_cast<float>(5 * n * (n - 1) + n * (2 * q + k))) << k;
+  }
+  // The non-blocking all-reduce runs on the child's communicator too.
+  std::vector<int64_t> x = {int64_t{1} << r};
+  g->start_all_reduce(x.data(), 1, DataType::I64, ReduceOp::Sum)->wait();
+  EXPECT_EQ(x[0], (int64_t{1} << n) - 1);
+}
+
+// kNoColor leaves rank 0 out; a split of a split composes the world ranks; the parent works after
+// the children are freed.
+TEST(Mpi, NestedSplitAndNoColor) {
+  const int r = comm().rank(), n = comm().world_size();
+  {
+    std::unique_ptr<Communicator> g = comm().split(r == 0 ? kNoColor : 1, 0);
+    EXPECT_EQ(g != nullptr, r != 0);
+    if (g) {
+      EXPECT_EQ(g->world_size(), n - 1);
+      EXPECT_EQ(g->rank(), r - 1);
+      EXPECT_EQ(g->sum(int64_t{r}), int64_t{n} * (n - 1) / 2);
+    }
+  }
+  {
+    std::unique_ptr<Communicator> g = comm().split(0, -r);  // parent ranks backwards
+    // Backwards again: the parent's order.
+    std::unique_ptr<Communicator> h = g->split(2, -g->rank());
+    ASSERT_NE(h, nullptr);
+    EXPECT_EQ(h->rank(), r);
+    std::vector<int> world(n);
+    std::iota(world.begin(), world.end(), 0);
+    EXPECT_EQ(h->group().world_ranks, world);
+    EXPECT_EQ(h->group().color, 2);
+    std::vector<int64_t> v = {100 + r};
+    h->broadcast<int64_t>(v, n - 1);
+    EXPECT_EQ(v[0], 100 + n - 1);
+  }
+  EXPECT_EQ(comm().sum(int64_t{1} << r), (int64_t{1} << n) - 1);
+  try {
+    comm().split(-5, 0);  // refused on every rank before any collective
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("color -5"), std::string::npos) << e.what();
+  }
+  comm().barrier();
 }
 
 TEST(Mpi, DeviceBuffersAreRefusedByName) {

@@ -59,6 +59,13 @@ class NcclCommunicator final : public Communicator {
     check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "event");
     check_cuda(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "stream");
   }
+  // A split's child: `comm` (which it destroys) beside `host`, the host communicator's child of
+  // the same split.
+  NcclCommunicator(std::unique_ptr<Communicator> host, ncclComm_t comm, double timeout_s)
+      : host_(std::move(host)), timeout_s_(timeout_s), comm_(comm) {
+    check_cuda(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "event");
+    check_cuda(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "stream");
+  }
   ~NcclCommunicator() override {
     if (done_ != nullptr) cudaEventDestroy(done_);
     if (side_ != nullptr) cudaStreamDestroy(side_);
@@ -81,6 +88,28 @@ class NcclCommunicator final : public Communicator {
   void barrier() override { host_->barrier(); }
 
  protected:
+  // The host communicator splits first: every rank has reached it within the deadline, so the
+  // blocking ncclCommSplit waits for no rank that died. Both rank by (key, parent rank).
+  std::unique_ptr<Communicator> split_impl(const SplitGroup& g) override {
+    std::unique_ptr<Communicator> host = host_->split(g.color, g.key);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+    ncclComm_t child = nullptr;
+    check_nccl(ncclCommSplit(comm_, g.color == kNoColor ? NCCL_SPLIT_NOCOLOR : g.color, g.key,
+                             &child, nullptr),
+               "split");
+    if (child == nullptr) return nullptr;
+    int nccl_rank = -1;
+    check_nccl(ncclCommUserRank(child, &nccl_rank), "split");
+    auto out = std::make_unique<NcclCommunicator>(std::move(host), child, timeout_s_);
+    VERL_CHECK(nccl_rank == g.rank, "NCCL split on {}: group color {} gave NCCL rank {}, want {}",
+               describe_rank(), g.color, nccl_rank, g.rank);
+    return out;
+#else
+    VERL_FAIL("NCCL split on {}: ncclCommSplit needs NCCL 2.18 or newer; this build has {}.{}",
+              describe_rank(), NCCL_MAJOR, NCCL_MINOR);
+#endif
+  }
+
   void all_reduce_impl(void* data, size_t count, DataType type, ReduceOp op, Place place) override {
     if (!place.on_device()) return host_->all_reduce(data, count, type, op, place);
     run(place, "all_reduce", [&](cudaStream_t s) {
@@ -217,7 +246,7 @@ class NcclCommunicator final : public Communicator {
   // Waits for `ev` with the deadline; past it the communicator is aborted and the job ends.
   void wait_for(cudaEvent_t ev, const char* what) {
     if (poll_until(timeout_s_, [&] { return reached(ev, what); })) return;
-    report_timeout(rank(), world_size(), (std::string("NCCL ") + what).c_str(), stage(), timeout_s_);
+    report_timeout(describe_rank(), (std::string("NCCL ") + what).c_str(), stage(), timeout_s_);
     ncclCommAbort(comm_);
     comm_ = nullptr;
     abort_job_on_error("NCCL timeout");
@@ -233,7 +262,7 @@ class NcclCommunicator final : public Communicator {
     check_cuda(cudaEventRecord(done_, s), what);
     const bool done = poll_until(timeout_s_, [&] { return reached(done_, what); });
     if (done) return;
-    report_timeout(rank(), world_size(), (std::string("NCCL ") + what).c_str(), stage(), timeout_s_);
+    report_timeout(describe_rank(), (std::string("NCCL ") + what).c_str(), stage(), timeout_s_);
     ncclCommAbort(comm_);
     comm_ = nullptr;
     abort_job_on_error("NCCL timeout");

@@ -4,7 +4,8 @@
 // (token counts, metrics). A Place on the device runs on NCCL, a host Place on the host
 // communicator, so the trainer holds one communicator for both. Every device collective is waited
 // for with the actor_rollout_ref.nccl_timeout deadline: past it the communicator is aborted and
-// the job ends naming the stage. Host-only header (no CUDA or NCCL headers).
+// the job ends naming the stage. split() splits the host communicator and the NCCL one
+// (ncclCommSplit, NCCL >= 2.18) together. Host-only header (no CUDA or NCCL headers).
 #pragma once
 
 #include <memory>
