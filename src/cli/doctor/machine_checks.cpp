@@ -2,7 +2,6 @@
 // (cuBLASLt, NCCL), MPI and the launcher, an all-reduce between ranks, the interconnect (NVLink,
 // InfiniBand), host memory, the disk, BLAS threads.
 #include <cblas.h>
-#include <dlfcn.h>
 // The MPI C API only (Open MPI and MPICH would otherwise pull in their C++ bindings).
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
@@ -29,6 +28,7 @@
 #include "cli/doctor/doctor.h"
 #include "core/timer.h"
 #include "dist/launch.h"
+#include "metrics/nvml.h"
 #ifdef VERL_HAVE_CUDA
 #include "ops/cuda/cublaslt_lazy.h"
 #endif
@@ -45,87 +45,6 @@ namespace verl::cli::doctor {
 namespace {
 
 namespace fs = std::filesystem;
-
-// ------------------------------------------------------------------------------------------------
-// NVML, loaded at run time as metrics/gpu_monitor.cpp does (nothing NVML at build or link time):
-// the driver's version and the NVLink state of each GPU, entry points declared as in nvml.h.
-
-class Nvml {
- public:
-  Nvml() {
-    lib_ = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib_ == nullptr) {
-      const char* err = dlerror();
-      reason_ = err ? err : "cannot load libnvidia-ml.so.1";
-      return;
-    }
-    auto init = sym<Return (*)()>("nvmlInit_v2");
-    shutdown_ = sym<Return (*)()>("nvmlShutdown");
-    driver_version_ = sym<Return (*)(char*, unsigned)>("nvmlSystemGetDriverVersion");
-    count_ = sym<Return (*)(unsigned*)>("nvmlDeviceGetCount_v2");
-    handle_ = sym<Return (*)(unsigned, DeviceHandle*)>("nvmlDeviceGetHandleByIndex_v2");
-    nvlink_state_ = sym<Return (*)(DeviceHandle, unsigned, int*)>("nvmlDeviceGetNvLinkState");
-    if (!init || !shutdown_ || !driver_version_ || !count_ || !handle_ || !nvlink_state_) {
-      reason_ = "libnvidia-ml.so.1 lacks an entry point the doctor needs";
-    } else if (const Return rc = init(); rc != kSuccess) {
-      reason_ = fmt::format("nvmlInit_v2 failed with code {}", rc);
-    } else {
-      return;
-    }
-    dlclose(lib_);
-    lib_ = nullptr;
-  }
-  ~Nvml() {
-    if (lib_ == nullptr) return;
-    shutdown_();
-    dlclose(lib_);
-  }
-  Nvml(const Nvml&) = delete;
-  Nvml& operator=(const Nvml&) = delete;
-
-  bool ok() const { return lib_ != nullptr; }
-  const std::string& reason() const { return reason_; }
-
-  std::string driver_version() const {
-    char buf[96] = {};  // NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE is 80
-    if (!ok() || driver_version_(buf, sizeof(buf)) != kSuccess) return "";
-    return buf;
-  }
-  int device_count() const {
-    unsigned n = 0;
-    return ok() && count_(&n) == kSuccess ? static_cast<int>(n) : 0;
-  }
-  // Active NVLink links of NVML device i; GPUs without NVLink answer NOT_SUPPORTED for every link.
-  int active_nvlinks(int i) const {
-    DeviceHandle dev = nullptr;
-    if (!ok() || handle_(static_cast<unsigned>(i), &dev) != kSuccess) return 0;
-    int active = 0;
-    for (unsigned link = 0; link < kMaxLinks; ++link) {
-      int state = 0;  // nvmlEnableState_t: NVML_FEATURE_ENABLED = 1
-      if (nvlink_state_(dev, link, &state) == kSuccess && state == 1) ++active;
-    }
-    return active;
-  }
-
- private:
-  using Return = int;  // nvmlReturn_t
-  using DeviceHandle = void*;
-  static constexpr Return kSuccess = 0;
-  static constexpr unsigned kMaxLinks = 18;  // NVML_NVLINK_MAX_LINKS
-
-  template <typename F>
-  F sym(const char* name) const {
-    return reinterpret_cast<F>(dlsym(lib_, name));
-  }
-
-  void* lib_ = nullptr;
-  std::string reason_;
-  Return (*shutdown_)() = nullptr;
-  Return (*driver_version_)(char*, unsigned) = nullptr;
-  Return (*count_)(unsigned*) = nullptr;
-  Return (*handle_)(unsigned, DeviceHandle*) = nullptr;
-  Return (*nvlink_state_)(DeviceHandle, unsigned, int*) = nullptr;
-};
 
 // ------------------------------------------------------------------------------------------------
 // The machine
@@ -198,7 +117,7 @@ void check_build(Report& r) {
 #endif
 }
 
-void check_gpus(Report& r, Machine& m, const Nvml& nvml) {
+void check_gpus(Report& r, Machine& m, const metrics::Nvml& nvml) {
 #ifdef VERL_HAVE_CUDA
   int n = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&n); e != cudaSuccess) {
@@ -269,7 +188,7 @@ void check_gpus(Report& r, Machine& m, const Nvml& nvml) {
 #endif
 }
 
-void check_cuda_driver(Report& r, const Nvml& nvml) {
+void check_cuda_driver(Report& r, const metrics::Nvml& nvml) {
 #ifdef VERL_HAVE_CUDA
   int driver = 0, runtime = 0;
   if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
@@ -475,7 +394,7 @@ void check_link(Report& r, const Machine& m) {
   }
 }
 
-void check_interconnect(Report& r, const Nvml& nvml) {
+void check_interconnect(Report& r, const metrics::Nvml& nvml) {
   std::string nvlink;
   int links = 0;
   if (!nvml.ok()) {
@@ -634,7 +553,7 @@ void check_blas_threads(Report& r, const Machine& m) {
 }  // namespace
 
 void check_machine(Report& r, Machine& m, const std::string& dir) {
-  const Nvml nvml;
+  const metrics::Nvml nvml;  // the driver's version, the GPUs without CUDA, NVLink
   check_build(r);
   check_gpus(r, m, nvml);
   check_cuda_driver(r, nvml);
