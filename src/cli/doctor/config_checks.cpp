@@ -17,8 +17,8 @@
 #include "data/rl_dataset.h"
 #include "model/config.h"
 #include "model/weights.h"
-#include "rollout/kv_sizing.h"
 #include "tokenizer/tokenizer.h"
+#include "trainer/memory_plan.h"
 
 namespace verl::cli::doctor {
 namespace {
@@ -354,14 +354,14 @@ void check_dynamic_batching(Report& r, const config::Config& cfg) {
 // The reward model's weights (reward_model.model.path): bf16 on the GPU, fp32 on the CPU, at
 // load. Quantised on the GPU the linear layers keep their codes instead (ops/cuda/quant_linear.h):
 // int8 1 byte a weight, int4 half a byte plus a 4-byte scale and a zero-point byte a group; the
-// CPU keeps fp32 whatever the bits. Returns the bytes resident on the GPU beside the training
-// state (0 without a reward model or on the CPU).
-double check_reward_model(Report& r, const config::Config& cfg, const Machine& m, bool on_cuda) {
+// CPU keeps fp32 whatever the bits. The gpu memory check counts them with the rest
+// (trainer/memory_plan.h).
+void check_reward_model(Report& r, const config::Config& cfg, const Machine& m, bool on_cuda) {
   const std::string key = "reward_model.quantization_bits";
   if (!cfg.get<bool>("reward_model.enable")) {
     r.pass(key,
            "reward_model.enable=false: rule-based or command rewards, no reward model to quantise");
-    return 0;
+    return;
   }
   const std::string path = data::expand_user(cfg.get<std::string>("reward_model.model.path"));
   model::ParamLayout layout;
@@ -370,7 +370,7 @@ double check_reward_model(Report& r, const config::Config& cfg, const Machine& m
   } catch (const std::exception& e) {
     r.fail(key, fmt::format("reward_model.model.path: {}", message_of(e)),
            "point reward_model.model.path at an HF ...ForSequenceClassification directory");
-    return 0;
+    return;
   }
   const int64_t params = layout.total;
   int64_t linear = 0;  // the quantisable weights: each layer's q|k|v, o, gate|up, down
@@ -398,7 +398,6 @@ double check_reward_model(Report& r, const config::Config& cfg, const Machine& m
   } else {
     r.pass(key, fmt::format("16: the reward model's weights take {} ({})", size_of(bytes), where));
   }
-  return on_cuda ? bytes : 0;
 }
 
 // reward_model.model.input_tokenizer: set (verl's default, the policy's path) and the reward
@@ -443,15 +442,79 @@ void check_reward_input(Report& r, const config::Config& cfg) {
   }
 }
 
-// The rollout's KV cache gets gpu_memory_utilization x the GPU minus what is in use when it is
-// built (vLLM's rule, rollout/kv_sizing.h): the training state, resident through generation. The
-// activations that recomputation saves live only in the log-prob and update phases, after the
-// cache is freed, so recomputation trades compute for update memory and the KV cache is sized
-// against the training state.
-void check_memory_plan(Report& r, const config::Config& cfg, const Machine& m, bool on_cuda,
-                       const std::optional<model::ModelConfig>& mc, int64_t params,
-                       double reward_model_bytes) {
-  const std::string name = "recompute / KV cache";
+// The GPU memory of each phase of a step (trainer/memory_plan.h, docs/memory.md) against the
+// smallest GPU: the training states as their offload keys split them, each model's activation
+// arena for its largest micro-batch, and in gen the rollout's scratch and KV cache, which gets
+// gpu_memory_utilization x the GPU minus what is in use when it is built (vLLM's rule).
+// Recomputation shrinks the update's arena, which is held through every phase.
+
+// One change of the config and what it gives the plan.
+struct Remedy {
+  std::string setting;
+  trainer::MemoryPlanInputs inputs;
+};
+
+// Single changes that lower the resident memory, cheapest first: recomputation, the reference's
+// weights on the host between its passes, then the actor's offload ratio in steps of 0.1.
+std::vector<Remedy> memory_remedies(const trainer::MemoryPlanInputs& in) {
+  std::vector<Remedy> out;
+  if (!in.actor.recompute) {
+    Remedy r{"actor_rollout_ref.model.enable_gradient_checkpointing=true", in};
+    r.inputs.actor.recompute = true;
+    out.push_back(r);
+  }
+  if (in.reference && in.reference->offload_params == 0) {
+    Remedy r{"actor_rollout_ref.ref.fsdp_config.param_offload=true", in};
+    r.inputs.reference->offload_params = 1;
+    out.push_back(r);
+  }
+  const double ratio = std::min(in.actor.offload_params, in.actor.offload_optimizer);
+  for (int tenth = static_cast<int>(std::floor(ratio * 10)) + 1; tenth <= 10; ++tenth) {
+    Remedy r{fmt::format("actor_rollout_ref.actor_offload_ratio={}", tenth / 10.0), in};
+    r.inputs.actor.offload_params = std::max(in.actor.offload_params, tenth / 10.0);
+    r.inputs.actor.offload_optimizer = std::max(in.actor.offload_optimizer, tenth / 10.0);
+    out.push_back(r);
+  }
+  return out;
+}
+
+// The share of the GPU that holds what is resident, the runner and every sequence's KV cache,
+// rounded up to 0.05.
+double share_for_all(const trainer::MemoryPlan& p, double gpu) {
+  const double need = p.resident + p.runner_scratch + static_cast<double>(p.kv_blocks_wanted) * p.kv_block_bytes;
+  return std::ceil(need / gpu * 20.0) / 20.0;
+}
+
+// What to set so that the step fits and its KV cache holds every sequence: a larger
+// gpu_memory_utilization (up to 0.95) where that is enough, else the first single remedy that
+// fits (with the utilization it then needs).
+std::string memory_advice(const trainer::MemoryPlanInputs& in, const trainer::MemoryPlan& plan, double gpu) {
+  constexpr double kMaxShare = 0.95;
+  const std::string util_key = "actor_rollout_ref.rollout.gpu_memory_utilization";
+  const double want = share_for_all(plan, gpu);
+  if (plan.peak().bytes <= gpu && want <= kMaxShare)
+    return fmt::format("consider {}={:.2f}", util_key, std::max(want, in.rollout.gpu_memory_utilization));
+  for (Remedy remedy : memory_remedies(in)) {
+    const double share = std::max(in.rollout.gpu_memory_utilization,
+                                  share_for_all(trainer::plan_memory(remedy.inputs), gpu));
+    if (share > kMaxShare) continue;
+    remedy.inputs.rollout.gpu_memory_utilization = share;
+    const trainer::MemoryPlan p = trainer::plan_memory(remedy.inputs);
+    if (p.peak().bytes > gpu) continue;
+    const std::string util = share > in.rollout.gpu_memory_utilization
+                                 ? fmt::format(" and {}={:.2f}", util_key, share)
+                                 : "";
+    return fmt::format("consider {}{} (estimated peak {}; docs/memory.md)", remedy.setting, util,
+                       size_of(p.peak().bytes));
+  }
+  return "a smaller model, fewer sequences a step (data.gen_batch_size x rollout.n) or smaller "
+         "micro-batches (ppo_max_token_len_per_gpu): it does not fit even with "
+         "actor_rollout_ref.actor_offload_ratio=1 (docs/memory.md)";
+}
+
+void check_gpu_memory(Report& r, const config::Config& cfg, const Machine& m, bool on_cuda,
+                      const std::optional<model::ModelConfig>& mc) {
+  const std::string name = "gpu memory";
   const bool recompute = cfg.get<bool>("actor_rollout_ref.model.enable_gradient_checkpointing");
   const double util = cfg.get<double>("actor_rollout_ref.rollout.gpu_memory_utilization");
   if (!on_cuda) {
@@ -465,67 +528,73 @@ void check_memory_plan(Report& r, const config::Config& cfg, const Machine& m, b
            "fix actor_rollout_ref.model.path first");
     return;
   }
-  // optim/cuda/train_state.h: fp32 master, gradients and two AdamW moments plus the bf16 copy
-  // (18 bytes a parameter); a forward-only reference keeps the bf16 copy (2); the critic (GAE or
-  // critic.enable) trains a model of the same shape; the reward model's weights come on top.
-  const bool ref = cfg.get<bool>("actor_rollout_ref.actor.use_kl_loss") ||
-                   cfg.get<bool>("algorithm.use_kl_in_reward");
+  // The critic's and the reward model's config.json when the run has them (a bad path is named
+  // by its own check; the critic then counts as the actor's shape).
+  auto config_at = [&](const std::string& key) -> std::optional<model::ModelConfig> {
+    try {
+      return model::load_model_config(data::expand_user(cfg.get<std::string>(key)));
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  };
   const bool critic = cfg.get<std::string>("algorithm.adv_estimator") == "gae" ||
                       cfg.get<std::optional<bool>>("critic.enable").value_or(false);
-  const double p = static_cast<double>(params);
-  const double state = p * (18.0 + (ref ? 2.0 : 0.0) + (critic ? 18.0 : 0.0)) + reward_model_bytes;
-  const int64_t seq =
-      cfg.get<int64_t>("data.max_prompt_length") + cfg.get<int64_t>("data.max_response_length");
-  const double per_seq = static_cast<double>(rollout::kv_block_bytes(*mc, 1, /*bf16*/ 2) * seq);
-  const int64_t sequences = std::min(
-      cfg.get<int64_t>("actor_rollout_ref.rollout.max_num_seqs"),
-      cfg.get<int64_t>("data.gen_batch_size") * cfg.get<int64_t>("actor_rollout_ref.rollout.n"));
+  const std::optional<model::ModelConfig> critic_cfg =
+      critic ? config_at("critic.model.path") : std::nullopt;
+  const std::optional<model::ModelConfig> rm_cfg =
+      cfg.get<bool>("reward_model.enable") ? config_at("reward_model.model.path") : std::nullopt;
+  const int world = m.launch_ok ? std::max(1, m.launch.world_size) : 1;
+  const double gpu = m.gpu_memory;
+  trainer::MemoryPlanInputs in;
+  trainer::MemoryPlan plan;
+  try {
+    in = trainer::memory_plan_inputs(cfg, *mc, critic_cfg, rm_cfg, world, gpu);
+    plan = trainer::plan_memory(in);
+  } catch (const std::exception& e) {
+    r.fail(name, message_of(e), "fix the key it names");
+    return;
+  }
+  // "peak 28.5 GiB in gen of 140.4 GiB: gen 28.5 GiB (KV cache 1.6 GiB), ref 26.1 GiB, the
+  // other phases 26.1 GiB (actor 22.4 GiB with activations of 12.4 GiB, reference 4.8 GiB)"
+  const trainer::PhaseMemory& peak = plan.peak();
+  std::string phases = fmt::format("gen {} (KV cache {})", size_of(plan.phases[0].bytes), size_of(plan.kv_cache));
+  for (const trainer::PhaseMemory& p : plan.phases)
+    if (p.phase != "gen" && p.bytes != plan.resident) phases += fmt::format(", {} {}", p.phase, size_of(p.bytes));
+  std::string models;
+  for (const trainer::ModelMemory& mm : plan.models)
+    models += fmt::format("{}{} {} with activations of {}", models.empty() ? "" : ", ", mm.role,
+                          size_of(mm.resident()), size_of(mm.arena));
+  phases += fmt::format(", the other phases {} ({})", size_of(plan.resident), models);
+  if (plan.host_pinned() > 0) phases += fmt::format("; {} in pinned host memory", size_of(plan.host_pinned()));
   const std::string rc =
       recompute
           ? "recompute on (one more forward per layer in backward, for less update memory)"
-          : "recompute off (every layer's activations kept through backward: if update_actor "
-            "runs out of memory set actor_rollout_ref.model.enable_gradient_checkpointing=true)";
-  const std::string found = fmt::format("gpu_memory_utilization={} of {}, training state ~{}", util,
-                                        size_of(m.gpu_memory), size_of(state));
-  // Past this share of the GPU the training state leaves too little for the KV cache and the
-  // update's activations, whatever gpu_memory_utilization says.
-  constexpr double kMaxShare = 0.9;
-  if (state > kMaxShare * m.gpu_memory) {
+          : "recompute off (every layer's activations kept through backward)";
+  const std::string found = fmt::format("estimated peak {} in {} of {}: {}; {}", size_of(peak.bytes), peak.phase,
+                                        size_of(gpu), phases, rc);
+
+  const int64_t sequences = in.rollout.sequences;
+  if (peak.bytes > gpu) {
+    r.fail(name, found + ": more than the GPU", memory_advice(in, plan, gpu));
+    return;
+  }
+  if (!plan.kv_budget || *plan.kv_budget < plan.kv_block_bytes) {
     r.fail(name,
-           fmt::format("{}: the training state alone takes {:.0f}% of the GPU; {}", found,
-                       100.0 * state / m.gpu_memory, rc),
-           "a smaller model (the GPU training state is not sharded across ranks yet)");
+           fmt::format("{}: gpu_memory_utilization={} x {} is under the {} in use when the KV cache is built: "
+                       "generation cannot start",
+                       found, util, size_of(gpu), size_of(plan.resident + plan.runner_scratch)),
+           memory_advice(in, plan, gpu));
     return;
   }
-  // The share that holds the training state and every sequence of a round, rounded up to 0.05
-  // and capped at kMaxShare; the sequences that share holds at once.
-  const double want = std::ceil((state + per_seq * sequences) / m.gpu_memory * 20.0) / 20.0;
-  const double share = std::min(kMaxShare, want);
-  const int64_t fit_share = static_cast<int64_t>((share * m.gpu_memory - state) / per_seq);
-  const std::string fewer = "fewer sequences per round (actor_rollout_ref.rollout.max_num_seqs)";
-  const std::string suggest =
-      share <= util
-          ? "consider " + fewer
-          : fmt::format(
-                "consider actor_rollout_ref.rollout.gpu_memory_utilization={:.2f} ({} at "
-                "once){}",
-                share, std::min(fit_share, sequences), want > kMaxShare ? " or " + fewer : "");
-  const double kv = util * m.gpu_memory - state;
-  if (kv < per_seq) {
-    r.fail(name, fmt::format("{}: no room left for the KV cache; {}", found, rc), suggest);
-    return;
-  }
-  const int64_t fit = static_cast<int64_t>(kv / per_seq);
-  if (fit < sequences) {
+  if (plan.sequences_at_once < sequences) {
     r.warn(name,
-           fmt::format("{}: a KV cache of {} holds {} of the {} sequences of a round ({} tokens "
-                       "each), so generation runs in waves; {}",
-                       found, size_of(kv), fit, sequences, seq, rc),
-           suggest);
-  } else {
-    r.pass(name, fmt::format("{}: a KV cache of {} holds all {} sequences of a round; {}", found,
-                             size_of(kv), sequences, rc));
+           fmt::format("{}: the KV cache holds {} of the {} sequences of a step ({} tokens each), so "
+                       "generation runs in waves",
+                       found, plan.sequences_at_once, sequences, in.rollout.sequence_tokens),
+           memory_advice(in, plan, gpu));
+    return;
   }
+  r.pass(name, fmt::format("{}: the KV cache holds all {} sequences of a step", found, sequences));
 }
 
 }  // namespace
@@ -548,9 +617,9 @@ void check_config(Report& r, const config::Config& cfg, const std::string& sourc
   check_hybrid_engine(r, cfg);
   check_overlap(r, cfg);
   check_dynamic_batching(r, cfg);
-  const double reward_model_bytes = check_reward_model(r, cfg, m, on_cuda);
+  check_reward_model(r, cfg, m, on_cuda);
   check_reward_input(r, cfg);
-  check_memory_plan(r, cfg, m, on_cuda, mc, params, reward_model_bytes);
+  check_gpu_memory(r, cfg, m, on_cuda, mc);
 }
 
 }  // namespace verl::cli::doctor
