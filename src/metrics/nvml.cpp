@@ -8,7 +8,7 @@
 namespace verl::metrics {
 
 namespace {
-constexpr int kSuccess = 0;        // NVML_SUCCESS
+constexpr int kSuccess = 0;         // NVML_SUCCESS
 constexpr unsigned kMaxLinks = 18;  // NVML_NVLINK_MAX_LINKS
 }  // namespace
 

@@ -36,7 +36,7 @@ class Nvml {
   bool usage(Device dev, Usage& out) const;
 
  private:
-  using Return = int;  // nvmlReturn_t; NVML_SUCCESS = 0
+  using Return = int;   // nvmlReturn_t; NVML_SUCCESS = 0
   struct Utilization {  // nvmlUtilization_t
     unsigned int gpu, memory;
   };

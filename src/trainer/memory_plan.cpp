@@ -24,11 +24,14 @@ constexpr int64_t kOffloadBucket = int64_t{8} << 20;  // optim::OffloadConfig::b
 constexpr int kOffloadSlots = 3;                      // CudaTrainState's staging slots
 constexpr int64_t kQuantFusedMaxTokens = 32;          // ops/cuda/quant_linear.h
 
-double round_up(double bytes) { return std::ceil(bytes / kAlign) * kAlign; }
+double round_up(double bytes) {
+  return std::ceil(bytes / kAlign) * kAlign;
+}
 
 // optim/cuda/train_state.cpp: the offloaded tail, rounded up to 256 elements.
 int64_t offloaded_elems(double share, int64_t n) {
-  const int64_t k = (static_cast<int64_t>(std::llround(share * static_cast<double>(n))) + 255) / 256 * 256;
+  const int64_t k =
+      (static_cast<int64_t>(std::llround(share * static_cast<double>(n))) + 255) / 256 * 256;
   return std::min(k, n);
 }
 
@@ -53,7 +56,8 @@ ModelMemory model_memory(const std::string& role, const ModelPlanInputs& in) {
     // int8: a byte a weight (a 4-byte scale a row is noise); int4: half a byte plus a 4-byte scale
     // and a zero-point byte a group. The rest of the model stays bf16.
     const auto linear = static_cast<double>(linear_params(layout));
-    const double per = in.quantization_bits == 8 ? 1.0 : 0.5 + 5.0 / static_cast<double>(in.quantization_group);
+    const double per =
+        in.quantization_bits == 8 ? 1.0 : 0.5 + 5.0 / static_cast<double>(in.quantization_group);
     m.weights = 2.0 * (p - linear) + per * linear;
   } else {
     m.weights = 2.0 * p;
@@ -86,8 +90,8 @@ double runner_scratch_bytes(const model::ModelConfig& c, const RolloutPlanInputs
   const auto qd = static_cast<double>(c.q_dim()), kvd = static_cast<double>(c.kv_dim());
   const auto V = static_cast<double>(c.vocab_size);
   const auto bf16 = [](double n) { return round_up(2.0 * n); };
-  return 3 * bf16(T * C) + bf16(T * (qd + 2 * kvd)) + 2 * bf16(T * qd) + bf16(T * 2 * F) + bf16(T * F) +
-         3 * bf16(S * C) + round_up(4.0 * S * V);
+  return 3 * bf16(T * C) + bf16(T * (qd + 2 * kvd)) + 2 * bf16(T * qd) + bf16(T * 2 * F) +
+         bf16(T * F) + 3 * bf16(S * C) + round_up(4.0 * S * V);
 }
 
 }  // namespace
@@ -113,31 +117,35 @@ double transformer_arena_bytes(const model::ModelConfig& c, int64_t max_tokens, 
     const auto chunk = static_cast<double>(std::min(kLmHeadChunk, max_tokens));
     b += keep_probs ? f32(chunk * V) : f32(chunk * V) + bf16(chunk * V);
   }
-  b += 3 * f32(T) + f32(static_cast<double>(max_seqs) + 1);  // tokens, positions, targets, cu_seqlens
-  b += (trainable ? L + 1 : 2) * bf16(T * C);                 // the residual stream
+  b += 3 * f32(T) +
+       f32(static_cast<double>(max_seqs) + 1);  // tokens, positions, targets, cu_seqlens
+  b += (trainable ? L + 1 : 2) * bf16(T * C);   // the residual stream
   // One layer's saved activations: every layer's when training without recomputation, else one set.
-  double layer = bf16(T * C) + f32(T) + 2 * bf16(T * qd) + 2 * bf16(T * kvd) + f32(T * H) + 2 * bf16(T * C) +
-                 f32(T) + bf16(T * 2 * F) + bf16(T * F);
+  double layer = bf16(T * C) + f32(T) + 2 * bf16(T * qd) + 2 * bf16(T * kvd) + f32(T * H) +
+                 2 * bf16(T * C) + f32(T) + bf16(T * 2 * F) + bf16(T * F);
   if (c.qk_norm) layer += bf16(T * qd) + bf16(T * kvd) + f32(T * H) + f32(T * Hkv);
   b += (trainable && !recompute ? L : 1) * layer;
-  b += bf16(T * (qd + 2 * kvd)) + bf16(T * C) + 4 * f32(T);  // q|k|v, final norm, log-probs, entropy, lse
-  if (causal) b += 4 * f32(T) + bf16(T * C);                 // the head rows gathered
-  if (labels > 0) b += f32(T * labels);                      // values
+  b += bf16(T * (qd + 2 * kvd)) + bf16(T * C) +
+       4 * f32(T);                            // q|k|v, final norm, log-probs, entropy, lse
+  if (causal) b += 4 * f32(T) + bf16(T * C);  // the head rows gathered
+  if (labels > 0) b += f32(T * labels);       // values
   if (quantized && max_tokens > kQuantFusedMaxTokens) b += bf16(std::max(2 * F * C, qd * C));
   if (!trainable) return b;
   if (labels > 0) b += f32(T * labels);
   if (keep_probs) b += bf16(T * V);  // softmax kept for the backward: T x V bf16
   b += 2 * f32(T);
   if (causal) b += 2 * f32(T) + bf16(T * C);
-  b += 2 * bf16(T * C) + bf16(T * F) + bf16(T * 2 * F) + bf16(T * qd) + f32(T * qd) + 2 * f32(T * kvd);
+  b += 2 * bf16(T * C) + bf16(T * F) + bf16(T * 2 * F) + bf16(T * qd) + f32(T * qd) +
+       2 * f32(T * kvd);
   if (c.qk_norm) b += 2 * bf16(T * qd) + 2 * bf16(T * kvd);
   return b;
 }
 
 const PhaseMemory& MemoryPlan::peak() const {
   VERL_CHECK(!phases.empty(), "internal: a memory plan without phases");
-  return *std::max_element(phases.begin(), phases.end(),
-                           [](const PhaseMemory& a, const PhaseMemory& b) { return a.bytes < b.bytes; });
+  return *std::max_element(
+      phases.begin(), phases.end(),
+      [](const PhaseMemory& a, const PhaseMemory& b) { return a.bytes < b.bytes; });
 }
 
 double MemoryPlan::host_pinned() const {
@@ -161,20 +169,24 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   const RolloutPlanInputs& r = in.rollout;
   const model::ModelConfig& c = in.actor.config;
   plan.runner_scratch = runner_scratch_bytes(c, r);
-  plan.kv_block_bytes = 2.0 * static_cast<double>(c.num_hidden_layers * r.block_size * c.kv_dim()) * 2.0;
-  plan.kv_blocks_wanted = (r.sequences * r.sequence_tokens + r.block_size - 1) / r.block_size + r.sequences + 16;
+  plan.kv_block_bytes =
+      2.0 * static_cast<double>(c.num_hidden_layers * r.block_size * c.kv_dim()) * 2.0;
+  plan.kv_blocks_wanted =
+      (r.sequences * r.sequence_tokens + r.block_size - 1) / r.block_size + r.sequences + 16;
   plan.kv_blocks = plan.kv_blocks_wanted;
   if (in.device_memory > 0) {
-    plan.kv_budget = r.gpu_memory_utilization * in.device_memory - plan.resident - plan.runner_scratch;
+    plan.kv_budget =
+        r.gpu_memory_utilization * in.device_memory - plan.resident - plan.runner_scratch;
     const auto fit = static_cast<int64_t>(std::max(0.0, *plan.kv_budget) / plan.kv_block_bytes);
     plan.kv_blocks = std::min(plan.kv_blocks_wanted, fit);
   }
   plan.kv_cache = static_cast<double>(plan.kv_blocks) * plan.kv_block_bytes;
   // A capped cache holds whole sequences of ceil(tokens / block) blocks plus one for copy-on-write.
   const int64_t blocks_per_sequence = (r.sequence_tokens + r.block_size - 1) / r.block_size + 1;
-  plan.sequences_at_once = plan.kv_blocks >= plan.kv_blocks_wanted
-                               ? r.sequences
-                               : std::min(r.sequences, plan.kv_blocks / std::max<int64_t>(1, blocks_per_sequence));
+  plan.sequences_at_once =
+      plan.kv_blocks >= plan.kv_blocks_wanted
+          ? r.sequences
+          : std::min(r.sequences, plan.kv_blocks / std::max<int64_t>(1, blocks_per_sequence));
 
   // Between phases everything resident is held (the arenas are planned once); a phase adds what
   // it alone brings to the device.
@@ -202,14 +214,15 @@ struct Plan {
   int64_t max_tokens = 0, max_seqs = 0;
 };
 
-Plan micro_batch_plan(const config::Config& cfg, int64_t n, int world, bool update, const std::string& a,
-                      const std::string& fwd) {
-  const int64_t seq_len =
-      cfg.get<int64_t>("data.max_prompt_length") + cfg.get<int64_t>("actor_rollout_ref.rollout.response_length");
+Plan micro_batch_plan(const config::Config& cfg, int64_t n, int world, bool update,
+                      const std::string& a, const std::string& fwd) {
+  const int64_t seq_len = cfg.get<int64_t>("data.max_prompt_length") +
+                          cfg.get<int64_t>("actor_rollout_ref.rollout.response_length");
   const int64_t step_seqs = cfg.get<int64_t>("data.gen_batch_size") * n / world;
   const bool critic = fwd == "critic.";
   const std::string micro = critic ? "forward_micro_batch_size" : "log_prob_micro_batch_size";
-  int64_t fwd_tokens = cfg.get<int64_t>(fwd + (critic ? "forward_max_token_len_per_gpu" : "log_prob_max_token_len_per_gpu"));
+  int64_t fwd_tokens = cfg.get<int64_t>(
+      fwd + (critic ? "forward_max_token_len_per_gpu" : "log_prob_max_token_len_per_gpu"));
   bool fwd_dynamic = true;
   int64_t fwd_seqs = 0;
   if (!cfg.get<bool>(fwd + (critic ? "use_dynamic_bsz" : "log_prob_use_dynamic_bsz"))) {
@@ -225,9 +238,12 @@ Plan micro_batch_plan(const config::Config& cfg, int64_t n, int world, bool upda
   p.max_tokens = std::min(fwd_tokens, step_seqs * seq_len);
   if (!fwd_dynamic) p.max_tokens = std::max(p.max_tokens, std::min(fwd_seqs, step_seqs) * seq_len);
   if (update)
-    p.max_tokens = std::max(p.max_tokens, std::min(cfg.get<int64_t>(a + "ppo_max_token_len_per_gpu"), step_seqs * seq_len));
+    p.max_tokens =
+        std::max(p.max_tokens,
+                 std::min(cfg.get<int64_t>(a + "ppo_max_token_len_per_gpu"), step_seqs * seq_len));
   if (update && !cfg.get<bool>(a + "use_dynamic_bsz")) {
-    const int64_t mini = std::min(cfg.get<int64_t>(a + "ppo_mini_batch_size") * n / world, step_seqs);
+    const int64_t mini =
+        std::min(cfg.get<int64_t>(a + "ppo_mini_batch_size") * n / world, step_seqs);
     int64_t micro_seqs = mini;
     if (auto per_gpu = cfg.get<std::optional<int64_t>>(a + "ppo_micro_batch_size_per_gpu"))
       micro_seqs = *per_gpu;
@@ -243,15 +259,16 @@ Plan micro_batch_plan(const config::Config& cfg, int64_t n, int world, bool upda
 
 MemoryPlanInputs memory_plan_inputs(const config::Config& cfg, const model::ModelConfig& actor,
                                     const std::optional<model::ModelConfig>& critic,
-                                    const std::optional<model::ModelConfig>& reward_model, int world,
-                                    double device_memory) {
+                                    const std::optional<model::ModelConfig>& reward_model,
+                                    int world, double device_memory) {
   VERL_CHECK(world >= 1, "memory_plan_inputs: {} ranks", world);
   const std::string a = "actor_rollout_ref.actor.", rol = "actor_rollout_ref.rollout.";
   const int64_t n = cfg.get<int64_t>(rol + "n");
   MemoryPlanInputs in;
   in.device_memory = device_memory;
 
-  // The actor: verl's fsdp_config switches offload the whole of their part, the seed's ratio a share.
+  // The actor: verl's fsdp_config switches offload the whole of their part, the seed's ratio a
+  // share.
   const double ratio = cfg.get<double>("actor_rollout_ref.actor_offload_ratio");
   in.actor.config = actor;
   in.actor.recompute = cfg.get<bool>("actor_rollout_ref.model.enable_gradient_checkpointing");
@@ -301,9 +318,11 @@ MemoryPlanInputs memory_plan_inputs(const config::Config& cfg, const model::Mode
     ModelPlanInputs m;
     m.config = *reward_model;
     m.trainable = false;
-    const int64_t seq_len = cfg.get<int64_t>("data.max_prompt_length") + cfg.get<int64_t>("data.max_response_length");
+    const int64_t seq_len =
+        cfg.get<int64_t>("data.max_prompt_length") + cfg.get<int64_t>("data.max_response_length");
     const int64_t max_length = cfg.get<std::optional<int64_t>>(rm + "max_length").value_or(0);
-    const bool rerender = cfg.get<std::optional<std::string>>(rm + "model.input_tokenizer").has_value();
+    const bool rerender =
+        cfg.get<std::optional<std::string>>(rm + "model.input_tokenizer").has_value();
     const int64_t longest = max_length > 0 ? max_length : (rerender ? 2 * seq_len : seq_len);
     if (cfg.get<bool>(rm + "use_dynamic_bsz")) {
       m.max_tokens = cfg.get<int64_t>(rm + "forward_max_token_len_per_gpu");
@@ -319,7 +338,8 @@ MemoryPlanInputs memory_plan_inputs(const config::Config& cfg, const model::Mode
   }
 
   in.rollout.sequences = cfg.get<int64_t>("data.gen_batch_size") * n / world;
-  in.rollout.sequence_tokens = cfg.get<int64_t>("data.max_prompt_length") + cfg.get<int64_t>(rol + "response_length");
+  in.rollout.sequence_tokens =
+      cfg.get<int64_t>("data.max_prompt_length") + cfg.get<int64_t>(rol + "response_length");
   in.rollout.max_num_seqs = cfg.get<int64_t>(rol + "max_num_seqs");
   in.rollout.max_num_batched_tokens = cfg.get<int64_t>(rol + "max_num_batched_tokens");
   in.rollout.gpu_memory_utilization = cfg.get<double>(rol + "gpu_memory_utilization");

@@ -1,8 +1,9 @@
 // The GPU memory a run needs, phase by phase, from its config and its models' config.json: what
 // `verl doctor --config` checks a run against, with the arithmetic of docs/memory.md. It counts
-// the allocations of the CUDA path as they are made: the training states (optim/cuda/train_state.h),
-// each model's activation arena (model/cuda/transformer.cpp), the rollout runner's scratch and its
-// KV cache (rollout/cuda/model_runner.cpp, rollout/kv_sizing.h), and the CUDA runtime's own share.
+// the allocations of the CUDA path as they are made: the training states
+// (optim/cuda/train_state.h), each model's activation arena (model/cuda/transformer.cpp), the
+// rollout runner's scratch and its KV cache (rollout/cuda/model_runner.cpp, rollout/kv_sizing.h),
+// and the CUDA runtime's own share.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +20,8 @@ namespace verl::trainer {
 struct ModelPlanInputs {
   model::ModelConfig config;
   bool trainable = true;  // false: forward only (reference policy, reward model)
-  // The largest micro-batch the model is planned for (CudaTransformerOptions::max_tokens / max_seqs).
+  // The largest micro-batch the model is planned for (CudaTransformerOptions::max_tokens /
+  // max_seqs).
   int64_t max_tokens = 0, max_seqs = 0;
   bool recompute = false;  // enable_gradient_checkpointing (trainable models)
   // Trainable: the shares of the fp32 master weights and of the AdamW moments in pinned host memory
@@ -32,7 +34,7 @@ struct ModelPlanInputs {
 
 // The rollout of one step on this rank.
 struct RolloutPlanInputs {
-  int64_t sequences = 0;  // data.gen_batch_size x rollout.n / ranks
+  int64_t sequences = 0;        // data.gen_batch_size x rollout.n / ranks
   int64_t sequence_tokens = 0;  // max_prompt_length + rollout.response_length
   int64_t max_num_seqs = 0, max_num_batched_tokens = 0;
   double gpu_memory_utilization = 0.5;
@@ -57,7 +59,9 @@ struct ModelMemory {
   double arena = 0;    // activations of the largest micro-batch, LM head scratch and probabilities
   double host = 0;     // pinned host bytes: offloaded master weights and moments, sleeping weights
   bool weights_sleep = false;  // the weights are on the device only during the model's own phase
-  double resident() const { return (weights_sleep ? 0 : weights) + master + grads + moments + staging + arena; }
+  double resident() const {
+    return (weights_sleep ? 0 : weights) + master + grads + moments + staging + arena;
+  }
 };
 
 struct PhaseMemory {

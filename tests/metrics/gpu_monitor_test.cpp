@@ -56,7 +56,9 @@ TEST(GpuMonitor, DefaultConstructionWorksWithOrWithoutNvml) {
   GpuMonitor g;
   const GpuSnapshot s = g.snapshot();
   EXPECT_EQ(s.available, g.available());
-  if (!g.available()) EXPECT_FALSE(g.unavailable_reason().empty());
+  if (!g.available()) {
+    EXPECT_FALSE(g.unavailable_reason().empty());
+  }
 }
 
 TEST(GpuMonitor, WindowMeanAndPeakFromFakeDevices) {
