@@ -442,12 +442,6 @@ void check_reward_input(Report& r, const config::Config& cfg) {
   }
 }
 
-// The GPU memory of each phase of a step (trainer/memory_plan.h, docs/memory.md) against the
-// smallest GPU: the training states as their offload keys split them, each model's activation
-// arena for its largest micro-batch, and in gen the rollout's scratch and KV cache, which gets
-// gpu_memory_utilization x the GPU minus what is in use when it is built (vLLM's rule).
-// Recomputation shrinks the update's arena, which is held through every phase.
-
 // One change of the config and what it gives the plan.
 struct Remedy {
   std::string setting;
@@ -512,6 +506,11 @@ std::string memory_advice(const trainer::MemoryPlanInputs& in, const trainer::Me
          "actor_rollout_ref.actor_offload_ratio=1 (docs/memory.md)";
 }
 
+// The GPU memory of each phase of a step (trainer/memory_plan.h, docs/memory.md) against the
+// smallest GPU: the training states as their offload keys split them, each model's activation
+// arena for its largest micro-batch, and in gen the rollout's scratch and KV cache, which gets
+// gpu_memory_utilization x the GPU minus what is in use when it is built (vLLM's rule).
+// Recomputation shrinks the update's arena, which is held through every phase.
 void check_gpu_memory(Report& r, const config::Config& cfg, const Machine& m, bool on_cuda,
                       const std::optional<model::ModelConfig>& mc) {
   const std::string name = "gpu memory";
