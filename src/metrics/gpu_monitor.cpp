@@ -1,8 +1,7 @@
-// NVML through dlopen/dlsym: only the handful of entry points and structs we need are declared
-// here (layouts as in nvml.h), so nothing NVML is needed at build or link time.
+// The GPU monitor's sampling thread and windows over NVML (metrics/nvml.h) or an injected source,
+// and the process's memory figures.
 #include "metrics/gpu_monitor.h"
 
-#include <dlfcn.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -10,83 +9,37 @@
 #include <chrono>
 #include <cstdio>
 
+#include "metrics/nvml.h"
+
 namespace verl::metrics {
 
 namespace {
-
-// nvml.h: nvmlReturn_t is an enum (NVML_SUCCESS = 0), nvmlDevice_t an opaque pointer.
-using NvmlReturn = int;
-using NvmlDevice = void*;
-struct NvmlUtilization {  // nvmlUtilization_t
-  unsigned int gpu;
-  unsigned int memory;
-};
-struct NvmlMemory {  // nvmlMemory_t (v1)
-  unsigned long long total;
-  unsigned long long free;
-  unsigned long long used;
-};
-constexpr NvmlReturn kNvmlSuccess = 0;
-
-using InitFn = NvmlReturn (*)();
-using ShutdownFn = NvmlReturn (*)();
-using CountFn = NvmlReturn (*)(unsigned int*);
-using HandleFn = NvmlReturn (*)(unsigned int, NvmlDevice*);
-using UtilFn = NvmlReturn (*)(NvmlDevice, NvmlUtilization*);
-using MemFn = NvmlReturn (*)(NvmlDevice, NvmlMemory*);
-
-template <typename F>
-F sym(void* lib, const char* name) {
-  return reinterpret_cast<F>(dlsym(lib, name));
-}
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 }  // namespace
 
-GpuMonitor::GpuMonitor(const GpuMonitorOptions& opts) {
-  nvml_ = dlopen(opts.library.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (nvml_ == nullptr) {
-    const char* err = dlerror();
-    reason_ = std::string("cannot load ") + opts.library + (err ? std::string(": ") + err : "");
+GpuMonitor::GpuMonitor(const GpuMonitorOptions& opts)
+    : nvml_(std::make_unique<Nvml>(opts.library)) {
+  if (!nvml_->ok()) {
+    reason_ = nvml_->reason();
+    nvml_.reset();
     return;
   }
-  auto init = sym<InitFn>(nvml_, "nvmlInit_v2");
-  auto shutdown = sym<ShutdownFn>(nvml_, "nvmlShutdown");
-  auto count = sym<CountFn>(nvml_, "nvmlDeviceGetCount_v2");
-  auto handle = sym<HandleFn>(nvml_, "nvmlDeviceGetHandleByIndex_v2");
-  auto util = sym<UtilFn>(nvml_, "nvmlDeviceGetUtilizationRates");
-  auto mem = sym<MemFn>(nvml_, "nvmlDeviceGetMemoryInfo");
-  if (!init || !shutdown || !count || !handle || !util || !mem) {
-    reason_ = opts.library + " lacks an NVML entry point we need";
-    dlclose(nvml_);
-    nvml_ = nullptr;
-    return;
-  }
-  if (const NvmlReturn rc = init(); rc != kNvmlSuccess) {
-    reason_ = "nvmlInit_v2 failed with code " + std::to_string(rc);
-    dlclose(nvml_);
-    nvml_ = nullptr;
-    return;
-  }
-  nvml_shutdown_ = shutdown;
-  unsigned int n = 0;
-  if (count(&n) != kNvmlSuccess) n = 0;
-  std::vector<NvmlDevice> handles(n, nullptr);
-  for (unsigned int i = 0; i < n; ++i) {
-    if (handle(i, &handles[i]) != kNvmlSuccess) handles[i] = nullptr;
-  }
-  source_.device_count = static_cast<int>(n);
-  source_.read = [handles, util, mem](int d) {
+  const int n = nvml_->device_count();
+  std::vector<Nvml::Device> handles(static_cast<size_t>(n), nullptr);
+  for (int i = 0; i < n; ++i) handles[static_cast<size_t>(i)] = nvml_->device(i);
+  source_.device_count = n;
+  // The monitor owns nvml_ and joins its thread before nvml_ goes.
+  source_.read = [nvml = nvml_.get(), handles](int d) {
     GpuReading r;
     if (d < 0 || static_cast<size_t>(d) >= handles.size() || handles[d] == nullptr) return r;
-    NvmlUtilization u{};
-    NvmlMemory m{};
-    if (util(handles[d], &u) != kNvmlSuccess || mem(handles[d], &m) != kNvmlSuccess) return r;
+    Nvml::Usage u;
+    if (!nvml->usage(handles[d], u)) return r;
     r.ok = true;
-    r.util_pct = u.gpu;
-    r.memory_used = m.used;
-    r.memory_total = m.total;
+    r.util_pct = u.util_pct;
+    r.memory_used = u.memory_used;
+    r.memory_total = u.memory_total;
     return r;
   };
   init_devices(opts.devices);
@@ -143,13 +96,7 @@ void GpuMonitor::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-GpuMonitor::~GpuMonitor() {
-  stop();
-  if (nvml_ != nullptr) {
-    if (nvml_shutdown_ != nullptr) nvml_shutdown_();
-    dlclose(nvml_);
-  }
-}
+GpuMonitor::~GpuMonitor() { stop(); }
 
 void GpuMonitor::sample_once() {
   if (!available_) return;

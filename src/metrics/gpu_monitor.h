@@ -1,12 +1,13 @@
-// GPU utilisation and memory sampling through NVML, loaded at run time with dlopen so the binary
-// links no NVML and runs on CPU-only machines (there available() is false and nothing happens),
-// plus the process's CPU memory (peak and current RSS) for the perf/ metrics.
+// GPU utilisation and memory sampling through NVML (metrics/nvml.h: loaded at run time, so the
+// binary runs on CPU-only machines, where available() is false and nothing happens), plus the
+// process's CPU memory (peak and current RSS) for the perf/ metrics.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -15,6 +16,8 @@
 #include "metrics/metrics.h"
 
 namespace verl::metrics {
+
+class Nvml;
 
 // One sample of one device, as NVML reports it.
 struct GpuReading {
@@ -92,8 +95,7 @@ class GpuMonitor {
   std::condition_variable cv_;
   bool stop_ = false;
   std::thread thread_;
-  void* nvml_ = nullptr;              // dlopen handle
-  int (*nvml_shutdown_)() = nullptr;  // nvmlReturn_t nvmlShutdown(void)
+  std::unique_ptr<Nvml> nvml_;  // null with an injected source or without NVML
 };
 
 // perf/gpu_util_mean (%) and perf/gpu_memory_used_peak_gb from a snapshot; nothing when

@@ -1,5 +1,6 @@
 // Tests of the GPU monitor: NVML absent on this machine (reports unavailable, does nothing), the
-// window statistics on an injected fake device, and the process memory helpers.
+// window statistics on an injected fake device, and the process memory helpers; and the NVML
+// loader both the monitor and `verl doctor` use.
 #include "metrics/gpu_monitor.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,8 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+
+#include "metrics/nvml.h"
 
 using namespace verl::metrics;
 
@@ -27,12 +30,35 @@ TEST(GpuMonitor, MissingLibraryIsUnavailableNotAnError) {
   EXPECT_TRUE(m.empty());
 }
 
+// Without the library every query answers "nothing" and the reason names the library.
+TEST(Nvml, MissingLibraryAnswersNothing) {
+  const Nvml nvml("libverl-no-such-nvml.so.1");
+  EXPECT_FALSE(nvml.ok());
+  EXPECT_NE(nvml.reason().find("libverl-no-such-nvml.so.1"), std::string::npos);
+  EXPECT_EQ(nvml.device_count(), 0);
+  EXPECT_EQ(nvml.driver_version(), "");
+  EXPECT_EQ(nvml.device(0), nullptr);
+  EXPECT_EQ(nvml.active_nvlinks(0), 0);
+  Nvml::Usage u;
+  EXPECT_FALSE(nvml.usage(nullptr, u));
+}
+
+// A library without NVML's entry points is refused naming the first one it lacks.
+TEST(Nvml, LibraryWithoutTheEntryPointsIsRefused) {
+  const Nvml nvml("libc.so.6");
+  EXPECT_FALSE(nvml.ok());
+  EXPECT_NE(nvml.reason().find("lacks the NVML entry point nvmlInit_v2"), std::string::npos)
+      << nvml.reason();
+}
+
 TEST(GpuMonitor, DefaultConstructionWorksWithOrWithoutNvml) {
   // On this CPU-only machine NVML is absent; on a GPU machine it is present. Both must be fine.
   GpuMonitor g;
   const GpuSnapshot s = g.snapshot();
   EXPECT_EQ(s.available, g.available());
-  if (!g.available()) EXPECT_FALSE(g.unavailable_reason().empty());
+  if (!g.available()) {
+    EXPECT_FALSE(g.unavailable_reason().empty());
+  }
 }
 
 TEST(GpuMonitor, WindowMeanAndPeakFromFakeDevices) {
