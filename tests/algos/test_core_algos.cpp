@@ -1,4 +1,4 @@
-// Tests of verl's core algorithms (src/trainer/core_algos.*): every advantage estimator, KL type,
+// Tests of verl's core algorithms (src/trainer/algos/): every advantage estimator, KL type,
 // controller, aggregation mode and loss against numbers worked out by hand from verl's formulas
 // (the arithmetic is in the comments), and every loss gradient against finite differences.
 #include <gtest/gtest.h>
@@ -272,6 +272,51 @@ TEST(Advantages, DispatchByName) {
   EXPECT_NEAR(a.advantages[2], -1.0, 1e-6);
   // An estimator missing its inputs is an error naming what is wrong, not a crash.
   EXPECT_THROW(compute_advantage(AdvantageEstimator::GAE, in), Error);
+}
+
+// The registry: each row's name parses back to it, only gae needs a critic and only remax the
+// greedy baselines, and each row hands its estimator the AdvantageInputs fields it reads.
+TEST(Advantages, RegistryRows) {
+  EXPECT_EQ(advantage_estimators().size(), 11u);
+  for (const AdvantageEstimatorInfo& e : advantage_estimators()) {
+    EXPECT_EQ(parse_adv_estimator(e.name), e.value) << e.name;
+    EXPECT_EQ(to_string(e.value), e.name);
+    EXPECT_EQ(&estimator_info(e.value), &e) << e.name;
+    EXPECT_EQ(e.needs_critic, e.value == AdvantageEstimator::GAE) << e.name;
+    EXPECT_EQ(e.needs_reward_baselines, e.value == AdvantageEstimator::ReMax) << e.name;
+  }
+  Shape s{4, 2};
+  Vec r = {0, 1, 0, 0, 1, 0, 0.25f, 0}, m = {1, 1, 1, 1, 1, 0, 1, 1};
+  Vec v = {0.5f, -0.25f, 0.1f, 0.2f, 0.3f, 0, -0.4f, 0.6f}, base = {0.5f, 0, 1, 0.25f};
+  std::vector<int64_t> idx = {1, 1, 1, 2}, pairs = {1, 1, 2, 2};
+  AdvantageInputs in{.shape = s,
+                     .token_level_rewards = r,
+                     .response_mask = m,
+                     .values = v,
+                     .index = idx,
+                     .reward_baselines = base,
+                     .gamma = 0.9,
+                     .lam = 0.8,
+                     .norm_adv_by_std_in_grpo = false};
+  auto same = [](const AdvantageOutput& a, const AdvantageOutput& b, const char* what) {
+    EXPECT_EQ(a.advantages, b.advantages) << what;
+    EXPECT_EQ(a.returns, b.returns) << what;
+  };
+  same(compute_advantage(AdvantageEstimator::GAE, in),
+       compute_gae_advantage_return(s, r, v, m, 0.9, 0.8), "gae");
+  same(compute_advantage(AdvantageEstimator::ReinforcePlusPlus, in),
+       compute_reinforce_plus_plus_outcome_advantage(s, r, m, 0.9), "reinforce_plus_plus");
+  same(compute_advantage(AdvantageEstimator::ReMax, in),
+       compute_remax_outcome_advantage(s, r, base, m), "remax");
+  same(compute_advantage(AdvantageEstimator::GRPO, in),
+       compute_grpo_outcome_advantage(s, r, m, idx, 1e-6, false), "grpo");
+  same(compute_advantage(AdvantageEstimator::GrpoVectorized, in),
+       compute_grpo_outcome_advantage(s, r, m, idx, 1e-6, false), "grpo_vectorized");
+  same(compute_advantage(AdvantageEstimator::OPO, in), compute_opo_outcome_advantage(s, r, m, idx),
+       "opo");
+  in.index = pairs;  // Pass@k needs two responses per prompt
+  same(compute_advantage(AdvantageEstimator::GrpoPassK, in),
+       compute_grpo_passk_outcome_advantage(s, r, m, pairs, 1e-6, false), "grpo_passk");
 }
 
 // ---------------------------------------------------------------------------------------------
