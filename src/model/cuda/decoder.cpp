@@ -151,6 +151,65 @@ void CudaDecoder::layer_forward(const DecoderStep& s, int l, LayerActs& a, const
   }
 }
 
+void CudaDecoder::layer_backward(const DecoderStep& s, int l, const LayerActs& a, const bf16* x_in,
+                                 const LayerGradBufs& g, float* grads) const {
+  const model::LayerParams& p = layout_.layers[l];
+  const int64_t T = s.T, B = s.B, C = cfg_.hidden_size, F = cfg_.intermediate_size;
+  const int64_t H = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;
+  const int64_t qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
+  const auto G = [&](int i) { return i >= 0 ? grads + layout_.params[i].offset : nullptr; };
+  const auto W = [&](int i) { return weight(i); };
+  auto zero = [&](void* ptr, size_t bytes) {
+    mark(s, Section::MemsetBwd);
+    VERL_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, ctx_.stream));
+  };
+
+  // MLP branch. On entry d_x = dL/dx_out, also the residual part of dL/dx_mid.
+  mark(s, Section::GemmBwd);
+  linear_backward(ctx_, g.d_act, G(p.wdown), G(p.bdown), g.d_x, a.act, W(p.wdown), T, F, C,
+                  /*accumulate_dx=*/false);
+  mark(s, Section::ElementwiseBwd);
+  swiglu_backward(ctx_, g.d_gu, g.d_act, a.gu, T, F, /*accumulate=*/false);
+  mark(s, Section::GemmBwd);
+  linear_backward(ctx_, g.d_xn, G(p.wgu), G(p.bgu), g.d_gu, a.xn2, W(p.wgu), T, C, 2 * F,
+                  /*accumulate_dx=*/false);
+  mark(s, Section::NormBwd);
+  rmsnorm_backward(ctx_, g.d_x, G(p.mlp_norm), g.d_xn, a.x_mid, W(p.mlp_norm), a.rstd2, T, C);
+
+  // Attention branch. Now d_x = dL/dx_mid, also the residual part of dL/dx_in.
+  mark(s, Section::GemmBwd);
+  linear_backward(ctx_, g.d_att, G(p.wo), G(p.bo), g.d_x, a.att, W(p.wo), T, qd, C,
+                  /*accumulate_dx=*/false);
+  zero(g.d_q, T * qd * sizeof(float));
+  zero(g.d_k, T * kvd * sizeof(float));
+  zero(g.d_v, T * kvd * sizeof(float));
+  mark(s, Section::AttentionBwd);
+  attention_backward(ctx_, g.d_q, g.d_k, g.d_v, g.d_att, a.q, a.k, a.v, a.att, a.lse, s.cu_seqlens,
+                     B, T, H, Hkv, D, 1.0f / std::sqrt(static_cast<float>(D)));
+  mark(s, Section::ElementwiseBwd);
+  bf16* d_qkv = s.qkv;  // the forward's qkv scratch is free now
+  if (cfg_.qk_norm) {
+    rope_backward(ctx_, g.d_q, s.positions, s.inv_freq, T, H, D);
+    rope_backward(ctx_, g.d_k, s.positions, s.inv_freq, T, Hkv, D);
+    convert(ctx_, g.d_q_bf, g.d_q, T * qd);
+    convert(ctx_, g.d_k_bf, g.d_k, T * kvd);
+    mark(s, Section::NormBwd);
+    rmsnorm_backward(ctx_, g.d_qpre, G(p.q_norm), g.d_q_bf, a.q_pre, W(p.q_norm), a.rstd_q, T * H,
+                     D, /*accumulate_dx=*/false);
+    rmsnorm_backward(ctx_, g.d_kpre, G(p.k_norm), g.d_k_bf, a.k_pre, W(p.k_norm), a.rstd_k, T * Hkv,
+                     D, /*accumulate_dx=*/false);
+    mark(s, Section::ElementwiseBwd);
+    pack_qkv(ctx_, d_qkv, g.d_qpre, g.d_kpre, g.d_v, T, qd, kvd);
+  } else {
+    rope_backward_pack_qkv(ctx_, d_qkv, g.d_q, g.d_k, g.d_v, s.positions, s.inv_freq, T, H, Hkv, D);
+  }
+  mark(s, Section::GemmBwd);
+  linear_backward(ctx_, g.d_xn, G(p.wqkv), G(p.bqkv), d_qkv, a.xn1, W(p.wqkv), T, C, qd + 2 * kvd,
+                  /*accumulate_dx=*/false);
+  mark(s, Section::NormBwd);
+  rmsnorm_backward(ctx_, g.d_x, G(p.attn_norm), g.d_xn, x_in, W(p.attn_norm), a.rstd1, T, C);
+}
+
 void CudaDecoder::attention(const DecoderStep& s, int l, LayerActs& a) const {
   const int64_t T = s.T, B = s.B;
   const int64_t H = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;

@@ -1,4 +1,4 @@
-// The decoder's forward math on CUDA, written once for both of its callers: the trainer's packed
+// The decoder's layer math on CUDA, written once for both of its callers: the trainer's packed
 // forward (CudaTransformer: varlen batches, activations kept for backward) and the rollout's paged
 // step (rollout::cuda::CudaModelRunner: a paged KV cache, captured in CUDA graphs). Per layer:
 //   xn1 = rmsnorm(x);  q|k|v = project(xn1, Wqkv) (+ bqkv);  [Qwen3: q, k = rmsnorm_D(q, k)]
@@ -6,7 +6,8 @@
 //   att = attention(q, k, v)  (packed: varlen causal; paged: over the cache, per numerics mode)
 //   x_mid = x + project(att, Wo) (+ bo);  xn2 = rmsnorm(x_mid)
 //   x_out = x_mid + ffn(xn2)  (dense: project(silu(g) * u, Wdown), g|u = project(xn2, Wgu))
-// then the final norm and the LM head (logits for given rows, or log-probs of targets).
+// then the final norm and the LM head (logits for given rows, or log-probs of targets). A layer's
+// backward (the trainer's) sits beside its forward.
 //
 // The decoder holds no device memory: every buffer is the caller's (its arena), so the paged step
 // stays capturable (no allocation, no host sync, no host branch on data that changes between
@@ -50,6 +51,12 @@ enum class Section : int {
   Down,
   FinalNorm,
   LmHead,
+  // Backward (the packed path only), by op family.
+  MemsetBwd,
+  GemmBwd,
+  ElementwiseBwd,
+  AttentionBwd,
+  NormBwd,
   kCount
 };
 using SectionNames = std::array<const char*, static_cast<size_t>(Section::kCount)>;
@@ -111,6 +118,15 @@ struct LayerActs {
   bf16* y = nullptr;
 };
 
+// A layer backward's activation gradients and scratch (the trainer's arena), reused by every
+// layer: d_x carries dL/dx from one layer to the one below.
+struct LayerGradBufs {
+  bf16 *d_x = nullptr, *d_xn = nullptr, *d_act = nullptr, *d_gu = nullptr, *d_att = nullptr;
+  float *d_q = nullptr, *d_k = nullptr, *d_v = nullptr;  // [T, qd], [T, kvd] x 2, accumulated
+  // Qwen3's q/k norm: the rotated gradients in bf16 and the gradients before the norm.
+  bf16 *d_q_bf = nullptr, *d_k_bf = nullptr, *d_qpre = nullptr, *d_kpre = nullptr;
+};
+
 class CudaDecoder {
  public:
   // `weights`: bf16, flat in `layout` order, alive and unchanged while forwards run.
@@ -136,6 +152,11 @@ class CudaDecoder {
   // it inside this layer's first norm (l > 0), and this layer leaves its output in a.y.
   void layer_forward(const DecoderStep& s, int l, LayerActs& a, const bf16* x_in, bf16* x_out,
                      bool full = true) const;
+  // Packed: layer l's backward over the activations a its forward kept (x_in: the layer's input;
+  // the step's qkv scratch holds d_qkv). On entry g.d_x = dL/dx_out, on return dL/dx_in; the
+  // parameters' gradients accumulate into `grads` (fp32, the layout's order).
+  void layer_backward(const DecoderStep& s, int l, const LayerActs& a, const bf16* x_in,
+                      const LayerGradBufs& g, float* grads) const;
   // Packed: h [T, C] = rmsnorm(x) with its rstd [T].
   void final_norm(const DecoderStep& s, bf16* h, float* rstd, const bf16* x) const;
   // Paged, only the n rows `rows` [n] (device) of the stream x plus the last layer's y: gathered

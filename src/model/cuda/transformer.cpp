@@ -1,16 +1,14 @@
-// The causal LM on CUDA (model/cuda/transformer.h): the forward's layers through the decoder
-// (model/cuda/decoder.h, the recipe and its kernels) over this model's saved activations, the
-// heads on the batch, and the backward of every step, layer by layer in reverse.
+// The causal LM on CUDA (model/cuda/transformer.h): the layers' forward and backward through the
+// decoder (model/cuda/decoder.h, the recipe and its kernels) over this model's saved activations
+// and gradient scratch; the heads on the batch and their backward here.
 #include "model/cuda/transformer.h"
 
 #include <algorithm>
-#include <cmath>
 #include <string>
 #include <type_traits>
 
 #include "core/dtype.h"
 #include "core/dump.h"
-#include "ops/cuda/attention.h"
 #include "ops/cuda/glue.h"
 #include "ops/cuda/lm_head.h"
 #include "ops/cuda/value_head.h"
@@ -52,6 +50,11 @@ constexpr SectionNames kSections = [] {
   set(Section::Down, "gemm_fwd");
   set(Section::FinalNorm, "norm_fwd");
   set(Section::LmHead, "lm_head_fwd");
+  set(Section::MemsetBwd, "memset_bwd");
+  set(Section::GemmBwd, "gemm_bwd");
+  set(Section::ElementwiseBwd, "elementwise_bwd");
+  set(Section::AttentionBwd, "attention_bwd");
+  set(Section::NormBwd, "norm_bwd");
   return n;
 }();
 
@@ -436,62 +439,20 @@ void CudaTransformer::backward_trunk(const bf16* d_h) {
 }
 
 void CudaTransformer::layer_backward(int l) {
-  const model::LayerParams& p = layout_.layers[l];
-  LayerActs& a = bufs(l);
-  const int64_t T = T_, B = B_, C = cfg_.hidden_size, F = cfg_.intermediate_size;
-  const int64_t H = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;
-  const int64_t qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
-  cudaStream_t s = ctx_.stream;
-  auto zero = [&](void* ptr, size_t bytes) {
-    mark("memset_bwd");
-    VERL_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, s));
-  };
-
-  // MLP branch. On entry d_x = dL/dx_out, also the residual part of dL/dx_mid.
-  mark("gemm_bwd");
-  linear_backward(ctx_, d_act_, G(p.wdown), G(p.bdown), d_x_, a.act, W(p.wdown), T, F, C,
-                  /*accumulate_dx=*/false);
-  mark("elementwise_bwd");
-  swiglu_backward(ctx_, d_gu_, d_act_, a.gu, T, F, /*accumulate=*/false);
-  mark("gemm_bwd");
-  linear_backward(ctx_, d_xn_, G(p.wgu), G(p.bgu), d_gu_, a.xn2, W(p.wgu), T, C, 2 * F,
-                  /*accumulate_dx=*/false);
-  mark("norm_bwd");
-  rmsnorm_backward(ctx_, d_x_, G(p.mlp_norm), d_xn_, a.x_mid, W(p.mlp_norm), a.rstd2, T, C);
-
-  // Attention branch. Now d_x = dL/dx_mid, also the residual part of dL/dx_in.
-  mark("gemm_bwd");
-  linear_backward(ctx_, d_att_, G(p.wo), G(p.bo), d_x_, a.att, W(p.wo), T, qd, C,
-                  /*accumulate_dx=*/false);
-  zero(d_q_, T * qd * sizeof(float));
-  zero(d_k_, T * kvd * sizeof(float));
-  zero(d_v_, T * kvd * sizeof(float));
-  mark("attention_bwd");
-  attention_backward(ctx_, d_q_, d_k_, d_v_, d_att_, a.q, a.k, a.v, a.att, a.lse, cu_, B, T, H,
-                     Hkv, D, 1.0f / std::sqrt(static_cast<float>(D)));
-  mark("elementwise_bwd");
-  bf16* d_qkv = qkv_;  // the forward's qkv scratch is free now
-  if (cfg_.qk_norm) {
-    rope_backward(ctx_, d_q_, positions_, inv_freq_.data(), T, H, D);
-    rope_backward(ctx_, d_k_, positions_, inv_freq_.data(), T, Hkv, D);
-    convert(ctx_, d_q_bf_, d_q_, T * qd);
-    convert(ctx_, d_k_bf_, d_k_, T * kvd);
-    mark("norm_bwd");
-    rmsnorm_backward(ctx_, d_qpre_, G(p.q_norm), d_q_bf_, a.q_pre, W(p.q_norm), a.rstd_q, T * H,
-                     D, /*accumulate_dx=*/false);
-    rmsnorm_backward(ctx_, d_kpre_, G(p.k_norm), d_k_bf_, a.k_pre, W(p.k_norm), a.rstd_k,
-                     T * Hkv, D, /*accumulate_dx=*/false);
-    mark("elementwise_bwd");
-    pack_qkv(ctx_, d_qkv, d_qpre_, d_kpre_, d_v_, T, qd, kvd);
-  } else {
-    rope_backward_pack_qkv(ctx_, d_qkv, d_q_, d_k_, d_v_, positions_, inv_freq_.data(), T, H,
-                           Hkv, D);
-  }
-  mark("gemm_bwd");
-  linear_backward(ctx_, d_xn_, G(p.wqkv), G(p.bqkv), d_qkv, a.xn1, W(p.wqkv), T, C,
-                  qd + 2 * kvd, /*accumulate_dx=*/false);
-  mark("norm_bwd");
-  rmsnorm_backward(ctx_, d_x_, G(p.attn_norm), d_xn_, x_[l], W(p.attn_norm), a.rstd1, T, C);
+  LayerGradBufs g;
+  g.d_x = d_x_;
+  g.d_xn = d_xn_;
+  g.d_act = d_act_;
+  g.d_gu = d_gu_;
+  g.d_att = d_att_;
+  g.d_q = d_q_;
+  g.d_k = d_k_;
+  g.d_v = d_v_;
+  g.d_q_bf = d_q_bf_;
+  g.d_k_bf = d_k_bf_;
+  g.d_qpre = d_qpre_;
+  g.d_kpre = d_kpre_;
+  decoder_.layer_backward(step(), l, bufs(l), x_[l], g, g_);
 }
 
 // Downloads go through copy_to_host, which waits for the queued work of every stream first.

@@ -269,39 +269,18 @@ PagedAttentionPlan CudaModelRunner::decode_plan(int64_t B) const {
 }
 
 void CudaModelRunner::forward(int64_t T, int64_t B, int64_t S, const PagedAttentionPlan& plan) {
-  model::cuda::PagedKv kv;
-  kv.k = cache_->k(0);
-  kv.v = cache_->v(0);
-  kv.layer_stride = cache_->layer_stride();
-  kv.block_size = cache_->block_size();
-  kv.slots = d_slots_;
-  kv.block_tables = d_tables_;
-  kv.W = W_;
-  kv.plan = plan;
-  kv.training_decode = training_decode();
-  kv.training_prefill = training_prefill();
-  kv.workspace = attn_ws_;
-  kv.workspace_bytes = attn_ws_bytes_;
-  model::cuda::DecoderStep st;
-  st.T = T;
-  st.B = B;
-  st.ids = d_ids_;
-  st.positions = d_pos_;
-  st.cu_seqlens = d_cu_;
-  st.inv_freq = inv_freq_;
-  st.qkv = qkv_;
-  st.paged = &kv;
-  st.timer = timer_.get();
-  st.names = &kSections;
+  const model::cuda::PagedKv kv{
+      .k = cache_->k(0), .v = cache_->v(0), .layer_stride = cache_->layer_stride(),
+      .block_size = cache_->block_size(), .slots = d_slots_, .block_tables = d_tables_, .W = W_,
+      .plan = plan, .training_decode = training_decode(), .training_prefill = training_prefill(),
+      .workspace = attn_ws_, .workspace_bytes = attn_ws_bytes_};
+  const model::cuda::DecoderStep st{
+      .T = T, .B = B, .ids = d_ids_, .positions = d_pos_, .cu_seqlens = d_cu_,
+      .inv_freq = inv_freq_, .qkv = qkv_, .paged = &kv, .timer = timer_.get(), .names = &kSections};
   // One activation set for every layer; the residual stream x_ takes each block's output y_
   // inside the next norm.
-  model::cuda::LayerActs a;
-  a.xn1 = a.xn2 = xn_;
-  a.q = q_;
-  a.att = att_;
-  a.gu = gu_;
-  a.act = act_;
-  a.y = y_;
+  model::cuda::LayerActs a{.xn1 = xn_, .q = q_, .att = att_, .xn2 = xn_, .gu = gu_, .act = act_,
+                           .y = y_};
   decoder_.forward_paged(st, a, x_, d_sidx_, S, rows_, rows_y_, hn_, logits_);
   mark("sampling");
   // Tokens at d_res_[0, S), log-probs at d_res_[S, 2 S): one download.
