@@ -311,6 +311,41 @@ TEST_F(CudaRollout, TrainingKernelPrefillMatchesPagedPrefill) {
   }
 }
 
+// A profiling observer sees every step's GPU sections under the names `verl bench rollout
+// --profile` reports, in the step's order (the decoder marks its layers' ops, the runner names
+// them); such steps run eagerly.
+TEST_F(CudaRollout, ObserverSectionsKeepTheirNames) {
+  struct Names : rollout::cuda::StepObserver {
+    void on_step(const rollout::cuda::StepRecord& r) override {
+      std::vector<std::string> n;
+      if (r.sections != nullptr) {
+        for (const auto& [section, ms] : *r.sections) n.push_back(section);
+      }
+      steps.push_back(n);
+      graph = graph || r.graph;
+    }
+    std::vector<std::vector<std::string>> steps;
+    bool graph = false;
+  } observer;
+  model::Weights w = model::Weights::load(kGolden + "qwen3");
+  w.data = bf16_rounded(std::move(w.data));
+  const rollout::EngineConfig cfg = engine_config(64);
+  DeviceBuffer<bf16> wbf = upload_weights_bf16(ctx(), w);
+  std::unique_ptr<CudaModelRunner> runner = make_runner(ctx(), w, wbf, cfg, false);
+  runner->set_observer(&observer, /*sections=*/true);
+  rollout::Engine engine(*runner, cfg);
+  engine.generate(greedy_requests(w.config.vocab_size, 4));
+  const std::vector<std::string> expected = {
+      "upload", "embed", "rmsnorm", "qkv_gemm", "rope_kv_write", "attention", "o_proj",
+      "mlp_gate_up_gemm", "mlp_swiglu", "mlp_down_gemm", "final_gather_norm", "lm_head_gemm",
+      "sampling", "download"};
+  ASSERT_FALSE(observer.steps.empty());
+  for (size_t i = 0; i < observer.steps.size(); ++i) {
+    EXPECT_EQ(observer.steps[i], expected) << "step " << i;
+  }
+  EXPECT_FALSE(observer.graph);
+}
+
 // free_cache_engine: the KV cache is given back after generate() and taken again by the next one,
 // which reproduces the first.
 TEST_F(CudaRollout, FreeCacheEngineReleasesAndReacquires) {

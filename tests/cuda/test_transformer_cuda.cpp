@@ -489,6 +489,32 @@ TEST_F(CudaTransformerTest, GradReadyRangesAreFinalWhenReported) {
   }
 }
 
+// The profile's sections under the names `verl bench train --profile` reports, in first-seen order
+// (the decoder marks its layers' ops, CudaTransformer names them): qwen2 (fused split + RoPE) and
+// qwen3 (q/k norm).
+TEST_F(CudaTransformerTest, ProfileNamesTheOpFamilies) {
+  const std::vector<std::string> expected = {
+      "embedding", "norm_fwd", "gemm_fwd", "elementwise_fwd", "attention_fwd", "lm_head_fwd",
+      "other", "memset_bwd", "lm_head_bwd", "norm_bwd", "gemm_bwd", "elementwise_bwd",
+      "attention_bwd", "embedding_bwd"};
+  for (const std::string name : {"qwen2", "qwen3"}) {
+    SCOPED_TRACE(name);
+    model::Weights w = model::Weights::load(kGoldenDir + name);
+    const model::PackedBatch b = model::PackedBatch::from_sequences(load_sequences(name));
+    GpuModel g(ctx(), w, b.num_tokens(), b.num_seqs());
+    g.tf.set_profiling(true);
+    g.tf.forward(b, 1.0f);
+    const std::vector<float> ones(static_cast<size_t>(b.num_tokens()), 1.0f);
+    g.tf.backward_host(ones.data(), nullptr);
+    std::vector<std::string> names;
+    for (const auto& [section, ms] : g.tf.take_profile()) {
+      names.push_back(section);
+      EXPECT_GE(ms, 0.0) << section;
+    }
+    EXPECT_EQ(names, expected);
+  }
+}
+
 TEST_F(CudaTransformerTest, RejectsBatchLargerThanPlanned) {
   model::Weights w = model::Weights::load(kGoldenDir + "qwen2");
   model::PackedBatch b = model::PackedBatch::from_sequences(load_sequences("qwen2"));

@@ -1,24 +1,16 @@
-// The causal LM on CUDA (model/cuda/transformer.h): the CPU model's layer steps (src/model/transformer.cpp)
-// with the CUDA ops. Per layer:
-//   xn1 = rmsnorm(x);  q,k,v = split(xn1 Wqkv^T + bqkv);  [Qwen3: q,k = rmsnorm_D(q), rmsnorm_D(k)]
-//   q,k = rope(q), rope(k);  att = causal_gqa(q,k,v);  x_mid = x + att Wo^T (+ bo)
-//   xn2 = rmsnorm(x_mid);  gu = xn2 Wgu^T;  x_out = x_mid + (silu(g) * u) Wdown^T
+// The causal LM on CUDA (model/cuda/transformer.h): the layers' forward and backward through the
+// decoder (model/cuda/decoder.h, the recipe and its kernels) over this model's saved activations
+// and gradient scratch; the heads on the batch and their backward here.
 #include "model/cuda/transformer.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
-#include <cmath>
-#include <cstring>
 #include <string>
 #include <type_traits>
 
 #include "core/dtype.h"
 #include "core/dump.h"
-#include "ops/cuda/attention.h"
 #include "ops/cuda/glue.h"
 #include "ops/cuda/lm_head.h"
-#include "ops/cuda/quant_linear.h"
 #include "ops/cuda/value_head.h"
 
 namespace verl::model::cuda {
@@ -40,6 +32,32 @@ std::vector<T> download_n(cudaStream_t stream, const T* p, int64_t n) {
   return h;
 }
 
+// The profile's sections (the benchmarks report these names).
+constexpr SectionNames kSections = [] {
+  SectionNames n{};
+  auto set = [&n](Section s, const char* name) { n[static_cast<size_t>(s)] = name; };
+  set(Section::Embed, "embedding");
+  set(Section::AttnNorm, "norm_fwd");
+  set(Section::QkvProj, "gemm_fwd");
+  set(Section::QkRope, "elementwise_fwd");
+  set(Section::QkNorm, "norm_fwd");
+  set(Section::Attention, "attention_fwd");
+  set(Section::OProj, "gemm_fwd");
+  set(Section::Residual, "elementwise_fwd");
+  set(Section::MlpNorm, "norm_fwd");
+  set(Section::GateUp, "gemm_fwd");
+  set(Section::Swiglu, "elementwise_fwd");
+  set(Section::Down, "gemm_fwd");
+  set(Section::FinalNorm, "norm_fwd");
+  set(Section::LmHead, "lm_head_fwd");
+  set(Section::MemsetBwd, "memset_bwd");
+  set(Section::GemmBwd, "gemm_bwd");
+  set(Section::ElementwiseBwd, "elementwise_bwd");
+  set(Section::AttentionBwd, "attention_bwd");
+  set(Section::NormBwd, "norm_bwd");
+  return n;
+}();
+
 }  // namespace
 
 CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::ModelConfig& cfg,
@@ -49,6 +67,9 @@ CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::ModelConfi
       cfg_(cfg),
       layout_(layout),
       opts_(options),
+      decoder_(ctx, cfg, layout, weights,
+               CudaDecoderOptions{options.numerics, options.quantized,
+                                  options.quant_fused_max_tokens}),
       max_tokens_(options.max_tokens),
       max_seqs_(options.max_seqs),
       chunk_(options.lm_head_chunk <= 0 || options.lm_head_chunk > options.max_tokens
@@ -72,22 +93,7 @@ CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::ModelConfi
     VERL_CUDA_REQUIRE(!opts_.trainable,
                       "CudaTransformer: quantised linear layers are forward only (a reference "
                       "policy or a reward model); a trained model keeps bf16 weights");
-    VERL_CUDA_REQUIRE(qs->num_layers() == cfg_.num_hidden_layers,
-                      "CudaTransformer: " + std::to_string(qs->num_layers()) +
-                          " quantised layers for a model of " +
-                          std::to_string(cfg_.num_hidden_layers));
-    const int64_t C = cfg_.hidden_size, F = cfg_.intermediate_size;
-    const int64_t qd = cfg_.q_dim(), Q3 = qd + 2 * cfg_.kv_dim();
-    for (int64_t l = 0; l < qs->num_layers(); ++l) {
-      const QuantizedLinears::Layer& q = qs->layer(l);
-      const auto fits = [](const ops::cuda::QuantMatrixView& v, int64_t n, int64_t k) {
-        return v.rows == n && v.cols == k;
-      };
-      VERL_CUDA_REQUIRE(
-          fits(q.wqkv, Q3, C) && fits(q.wo, C, qd) && fits(q.wgu, 2 * F, C) && fits(q.wdown, C, F),
-          "CudaTransformer: layer " + std::to_string(l) +
-              "'s quantised matrices do not have the config's shapes");
-    }
+    // The decoder checked the set's shapes.
   }
   // The stronger of the context's and the options' modes (Fast < MatchTrainer < BatchInvariant).
   ctx_.numerics = std::max(ctx_.numerics, opts_.numerics);
@@ -104,7 +110,7 @@ CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::ModelConfi
   // residual-stream buffers and alternates; the others keep every layer's input.
   const bool own_layers = opts_.trainable && !opts_.recompute;
   x_.assign(static_cast<size_t>(opts_.trainable ? L + 1 : 2), nullptr);
-  layers_.assign(static_cast<size_t>(own_layers ? L : 1), LayerBufs{});
+  layers_.assign(static_cast<size_t>(own_layers ? L : 1), LayerActs{});
   const bool causal = cfg_.head == model::HeadKind::CausalLM;
   const int64_t NL = causal ? 0 : cfg_.num_labels;  // value head outputs per token
   const bool keep_probs = causal && opts_.trainable && opts_.lm_head_keep_probs;
@@ -224,22 +230,19 @@ size_t CudaTransformer::device_bytes() const {
   return inv_freq_.bytes() + arena_.capacity();
 }
 
-void CudaTransformer::dump(const char* name, int64_t layer, const bf16* x, int64_t rows,
-                           int64_t cols) const {
-  std::vector<uint16_t> h(static_cast<size_t>(rows * cols));
-  copy_to_host(h.data(), x, h.size() * sizeof(uint16_t));
-  const int64_t shape[2] = {rows, cols};
-  const std::string n = layer >= 0 ? fmt::format("L{}.{}", layer, name) : std::string(name);
-  verl::dump::tensor("cuda", n, h.data(), shape);
-}
-
-void CudaTransformer::dump(const char* name, int64_t layer, const float* x, int64_t rows,
-                           int64_t cols) const {
-  std::vector<float> h(static_cast<size_t>(rows * std::max<int64_t>(cols, 1)));
-  copy_to_host(h.data(), x, h.size() * sizeof(float));
-  const int64_t shape[2] = {rows, cols};
-  const std::string n = layer >= 0 ? fmt::format("L{}.{}", layer, name) : std::string(name);
-  verl::dump::tensor("cuda", n, h.data(), std::span<const int64_t>(shape, cols == 0 ? 1 : 2));
+DecoderStep CudaTransformer::step() const {
+  DecoderStep s;
+  s.T = T_;
+  s.B = B_;
+  s.ids = tokens_;
+  s.positions = positions_;
+  s.cu_seqlens = cu_;
+  s.inv_freq = inv_freq_.data();
+  s.qkv = qkv_;
+  s.quant_scratch = quant_scratch_;
+  s.timer = timer_.get();
+  s.names = &kSections;
+  return s;
 }
 
 void CudaTransformer::forward(const model::PackedBatch& b, float temperature, bool for_backward) {
@@ -267,22 +270,17 @@ void CudaTransformer::forward(const model::PackedBatch& b, float temperature, bo
 
   const int64_t C = cfg_.hidden_size, L = cfg_.num_hidden_layers;
   const bool dumping = verl::dump::enabled();
-  mark("embedding");
-  embedding_forward(ctx_, x_[0], tokens_, W(layout_.embed), T, C, V);
-  if (dumping) dump("embed", -1, x_[0], T, C);
+  const DecoderStep st = step();
+  decoder_.embed(st, x_[0]);
   for (int64_t l = 0; l < L; ++l) layer_forward(static_cast<int>(l));
-  mark("norm_fwd");
-  rmsnorm_forward(ctx_, h_final_, rstd_final_, x_[L], W(layout_.final_norm), T, C,
-                  static_cast<float>(cfg_.rms_norm_eps));
-  if (dumping) dump("final_norm", -1, h_final_, T, C);
+  decoder_.final_norm(st, h_final_, rstd_final_, x_[L]);
   backward_ready_ = for_backward;
   if (cfg_.head != model::HeadKind::CausalLM) {
     // Token classification: every token's values. Sequence classification (a reward model) is
     // the same head read at each sequence's last token (values_at_last_tokens).
     mark("value_head_fwd");
-    value_head_forward(ctx_, values_, h_final_, W(layout_.score), W(layout_.score_bias), T, C,
-                       cfg_.num_labels);
-    if (dumping) dump("value_head.values", -1, values_, T, cfg_.num_labels);
+    decoder_.value_head(values_, h_final_, T);
+    if (dumping) dump_tensor("value_head.values", -1, values_, T, cfg_.num_labels);
     mark("other");
     return;
   }
@@ -309,13 +307,8 @@ void CudaTransformer::forward(const model::PackedBatch& b, float temperature, bo
   const int32_t* tg = n_head_ > 0 ? targets_head_ : targets_;
   float* lp = n_head_ > 0 ? logprob_head_ : logprob_;
   float* ent = n_head_ > 0 ? entropy_head_ : entropy_;
-  if (lm_probs_ != nullptr && for_backward) {
-    lm_head_forward_keep_probs(ctx_, lp, ent, lse_head_, lm_probs_, h, W(lm_param_), tg, Th, C, V,
-                               temperature, chunk_, lm_scratch_, lm_scratch_bytes_);
-  } else {
-    lm_head_forward(ctx_, lp, ent, lse_head_, h, W(lm_param_), tg, Th, C, V, temperature, chunk_,
-                    lm_scratch_, lm_scratch_bytes_);
-  }
+  decoder_.lm_head_logprobs(lp, ent, lse_head_, for_backward ? lm_probs_ : nullptr, h, tg, Th,
+                            temperature, chunk_, lm_scratch_, lm_scratch_bytes_);
   if (n_head_ > 0) {
     VERL_CUDA_CHECK(cudaMemsetAsync(logprob_, 0, T * sizeof(float), s));
     VERL_CUDA_CHECK(cudaMemsetAsync(entropy_, 0, T * sizeof(float), s));
@@ -323,87 +316,14 @@ void CudaTransformer::forward(const model::PackedBatch& b, float temperature, bo
     scatter_rows(ctx_, entropy_, entropy_head_, head_rows_, n_head_, 1);
   }
   if (dumping) {
-    dump("lm_head.logprob", -1, logprob_, T, 0);
-    dump("lm_head.entropy", -1, entropy_, T, 0);
+    dump_tensor("lm_head.logprob", -1, logprob_, T, 0);
+    dump_tensor("lm_head.entropy", -1, entropy_, T, 0);
   }
   mark("other");
 }
 
 void CudaTransformer::layer_forward(int l, bool full) {
-  const model::LayerParams& p = layout_.layers[l];
-  LayerBufs& a = bufs(l);
-  const int64_t T = T_, B = B_, C = cfg_.hidden_size, F = cfg_.intermediate_size;
-  const int64_t H = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;
-  const int64_t qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), Q3 = qd + 2 * kvd;
-  const float eps = static_cast<float>(cfg_.rms_norm_eps);
-  const bf16* x_in = x_[l];
-  bf16* x_out = x_[l + 1];
-  const QuantizedLinears::Layer* ql = opts_.quantized ? &opts_.quantized->layer(l) : nullptr;
-
-  mark("norm_fwd");
-  rmsnorm_forward(ctx_, a.xn1, a.rstd1, x_in, W(p.attn_norm), T, C, eps);
-  mark("gemm_fwd");
-  project(qkv_, a.xn1, p.wqkv, ql ? &ql->wqkv : nullptr, p.bqkv, T, C, Q3);
-  mark("elementwise_fwd");
-  if (cfg_.qk_norm) {
-    split_qkv(ctx_, a.q_pre, a.k_pre, a.v, qkv_, T, qd, kvd);
-    mark("norm_fwd");
-    rmsnorm_forward(ctx_, a.q, a.rstd_q, a.q_pre, W(p.q_norm), T * H, D, eps);
-    rmsnorm_forward(ctx_, a.k, a.rstd_k, a.k_pre, W(p.k_norm), T * Hkv, D, eps);
-    mark("elementwise_fwd");
-    rope_forward(ctx_, a.q, positions_, inv_freq_.data(), T, H, D);
-    rope_forward(ctx_, a.k, positions_, inv_freq_.data(), T, Hkv, D);
-  } else {
-    split_qkv_rope(ctx_, a.q, a.k, a.v, qkv_, positions_, inv_freq_.data(), T, H, Hkv, D);
-  }
-  // Named intermediates (core/dump.h), the CPU model's names; not inside backward's recompute.
-  const bool dumping = full && verl::dump::enabled();
-  if (dumping) {
-    dump("attn_norm", l, a.xn1, T, C);
-    dump("q", l, a.q, T, qd);
-    dump("k", l, a.k, T, kvd);
-    dump("v", l, a.v, T, kvd);
-  }
-  mark("attention_fwd");
-  attention_forward(ctx_, a.att, a.lse, a.q, a.k, a.v, cu_, B, T, H, Hkv, D,
-                    1.0f / std::sqrt(static_cast<float>(D)));
-  mark("gemm_fwd");
-  project(a.x_mid, a.att, p.wo, ql ? &ql->wo : nullptr, p.bo, T, qd, C);
-  mark("elementwise_fwd");
-  add_inplace(ctx_, a.x_mid, x_in, T * C);
-
-  mark("norm_fwd");
-  rmsnorm_forward(ctx_, a.xn2, a.rstd2, a.x_mid, W(p.mlp_norm), T, C, eps);
-  mark("gemm_fwd");
-  project(a.gu, a.xn2, p.wgu, ql ? &ql->wgu : nullptr, p.bgu, T, C, 2 * F);
-  mark("elementwise_fwd");
-  swiglu_forward(ctx_, a.act, a.gu, T, F);
-  if (!full) return;
-  mark("gemm_fwd");
-  project(x_out, a.act, p.wdown, ql ? &ql->wdown : nullptr, p.bdown, T, F, C);
-  mark("elementwise_fwd");
-  add_inplace(ctx_, x_out, a.x_mid, T * C);
-  if (dumping) {
-    dump("attn", l, a.att, T, qd);
-    dump("attn_res", l, a.x_mid, T, C);
-    dump("mlp_norm", l, a.xn2, T, C);
-    dump("gate_up", l, a.gu, T, 2 * F);
-    dump("act", l, a.act, T, F);
-    dump("out", l, x_out, T, C);
-  }
-}
-
-void CudaTransformer::project(bf16* y, const bf16* x, int w, const QuantMatrixView* q, int b,
-                              int64_t T, int64_t K, int64_t N) {
-  if (q == nullptr) {
-    linear_forward(ctx_, y, x, W(w), W(b), T, K, N);
-  } else {
-    VERL_CUDA_REQUIRE(
-        q->codes != nullptr,
-        "CudaTransformer::forward: the quantised matrices are asleep (wake them first)");
-    quant_linear_forward(ctx_, y, x, *q, W(b), T, K, N, quant_scratch_, QuantPath::Auto,
-                         opts_.quant_fused_max_tokens);
-  }
+  decoder_.layer_forward(step(), l, bufs(l), x_[l], x_[l + 1], full);
 }
 
 void CudaTransformer::backward_host(const float* d_logprob, const float* d_entropy) {
@@ -519,62 +439,20 @@ void CudaTransformer::backward_trunk(const bf16* d_h) {
 }
 
 void CudaTransformer::layer_backward(int l) {
-  const model::LayerParams& p = layout_.layers[l];
-  LayerBufs& a = bufs(l);
-  const int64_t T = T_, B = B_, C = cfg_.hidden_size, F = cfg_.intermediate_size;
-  const int64_t H = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;
-  const int64_t qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
-  cudaStream_t s = ctx_.stream;
-  auto zero = [&](void* ptr, size_t bytes) {
-    mark("memset_bwd");
-    VERL_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, s));
-  };
-
-  // MLP branch. On entry d_x = dL/dx_out, also the residual part of dL/dx_mid.
-  mark("gemm_bwd");
-  linear_backward(ctx_, d_act_, G(p.wdown), G(p.bdown), d_x_, a.act, W(p.wdown), T, F, C,
-                  /*accumulate_dx=*/false);
-  mark("elementwise_bwd");
-  swiglu_backward(ctx_, d_gu_, d_act_, a.gu, T, F, /*accumulate=*/false);
-  mark("gemm_bwd");
-  linear_backward(ctx_, d_xn_, G(p.wgu), G(p.bgu), d_gu_, a.xn2, W(p.wgu), T, C, 2 * F,
-                  /*accumulate_dx=*/false);
-  mark("norm_bwd");
-  rmsnorm_backward(ctx_, d_x_, G(p.mlp_norm), d_xn_, a.x_mid, W(p.mlp_norm), a.rstd2, T, C);
-
-  // Attention branch. Now d_x = dL/dx_mid, also the residual part of dL/dx_in.
-  mark("gemm_bwd");
-  linear_backward(ctx_, d_att_, G(p.wo), G(p.bo), d_x_, a.att, W(p.wo), T, qd, C,
-                  /*accumulate_dx=*/false);
-  zero(d_q_, T * qd * sizeof(float));
-  zero(d_k_, T * kvd * sizeof(float));
-  zero(d_v_, T * kvd * sizeof(float));
-  mark("attention_bwd");
-  attention_backward(ctx_, d_q_, d_k_, d_v_, d_att_, a.q, a.k, a.v, a.att, a.lse, cu_, B, T, H,
-                     Hkv, D, 1.0f / std::sqrt(static_cast<float>(D)));
-  mark("elementwise_bwd");
-  bf16* d_qkv = qkv_;  // the forward's qkv scratch is free now
-  if (cfg_.qk_norm) {
-    rope_backward(ctx_, d_q_, positions_, inv_freq_.data(), T, H, D);
-    rope_backward(ctx_, d_k_, positions_, inv_freq_.data(), T, Hkv, D);
-    convert(ctx_, d_q_bf_, d_q_, T * qd);
-    convert(ctx_, d_k_bf_, d_k_, T * kvd);
-    mark("norm_bwd");
-    rmsnorm_backward(ctx_, d_qpre_, G(p.q_norm), d_q_bf_, a.q_pre, W(p.q_norm), a.rstd_q, T * H,
-                     D, /*accumulate_dx=*/false);
-    rmsnorm_backward(ctx_, d_kpre_, G(p.k_norm), d_k_bf_, a.k_pre, W(p.k_norm), a.rstd_k,
-                     T * Hkv, D, /*accumulate_dx=*/false);
-    mark("elementwise_bwd");
-    pack_qkv(ctx_, d_qkv, d_qpre_, d_kpre_, d_v_, T, qd, kvd);
-  } else {
-    rope_backward_pack_qkv(ctx_, d_qkv, d_q_, d_k_, d_v_, positions_, inv_freq_.data(), T, H,
-                           Hkv, D);
-  }
-  mark("gemm_bwd");
-  linear_backward(ctx_, d_xn_, G(p.wqkv), G(p.bqkv), d_qkv, a.xn1, W(p.wqkv), T, C,
-                  qd + 2 * kvd, /*accumulate_dx=*/false);
-  mark("norm_bwd");
-  rmsnorm_backward(ctx_, d_x_, G(p.attn_norm), d_xn_, x_[l], W(p.attn_norm), a.rstd1, T, C);
+  LayerGradBufs g;
+  g.d_x = d_x_;
+  g.d_xn = d_xn_;
+  g.d_act = d_act_;
+  g.d_gu = d_gu_;
+  g.d_att = d_att_;
+  g.d_q = d_q_;
+  g.d_k = d_k_;
+  g.d_v = d_v_;
+  g.d_q_bf = d_q_bf_;
+  g.d_k_bf = d_k_bf_;
+  g.d_qpre = d_qpre_;
+  g.d_kpre = d_kpre_;
+  decoder_.layer_backward(step(), l, bufs(l), x_[l], g, g_);
 }
 
 // Downloads go through copy_to_host, which waits for the queued work of every stream first.

@@ -1,9 +1,10 @@
 // The decoder-only causal LM (Llama / Qwen2 / Qwen3) and its token-classification variant (the
-// critic) on CUDA: the same steps as the CPU model (src/model/transformer.cpp, its oracle) built
-// from the CUDA ops, bf16 activations with fp32 accumulation (docs/cuda.md). It computes over
-// weights and gradients it is handed: bf16 weights flat in the layout's order and fp32 gradients
-// of the same layout (optim/cuda/train_state.h owns both, with the master weights and the AdamW
-// moments); the model owns only its activations.
+// critic) on CUDA: the same steps as the CPU model (src/model/transformer.cpp, its oracle), its
+// forward through the CUDA decoder the rollout runs too (model/cuda/decoder.h), its backward here;
+// bf16 activations with fp32 accumulation (docs/cuda.md). It computes over weights and gradients
+// it is handed: bf16 weights flat in the layout's order and fp32 gradients of the same layout
+// (optim/cuda/train_state.h owns both, with the master weights and the AdamW moments); the model
+// owns only its activations.
 //
 // All activations and scratch come from one DeviceArena planned at construction for max_tokens
 // tokens and max_seqs sequences, so forward / backward never call cudaMalloc. Everything is
@@ -20,6 +21,7 @@
 #include "core/numerics.h"
 #include "model/batch.h"
 #include "model/config.h"
+#include "model/cuda/decoder.h"
 #include "model/cuda/quantized_linears.h"
 #include "model/weights.h"
 #include "ops/cuda/device.h"
@@ -111,7 +113,10 @@ class CudaTransformer {
   void set_grad_ready_hook(GradReadyHook hook) { grad_hook_ = std::move(hook); }
   // The same weights at a new address (a reference policy whose weights were moved to the host
   // and back between passes, optim/cuda/train_state.h).
-  void set_weights(const bf16* weights) { w_ = weights; }
+  void set_weights(const bf16* weights) {
+    w_ = weights;
+    decoder_.set_weights(weights);
+  }
 
   const float* logprob() const { return logprob_; }
   const float* entropy() const { return entropy_; }
@@ -137,20 +142,11 @@ class CudaTransformer {
   std::vector<std::pair<std::string, double>> take_profile();
 
  private:
-  struct LayerBufs {
-    bf16 *xn1 = nullptr, *q_pre = nullptr, *k_pre = nullptr, *q = nullptr, *k = nullptr,
-         *v = nullptr, *att = nullptr, *x_mid = nullptr, *xn2 = nullptr, *gu = nullptr,
-         *act = nullptr;
-    float *rstd1 = nullptr, *rstd_q = nullptr, *rstd_k = nullptr, *lse = nullptr,
-          *rstd2 = nullptr;
-  };
   const bf16* W(int i) const { return i >= 0 ? w_ + layout_.params[i].offset : nullptr; }
   float* G(int i) { return i >= 0 ? g_ + layout_.params[i].offset : nullptr; }
-  // y = x W^T + b for layout parameter `w` (bias `b`), or over the quantised matrix q when the
-  // model has a quantised set (q is then layer l's).
-  void project(bf16* y, const bf16* x, int w, const ops::cuda::QuantMatrixView* q, int b, int64_t T,
-               int64_t K, int64_t N);
-  LayerBufs& bufs(int l) { return layers_[opts_.trainable && !opts_.recompute ? l : 0]; }
+  LayerActs& bufs(int l) { return layers_[opts_.trainable && !opts_.recompute ? l : 0]; }
+  // The decoder's view of the last forward's batch (the arena's metadata and scratch).
+  DecoderStep step() const;
   // full = false (recomputation inside backward) stops before the down projection: backward
   // needs the layer's activations, not its output.
   void layer_forward(int l, bool full = true);
@@ -163,15 +159,11 @@ class CudaTransformer {
   void grads_ready(int64_t begin, int64_t end, int layer) {
     if (grad_hook_) grad_hook_(GradRange{begin, end, layer});
   }
-  // VERL_DUMP (core/dump.h): downloads a [rows, cols] bf16 / fp32 device tensor (fp32 with
-  // cols = 0: a vector [rows]) under `name`, prefixed "L<layer>." for layer >= 0.
-  void dump(const char* name, int64_t layer, const bf16* x, int64_t rows, int64_t cols) const;
-  void dump(const char* name, int64_t layer, const float* x, int64_t rows, int64_t cols) const;
-
   CudaContext ctx_;
   model::ModelConfig cfg_;
   model::ParamLayout layout_;
   CudaTransformerOptions opts_;
+  CudaDecoder decoder_;  // the forward's layer math
   int lm_param_ = -1;
   int64_t max_tokens_, max_seqs_, chunk_;
   int64_t T_ = 0, B_ = 0;
@@ -187,7 +179,7 @@ class CudaTransformer {
   // arena slices
   int32_t *tokens_ = nullptr, *positions_ = nullptr, *targets_ = nullptr, *cu_ = nullptr;
   std::vector<bf16*> x_;  // residual stream: x_[l] enters layer l, x_[L] is the final one
-  std::vector<LayerBufs> layers_;
+  std::vector<LayerActs> layers_;
   bf16 *qkv_ = nullptr, *h_final_ = nullptr;
   float *rstd_final_ = nullptr, *logprob_ = nullptr, *entropy_ = nullptr, *lse_head_ = nullptr;
   float *d_lp_ = nullptr, *d_ent_ = nullptr;

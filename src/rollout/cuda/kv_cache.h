@@ -23,6 +23,7 @@ class CudaKVCache {
 
   bf16* k(int64_t layer) { return buf_.data() + 2 * layer * array_elems_; }
   bf16* v(int64_t layer) { return buf_.data() + (2 * layer + 1) * array_elems_; }
+  int64_t layer_stride() const { return 2 * array_elems_; }  // k(l + 1) - k(l), elements
   bf16* base() { return buf_.data(); }
   const bf16* base() const { return buf_.data(); }
   int64_t num_arrays() const { return 2 * num_layers_; }

@@ -1,25 +1,16 @@
-// The CUDA model runner of the rollout engine (rollout/cuda/model_runner.h). Per layer, the CPU runner's steps
-// (src/rollout/model_runner.cpp) on the GPU:
-//   xn = rmsnorm(x);  qkv = xn Wqkv^T + bqkv;  q, k = [Qwen3: rmsnorm_D] rope(q, k) at the positions,
-//   k, v -> cache at the slot mapping (one fused kernel);  att = paged_attention(q, cache), or,
-//   when no multi-token item has a cached prefix, attention_forward(q, k, v) over the step's
-//   contiguous post-RoPE k, v (the same values, also written by the fused kernel)
-//   x += att Wo^T (+ bo);  xn = rmsnorm(x);  x += (silu(g) * u) Wdown^T,  g|u = xn Wgu^T
-// then the final norm and the LM head only for the sampled rows (gathered first), fp32 logits
-// [S, V], and sampling on the GPU. Host code (fmt for messages); kernels live in the .cu files.
+// The CUDA model runner of the rollout engine (rollout/cuda/model_runner.h): a step's metadata
+// staged and uploaded once, the forward over the paged cache by the CUDA decoder
+// (model/cuda/decoder.h, the trainer's layer math: logits [S, V] fp32 of the sampled rows), then
+// sampling on the GPU; decode steps replayed as CUDA graphs. Host code; no layer kernel here.
 #include "rollout/cuda/model_runner.h"
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstring>
 #include <type_traits>
 
 #include "core/error.h"
-#include "ops/cuda/attention.h"
-#include "ops/cuda/gemm.h"
 #include "ops/cuda/glue.h"
-#include "ops/cuda/lm_head.h"
 #include "rollout/kv_sizing.h"
 
 namespace verl::rollout::cuda {
@@ -29,6 +20,26 @@ namespace {
 constexpr size_t kAlign = 256;
 size_t round_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
+// The profile's sections (the benchmarks report these names).
+constexpr model::cuda::SectionNames kSections = [] {
+  using model::cuda::Section;
+  model::cuda::SectionNames n{};
+  auto set = [&n](Section s, const char* name) { n[static_cast<size_t>(s)] = name; };
+  set(Section::Embed, "embed");
+  set(Section::AttnNorm, "rmsnorm");
+  set(Section::QkvProj, "qkv_gemm");
+  set(Section::QkRope, "rope_kv_write");
+  set(Section::Attention, "attention");
+  set(Section::OProj, "o_proj");
+  set(Section::MlpNorm, "rmsnorm");
+  set(Section::GateUp, "mlp_gate_up_gemm");
+  set(Section::Swiglu, "mlp_swiglu");
+  set(Section::Down, "mlp_down_gemm");
+  set(Section::FinalNorm, "final_gather_norm");
+  set(Section::LmHead, "lm_head_gemm");
+  return n;
+}();
+
 }  // namespace
 
 // ---- CudaModelRunner --------------------------------------------------------------------------------
@@ -37,14 +48,18 @@ CudaModelRunner::CudaModelRunner(const CudaContext& ctx, const model::ModelConfi
                                  const model::ParamLayout& layout, const bf16* weights,
                                  const rollout::SchedulerConfig& sched,
                                  const CudaRunnerOptions& options)
-    : ctx_(ctx), cfg_(cfg), layout_(layout), w_(weights), sched_(sched), opts_(options) {
+    : ctx_(ctx),
+      cfg_(cfg),
+      decoder_(ctx, cfg, layout, weights, model::cuda::CudaDecoderOptions{options.numerics}),
+      sched_(sched),
+      opts_(options) {
   // The stronger of the context's and the options' modes (Fast < MatchTrainer < BatchInvariant).
   ctx_.numerics = std::max(ctx_.numerics, opts_.numerics);
   sm_count_ = cuda_sm_count();
   inv_freq_host_ = model::rope_inv_freq(cfg_);
   VERL_CHECK(cfg_.head == model::HeadKind::CausalLM,
              "CudaModelRunner: the rollout needs a causal LM, got {}", cfg_.architecture);
-  VERL_CHECK(w_ != nullptr, "CudaModelRunner: no weights");
+  VERL_CHECK(weights != nullptr, "CudaModelRunner: no weights");
   VERL_CHECK(sched_.max_num_seqs > 0 && sched_.max_num_batched_tokens > 0 &&
                  sched_.max_model_len > 0 && sched_.block_size > 0,
              "CudaModelRunner: max_num_seqs {}, max_num_batched_tokens {}, max_model_len {} and "
@@ -109,7 +124,7 @@ CudaModelRunner::~CudaModelRunner() {
 
 size_t CudaModelRunner::carve(DeviceArena* arena) {
   const int64_t T = token_cap_, S = seq_cap_, C = cfg_.hidden_size, F = cfg_.intermediate_size;
-  const int64_t qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), Q3 = qd + 2 * kvd, V = cfg_.vocab_size;
+  const int64_t qd = cfg_.q_dim(), kvd = cfg_.kv_dim(), Q3 = qd + 2 * kvd;
   size_t bytes = 0;
   auto take_raw = [&](void*& p, size_t n) {
     bytes += round_up(n);
@@ -137,7 +152,7 @@ size_t CudaModelRunner::carve(DeviceArena* arena) {
   take(rows_y_, S * C);
   take(hn_, S * C);
   // Also the scratch of the batch-invariant mode's LM-head log-probs (at least S x V floats).
-  take(logits_, static_cast<int64_t>(lm_head_forward_scratch_bytes(S, V, S) / sizeof(float)));
+  take(logits_, static_cast<int64_t>(decoder_.lm_head_scratch_bytes(S, S) / sizeof(float)));
   take(inv_freq_, static_cast<int64_t>(inv_freq_host_.size()));
   take(d_res_, 2 * S);
   take(d_copies_, 2 * S);
@@ -254,84 +269,30 @@ PagedAttentionPlan CudaModelRunner::decode_plan(int64_t B) const {
 }
 
 void CudaModelRunner::forward(int64_t T, int64_t B, int64_t S, const PagedAttentionPlan& plan) {
-  const model::ModelConfig& c = cfg_;
-  const int64_t C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
-  const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
-  const int64_t qd = c.q_dim(), kvd = c.kv_dim(), Q3 = qd + 2 * kvd;
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  mark("embed");
-  embedding_forward(ctx_, x_, d_ids_, W(layout_.embed), T, C, V);
-  // The residual stream x_ takes each block's output y_ inside the next norm (add_rmsnorm_forward:
-  // the bits of the trainer's add_inplace + rmsnorm_forward, one launch).
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const model::LayerParams& p = layout_.layers[l];
-    mark("rmsnorm");
-    if (l == 0) {
-      rmsnorm_forward(ctx_, xn_, nullptr, x_, W(p.attn_norm), T, C, eps);
-    } else {
-      add_rmsnorm_forward(ctx_, xn_, nullptr, x_, y_, W(p.attn_norm), T, C, eps);
-    }
-    mark("qkv_gemm");
-    linear_forward(ctx_, qkv_, xn_, W(p.wqkv), W(p.bqkv), T, C, Q3);
-    mark("rope_kv_write");
-    qkv_rope_paged_write(ctx_, q_, cache_->k(l), cache_->v(l), qkv_, W(p.q_norm), W(p.k_norm), eps,
-                         d_pos_, inv_freq_, d_slots_, T, H, Hkv, D);
-    mark("attention");
-    {
-      // Items on the training kernel's arithmetic (attention_forward_paged: the trainer's bits row
-      // for row) and the rest on the paged kernels.
-      const bool train_decode = plan.decode && training_decode();
-      const bool train_prefill = plan.prefill && training_prefill();
-      if (train_decode || train_prefill) {
-        attention_forward_paged(ctx_, att_, q_, cache_->k(l), cache_->v(l), d_tables_, W_,
-                                cache_->block_size(), d_cu_, d_pos_, B, T, H, Hkv, D, scale,
-                                train_decode, train_prefill);
-      }
-      PagedAttentionPlan p = plan;
-      p.decode = plan.decode && !train_decode;
-      p.prefill = plan.prefill && !train_prefill;
-      if (p.decode || p.prefill) {
-        paged_attention(ctx_, att_, q_, cache_->k(l), cache_->v(l), d_tables_, W_, d_cu_, d_pos_,
-                        B, T, H, Hkv, D, cache_->block_size(), scale, p, attn_ws_,
-                        attn_ws_bytes_);
-      }
-    }
-    mark("o_proj");
-    linear_forward(ctx_, y_, att_, W(p.wo), W(p.bo), T, qd, C);  // y = att Wo^T (+ bo)
-    mark("rmsnorm");
-    add_rmsnorm_forward(ctx_, xn_, nullptr, x_, y_, W(p.mlp_norm), T, C, eps);
-    mark("mlp_gate_up_gemm");
-    linear_forward(ctx_, gu_, xn_, W(p.wgu), W(p.bgu), T, C, 2 * F);
-    mark("mlp_swiglu");
-    swiglu_forward(ctx_, act_, gu_, T, F);
-    mark("mlp_down_gemm");
-    linear_forward(ctx_, y_, act_, W(p.wdown), W(p.bdown), T, F, C);  // y = act Wdown^T
-  }
-  // Only the sampled rows go through the last residual add, the final norm and the LM head:
-  // gather them from x and y (a row gather is an embedding lookup), then logits [S, V] fp32 =
-  // hn W_lm^T.
-  mark("final_gather_norm");
-  embedding_forward(ctx_, rows_, d_sidx_, x_, S, C, T);
-  embedding_forward(ctx_, rows_y_, d_sidx_, y_, S, C, T);
-  add_rmsnorm_forward(ctx_, hn_, nullptr, rows_, rows_y_, W(layout_.final_norm), S, C, eps);
-  mark("lm_head_gemm");
-  const int lm = layout_.lm_head >= 0 ? layout_.lm_head : layout_.embed;
-  ops::cuda::detail::run_gemm(ctx_,
-                   ops::cuda::detail::Gemm{CUBLAS_OP_T, CUBLAS_OP_N, V, S, C, W(lm), C, hn_, C, CUDA_R_16BF,
-                                logits_, V, CUDA_R_32F, 0.0f},
-                   "rollout lm_head");
+  const model::cuda::PagedKv kv{
+      .k = cache_->k(0), .v = cache_->v(0), .layer_stride = cache_->layer_stride(),
+      .block_size = cache_->block_size(), .slots = d_slots_, .block_tables = d_tables_, .W = W_,
+      .plan = plan, .training_decode = training_decode(), .training_prefill = training_prefill(),
+      .workspace = attn_ws_, .workspace_bytes = attn_ws_bytes_};
+  const model::cuda::DecoderStep st{
+      .T = T, .B = B, .ids = d_ids_, .positions = d_pos_, .cu_seqlens = d_cu_,
+      .inv_freq = inv_freq_, .qkv = qkv_, .paged = &kv, .timer = timer_.get(), .names = &kSections};
+  // One activation set for every layer; the residual stream x_ takes each block's output y_
+  // inside the next norm.
+  model::cuda::LayerActs a{.xn1 = xn_, .q = q_, .att = att_, .xn2 = xn_, .gu = gu_, .act = act_,
+                           .y = y_};
+  decoder_.forward_paged(st, a, x_, d_sidx_, S, rows_, rows_y_, hn_, logits_);
   mark("sampling");
   // Tokens at d_res_[0, S), log-probs at d_res_[S, 2 S): one download.
-  sample_tokens(ctx_, d_res_, reinterpret_cast<float*>(d_res_ + S), logits_, V, d_params_, S, V,
-                sample_ws_, sample_ws_bytes_);
+  sample_tokens(ctx_, d_res_, reinterpret_cast<float*>(d_res_ + S), logits_, cfg_.vocab_size,
+                d_params_, S, cfg_.vocab_size, sample_ws_, sample_ws_bytes_);
   if (batch_invariant()) {
     // The sampled tokens' log-probs again, from the trainer's own LM-head op on the same rows (the
     // logits are free again: they are its scratch).
     mark("lm_head_logprob");
-    lm_head_forward(ctx_, reinterpret_cast<float*>(d_res_ + S), nullptr, nullptr, hn_, W(lm),
-                    d_res_, S, C, V, logprob_temperature_, S, logits_,
-                    lm_head_forward_scratch_bytes(S, V, S));
+    decoder_.lm_head_logprobs(reinterpret_cast<float*>(d_res_ + S), nullptr, nullptr, nullptr, hn_,
+                              d_res_, S, logprob_temperature_, S, logits_,
+                              decoder_.lm_head_scratch_bytes(S, S));
   }
 }
 

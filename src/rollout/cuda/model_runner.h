@@ -1,9 +1,10 @@
 // The rollout engine's model runner on CUDA: a bf16 paged KV cache (CudaKVCache) and a runner
-// (CudaModelRunner, a rollout::StepRunner) that runs one ScheduledBatch on the GPU: block copies, the
-// forward over the paged cache (src/ops/cuda/paged_attention.h), the LM head for the sampled rows
-// only, GPU sampling (sampling.h); the one host round trip per step is the S sampled tokens and
-// log-probs the scheduler needs. It reads the weights the trainer updates (the training state's bf16
-// compute copy, optim/cuda/train_state.h, layout order) through a pointer: no copy.
+// (CudaModelRunner, a rollout::StepRunner) that runs one ScheduledBatch on the GPU: block copies,
+// the forward over the paged cache by the trainer's decoder (model/cuda/decoder.h; the LM head for
+// the sampled rows only), GPU sampling (sampling.h); the one host round trip per step is the S
+// sampled tokens and log-probs the scheduler needs. It reads the weights the trainer updates (the
+// training state's bf16 compute copy, optim/cuda/train_state.h, layout order) through a pointer:
+// no copy. The runner owns the cache, the metadata, the graphs and sampling, not the layer math.
 //
 // Memory is planned once: the KV cache takes its block count from rollout/kv_sizing.h, the
 // activations one DeviceArena sized for the scheduler's max_num_batched_tokens / max_num_seqs, the
@@ -27,6 +28,7 @@
 
 #include "core/numerics.h"
 #include "model/config.h"
+#include "model/cuda/decoder.h"
 #include "model/weights.h"
 #include "ops/cuda/device.h"
 #include "ops/cuda/ops_cuda.h"
@@ -137,7 +139,6 @@ class CudaModelRunner final : public rollout::StepRunner {
   const std::vector<int32_t>& graph_buckets() const { return buckets_; }
 
  private:
-  const bf16* W(int i) const { return i >= 0 ? w_ + layout_.params[i].offset : nullptr; }
   // Points the device slices into `arena` and returns the bytes they take (null: count only).
   size_t carve(ops::cuda::DeviceArena* arena);
   void acquire();                  // scratch (carved) and cache, when not held
@@ -164,8 +165,7 @@ class CudaModelRunner final : public rollout::StepRunner {
 
   CudaContext ctx_;
   model::ModelConfig cfg_;
-  model::ParamLayout layout_;
-  const bf16* w_;
+  model::cuda::CudaDecoder decoder_;  // the layer math over the weights
   rollout::SchedulerConfig sched_;
   CudaRunnerOptions opts_;
   std::vector<float> inv_freq_host_;  // uploaded again whenever the scratch is taken again
