@@ -83,7 +83,8 @@ TEST(Arch, Qwen3LayerHasQkNormAndItsBiasesInOrder) {
                               "self_attn.v_proj.bias", "self_attn.q_norm.weight",
                               "self_attn.k_norm.weight", "self_attn.o_proj.weight",
                               "self_attn.o_proj.bias", "post_attention_layernorm.weight",
-                              "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}));
+                              "mlp.gate_proj.weight", "mlp.up_proj.weight",
+                              "mlp.down_proj.weight"}));
   // k_proj's rows start after q_proj's (H*D = 12) inside wqkv [12 + 2*6, 8].
   const int wqkv = l.find("layers.1.wqkv");
   for (const HfTensorMap& m : l.hf) {

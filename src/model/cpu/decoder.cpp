@@ -2,7 +2,8 @@
 // optional pieces: q/k/v and o biases, MLP biases, Qwen3's per-head q/k norm):
 //   xn1 = rmsnorm(x);  q,k,v = split(xn1 Wqkv^T + bqkv);  [q,k = rmsnorm_D(q), rmsnorm_D(k)]
 //   q,k = rope(q), rope(k);  att = causal_gqa(q,k,v);  x_mid = x + att Wo^T (+ bo)
-//   xn2 = rmsnorm(x_mid);  x_out = x_mid + ffn(xn2)      (dense: (silu(g) * u) Wdown^T, g|u = xn2 Wgu^T)
+//   xn2 = rmsnorm(x_mid);  x_out = x_mid + ffn(xn2)
+//   (dense ffn: g|u = xn2 Wgu^T, (silu(g) * u) Wdown^T)
 // The training backward walks the same steps in reverse; parameter gradients accumulate into a
 // flat buffer. The rollout runs the same layer_forward with the rollout Backend.
 #include "model/cpu/decoder.h"
@@ -312,7 +313,8 @@ void Decoder::backward(const PackedBatch& b, Activations& acts, const float* d_l
       break;
     case HeadKind::TokenClassification:
       if (d_out) {
-        be.project_backward(d_h, G(lay.score, head_base, head_), G(lay.score_bias, head_base, head_),
+        be.project_backward(d_h, G(lay.score, head_base, head_),
+                            G(lay.score_bias, head_base, head_),
                             d_out, acts.h_final.data(), H(lay.score), T, C, NL);
       }
       break;
