@@ -1,6 +1,7 @@
-// config.json parsing for the Llama / Qwen2 / Qwen3 families, the inverse writer, and RoPE
-// inverse frequencies. The per-family rules (biases, q/k norm, defaults) mirror transformers'
-// configuration_*.py and modeling_*.py; RoPE scaling mirrors modeling_rope_utils.py.
+// config.json parsing, the inverse writer, and RoPE inverse frequencies: the keys every family
+// shares. A family's own keys (its layer recipe: biases, q/k norm, sliding-window checks) are read
+// and written by its file in model/arch/, as transformers' configuration_*.py and modeling_*.py
+// define them; RoPE scaling mirrors modeling_rope_utils.py.
 #include "model/config.h"
 
 #include <cmath>
@@ -11,6 +12,8 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/json_depth.h"
+#include "model/arch/arch.h"
+#include "model/config_reader.h"
 
 namespace verl::model {
 
@@ -18,97 +21,12 @@ using nlohmann::json;
 
 namespace {
 
-struct ArchInfo {
-  const char* name;
-  Family family;
-  HeadKind head;
-  const char* model_type;
-};
-
-constexpr ArchInfo kArchs[] = {
-    {"LlamaForCausalLM", Family::Llama, HeadKind::CausalLM, "llama"},
-    {"LlamaForSequenceClassification", Family::Llama, HeadKind::SequenceClassification, "llama"},
-    {"LlamaForTokenClassification", Family::Llama, HeadKind::TokenClassification, "llama"},
-    {"Qwen2ForCausalLM", Family::Qwen2, HeadKind::CausalLM, "qwen2"},
-    {"Qwen2ForSequenceClassification", Family::Qwen2, HeadKind::SequenceClassification, "qwen2"},
-    {"Qwen2ForTokenClassification", Family::Qwen2, HeadKind::TokenClassification, "qwen2"},
-    {"Qwen3ForCausalLM", Family::Qwen3, HeadKind::CausalLM, "qwen3"},
-    {"Qwen3ForSequenceClassification", Family::Qwen3, HeadKind::SequenceClassification, "qwen3"},
-    {"Qwen3ForTokenClassification", Family::Qwen3, HeadKind::TokenClassification, "qwen3"},
-};
-
-std::string supported_archs() {
-  std::string s;
-  for (const ArchInfo& a : kArchs) s += (s.empty() ? "" : ", ") + std::string(a.name);
-  return s;
-}
-
-// Typed accessors: a key that is absent or null counts as absent (HF writes null for unset
-// optional fields); a present key of the wrong type is an error naming file, key and type.
-class Reader {
- public:
-  Reader(const json& j, const std::string& source, std::string prefix = "")
-      : j_(j), source_(source), prefix_(std::move(prefix)) {}
-
-  bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
-  const json& at(const char* key) const { return j_[key]; }
-
-  int64_t get_int(const char* key) const {
-    VERL_CHECK(has(key), "{}: missing required key '{}{}' (an integer)", source_, prefix_, key);
-    return as_int(j_[key], key);
-  }
-  int64_t get_int(const char* key, int64_t def) const { return has(key) ? get_int(key) : def; }
-  int64_t get_positive_int(const char* key) const {
-    int64_t v = get_int(key);
-    VERL_CHECK(v > 0, "{}: key '{}{}' must be positive, got {}", source_, prefix_, key, v);
-    return v;
-  }
-
-  double get_double(const char* key) const {
-    VERL_CHECK(has(key), "{}: missing required key '{}{}' (a number)", source_, prefix_, key);
-    const json& v = j_[key];
-    VERL_CHECK(v.is_number(), "{}: key '{}{}' must be a number, got {} {}", source_, prefix_, key,
-               v.type_name(), v.dump());
-    return v.get<double>();
-  }
-  double get_double(const char* key, double def) const { return has(key) ? get_double(key) : def; }
-
-  bool get_bool(const char* key, bool def) const {
-    if (!has(key)) return def;
-    const json& v = j_[key];
-    VERL_CHECK(v.is_boolean(), "{}: key '{}{}' must be a boolean, got {} {}", source_, prefix_, key,
-               v.type_name(), v.dump());
-    return v.get<bool>();
-  }
-
-  std::string get_string(const char* key, const std::string& def) const {
-    if (!has(key)) return def;
-    const json& v = j_[key];
-    VERL_CHECK(v.is_string(), "{}: key '{}{}' must be a string, got {} {}", source_, prefix_, key,
-               v.type_name(), v.dump());
-    return v.get<std::string>();
-  }
-
-  int64_t as_int(const json& v, const std::string& key) const {
-    VERL_CHECK(v.is_number_integer(), "{}: key '{}{}' must be an integer, got {} {}", source_,
-               prefix_, key, v.type_name(), v.dump());
-    VERL_CHECK(!v.is_number_unsigned() || v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX),
-               "{}: key '{}{}' value {} is too large", source_, prefix_, key, v.dump());
-    return v.get<int64_t>();
-  }
-
- private:
-  const json& j_;
-  const std::string& source_;
-  std::string prefix_;
-};
-
 // Reads rope type/factors from an old-style `rope_scaling` or a transformers-5 `rope_parameters`
 // object (both use the same field names; old files may say "type" instead of "rope_type").
 RopeScaling parse_rope(const json& obj, const std::string& source, const std::string& key) {
   VERL_CHECK(obj.is_object(), "{}: key '{}' must be an object or null, got {} {}", source, key,
              obj.type_name(), obj.dump());
-  Reader r(obj, source, key + ".");
+  ConfigReader r(obj, source, key + ".");
   std::string type = r.get_string("rope_type", r.get_string("type", "default"));
   RopeScaling rs;
   if (type == "default") {
@@ -146,27 +64,23 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     VERL_FAIL("{}: malformed JSON: {}", source, e.what());
   }
   VERL_CHECK(j.is_object(), "{}: config must be a JSON object, got {}", source, j.type_name());
-  Reader r(j, source);
+  ConfigReader r(j, source);
   ModelConfig c;
 
   // Architecture decides family and head; transformers builds the model from it.
   VERL_CHECK(r.has("architectures") && j["architectures"].is_array() &&
                  !j["architectures"].empty() && j["architectures"][0].is_string(),
              "{}: 'architectures' must be a non-empty list of strings (supported: {})", source,
-             supported_archs());
+             arch::supported_architectures());
   c.architecture = j["architectures"][0].get<std::string>();
-  const ArchInfo* arch = nullptr;
-  for (const ArchInfo& a : kArchs) {
-    if (c.architecture == a.name) arch = &a;
-  }
-  VERL_CHECK(arch, "{}: unsupported architecture '{}' (supported: {})", source, c.architecture,
-             supported_archs());
-  c.family = arch->family;
-  c.head = arch->head;
-  c.model_type = r.get_string("model_type", arch->model_type);
-  VERL_CHECK(c.model_type == arch->model_type,
+  const arch::FamilySpec* fam = arch::find_architecture(c.architecture, &c.head);
+  VERL_CHECK(fam, "{}: unsupported architecture '{}' (supported: {})", source, c.architecture,
+             arch::supported_architectures());
+  c.family = fam->family;
+  c.model_type = r.get_string("model_type", fam->model_type);
+  VERL_CHECK(c.model_type == fam->model_type,
              "{}: model_type '{}' does not match architecture '{}' (expected '{}')", source,
-             c.model_type, c.architecture, arch->model_type);
+             c.model_type, c.architecture, fam->model_type);
 
   c.vocab_size = r.get_positive_int("vocab_size");
   c.hidden_size = r.get_positive_int("hidden_size");
@@ -197,7 +111,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   if (r.has("rope_parameters")) {
     const json& rp = j["rope_parameters"];
     c.rope_scaling = parse_rope(rp, source, "rope_parameters");
-    c.rope_theta = Reader(rp, source, "rope_parameters.")
+    c.rope_theta = ConfigReader(rp, source, "rope_parameters.")
                        .get_double("rope_theta", r.get_double("rope_theta", 10000.0));
   } else {
     c.rope_theta = r.get_double("rope_theta", 10000.0);
@@ -213,38 +127,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   // transformers 5 renamed torch_dtype to dtype.
   c.torch_dtype = r.get_string("dtype", r.get_string("torch_dtype", "float32"));
 
-  // Biases and norms, per transformers' modeling files.
-  switch (c.family) {
-    case Family::Llama:
-      c.attention_bias = r.get_bool("attention_bias", false);
-      c.o_proj_bias = c.attention_bias;
-      c.mlp_bias = r.get_bool("mlp_bias", false);
-      break;
-    case Family::Qwen2:
-      c.attention_bias = true;  // Qwen2Attention hard-codes bias on q/k/v, none on o_proj
-      c.o_proj_bias = false;
-      break;
-    case Family::Qwen3:
-      c.attention_bias = r.get_bool("attention_bias", false);
-      c.o_proj_bias = c.attention_bias;
-      c.qk_norm = true;
-      break;
-  }
-  if (c.family != Family::Llama) {
-    VERL_CHECK(!r.get_bool("use_sliding_window", false),
-               "{}: sliding window attention is not supported (use_sliding_window is true)",
-               source);
-    // Newer Qwen configs spell the per-layer attention kind out in layer_types.
-    if (r.has("layer_types")) {
-      const json& lt = j["layer_types"];
-      VERL_CHECK(lt.is_array(), "{}: key 'layer_types' must be a list of strings", source);
-      for (size_t i = 0; i < lt.size(); ++i) {
-        VERL_CHECK(lt[i].is_string() && lt[i].get<std::string>() == "full_attention",
-                   "{}: sliding window attention is not supported (layer_types[{}] is {})", source,
-                   i, lt[i].dump());
-      }
-    }
-  }
+  // The family's own keys: its layer recipe and checks (model/arch/<family>.cpp).
+  fam->read_config(r, c);
 
   // Classification heads: num_labels is a property in transformers, saved as id2label.
   if (c.head != HeadKind::CausalLM) {
@@ -288,34 +172,15 @@ ModelConfig load_model_config(const std::string& model_dir) {
 }
 
 std::string model_config_to_json(const ModelConfig& c) {
-  const ArchInfo* arch = nullptr;
-  for (const ArchInfo& a : kArchs) {
-    if (c.architecture == a.name) arch = &a;
-  }
-  VERL_CHECK(arch && arch->family == c.family && arch->head == c.head,
+  HeadKind head = HeadKind::CausalLM;
+  const arch::FamilySpec* fam = arch::find_architecture(c.architecture, &head);
+  VERL_CHECK(fam && fam->family == c.family && head == c.head,
              "model_config_to_json: architecture '{}' does not match the config's family/head",
              c.architecture);
-  // Refuse combinations transformers cannot express rather than write a config that loads
-  // into a different model.
-  switch (c.family) {
-    case Family::Llama:
-      VERL_CHECK(c.o_proj_bias == c.attention_bias && !c.qk_norm,
-                 "model_config_to_json: Llama has o_proj bias iff attention_bias and no q/k norm");
-      break;
-    case Family::Qwen2:
-      VERL_CHECK(c.attention_bias && !c.o_proj_bias && !c.mlp_bias && !c.qk_norm,
-                 "model_config_to_json: Qwen2 has q/k/v bias only and no q/k norm");
-      break;
-    case Family::Qwen3:
-      VERL_CHECK(c.o_proj_bias == c.attention_bias && !c.mlp_bias && c.qk_norm,
-                 "model_config_to_json: Qwen3 has o_proj bias iff attention_bias, no MLP bias, "
-                 "and q/k norm");
-      break;
-  }
 
   nlohmann::ordered_json j;
   j["architectures"] = {c.architecture};
-  j["model_type"] = arch->model_type;
+  j["model_type"] = fam->model_type;
   j["vocab_size"] = c.vocab_size;
   j["hidden_size"] = c.hidden_size;
   j["intermediate_size"] = c.intermediate_size;
@@ -344,9 +209,9 @@ std::string model_config_to_json(const ModelConfig& c) {
   }
   j["hidden_act"] = c.hidden_act;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
-  if (c.family != Family::Qwen2) j["attention_bias"] = c.attention_bias;
-  if (c.family == Family::Llama) j["mlp_bias"] = c.mlp_bias;
-  if (c.family != Family::Llama) j["use_sliding_window"] = false;
+  // The family's keys; it refuses a recipe its transformers class cannot express rather than
+  // write a config that loads into a different model.
+  fam->write_config(c, j);
   j["torch_dtype"] = c.torch_dtype;
   if (c.head != HeadKind::CausalLM) {
     j["num_labels"] = c.num_labels;

@@ -1,89 +1,12 @@
-// The decoder-only transformer (Llama / Qwen2 / Qwen3) on CPU in fp32: an explicit forward that
-// keeps the activations the backward needs, and the backward, layer by layer, over a packed batch.
-// The heads: LM head fused with log-softmax/entropy (causal LM), per-token value (token
-// classification, the critic) and per-sequence score at each sequence's last token (reward model).
+// The CPU model as the trainer, quantize.cpp, the CLI and the tests know it: forward and backward
+// over a packed batch, fp32. The code is the one CPU decoder (model/cpu/decoder.h), which the
+// rollout's runner drives over its paged KV cache too.
 #pragma once
 
-#include <cstdint>
-#include <vector>
-
-#include "model/batch.h"
-#include "model/grad_sink.h"
-#include "model/weight_source.h"
-#include "model/weights.h"
+#include "model/cpu/decoder.h"
 
 namespace verl::model {
 
-// Saved activations of one layer (all [T, ...] row-major).
-struct LayerActivations {
-  std::vector<float> x_in, xn1, rstd1, q_pre, k_pre, rstd_q, rstd_k, q, k, v, att, lse;
-  std::vector<float> x_mid, xn2, rstd2, gu, act;
-};
-
-// Everything a forward keeps for the backward, plus the outputs. Buffers grow to the largest
-// batch seen and are then reused, so a training loop allocates only on its first step.
-struct Activations {
-  int64_t T = 0;
-  std::vector<LayerActivations> layers;
-  std::vector<float> x_final, h_final, rstd_final;
-  // outputs
-  std::vector<float> logprob, entropy, lse_head;  // causal LM, [T]
-  std::vector<float> values;                      // token classification, [T, num_labels]
-  std::vector<float> scores;                      // sequence classification, [B, num_labels]
-  // backward scratch
-  std::vector<float> d_x, d_xn, d_big, d_att, d_q, d_k, d_v, d_qkv, scratch;
-};
-
-struct ForwardOptions {
-  float temperature = 1.0f;     // logits are divided by this before log-softmax (verl's rollout T)
-  int64_t lm_head_chunk = 256;  // tokens per chunk of the fused LM head
-};
-
-class Transformer {
- public:
-  explicit Transformer(const Weights& w);
-
-  // Runs the model over `batch`, filling the head's outputs and saved activations in `acts`. With
-  // a `source` the weights are read range by range from it (ZeRO-3) instead of weights().data.
-  void forward(const PackedBatch& batch, Activations& acts, const ForwardOptions& opt = {},
-               WeightSource* source = nullptr) const;
-  // Accumulates into `grads` (flat, same layout as the weights) the gradient of
-  //   sum_t d_logprob[t]*logprob[t] + d_entropy[t]*entropy[t]   (causal LM)
-  //   sum d_out * values (token classification) or sum d_out * scores (sequence classification).
-  // Null upstream gradients count as zero. Requires the forward's `acts` for the same batch.
-  // With a `sink`, `grads` is unused: each range (the head, the final norm, each layer from the
-  // last, the embedding) is accumulated into the view sink->open() gives and handed back with
-  // sink->ready() as soon as it is final.
-  void backward(const PackedBatch& batch, Activations& acts, const float* d_logprob,
-                const float* d_entropy, const float* d_out, float* grads,
-                const ForwardOptions& opt = {}, GradSink* sink = nullptr,
-                WeightSource* source = nullptr) const;
-
-  // Layer l alone over `batch`: reads a.x_in ([T, C], set by the caller), writes x_out [T, C] and
-  // keeps the layer's activations in `a` (the inputs of its linear layers: GPTQ's calibration,
-  // model/quantize.cpp). Weights from weights().data.
-  void forward_layer(int l, const PackedBatch& batch, LayerActivations& a, float* x_out) const;
-
-  const Weights& weights() const { return w_; }
-  const std::vector<float>& inv_freq() const { return inv_freq_; }
-
- private:
-  // An element range of the flat layout: a layer's parameters, the embedding, the final norm, the
-  // head (what a weight source gathers and a gradient sink reduces as one).
-  struct Range {
-    int64_t begin = 0, end = 0;
-  };
-  // Layer l reads its weights from `wbase`, which holds elements from `woffset`.
-  void layer_forward(int l, const PackedBatch& b, LayerActivations& a, float* x_out,
-                     const float* wbase, int64_t woffset) const;
-  // Layer l's parameter gradients accumulate into `base`, which holds elements from `base_offset`.
-  void layer_backward(int l, const PackedBatch& b, LayerActivations& a, Activations& s,
-                      float* d_x, float* base, int64_t base_offset, const float* wbase,
-                      int64_t woffset) const;
-  const Weights& w_;
-  std::vector<float> inv_freq_;
-  Range embed_, final_norm_, head_;  // head_: the LM head (the embedding when tied) or the score head
-  std::vector<Range> layers_;
-};
+using Transformer = cpu::Decoder;
 
 }  // namespace verl::model

@@ -1,4 +1,5 @@
-// Parameter layout for Llama / Qwen2 / Qwen3 and HF checkpoint load/save through the name table.
+// The parameter layout (embedding, the family's decoder layers, final norm, head) and HF
+// checkpoint load/save through the name table. A family's layer table is its model/arch/ file.
 #include "model/weights.h"
 
 #include <filesystem>
@@ -7,86 +8,28 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "model/arch/arch.h"
 #include "model/safetensors.h"
 
 namespace verl::model {
-namespace {
-
-class LayoutBuilder {
- public:
-  explicit LayoutBuilder(ParamLayout& l) : l_(l) {}
-
-  int add(const std::string& name, std::vector<int64_t> shape, bool no_decay = false) {
-    ParamInfo p;
-    p.name = name;
-    p.numel = 1;
-    for (int64_t d : shape) p.numel *= d;
-    p.shape = std::move(shape);
-    p.offset = l_.total;
-    p.no_weight_decay = no_decay;
-    l_.total += p.numel;
-    l_.params.push_back(std::move(p));
-    return static_cast<int>(l_.params.size()) - 1;
-  }
-  // Maps an HF tensor of `rows` x (rest) elements at row `row0` of parameter `param`.
-  void map(const std::string& hf_name, std::vector<int64_t> hf_shape, int param, int64_t row0) {
-    const ParamInfo& p = l_.params[param];
-    int64_t row_size = p.shape.size() > 1 ? p.numel / p.shape[0] : 1;
-    l_.hf.push_back({hf_name, std::move(hf_shape), param, row0 * row_size});
-  }
-  // A parameter that is exactly one HF tensor.
-  int add_mapped(const std::string& name, const std::string& hf_name, std::vector<int64_t> shape,
-                 bool no_decay = false) {
-    int p = add(name, shape, no_decay);
-    map(hf_name, shape, p, 0);
-    return p;
-  }
-
- private:
-  ParamLayout& l_;
-};
-
-}  // namespace
-
 ParamLayout ParamLayout::build(const ModelConfig& c) {
   ParamLayout l;
-  LayoutBuilder b(l);
-  const int64_t C = c.hidden_size, V = c.vocab_size, F = c.intermediate_size;
-  const int64_t qd = c.q_dim(), kvd = c.kv_dim(), D = c.head_dim;
+  arch::LayoutBuilder b(l);
+  const int64_t C = c.hidden_size, V = c.vocab_size;
   l.embed = b.add_mapped("embed", "model.embed_tokens.weight", {V, C});
+  // The decoder layers: the family's HF tensor-name table (model/arch/<family>.cpp).
+  const arch::FamilySpec& fam = arch::family(c.family);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string ours = fmt::format("layers.{}.", i);
-    const std::string hf = fmt::format("model.layers.{}.", i);
     LayerParams lp;
-    lp.attn_norm = b.add_mapped(ours + "attn_norm", hf + "input_layernorm.weight", {C}, true);
-    lp.wqkv = b.add(ours + "wqkv", {qd + 2 * kvd, C});
-    b.map(hf + "self_attn.q_proj.weight", {qd, C}, lp.wqkv, 0);
-    b.map(hf + "self_attn.k_proj.weight", {kvd, C}, lp.wqkv, qd);
-    b.map(hf + "self_attn.v_proj.weight", {kvd, C}, lp.wqkv, qd + kvd);
-    if (c.attention_bias) {
-      lp.bqkv = b.add(ours + "bqkv", {qd + 2 * kvd}, true);
-      b.map(hf + "self_attn.q_proj.bias", {qd}, lp.bqkv, 0);
-      b.map(hf + "self_attn.k_proj.bias", {kvd}, lp.bqkv, qd);
-      b.map(hf + "self_attn.v_proj.bias", {kvd}, lp.bqkv, qd + kvd);
-    }
-    if (c.qk_norm) {
-      lp.q_norm = b.add_mapped(ours + "q_norm", hf + "self_attn.q_norm.weight", {D}, true);
-      lp.k_norm = b.add_mapped(ours + "k_norm", hf + "self_attn.k_norm.weight", {D}, true);
-    }
-    lp.wo = b.add_mapped(ours + "wo", hf + "self_attn.o_proj.weight", {C, qd});
-    if (c.o_proj_bias) lp.bo = b.add_mapped(ours + "bo", hf + "self_attn.o_proj.bias", {C}, true);
-    lp.mlp_norm =
-        b.add_mapped(ours + "mlp_norm", hf + "post_attention_layernorm.weight", {C}, true);
-    lp.wgu = b.add(ours + "wgu", {2 * F, C});
-    b.map(hf + "mlp.gate_proj.weight", {F, C}, lp.wgu, 0);
-    b.map(hf + "mlp.up_proj.weight", {F, C}, lp.wgu, F);
-    if (c.mlp_bias) {
-      lp.bgu = b.add(ours + "bgu", {2 * F}, true);
-      b.map(hf + "mlp.gate_proj.bias", {F}, lp.bgu, 0);
-      b.map(hf + "mlp.up_proj.bias", {F}, lp.bgu, F);
-    }
-    lp.wdown = b.add_mapped(ours + "wdown", hf + "mlp.down_proj.weight", {C, F});
-    if (c.mlp_bias) lp.bdown = b.add_mapped(ours + "bdown", hf + "mlp.down_proj.bias", {C}, true);
+    fam.add_layer(b, c, i, lp);
+    // The decoder reads the recipe flags; a hand-built config whose flags its family's table
+    // does not follow would run without a piece the weights have (or with one they lack).
+    VERL_CHECK((lp.bqkv >= 0) == c.attention_bias && (lp.bo >= 0) == c.o_proj_bias &&
+                   (lp.bgu >= 0) == c.mlp_bias && (lp.bdown >= 0) == c.mlp_bias &&
+                   (lp.q_norm >= 0) == c.qk_norm && (lp.k_norm >= 0) == c.qk_norm,
+               "{}: attention_bias {}, o_proj_bias {}, mlp_bias {}, qk_norm {} is not a {} layer",
+               c.architecture, c.attention_bias, c.o_proj_bias, c.mlp_bias, c.qk_norm,
+               fam.name);
     l.layers.push_back(lp);
   }
   l.final_norm = b.add_mapped("final_norm", "model.norm.weight", {C}, true);
@@ -160,8 +103,8 @@ Weights Weights::load_as_critic(const std::string& model_dir, uint64_t seed) {
   if (cfg.head == HeadKind::TokenClassification) return load(model_dir);
   VERL_CHECK(cfg.head == HeadKind::CausalLM, "{}: a critic starts from a causal LM or a token "
              "classification model, not {}", model_dir, cfg.architecture);
-  static const char* kNames[] = {"Llama", "Qwen2", "Qwen3"};
-  cfg.architecture = std::string(kNames[static_cast<int>(cfg.family)]) + "ForTokenClassification";
+  cfg.architecture =
+      arch::architecture_name(arch::family(cfg.family), HeadKind::TokenClassification);
   cfg.head = HeadKind::TokenClassification;
   cfg.num_labels = 1;
   Weights w = from_config(cfg);

@@ -1,15 +1,15 @@
-// The CPU model runner of the rollout engine: runs one scheduled step (prefill chunks and decode
-// tokens of many sequences at once) over a paged KV cache, with the same weights object the
-// trainer updates, and returns the logits rows the sampler needs.
-// Batch invariance: every per-token computation (projections, norms, RoPE, attention over the
-// paged cache in a fixed key order) is independent of which other tokens share the step, so a
-// sequence's KV, logits and samples are bit-identical alone, in a batch, forked or re-prefilled.
+// The CPU model runner of the rollout engine: owns the paged KV cache, applies a step's block
+// copies, and runs one scheduled step (prefill chunks and decode tokens of many sequences at once)
+// through the trainer's own CPU decoder (model/cpu/decoder.h), over the same weights object the
+// trainer updates, returning the logits rows the sampler needs. The decoder's rollout context is
+// batch-invariant (projections, norms, RoPE, attention over the paged cache in a fixed key order),
+// so a sequence's KV, logits and samples are bit-identical alone, in a batch, forked or re-prefilled.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "model/transformer.h"
+#include "model/cpu/decoder.h"
 #include "rollout/scheduler.h"
 
 namespace verl::rollout {
@@ -18,6 +18,9 @@ namespace verl::rollout {
 class KVCache {
  public:
   KVCache(const model::ModelConfig& cfg, int32_t num_blocks, int32_t block_size);
+
+  // The cache as the decoder's paged attention sees it, addressed by `batch`'s slots and tables.
+  model::cpu::PagedKv paged(const ScheduledBatch& batch);
 
   float* k(int64_t layer) { return k_.data() + layer * layer_stride_; }
   float* v(int64_t layer) { return v_.data() + layer * layer_stride_; }
@@ -41,14 +44,9 @@ class CpuModelRunner {
   void run(const ScheduledBatch& batch, std::vector<float>& logits);
 
  private:
-  void attention(int64_t layer, const ScheduledBatch& b, const float* q, float* out);
-  const model::Weights& w_;
+  model::cpu::Decoder decoder_;  // the trainer's CPU decoder, over the same weights
   KVCache& cache_;
-  std::vector<float> inv_freq_;
-  // Workspaces, grown to the largest step and then reused.
-  std::vector<float> x_, xn_, qkv_, q_, k_, v_, att_, tmp_, gu_, act_, rstd_, rstd_h_, h_rows_;
-  std::vector<std::vector<float>> scores_;  // per thread
-  std::vector<int32_t> item_of_;
+  model::cpu::StepWorkspace ws_;  // grown to the largest step, then reused
 };
 
 }  // namespace verl::rollout

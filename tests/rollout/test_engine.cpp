@@ -6,7 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <unistd.h>
 
+#include "core/dump.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/transformer.h"
@@ -307,6 +310,33 @@ TEST(Engine, SequenceThatCanNeverFitIsAClearError) {
   } catch (const verl::Error& e) {
     EXPECT_NE(std::string(e.what()).find("can never fit"), std::string::npos) << e.what();
   }
+}
+
+// The rollout runs the trainer's decoder layers, but its steps write no named intermediates: a
+// generation under VERL_DUMP must not overwrite the trainer's dump, and dumping changes nothing.
+TEST(Engine, RolloutStepsWriteNoDumpAndDumpingChangesNothing) {
+  model::Weights w = model::Weights::load(kGolden + "qwen3");
+  Request r;
+  Rng rng(21);
+  r.prompt = random_tokens(rng, 9, w.config.vocab_size);
+  r.params.temperature = 1.0f;
+  r.params.seed = 5;
+  r.params.max_tokens = 6;
+  r.params.ignore_eos = true;
+  const std::vector<Completion> plain = Engine(w, small_engine()).generate({r});
+
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("verl_rollout_dump_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  dump::set_dir(dir.string());
+  const std::vector<Completion> dumped = Engine(w, small_engine()).generate({r});
+  dump::set_dir("");
+  EXPECT_FALSE(fs::exists(dir / "cpu")) << "the rollout wrote a dump under " << dir;
+  fs::remove_all(dir);
+  ASSERT_EQ(plain.size(), 1u);
+  ASSERT_EQ(dumped.size(), 1u);
+  EXPECT_EQ(plain[0].tokens, dumped[0].tokens);
+  EXPECT_EQ(plain[0].logprobs, dumped[0].logprobs);
 }
 
 }  // namespace

@@ -69,6 +69,16 @@ void attention_backward(float* d_q, float* d_k, float* d_v, const float* d_out, 
                         const int32_t* cu_seqlens, int64_t B, int64_t T, int64_t H, int64_t Hkv,
                         int64_t D, float scale);
 
+// ---- paged_attention.cpp: the rollout's attention over a paged KV cache, forward only ------------
+// q[T,H,D] -> out[T,H,D]; k_cache, v_cache [num_blocks, block_size, Hkv, D]. Token t of item b
+// (cu_seqlens, B items) attends to keys 0..positions[t] of its sequence, read through its row of
+// block_tables [B, W]. Batch-invariant: a row's result does not depend on the other tokens.
+void paged_attention_forward(float* out, const float* q, const float* k_cache,
+                             const float* v_cache, const int32_t* block_tables, int64_t W,
+                             const int32_t* cu_seqlens, const int32_t* positions, int64_t B,
+                             int64_t T, int64_t H, int64_t Hkv, int64_t D, int64_t block_size,
+                             float scale);
+
 // ---- swiglu.cpp: HF LlamaMLP activation on the fused gate|up projection ---------------------------
 // gu[T, 2F] holds gate in columns [0,F) and up in [F,2F). out[T,F] = silu(gate) * up.
 void swiglu_forward(float* out, const float* gu, int64_t T, int64_t F);
