@@ -122,7 +122,7 @@ optim::OffloadConfig OffloadKeys::resolve(Device device) const {
 }
 
 PpoConfig PpoConfig::read(const config::Config& cfg, int world, bool distributed) {
-  PpoConfig c{cfg};
+  PpoConfig c(cfg);
   c.world = world;
   TrainerKeys& t = c.trainer;
   t.device = cfg.get<std::string>("trainer.device");

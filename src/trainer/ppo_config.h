@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/config.h"
@@ -181,6 +182,7 @@ struct DataKeys {
 };
 
 struct PpoConfig {
+  explicit PpoConfig(config::Config cfg) : raw(std::move(cfg)) {}
   config::Config raw;  // for the data module's own readers (datasets, loaders, dynamic batches)
   int world = 1;       // data-parallel ranks
   DataKeys data;
