@@ -233,4 +233,50 @@ BalanceResult balance_across_ranks(Experience& exp, const std::vector<data::Samp
   return out;
 }
 
+std::pair<std::vector<data::Sample>, int64_t> rank_share(const std::vector<data::Sample>& all,
+                                                         const dist::Communicator& comm) {
+  const int64_t world = comm.world_size(), n = static_cast<int64_t>(all.size());
+  if (world == 1) return {all, 0};
+  VERL_CHECK(n % world == 0, "a batch of {} prompts does not split evenly over {} data-parallel ranks", n, world);
+  const int64_t per = n / world, first = comm.rank() * per;
+  return {std::vector<data::Sample>(all.begin() + first, all.begin() + first + per), first};
+}
+
+GlobalRows::GlobalRows(dist::Communicator& comm, const Experience& exp)
+    : comm_(comm), B_(exp.B), L_(exp.L), Lg_(comm.world_size() > 1 ? comm.max(exp.L) : exp.L) {}
+
+std::vector<float> GlobalRows::gather(const std::vector<float>& m) {
+  if (comm_.world_size() == 1 || m.empty()) return m;
+  std::vector<float> padded(static_cast<size_t>(B_ * Lg_), 0.0f);
+  for (int64_t b = 0; b < B_; ++b) std::copy_n(m.begin() + b * L_, L_, padded.begin() + b * Lg_);
+  std::vector<float> out(padded.size() * comm_.world_size());
+  comm_.all_gather<float>(padded, out);
+  bytes_ += padded.size() * sizeof(float);
+  return out;
+}
+
+std::vector<float> GlobalRows::gather_per_row(const std::vector<float>& v) {
+  if (comm_.world_size() == 1) return v;
+  std::vector<float> out(v.size() * comm_.world_size());
+  comm_.all_gather<float>(v, out);
+  bytes_ += v.size() * sizeof(float);
+  return out;
+}
+
+std::vector<int64_t> GlobalRows::gather_index(const std::vector<int64_t>& group) {
+  if (comm_.world_size() == 1) return group;
+  std::vector<int64_t> out(group.size() * comm_.world_size());
+  comm_.all_gather<int64_t>(group, out);
+  bytes_ += group.size() * sizeof(int64_t);
+  return out;
+}
+
+std::vector<float> GlobalRows::mine(const std::vector<float>& global) const {
+  if (comm_.world_size() == 1 || global.empty()) return global;
+  std::vector<float> out(static_cast<size_t>(B_ * L_));
+  const int64_t row0 = comm_.rank() * B_;
+  for (int64_t b = 0; b < B_; ++b) std::copy_n(global.begin() + (row0 + b) * Lg_, L_, out.begin() + b * L_);
+  return out;
+}
+
 }  // namespace verl::trainer

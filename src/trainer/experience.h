@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -88,5 +89,36 @@ struct BalanceResult {
 };
 BalanceResult balance_across_ranks(Experience& exp, const std::vector<data::Sample>& batch,
                                    dist::Communicator& comm);
+
+// This rank's equal share of a step's prompts and the global index of its first one (a prompt's n
+// samples stay on one rank).
+std::pair<std::vector<data::Sample>, int64_t> rank_share(const std::vector<data::Sample>& all,
+                                                         const dist::Communicator& comm);
+
+// A step's [B, L] per-token matrices over every data-parallel rank: each rank holds B rows (the
+// same B everywhere) of up to its own L; the global view stacks the ranks' rows in rank order
+// (rank r's rows are the global batch's rows r B .. r B + B - 1: its prompts' samples in prompt
+// order, or the set balance_batch gave it) padded to the longest L. One rank: the matrices
+// themselves, nothing copied through a communicator.
+class GlobalRows {
+ public:
+  GlobalRows(dist::Communicator& comm, const Experience& exp);
+
+  Shape shape() const { return {B_ * comm_.world_size(), Lg_}; }
+  // A local [B, L] matrix as the global [W B, Lg] one (empty stays empty).
+  std::vector<float> gather(const std::vector<float>& m);
+  // One value per row, [B] -> [W B].
+  std::vector<float> gather_per_row(const std::vector<float>& v);
+  // Rows' (global) prompt indices.
+  std::vector<int64_t> gather_index(const std::vector<int64_t>& group);
+  // This rank's rows of a global [W B, Lg] matrix, as a local [B, L] one.
+  std::vector<float> mine(const std::vector<float>& global) const;
+  size_t bytes_sent() const { return bytes_; }
+
+ private:
+  dist::Communicator& comm_;
+  int64_t B_, L_, Lg_;
+  size_t bytes_ = 0;
+};
 
 }  // namespace verl::trainer

@@ -1,0 +1,47 @@
+// What a PPO run holds and how it cuts its work, from the typed config alone: the roles present
+// (actor, rollout, reference policy, critic, reward model) and each trained or forward-only
+// model's micro-batch plan, which a CUDA model plans its memory for once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trainer/ppo_config.h"
+
+namespace verl::trainer {
+
+// The largest micro-batch the trainer packs for a model.
+struct MicroBatchPlan {
+  int64_t max_tokens = 0, max_seqs = 0;
+};
+
+// One phase's device memory (gen, old_log_prob, ref, values, update_critic, update_actor, ...) as an
+// estimate made before the run: what a memory planner fills in for doctor and the benchmarks.
+struct PhaseMemory {
+  std::string phase;
+  size_t bytes = 0;
+};
+
+struct RunPlan {
+  bool actor = true, rollout = true, ref = false, critic = false, reward_model = false;
+  // The models' micro-batch plans (plan_micro_batches): the actor's covers its old_log_prob pass
+  // and its update, the critic's its values and its update.
+  MicroBatchPlan actor_plan, ref_plan, critic_plan;
+  // How each forward-only pass cuts the step's sequences.
+  ForwardBatching old_log_prob, ref_pass, values;
+  // Per-phase memory estimates (empty: none was made).
+  std::vector<PhaseMemory> memory;
+
+  static RunPlan from(const PpoConfig& cfg);
+};
+
+// The largest micro-batch the trainer packs for a model, from the config alone: its forward-only
+// pass `fwd` over the step's data.gen_batch_size x rollout.n sequences and, for a trained model
+// (`update` non-null), the update, which cuts each mini-batch by ppo_max_token_len_per_gpu under
+// use_dynamic_bsz, else into ppo_micro_batch_size_per_gpu sequences; a sequence holds at most
+// max_prompt_length + rollout.response_length tokens.
+MicroBatchPlan plan_micro_batches(const PpoConfig& cfg, const UpdateKeys* update, const ForwardBatching& fwd);
+
+}  // namespace verl::trainer
