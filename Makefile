@@ -3,7 +3,8 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 APT_PKGS = build-essential cmake ninja-build pkg-config libopenblas-dev libyaml-cpp-dev \
   nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev \
-  libpcre2-dev libicu-dev libsnappy-dev libzstd-dev zlib1g-dev openmpi-bin libopenmpi-dev
+  libpcre2-dev libicu-dev libsnappy-dev libzstd-dev zlib1g-dev openmpi-bin libopenmpi-dev \
+  clang-format
 # node and npm (test references) may come from another packaging: install Debian's only when absent.
 NODE_PKGS = $(shell command -v node >/dev/null && command -v npm >/dev/null || echo nodejs npm)
 

@@ -4,13 +4,13 @@
 // utilisation. One line per check: PASS, WARN or FAIL, what was found, and after "->" what to do
 // (docs/doctor.md). Exit 1 when a check FAILs.
 // The checks live in src/cli/doctor/.
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "cli/command.h"
 #include "cli/doctor/doctor.h"

@@ -17,7 +17,8 @@ struct Opts {
 
 int run(const Opts& o) {
   auto [positional, overrides] = split_config_args(o.args);
-  const std::string path = resolve_config_file(positional, o.hydra, {"ppo_trainer", "_generated_ppo_trainer"});
+  const std::string path =
+      resolve_config_file(positional, o.hydra, {"ppo_trainer", "_generated_ppo_trainer"});
   config::Config cfg = config::load_config(path, overrides);
   try {
     trainer::PpoTrainer trainer(cfg);

@@ -52,7 +52,7 @@ struct DynamicPack {
 //     Karmarkar-Karp partition respects the budget), agreed over the ranks with ONE dp_max call
 //     in every case (also when this rank keeps no row), so every rank runs K micro-batches: the
 //     gradient sync of the last micro-batch and ZeRO-3's per-forward weight gathers are
-//     collectives that must pair up across ranks (ppo_trainer.cpp update_actor);
+//     collectives that must pair up across ranks (trainer/update_loop.cpp);
 //  2. communication_sensitivity s decides how the tokens spread over those K micro-batches:
 //     F = floor((1 - s) K) micro-batches are filled in turn as full as the budget allows (each
 //     takes, longest first, every remaining row that still fits: first-fit decreasing), and the

@@ -149,8 +149,8 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key) {
     // Members are in rank order already: a stable sort by key gives (key, rank).
     std::stable_sort(g.members.begin(), g.members.end(),
                      [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
-    g.rank = static_cast<int>(std::find(g.members.begin(), g.members.end(), rank()) -
-                              g.members.begin());
+    g.rank =
+        static_cast<int>(std::find(g.members.begin(), g.members.end(), rank()) - g.members.begin());
   }
   std::unique_ptr<Communicator> child = split_impl(g);
   if (color == kNoColor) {
@@ -250,18 +250,16 @@ std::unique_ptr<PendingCollective> Communicator::start_reduce(void* data, size_t
 }
 
 std::unique_ptr<PendingCollective> Communicator::start_all_gather(const void* send, void* recv,
-                                                                  size_t send_count,
-                                                                  DataType type, Place place) {
+                                                                  size_t send_count, DataType type,
+                                                                  Place place) {
   VERL_CHECK((send != nullptr && recv != nullptr) || send_count == 0,
              "start_all_gather: null buffer of {} elements", send_count);
   return start_all_gather_impl(send, recv, send_count, type, place);
 }
 
-std::unique_ptr<PendingCollective> Communicator::start_all_gather_impl(const void* send,
-                                                                       void* recv,
+std::unique_ptr<PendingCollective> Communicator::start_all_gather_impl(const void* send, void* recv,
                                                                        size_t send_count,
-                                                                       DataType type,
-                                                                       Place place) {
+                                                                       DataType type, Place place) {
   all_gather_impl(send, recv, send_count, type, place);
   return std::make_unique<Completed>();
 }
@@ -277,28 +275,30 @@ std::unique_ptr<PendingCollective> Communicator::start_all_gather_v(const void* 
                                                                     DataType type, Place place) {
   const auto world = static_cast<size_t>(world_size());
   VERL_CHECK(counts.size() == world && displs.size() == world,
-             "all_gather_v: {} counts and {} displacements for {} ranks", counts.size(), displs.size(), world);
+             "all_gather_v: {} counts and {} displacements for {} ranks", counts.size(),
+             displs.size(), world);
   const size_t mine = counts[static_cast<size_t>(rank())];
-  VERL_CHECK((send != nullptr || mine == 0) && (recv != nullptr || std::all_of(counts.begin(), counts.end(),
-                                                                                [](size_t c) { return c == 0; })),
+  VERL_CHECK((send != nullptr || mine == 0) &&
+                 (recv != nullptr ||
+                  std::all_of(counts.begin(), counts.end(), [](size_t c) { return c == 0; })),
              "all_gather_v: a null buffer with {} elements to send", mine);
   return start_all_gather_v_impl(send, recv, counts, displs, type, place);
 }
 
-std::unique_ptr<PendingCollective> Communicator::start_all_gather_v_impl(const void* send, void* recv,
-                                                                         std::span<const size_t> counts,
-                                                                         std::span<const size_t> displs,
-                                                                         DataType type, Place place) {
+std::unique_ptr<PendingCollective> Communicator::start_all_gather_v_impl(
+    const void* send, void* recv, std::span<const size_t> counts, std::span<const size_t> displs,
+    DataType type, Place place) {
   // Every rank's send slice is the same buffer (displacement 0), counts[rank()] to each.
   const auto world = static_cast<size_t>(world_size());
-  const std::vector<size_t> send_counts(world, counts[static_cast<size_t>(rank())]), send_displs(world, 0);
+  const std::vector<size_t> send_counts(world, counts[static_cast<size_t>(rank())]),
+      send_displs(world, 0);
   all_to_allv_impl(send, send_counts, send_displs, recv, counts, displs, type, place);
   return std::make_unique<Completed>();
 }
 
 std::unique_ptr<PendingCollective> Communicator::start_all_reduce_impl(void* data, size_t count,
-                                                                       DataType type,
-                                                                       ReduceOp op, Place place) {
+                                                                       DataType type, ReduceOp op,
+                                                                       Place place) {
   all_reduce_impl(data, count, type, op, place);
   return std::make_unique<Completed>();
 }

@@ -133,8 +133,9 @@ class Communicator {
   // Non-blocking collectives for the gradient buckets that backward finishes while it goes on.
   // Every rank starts the same collectives in the same order. start_all_reduce: as all_reduce;
   // on the device it runs after the work enqueued so far on place.stream (the backward that wrote
-  // the bucket) and beside what is enqueued there later. start_reduce (host): root's `data` becomes op over all ranks of `data` (in place); on the
-  // other ranks `data` is left as it was or overwritten (the caller must not read it).
+  // the bucket) and beside what is enqueued there later. start_reduce (host): root's `data` becomes
+  // op over all ranks of `data` (in place); on the other ranks `data` is left as it was or
+  // overwritten (the caller must not read it).
   std::unique_ptr<PendingCollective> start_all_reduce(void* data, size_t count, DataType type,
                                                       ReduceOp op, Place place = {});
   std::unique_ptr<PendingCollective> start_reduce(void* data, size_t count, DataType type,
@@ -272,8 +273,8 @@ class Communicator {
                                                                DataType type, ReduceOp op,
                                                                int root);
   virtual std::unique_ptr<PendingCollective> start_all_gather_impl(const void* send, void* recv,
-                                                                   size_t send_count,
-                                                                   DataType type, Place place);
+                                                                   size_t send_count, DataType type,
+                                                                   Place place);
   // By default an all_to_allv that sends this rank's slice to every rank (blocking, complete on
   // return); MPI overrides it with MPI_Iallgatherv. `counts` and `displs` are checked already.
   virtual std::unique_ptr<PendingCollective> start_all_gather_v_impl(const void* send, void* recv,

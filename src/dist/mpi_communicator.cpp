@@ -19,12 +19,18 @@ namespace {
 
 MPI_Datatype mpi_type(DataType t) {
   switch (t) {
-    case DataType::F32: return MPI_FLOAT;
-    case DataType::F64: return MPI_DOUBLE;
-    case DataType::I32: return MPI_INT32_T;
-    case DataType::I64: return MPI_INT64_T;
-    case DataType::BF16: return MPI_UINT16_T;  // moved, never reduced (see reduce_op)
-    case DataType::U8: return MPI_UINT8_T;
+    case DataType::F32:
+      return MPI_FLOAT;
+    case DataType::F64:
+      return MPI_DOUBLE;
+    case DataType::I32:
+      return MPI_INT32_T;
+    case DataType::I64:
+      return MPI_INT64_T;
+    case DataType::BF16:
+      return MPI_UINT16_T;  // moved, never reduced (see reduce_op)
+    case DataType::U8:
+      return MPI_UINT8_T;
   }
   VERL_FAIL("MPI: unknown DataType {}", static_cast<int>(t));
 }
@@ -32,9 +38,12 @@ MPI_Datatype mpi_type(DataType t) {
 MPI_Op mpi_op(ReduceOp op, DataType t, const char* what) {
   VERL_CHECK(t != DataType::BF16, "MPI {}: bf16 reductions are not supported on the host", what);
   switch (op) {
-    case ReduceOp::Sum: return MPI_SUM;
-    case ReduceOp::Max: return MPI_MAX;
-    case ReduceOp::Min: return MPI_MIN;
+    case ReduceOp::Sum:
+      return MPI_SUM;
+    case ReduceOp::Max:
+      return MPI_MAX;
+    case ReduceOp::Min:
+      return MPI_MIN;
   }
   VERL_FAIL("MPI {}: unknown ReduceOp {}", what, static_cast<int>(op));
 }
@@ -61,7 +70,8 @@ struct MpiCommunicator::Handle {
 
 MpiCommunicator::MpiCommunicator(double timeout_s)
     : comm_(std::make_unique<Handle>(Handle{MPI_COMM_WORLD})), timeout_s_(timeout_s) {
-  VERL_CHECK(timeout_s > 0, "actor_rollout_ref.nccl_timeout must be > 0 seconds, got {}", timeout_s);
+  VERL_CHECK(timeout_s > 0, "actor_rollout_ref.nccl_timeout must be > 0 seconds, got {}",
+             timeout_s);
   int inited = 0;
   MPI_Initialized(&inited);
   if (!inited) {
@@ -97,9 +107,9 @@ std::unique_ptr<Communicator> MpiCommunicator::split_impl(const SplitGroup& g) {
   // split() has just all-gathered on this communicator within the deadline, so every rank is
   // here: MPI_Comm_split, which has no non-blocking form, waits for no rank that died.
   MPI_Comm child = MPI_COMM_NULL;
-  check_mpi(MPI_Comm_split(comm_->comm, g.color == kNoColor ? MPI_UNDEFINED : g.color, g.key,
-                           &child),
-            "split");
+  check_mpi(
+      MPI_Comm_split(comm_->comm, g.color == kNoColor ? MPI_UNDEFINED : g.color, g.key, &child),
+      "split");
   if (child == MPI_COMM_NULL) return nullptr;
   return std::unique_ptr<Communicator>(
       new MpiCommunicator(std::make_unique<Handle>(Handle{child}), timeout_s_));
@@ -179,7 +189,8 @@ class MpiCommunicator::Pending final : public PendingCollective {
 
 std::unique_ptr<PendingCollective> MpiCommunicator::start_all_reduce_impl(void* data, size_t count,
                                                                           DataType type,
-                                                                          ReduceOp op, Place place) {
+                                                                          ReduceOp op,
+                                                                          Place place) {
   host_only(place, "all_reduce");
   auto p = std::make_unique<Pending>(*this, "gradient all_reduce");
   check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, count_of(count, "all_reduce"), mpi_type(type),
@@ -192,18 +203,15 @@ std::unique_ptr<PendingCollective> MpiCommunicator::start_reduce_impl(void* data
                                                                       DataType type, ReduceOp op,
                                                                       int root) {
   auto p = std::make_unique<Pending>(*this, "gradient reduce");
-  check_mpi(MPI_Ireduce(rank_ == root ? MPI_IN_PLACE : data, data, count_of(count, "reduce"),
-                        mpi_type(type), mpi_op(op, type, "reduce"), root, comm_->comm,
-                        p->request()),
-            "reduce");
+  check_mpi(
+      MPI_Ireduce(rank_ == root ? MPI_IN_PLACE : data, data, count_of(count, "reduce"),
+                  mpi_type(type), mpi_op(op, type, "reduce"), root, comm_->comm, p->request()),
+      "reduce");
   return p;
 }
 
-std::unique_ptr<PendingCollective> MpiCommunicator::start_all_gather_impl(const void* send,
-                                                                          void* recv,
-                                                                          size_t send_count,
-                                                                          DataType type,
-                                                                          Place place) {
+std::unique_ptr<PendingCollective> MpiCommunicator::start_all_gather_impl(
+    const void* send, void* recv, size_t send_count, DataType type, Place place) {
   host_only(place, "all_gather");
   const size_t bytes = send_count * data_type_size(type);
   const bool in_place = send == static_cast<const char*>(recv) + static_cast<size_t>(rank_) * bytes;
@@ -215,10 +223,9 @@ std::unique_ptr<PendingCollective> MpiCommunicator::start_all_gather_impl(const 
   return p;
 }
 
-std::unique_ptr<PendingCollective> MpiCommunicator::start_all_gather_v_impl(const void* send, void* recv,
-                                                                            std::span<const size_t> counts,
-                                                                            std::span<const size_t> displs,
-                                                                            DataType type, Place place) {
+std::unique_ptr<PendingCollective> MpiCommunicator::start_all_gather_v_impl(
+    const void* send, void* recv, std::span<const size_t> counts, std::span<const size_t> displs,
+    DataType type, Place place) {
   host_only(place, "all_gather_v");
   std::vector<int> c(counts.size()), d(displs.size());
   for (size_t i = 0; i < counts.size(); ++i) {
@@ -265,10 +272,10 @@ void MpiCommunicator::reduce_scatter_impl(const void* send, void* recv, size_t r
     out = staged.data();
   }
   MPI_Request req;
-  check_mpi(MPI_Ireduce_scatter_block(send, out, count_of(recv_count, "reduce_scatter"),
-                                      mpi_type(type), mpi_op(op, type, "reduce_scatter"),
-                                      comm_->comm, &req),
-            "reduce_scatter");
+  check_mpi(
+      MPI_Ireduce_scatter_block(send, out, count_of(recv_count, "reduce_scatter"), mpi_type(type),
+                                mpi_op(op, type, "reduce_scatter"), comm_->comm, &req),
+      "reduce_scatter");
   wait(&req, "reduce_scatter");
   if (!staged.empty()) std::memcpy(recv, staged.data(), bytes);
 }
@@ -290,8 +297,7 @@ void MpiCommunicator::broadcast_impl(void* data, size_t count, DataType type, in
                                      Place place) {
   host_only(place, "broadcast");
   MPI_Request req;
-  check_mpi(MPI_Ibcast(data, count_of(count, "broadcast"), mpi_type(type), root, comm_->comm,
-                       &req),
+  check_mpi(MPI_Ibcast(data, count_of(count, "broadcast"), mpi_type(type), root, comm_->comm, &req),
             "broadcast");
   wait(&req, "broadcast");
 }

@@ -155,9 +155,10 @@ JoinError accept_peers(int lfd, int port, std::vector<int>& fds, double timeout_
     }
     if (got != sizeof(hello) || hello[1] != world || hello[0] <= 0 || hello[0] >= world ||
         fds[hello[0]] >= 0) {
-      return {fmt::format("a peer on port {} says it is rank {} of {}, but this job has {} ranks "
-                          "(or that rank joined twice)",
-                          port, hello[0], hello[1], world)};
+      return {
+          fmt::format("a peer on port {} says it is rank {} of {}, but this job has {} ranks "
+                      "(or that rank joined twice)",
+                      port, hello[0], hello[1], world)};
     }
     fds[hello[0]] = c.release();
     ++joined;
@@ -202,9 +203,9 @@ TcpCommunicator::TcpCommunicator(int rank, int world_size, const std::string& ad
                "rank 0 cannot listen on MASTER_PORT={}: {} (another job on this port?)", port,
                std::strerror(errno));
     const JoinError e = accept_peers(lfd.get(), port, fds_, timeout_s_, start);
-    VERL_CHECK(e.why.empty(), "rank 0: {}{}", e.why,
-               e.timed_out ? "; check RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT on every rank"
-                           : "");
+    VERL_CHECK(
+        e.why.empty(), "rank 0: {}{}", e.why,
+        e.timed_out ? "; check RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT on every rank" : "");
   } else {
     fds_[0] = connect_to(where, timeout_s_, start);
     VERL_CHECK(fds_[0] >= 0,
@@ -244,8 +245,8 @@ std::unique_ptr<Communicator> TcpCommunicator::split_impl(const SplitGroup& g) {
   // Every rank takes part, so a hub that cannot listen fails its members too, not by a timeout.
   std::vector<int64_t> all(2 * static_cast<size_t>(world_));
   all_gather(mine, all.data(), 2, DataType::I64);
-  VERL_CHECK(listen_error.empty(), "split on {}: group color {} cannot listen: {}",
-             describe_rank(), g.color, listen_error);
+  VERL_CHECK(listen_error.empty(), "split on {}: group color {} cannot listen: {}", describe_rank(),
+             g.color, listen_error);
   if (g.color == kNoColor) return nullptr;
 
   // The child closes what it holds if forming it fails part way.

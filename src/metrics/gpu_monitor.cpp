@@ -96,7 +96,9 @@ void GpuMonitor::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-GpuMonitor::~GpuMonitor() { stop(); }
+GpuMonitor::~GpuMonitor() {
+  stop();
+}
 
 void GpuMonitor::sample_once() {
   if (!available_) return;

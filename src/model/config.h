@@ -1,6 +1,6 @@
 // The HF config.json fields that change the math of a Llama / Qwen2 / Qwen3 model, parsed and
-// validated. Anything missing, of the wrong type or unsupported is an error naming the file and key.
-// The keys every family shares are read here; a family's own (its layer recipe: the bias and
+// validated. Anything missing, of the wrong type or unsupported is an error naming the file and
+// key. The keys every family shares are read here; a family's own (its layer recipe: the bias and
 // q/k-norm flags below) by its file in model/arch/.
 #pragma once
 

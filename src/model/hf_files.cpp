@@ -9,10 +9,12 @@ namespace verl::model {
 void copy_tokenizer_files(const std::string& from, const std::string& to) {
   namespace fs = std::filesystem;
   if (fs::weakly_canonical(from) == fs::weakly_canonical(to)) return;
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                           "chat_template.jinja", "vocab.json", "merges.txt", "generation_config.json"}) {
+  for (const char* name :
+       {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+        "vocab.json", "merges.txt", "generation_config.json"}) {
     fs::path src = fs::path(from) / name;
-    if (fs::exists(src)) fs::copy_file(src, fs::path(to) / name, fs::copy_options::overwrite_existing);
+    if (fs::exists(src))
+      fs::copy_file(src, fs::path(to) / name, fs::copy_options::overwrite_existing);
   }
 }
 

@@ -438,8 +438,8 @@ QuantizeReport quantize_linear_weights(Weights& w, const QuantizeOptions& opt,
   VERL_CHECK(bits == 8 || (opt.group >= 2 && opt.group % 2 == 0),
              "int4 quantisation: group size {} must be even and at least 2", opt.group);
   VERL_CHECK(opt.calibration_samples >= 0 && opt.calibration_samples <= kMaxCalibrationSamples,
-             "quantisation: {} calibration samples; want 0 (round to nearest) to {}", opt.calibration_samples,
-             kMaxCalibrationSamples);
+             "quantisation: {} calibration samples; want 0 (round to nearest) to {}",
+             opt.calibration_samples, kMaxCalibrationSamples);
   std::optional<Calibration> cal;
   if (bits == 4 && opt.calibration_samples > 0 && !w.layout.layers.empty()) {
     cal.emplace(w, opt);

@@ -66,7 +66,7 @@ struct QuantizeOptions {
   // int4: random token sequences the model runs over to collect each layer's inputs for GPTQ
   // (0: round to nearest). Ids are uniform over the vocabulary, drawn from `seed`.
   int64_t calibration_samples = 128;  // at most kMaxCalibrationSamples
-  int64_t calibration_length = 64;  // tokens a sample (at most max_position_embeddings)
+  int64_t calibration_length = 64;    // tokens a sample (at most max_position_embeddings)
   uint64_t seed = 0;
 };
 

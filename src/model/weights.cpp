@@ -28,8 +28,7 @@ ParamLayout ParamLayout::build(const ModelConfig& c) {
                    (lp.bgu >= 0) == c.mlp_bias && (lp.bdown >= 0) == c.mlp_bias &&
                    (lp.q_norm >= 0) == c.qk_norm && (lp.k_norm >= 0) == c.qk_norm,
                "{}: attention_bias {}, o_proj_bias {}, mlp_bias {}, qk_norm {} is not a {} layer",
-               c.architecture, c.attention_bias, c.o_proj_bias, c.mlp_bias, c.qk_norm,
-               fam.name);
+               c.architecture, c.attention_bias, c.o_proj_bias, c.mlp_bias, c.qk_norm, fam.name);
     l.layers.push_back(lp);
   }
   l.final_norm = b.add_mapped("final_norm", "model.norm.weight", {C}, true);
@@ -84,9 +83,12 @@ void read_checkpoint(Weights& w, const std::string& model_dir, const std::set<in
     if (used.count(name)) continue;
     // Harmless extras: rotary caches, and an lm_head stored although the config ties it.
     bool harmless = name.find("rotary_emb.inv_freq") != std::string::npos ||
-                    (name == "lm_head.weight" && w.config.tie_word_embeddings) || ignore.count(name);
-    VERL_CHECK(harmless, "{}: unexpected tensor '{}' in {} for architecture {}; the checkpoint does "
-               "not match config.json", model_dir, name, st.file_of(name), w.config.architecture);
+                    (name == "lm_head.weight" && w.config.tie_word_embeddings) ||
+                    ignore.count(name);
+    VERL_CHECK(harmless,
+               "{}: unexpected tensor '{}' in {} for architecture {}; the checkpoint does "
+               "not match config.json",
+               model_dir, name, st.file_of(name), w.config.architecture);
   }
 }
 
@@ -101,8 +103,10 @@ Weights Weights::load(const std::string& model_dir) {
 Weights Weights::load_as_critic(const std::string& model_dir, uint64_t seed) {
   ModelConfig cfg = load_model_config(model_dir);
   if (cfg.head == HeadKind::TokenClassification) return load(model_dir);
-  VERL_CHECK(cfg.head == HeadKind::CausalLM, "{}: a critic starts from a causal LM or a token "
-             "classification model, not {}", model_dir, cfg.architecture);
+  VERL_CHECK(cfg.head == HeadKind::CausalLM,
+             "{}: a critic starts from a causal LM or a token "
+             "classification model, not {}",
+             model_dir, cfg.architecture);
   cfg.architecture =
       arch::architecture_name(arch::family(cfg.family), HeadKind::TokenClassification);
   cfg.head = HeadKind::TokenClassification;
@@ -110,7 +114,8 @@ Weights Weights::load_as_critic(const std::string& model_dir, uint64_t seed) {
   Weights w = from_config(cfg);
   Rng rng(seed, 0x5c0e);
   float* score = w.param(w.layout.score);
-  for (int64_t i = 0; i < w.layout.params[w.layout.score].numel; ++i) score[i] = 0.02f * rng.normal();
+  for (int64_t i = 0; i < w.layout.params[w.layout.score].numel; ++i)
+    score[i] = 0.02f * rng.normal();
   read_checkpoint(w, model_dir, {w.layout.score, w.layout.score_bias}, {"lm_head.weight"});
   return w;
 }
@@ -154,7 +159,11 @@ void Weights::init_random(uint64_t seed, float std) {
   }
 }
 
-int Weights::lm_head_param() const { return layout.lm_head >= 0 ? layout.lm_head : layout.embed; }
-const float* Weights::lm_head() const { return param(lm_head_param()); }
+int Weights::lm_head_param() const {
+  return layout.lm_head >= 0 ? layout.lm_head : layout.embed;
+}
+const float* Weights::lm_head() const {
+  return param(lm_head_param());
+}
 
 }  // namespace verl::model

@@ -19,7 +19,8 @@ struct ParamInfo {
   std::vector<int64_t> shape;
   int64_t offset = 0;  // in elements
   int64_t numel = 0;
-  bool no_weight_decay = false;  // norms and biases (informational; AdamW applies decay uniformly as verl)
+  bool no_weight_decay =
+      false;  // norms and biases (informational; AdamW applies decay uniformly as verl)
 };
 
 // One HF tensor and where it lives inside one of our parameters.

@@ -3,7 +3,8 @@
 // through the trainer's own CPU decoder (model/cpu/decoder.h), over the same weights object the
 // trainer updates, returning the logits rows the sampler needs. The decoder's rollout context is
 // batch-invariant (projections, norms, RoPE, attention over the paged cache in a fixed key order),
-// so a sequence's KV, logits and samples are bit-identical alone, in a batch, forked or re-prefilled.
+// so a sequence's KV, logits and samples are bit-identical alone, in a batch, forked or
+// re-prefilled.
 #pragma once
 
 #include <cstdint>

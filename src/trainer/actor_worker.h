@@ -18,14 +18,17 @@ namespace verl::trainer {
 
 // make_policy, with what to do when a model's state does not fit on the GPU: the allocator's
 // out-of-memory error gains the device's figures and the keys that move state to the host.
-std::unique_ptr<PolicyModel> build_policy(Device device, model::Weights w, const PolicyOptions& opts,
-                                          const char* what, const char* keys);
+std::unique_ptr<PolicyModel> build_policy(Device device, model::Weights w,
+                                          const PolicyOptions& opts, const char* what,
+                                          const char* keys);
 
 // <prefix>quantization_* (the reward model's, the reference policy's): quantises w's linear layers
 // once at load (model/quantize.h) and logs what it did. Returns the quantised matrices when `keep`
 // (a GPU model computes with them instead of bf16 copies), else none.
-std::vector<model::QuantizedLayer> quantize_as_configured(const QuantizationKeys& q, const std::string& prefix,
-                                                          model::Weights& w, const char* what, bool keep);
+std::vector<model::QuantizedLayer> quantize_as_configured(const QuantizationKeys& q,
+                                                          const std::string& prefix,
+                                                          model::Weights& w, const char* what,
+                                                          bool keep);
 
 class ActorWorker {
  public:

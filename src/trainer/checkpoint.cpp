@@ -41,7 +41,9 @@ void write_text_atomic(const fs::path& path, const std::string& text) {
 std::string rank_file_name(std::string_view stem, int64_t world, int64_t rank) {
   return fmt::format("{}_world_size_{}_rank_{}.safetensors", stem, world, rank);
 }
-std::string shard_file_name(int64_t world, int64_t rank) { return rank_file_name("optim", world, rank); }
+std::string shard_file_name(int64_t world, int64_t rank) {
+  return rank_file_name("optim", world, rank);
+}
 
 // The metadata "format" of each file kind: written by the savers, checked by the loaders.
 constexpr const char* kOptimFormat = "verl.cpp-adamw";
@@ -51,8 +53,9 @@ constexpr const char* kCarryFormat = "verl.cpp-sync-carry";
 // A step number as the trainer writes it (global_step_<N>, the tracker file): decimal digits, at
 // most 18 of them so that any value fits int64; nullopt for anything else.
 std::optional<int64_t> parse_step(std::string_view text) {
-  const bool digits = !text.empty() && text.size() <= 18 &&
-                      std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  const bool digits =
+      !text.empty() && text.size() <= 18 &&
+      std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
   if (!digits) return std::nullopt;
   return std::stoll(std::string(text));
 }
@@ -68,7 +71,8 @@ int64_t saved_world_size(const fs::path& dir, std::string_view stem, std::string
     const std::string name = e.path().filename().string();
     if (!std::regex_match(name, mt, re)) continue;
     const int64_t w = std::stoll(mt[1]);
-    VERL_CHECK(world < 0 || world == w, "{}: {} of world sizes {} and {}; keep one set", dir.string(), what, world, w);
+    VERL_CHECK(world < 0 || world == w, "{}: {} of world sizes {} and {}; keep one set",
+               dir.string(), what, world, w);
     world = w;
   }
   return world;
@@ -77,19 +81,21 @@ int64_t saved_world_size(const fs::path& dir, std::string_view stem, std::string
 // Rank 0: the HF export, and the whole moments unless the state is sharded.
 void save_model(const fs::path& dir, const ModelState& s, const std::string& tokenizer_dir) {
   s.weights->save((dir / "huggingface").string());
-  if (!tokenizer_dir.empty()) model::copy_tokenizer_files(tokenizer_dir, (dir / "huggingface").string());
+  if (!tokenizer_dir.empty())
+    model::copy_tokenizer_files(tokenizer_dir, (dir / "huggingface").string());
   if (s.shard || !s.optimizer) return;  // every rank writes its slice (save_shard), or none is kept
   save_optimizer_state(dir.string(), *s.opt, s.weights->layout.total);
 }
 
 // Every rank of a sharded state: its slice [begin, end) of the moments and where it lies.
-void save_shard(const fs::path& dir, const ModelState& s, int64_t numel, int64_t world, int64_t rank) {
+void save_shard(const fs::path& dir, const ModelState& s, int64_t numel, int64_t world,
+                int64_t rank) {
   const optim::ShardSpec& sh = *s.shard;
   const AdamWState& opt = *s.opt;
   VERL_CHECK(static_cast<int64_t>(opt.exp_avg.size()) == sh.size() &&
                  static_cast<int64_t>(opt.exp_avg_sq.size()) == sh.size(),
-             "{}: rank {}'s optimizer moments of {} and {} floats for a shard of {}", dir.string(), rank,
-             opt.exp_avg.size(), opt.exp_avg_sq.size(), sh.size());
+             "{}: rank {}'s optimizer moments of {} and {} floats for a shard of {}", dir.string(),
+             rank, opt.exp_avg.size(), opt.exp_avg_sq.size(), sh.size());
   fs::create_directories(dir);
   model::write_safetensors((dir / shard_file_name(world, rank)).string(),
                            {{"exp_avg", DType::F32, {sh.size()}, opt.exp_avg.data()},
@@ -101,13 +107,16 @@ void save_shard(const fs::path& dir, const ModelState& s, int64_t numel, int64_t
                             {"numel", std::to_string(numel)}});
 }
 
-std::string carry_file_name(int64_t world, int64_t rank) { return rank_file_name("sync_carry", world, rank); }
+std::string carry_file_name(int64_t world, int64_t rank) {
+  return rank_file_name("sync_carry", world, rank);
+}
 
 void save_carry(const fs::path& dir, const ModelState& s, int64_t world, int64_t rank) {
   fs::create_directories(dir);
-  model::write_safetensors((dir / carry_file_name(world, rank)).string(),
-                           {{"carry", DType::F32, {static_cast<int64_t>(s.carry->size())}, s.carry->data()}},
-                           {{"format", kCarryFormat}, {"sync_calls", std::to_string(s.sync_calls)}});
+  model::write_safetensors(
+      (dir / carry_file_name(world, rank)).string(),
+      {{"carry", DType::F32, {static_cast<int64_t>(s.carry->size())}, s.carry->data()}},
+      {{"format", kCarryFormat}, {"sync_calls", std::to_string(s.sync_calls)}});
 }
 
 int64_t metadata_int(const model::SafetensorsFile& f, const char* key) {
@@ -123,19 +132,22 @@ int64_t metadata_int(const model::SafetensorsFile& f, const char* key) {
 // The file is the kind the loader expects (its metadata "format", written by the savers above).
 void check_format(const model::SafetensorsFile& f, const char* want) {
   auto it = f.metadata().find("format");
-  VERL_CHECK(it != f.metadata().end() && it->second == want,
-             "{}: metadata 'format' is {}, expected '{}'; the file is damaged or not this checkpoint's", f.path(),
-             it == f.metadata().end() ? "missing" : "'" + it->second + "'", want);
+  VERL_CHECK(
+      it != f.metadata().end() && it->second == want,
+      "{}: metadata 'format' is {}, expected '{}'; the file is damaged or not this checkpoint's",
+      f.path(), it == f.metadata().end() ? "missing" : "'" + it->second + "'", want);
 }
 
 // Copies elements [lo, hi) of tensor `name` (holding elements from `first`) into out[lo - base ..].
-void copy_moments(const model::SafetensorsFile& f, int64_t first, int64_t count, int64_t lo, int64_t hi,
-                  AdamWState& out, int64_t base) {
-  for (auto [name, buf] : {std::pair{"exp_avg", &out.exp_avg}, std::pair{"exp_avg_sq", &out.exp_avg_sq}}) {
+void copy_moments(const model::SafetensorsFile& f, int64_t first, int64_t count, int64_t lo,
+                  int64_t hi, AdamWState& out, int64_t base) {
+  for (auto [name, buf] :
+       {std::pair{"exp_avg", &out.exp_avg}, std::pair{"exp_avg_sq", &out.exp_avg_sq}}) {
     const model::TensorInfo* t = f.find(name);
     VERL_CHECK(t && t->dtype == DType::F32 && t->numel() == count,
                "{}: tensor {} missing or of the wrong size (want {} f32)", f.path(), name, count);
-    std::memcpy(buf->data() + (lo - base), reinterpret_cast<const float*>(f.data(*t)) + (lo - first),
+    std::memcpy(buf->data() + (lo - base),
+                reinterpret_cast<const float*>(f.data(*t)) + (lo - first),
                 static_cast<size_t>(hi - lo) * sizeof(float));
   }
 }
@@ -154,43 +166,57 @@ void load_moments(const fs::path& dir, int64_t n, const optim::ShardSpec& want, 
   }
   // Shards: optim_world_size_<W>_rank_<r>.safetensors for r = 0 .. W-1, together covering [0, n).
   const int64_t world = saved_world_size(dir, "optim", "optimizer shards");
-  VERL_CHECK(world > 0, "{}: neither optim.safetensors nor optimizer shards (optim_world_size_W_rank_R.safetensors): "
-             "saved without \"optimizer\" in checkpoint.save_contents, or incomplete. Leave optimizer out of "
-             "checkpoint.load_contents to resume with fresh AdamW moments, resume from another checkpoint, or set "
-             "trainer.resume_mode=disable", dir.string());
+  VERL_CHECK(
+      world > 0,
+      "{}: neither optim.safetensors nor optimizer shards (optim_world_size_W_rank_R.safetensors): "
+      "saved without \"optimizer\" in checkpoint.save_contents, or incomplete. Leave optimizer out "
+      "of "
+      "checkpoint.load_contents to resume with fresh AdamW moments, resume from another "
+      "checkpoint, or set "
+      "trainer.resume_mode=disable",
+      dir.string());
   int64_t covered = 0, step = -1;
   for (int64_t r = 0; r < world; ++r) {
     const fs::path path = dir / shard_file_name(world, r);
-    VERL_CHECK(fs::exists(path), "{}: shard {} of {} is missing; the checkpoint is incomplete", path.string(), r,
-               world);
+    VERL_CHECK(fs::exists(path), "{}: shard {} of {} is missing; the checkpoint is incomplete",
+               path.string(), r, world);
     auto st = model::SafetensorsFile::open(path.string());
     check_format(*st, kOptimShardFormat);
-    const int64_t b = metadata_int(*st, "begin"), e = metadata_int(*st, "end"), total = metadata_int(*st, "numel");
-    VERL_CHECK(total == n && 0 <= b && b <= e && e <= n, "{}: a shard [{}, {}) of {} elements for a model of {}",
-               path.string(), b, e, total, n);
+    const int64_t b = metadata_int(*st, "begin"), e = metadata_int(*st, "end"),
+                  total = metadata_int(*st, "numel");
+    VERL_CHECK(total == n && 0 <= b && b <= e && e <= n,
+               "{}: a shard [{}, {}) of {} elements for a model of {}", path.string(), b, e, total,
+               n);
     const int64_t s = metadata_int(*st, "step");
-    VERL_CHECK(step < 0 || step == s, "{}: optimizer step {} but the other shards have {}", path.string(), s, step);
+    VERL_CHECK(step < 0 || step == s, "{}: optimizer step {} but the other shards have {}",
+               path.string(), s, step);
     step = s;
     covered += e - b;
     const int64_t lo = std::max(b, want.begin), hi = std::min(e, want.end);
     if (lo < hi) copy_moments(*st, b, e - b, lo, hi, opt, want.begin);
   }
-  VERL_CHECK(covered == n, "{}: the {} optimizer shards hold {} of {} elements", dir.string(), world, covered, n);
+  VERL_CHECK(covered == n, "{}: the {} optimizer shards hold {} of {} elements", dir.string(),
+             world, covered, n);
   opt.step = step;
 }
 
-void load_model(const fs::path& dir, model::Weights& w, AdamWState& opt, const optim::ShardSpec* shard,
-                bool load_optimizer) {
-  model::Weights loaded = dir.filename() == "critic" ? model::Weights::load_as_critic((dir / "huggingface").string())
-                                                     : model::Weights::load((dir / "huggingface").string());
+void load_model(const fs::path& dir, model::Weights& w, AdamWState& opt,
+                const optim::ShardSpec* shard, bool load_optimizer) {
+  model::Weights loaded = dir.filename() == "critic"
+                              ? model::Weights::load_as_critic((dir / "huggingface").string())
+                              : model::Weights::load((dir / "huggingface").string());
   const int64_t n = w.layout.total;
   VERL_CHECK(static_cast<int64_t>(loaded.data.size()) == n,
-             "{}: the checkpoint's model has {} parameters but the configured one has {}; resume with the same "
-             "model, or set trainer.resume_mode=disable", dir.string(), loaded.data.size(), n);
+             "{}: the checkpoint's model has {} parameters but the configured one has {}; resume "
+             "with the same "
+             "model, or set trainer.resume_mode=disable",
+             dir.string(), loaded.data.size(), n);
   w.data = std::move(loaded.data);
   const optim::ShardSpec want = shard ? *shard : optim::ShardSpec{0, n};
-  if (load_optimizer) load_moments(dir, n, want, opt);
-  else opt = fresh_optimizer_state(want.size());
+  if (load_optimizer)
+    load_moments(dir, n, want, opt);
+  else
+    opt = fresh_optimizer_state(want.size());
 }
 
 std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& root) {
@@ -200,11 +226,14 @@ std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& root)
   for (const auto& e : fs::directory_iterator(root)) {
     std::smatch mt;
     std::string name = e.path().filename().string();
-    // A step past int64 (a stray directory name) is not a checkpoint of this run: named, not a crash.
+    // A step past int64 (a stray directory name) is not a checkpoint of this run: named, not a
+    // crash.
     if (e.is_directory() && std::regex_match(name, mt, re)) {
       const std::optional<int64_t> step = parse_step(mt[1].str());
-      VERL_CHECK(step.has_value(), "{}: not a checkpoint step this trainer writes (too large); rename or "
-                 "remove it", e.path().string());
+      VERL_CHECK(step.has_value(),
+                 "{}: not a checkpoint step this trainer writes (too large); rename or "
+                 "remove it",
+                 e.path().string());
       out.emplace_back(*step, e.path());
     }
   }
@@ -214,17 +243,19 @@ std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& root)
 
 std::string write_checkpoint(const std::string& root, int64_t step, const fs::path& tmp,
                              const ModelState& actor, const std::optional<ModelState>& critic,
-                             const nlohmann::json& trainer_state, const std::string& tokenizer_dir, int64_t keep,
-                             dist::Communicator& c, int64_t keep_critic) {
+                             const nlohmann::json& trainer_state, const std::string& tokenizer_dir,
+                             int64_t keep, dist::Communicator& c, int64_t keep_critic) {
   const bool lead = c.rank() == 0;
   if (lead) {
     fs::remove_all(tmp);
     fs::create_directories(tmp);
   }
   // The shards go into the directory rank 0 made; every rank writes its own at once.
-  const bool sharded = actor.shard || (critic && critic->shard) || actor.carry || (critic && critic->carry);
+  const bool sharded =
+      actor.shard || (critic && critic->shard) || actor.carry || (critic && critic->carry);
   if (sharded) c.barrier();
-  if (actor.shard && actor.optimizer) save_shard(tmp / "actor", actor, actor.shard_numel, c.world_size(), c.rank());
+  if (actor.shard && actor.optimizer)
+    save_shard(tmp / "actor", actor, actor.shard_numel, c.world_size(), c.rank());
   if (critic && critic->shard && critic->optimizer)
     save_shard(tmp / "critic", *critic, critic->shard_numel, c.world_size(), c.rank());
   if (actor.carry) save_carry(tmp / "actor", actor, c.world_size(), c.rank());
@@ -240,18 +271,18 @@ std::string write_checkpoint(const std::string& root, int64_t step, const fs::pa
   if (keep_critic > 0) {
     auto all = list_checkpoints(root);
     std::erase_if(all, [&](const auto& c) { return c.first == step; });
-    for (size_t i = 0; i + static_cast<size_t>(keep_critic) - 1 < all.size(); ++i) fs::remove_all(all[i].second / "critic");
+    for (size_t i = 0; i + static_cast<size_t>(keep_critic) - 1 < all.size(); ++i)
+      fs::remove_all(all[i].second / "critic");
   }
   return dir;
 }
 
-
 }  // namespace
 
 std::string save_checkpoint(const std::string& root, int64_t step, const ModelState& actor,
-                            const std::optional<ModelState>& critic, const nlohmann::json& trainer_state,
-                            const std::string& tokenizer_dir, int64_t keep, dist::Communicator* comm,
-                            int64_t keep_critic) {
+                            const std::optional<ModelState>& critic,
+                            const nlohmann::json& trainer_state, const std::string& tokenizer_dir,
+                            int64_t keep, dist::Communicator* comm, int64_t keep_critic) {
   dist::SingleProcess alone;
   dist::Communicator& c = comm ? *comm : alone;
   const fs::path tmp = fs::path(root) / fmt::format(".tmp_global_step_{}", step);
@@ -259,15 +290,17 @@ std::string save_checkpoint(const std::string& root, int64_t step, const ModelSt
     return write_checkpoint(root, step, tmp, actor, critic, trainer_state, tokenizer_dir, keep, c,
                             keep_critic);
   } catch (const std::exception& e) {
-    fail_checkpoint_save(root, step, tmp.string(), e.what(), "trainer.max_actor_ckpt_to_keep", c.rank());
+    fail_checkpoint_save(root, step, tmp.string(), e.what(), "trainer.max_actor_ckpt_to_keep",
+                         c.rank());
   }
 }
 
 void save_optimizer_state(const std::string& dir, const AdamWState& opt, int64_t numel) {
   // The moments share the parameters' flat layout: two 1-D tensors plus the step count.
-  VERL_CHECK(static_cast<int64_t>(opt.exp_avg.size()) == numel && static_cast<int64_t>(opt.exp_avg_sq.size()) == numel,
-             "{}: optimizer moments of {} and {} floats for a model of {} parameters", dir, opt.exp_avg.size(),
-             opt.exp_avg_sq.size(), numel);
+  VERL_CHECK(static_cast<int64_t>(opt.exp_avg.size()) == numel &&
+                 static_cast<int64_t>(opt.exp_avg_sq.size()) == numel,
+             "{}: optimizer moments of {} and {} floats for a model of {} parameters", dir,
+             opt.exp_avg.size(), opt.exp_avg_sq.size(), numel);
   model::write_safetensors((fs::path(dir) / "optim.safetensors").string(),
                            {{"exp_avg", DType::F32, {numel}, opt.exp_avg.data()},
                             {"exp_avg_sq", DType::F32, {numel}, opt.exp_avg_sq.data()}},
@@ -287,7 +320,8 @@ AdamWState fresh_optimizer_state(int64_t numel) {
   return opt;
 }
 
-CheckpointContents parse_checkpoint_contents(const std::vector<std::string>& list, const std::string& key) {
+CheckpointContents parse_checkpoint_contents(const std::vector<std::string>& list,
+                                             const std::string& key) {
   CheckpointContents c;
   c.optimizer = false;
   bool model = false;
@@ -297,7 +331,9 @@ CheckpointContents parse_checkpoint_contents(const std::vector<std::string>& lis
     model = model || part == "model" || part == "hf_model";
     c.optimizer = c.optimizer || part == "optimizer";
   }
-  VERL_CHECK(model, "{}: a verl.cpp checkpoint is its model (an HF directory); include model or hf_model", key);
+  VERL_CHECK(model,
+             "{}: a verl.cpp checkpoint is its model (an HF directory); include model or hf_model",
+             key);
   return c;
 }
 
@@ -317,13 +353,14 @@ std::string publish_checkpoint(const std::string& root, int64_t step, const std:
     // higher steps here; of the others, the newest keep - 1 stay.
     auto all = list_checkpoints(root);
     std::erase_if(all, [&](const auto& c) { return c.first == step; });
-    for (size_t i = 0; i + static_cast<size_t>(keep) - 1 < all.size(); ++i) fs::remove_all(all[i].second);
+    for (size_t i = 0; i + static_cast<size_t>(keep) - 1 < all.size(); ++i)
+      fs::remove_all(all[i].second);
   }
   return final_dir.string();
 }
 
-void fail_checkpoint_save(const std::string& root, int64_t step, const std::string& tmp, const std::string& cause,
-                          std::string_view keep_key, int rank) {
+void fail_checkpoint_save(const std::string& root, int64_t step, const std::string& tmp,
+                          const std::string& cause, std::string_view keep_key, int rank) {
   // A full disk or a vanished directory: the partial files go (they would only hold the space a
   // retry needs), and the message says what is still there to resume from. A rank other than 0
   // only reports: rank 0 owns the directory.
@@ -339,10 +376,12 @@ void fail_checkpoint_save(const std::string& root, int64_t step, const std::stri
   }
   const bool full = cause.find(std::strerror(ENOSPC)) != std::string::npos;
   VERL_FAIL("the checkpoint of step {} was not written: {}\n  {}{}", step, cause,
-            !lead            ? fmt::format("rank {} failed; rank 0 removes the partial files", rank)
-            : latest.empty() ? std::string("its partial files are removed; no earlier checkpoint is complete")
-                             : fmt::format("its partial files are removed; the last complete checkpoint is {} "
-                                           "(trainer.resume_mode=auto continues from it)", latest),
+            !lead ? fmt::format("rank {} failed; rank 0 removes the partial files", rank)
+            : latest.empty()
+                ? std::string("its partial files are removed; no earlier checkpoint is complete")
+                : fmt::format("its partial files are removed; the last complete checkpoint is {} "
+                              "(trainer.resume_mode=auto continues from it)",
+                              latest),
             full ? fmt::format("; free space in {}, or keep fewer ({})", root, keep_key) : "");
 }
 
@@ -358,8 +397,9 @@ nlohmann::json read_trainer_state(const std::string& dir) {
     VERL_FAIL("{}: not valid JSON: {}", path.string(), e.what());
   }
   VERL_CHECK(st.is_object(), "{}: expected a JSON object", path.string());
-  VERL_CHECK(st.value("version", -1) == kCheckpointVersion, "{}: checkpoint version {} but this build reads version {}",
-             path.string(), st.value("version", -1), kCheckpointVersion);
+  VERL_CHECK(st.value("version", -1) == kCheckpointVersion,
+             "{}: checkpoint version {} but this build reads version {}", path.string(),
+             st.value("version", -1), kCheckpointVersion);
   return st;
 }
 
@@ -370,26 +410,33 @@ std::string find_latest_checkpoint(const std::string& root) {
   std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
   const std::optional<int64_t> parsed = parse_step(text);
-  VERL_CHECK(parsed.has_value(), "{} should hold a step number but holds '{}'; fix or delete it (the checkpoints "
-             "are the global_step_N directories beside it)", tracker.string(), text.substr(0, 40));
+  VERL_CHECK(parsed.has_value(),
+             "{} should hold a step number but holds '{}'; fix or delete it (the checkpoints "
+             "are the global_step_N directories beside it)",
+             tracker.string(), text.substr(0, 40));
   const int64_t step = *parsed;
   const fs::path dir = fs::path(root) / fmt::format("global_step_{}", step);
-  VERL_CHECK(fs::exists(dir / "trainer_state.json"), "{} names step {} but {} is missing or incomplete",
-             tracker.string(), step, dir.string());
+  VERL_CHECK(fs::exists(dir / "trainer_state.json"),
+             "{} names step {} but {} is missing or incomplete", tracker.string(), step,
+             dir.string());
   return dir.string();
 }
 
 std::string resume_checkpoint_dir(const std::string& mode, const std::string& root,
                                   const std::optional<std::string>& from, bool warn) {
   if (from && mode != "resume_path" && warn)
-    log::warn("trainer.resume_from_path is set but trainer.resume_mode is {}: the path is used with resume_path only",
-              mode);
+    log::warn(
+        "trainer.resume_from_path is set but trainer.resume_mode is {}: the path is used with "
+        "resume_path only",
+        mode);
   if (mode == "auto") return find_latest_checkpoint(root);
   if (mode == "resume_path") {
-    VERL_CHECK(from.has_value() && !from->empty(), "trainer.resume_mode=resume_path needs trainer.resume_from_path");
+    VERL_CHECK(from.has_value() && !from->empty(),
+               "trainer.resume_mode=resume_path needs trainer.resume_from_path");
     return *from;
   }
-  VERL_CHECK(mode == "disable", "trainer.resume_mode must be auto, disable or resume_path, got '{}'", mode);
+  VERL_CHECK(mode == "disable",
+             "trainer.resume_mode must be auto, disable or resume_path, got '{}'", mode);
   check_fresh_run_dir(root);
   return "";
 }
@@ -399,28 +446,34 @@ void check_fresh_run_dir(const std::string& root) {
   if (all.empty()) return;
   std::string steps;
   for (const auto& c : all) steps += (steps.empty() ? "" : ", ") + std::to_string(c.first);
-  VERL_FAIL("trainer.resume_mode=disable starts a fresh run, but {} already holds checkpoints (steps {}): the new "
-            "run's checkpoints would mix with them and the tracker would move between runs. Set "
-            "trainer.resume_mode=auto to continue from step {}, or give trainer.default_local_dir a new directory",
-            root, steps, all.back().first);
+  VERL_FAIL(
+      "trainer.resume_mode=disable starts a fresh run, but {} already holds checkpoints (steps "
+      "{}): the new "
+      "run's checkpoints would mix with them and the tracker would move between runs. Set "
+      "trainer.resume_mode=auto to continue from step {}, or give trainer.default_local_dir a new "
+      "directory",
+      root, steps, all.back().first);
 }
 
-std::optional<SyncCarry> load_sync_carry(const std::string& model_dir, int64_t numel, int world, int rank) {
+std::optional<SyncCarry> load_sync_carry(const std::string& model_dir, int64_t numel, int world,
+                                         int rank) {
   const fs::path dir(model_dir);
   const int64_t saved = saved_world_size(dir, "sync_carry", "LightweightSync carries");
   if (saved < 0) return std::nullopt;
   auto read = [&](int64_t r, SyncCarry& out, bool add) {
     const fs::path path = dir / carry_file_name(saved, r);
-    VERL_CHECK(fs::exists(path), "{}: carry {} of {} is missing; the checkpoint is incomplete", path.string(), r,
-               saved);
+    VERL_CHECK(fs::exists(path), "{}: carry {} of {} is missing; the checkpoint is incomplete",
+               path.string(), r, saved);
     auto st = model::SafetensorsFile::open(path.string());
     check_format(*st, kCarryFormat);
     const model::TensorInfo* t = st->find("carry");
-    VERL_CHECK(t && t->dtype == DType::F32 && t->numel() == numel,
-               "{}: tensor carry missing or of the wrong size (want {} f32 for the model's parameters)", path.string(),
-               numel);
+    VERL_CHECK(
+        t && t->dtype == DType::F32 && t->numel() == numel,
+        "{}: tensor carry missing or of the wrong size (want {} f32 for the model's parameters)",
+        path.string(), numel);
     const auto* src = reinterpret_cast<const float*>(st->data(*t));
-    if (!add) out.carry.assign(src, src + numel);
+    if (!add)
+      out.carry.assign(src, src + numel);
     else
       for (int64_t i = 0; i < numel; ++i) out.carry[i] += src[i];
     out.sync_calls = metadata_int(*st, "sync_calls");
@@ -437,16 +490,20 @@ std::optional<SyncCarry> load_sync_carry(const std::string& model_dir, int64_t n
 
 nlohmann::json load_checkpoint(const std::string& dir, model::Weights& actor, AdamWState& actor_opt,
                                model::Weights* critic, AdamWState* critic_opt,
-                               const optim::ShardSpec* actor_shard, const optim::ShardSpec* critic_shard,
-                               CheckpointContents actor_load, CheckpointContents critic_load) {
+                               const optim::ShardSpec* actor_shard,
+                               const optim::ShardSpec* critic_shard, CheckpointContents actor_load,
+                               CheckpointContents critic_load) {
   const fs::path d(dir);
   nlohmann::json st = read_trainer_state(dir);
   VERL_CHECK(st.value("trainer", "") != "sft",
-             "{}: a `verl sft` checkpoint; `verl train` resumes from its own checkpoints (start from the SFT model "
-             "with actor_rollout_ref.model.path={})", dir, dir);
+             "{}: a `verl sft` checkpoint; `verl train` resumes from its own checkpoints (start "
+             "from the SFT model "
+             "with actor_rollout_ref.model.path={})",
+             dir, dir);
   load_model(d / "actor", actor, actor_opt, actor_shard, actor_load.optimizer);
   if (critic) {
-    VERL_CHECK(fs::exists(d / "critic"), "{}: the run uses a critic but the checkpoint has none", dir);
+    VERL_CHECK(fs::exists(d / "critic"), "{}: the run uses a critic but the checkpoint has none",
+               dir);
     load_model(d / "critic", *critic, *critic_opt, critic_shard, critic_load.optimizer);
   }
   return st;

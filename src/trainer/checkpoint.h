@@ -57,7 +57,8 @@ struct ModelState {
 struct CheckpointContents {
   bool optimizer = true;
 };
-CheckpointContents parse_checkpoint_contents(const std::vector<std::string>& list, const std::string& key);
+CheckpointContents parse_checkpoint_contents(const std::vector<std::string>& list,
+                                             const std::string& key);
 
 // A rank's LightweightSync carry as a checkpoint's model directory (actor/ or critic/) holds it.
 struct SyncCarry {
@@ -68,19 +69,21 @@ struct SyncCarry {
 // as many ranks; else the mean of every rank's carry (the update divides the ranks' sum by the
 // world size, so each new rank holding the old mean leaves the gradient still owed unchanged).
 // nullopt when the checkpoint has no carry files.
-std::optional<SyncCarry> load_sync_carry(const std::string& model_dir, int64_t numel, int world, int rank);
+std::optional<SyncCarry> load_sync_carry(const std::string& model_dir, int64_t numel, int world,
+                                         int rank);
 
 // Writes global_step_<step> under `root` atomically, then updates the tracker, then removes the
-// oldest checkpoints beyond `keep` (keep <= 0: keep all), never the one just written. `tokenizer_dir`'s tokenizer files are
-// copied into actor/huggingface so it loads on its own. Returns the checkpoint directory.
-// `comm`: the data-parallel ranks (null: this process alone); a collective then, returning the
-// directory on rank 0 and "" elsewhere. `keep_critic` > 0 (verl's max_critic_ckpt_to_keep) also
-// removes the critic/ of the checkpoints beyond the newest keep_critic; a directory whose actor
-// `keep` removes goes whole, its critic too.
+// oldest checkpoints beyond `keep` (keep <= 0: keep all), never the one just written.
+// `tokenizer_dir`'s tokenizer files are copied into actor/huggingface so it loads on its own.
+// Returns the checkpoint directory. `comm`: the data-parallel ranks (null: this process alone); a
+// collective then, returning the directory on rank 0 and "" elsewhere. `keep_critic` > 0 (verl's
+// max_critic_ckpt_to_keep) also removes the critic/ of the checkpoints beyond the newest
+// keep_critic; a directory whose actor `keep` removes goes whole, its critic too.
 std::string save_checkpoint(const std::string& root, int64_t step, const ModelState& actor,
-                            const std::optional<ModelState>& critic, const nlohmann::json& trainer_state,
-                            const std::string& tokenizer_dir, int64_t keep,
-                            dist::Communicator* comm = nullptr, int64_t keep_critic = 0);
+                            const std::optional<ModelState>& critic,
+                            const nlohmann::json& trainer_state, const std::string& tokenizer_dir,
+                            int64_t keep, dist::Communicator* comm = nullptr,
+                            int64_t keep_critic = 0);
 
 // The newest complete checkpoint under `root` (from the tracker file), or "" when there is none. A
 // tracker that does not hold a step number is an Error naming it.
@@ -113,8 +116,9 @@ std::string publish_checkpoint(const std::string& root, int64_t step, const std:
 // A save of step `step` failed with `cause`: removes `tmp` (rank 0) and throws an Error naming the
 // step, the cause and the last complete checkpoint; on a full disk also `keep_key`, the setting
 // that keeps fewer.
-[[noreturn]] void fail_checkpoint_save(const std::string& root, int64_t step, const std::string& tmp,
-                                       const std::string& cause, std::string_view keep_key, int rank = 0);
+[[noreturn]] void fail_checkpoint_save(const std::string& root, int64_t step,
+                                       const std::string& tmp, const std::string& cause,
+                                       std::string_view keep_key, int rank = 0);
 // `dir`/trainer_state.json, checked: valid JSON of this build's checkpoint version.
 nlohmann::json read_trainer_state(const std::string& dir);
 
@@ -127,6 +131,7 @@ nlohmann::json load_checkpoint(const std::string& dir, model::Weights& actor, Ad
                                model::Weights* critic, AdamWState* critic_opt,
                                const optim::ShardSpec* actor_shard = nullptr,
                                const optim::ShardSpec* critic_shard = nullptr,
-                               CheckpointContents actor_load = {}, CheckpointContents critic_load = {});
+                               CheckpointContents actor_load = {},
+                               CheckpointContents critic_load = {});
 
 }  // namespace verl::trainer

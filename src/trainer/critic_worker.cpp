@@ -8,8 +8,8 @@
 
 namespace verl::trainer {
 
-CriticWorker::CriticWorker(const PpoConfig& cfg, const RunPlan& plan, Device device, dist::Communicator& comm,
-                           int64_t total_steps)
+CriticWorker::CriticWorker(const PpoConfig& cfg, const RunPlan& plan, Device device,
+                           dist::Communicator& comm, int64_t total_steps)
     : cfg_(cfg) {
   // The critic on trainer.device too; its micro-batches are planned from the critic.* keys.
   PolicyOptions co;
@@ -20,12 +20,14 @@ CriticWorker::CriticWorker(const PpoConfig& cfg, const RunPlan& plan, Device dev
   co.offload = cfg.critic.offload.resolve(device);
   critic_.base_lr = co.optim.lr;
   critic_.schedule = cfg.critic.optim.schedule(total_steps);
-  critic_.model = build_policy(device, model::Weights::load_as_critic(cfg.critic_model_path, cfg.data.seed), co,
-                               "critic", "critic.model.fsdp_config.optimizer_offload=true / param_offload=true");
+  critic_.model = build_policy(
+      device, model::Weights::load_as_critic(cfg.critic_model_path, cfg.data.seed), co, "critic",
+      "critic.model.fsdp_config.optimizer_offload=true / param_offload=true");
   setup_data_parallel(cfg.critic, cfg.trainer.lightweight_sync, *critic_.model, comm);
 }
 
-void CriticWorker::compute_values(const Experience& exp, const PassContext& ctx, std::vector<float>& values) {
+void CriticWorker::compute_values(const Experience& exp, const PassContext& ctx,
+                                  std::vector<float>& values) {
   const int64_t L = exp.L;
   values.assign(exp.B * L, 0.0f);
   std::vector<int64_t> all(exp.B);
@@ -40,7 +42,8 @@ void CriticWorker::compute_values(const Experience& exp, const PassContext& ctx,
   }
 }
 
-void CriticWorker::update(const Experience& exp, metrics::Metrics& m, int64_t step, const PassContext& ctx) {
+void CriticWorker::update(const Experience& exp, metrics::Metrics& m, int64_t step,
+                          const PassContext& ctx) {
   dist::Communicator& comm = *ctx.comm;
   const UpdateKeys& u = cfg_.critic;
   const int64_t L = exp.L;
@@ -57,22 +60,23 @@ void CriticWorker::update(const Experience& exp, metrics::Metrics& m, int64_t st
   s.micro_seqs = u.micro(u.mini);
   s.step = step;
   s.loss_scale_factor = static_cast<double>(cfg_.data.max_response_length);
-  const UpdateLoopResult r = run_update_loop(exp, critic, lr, ctx, s, [&](const PackedResponses& mb,
-                                                                          const AggNorm& norm, bool last) {
-    const std::vector<int64_t>& micro = mb.rows();
-    critic.forward_values(mb.batch(), values_tok);
-    const int64_t bm = static_cast<int64_t>(micro.size());
-    std::vector<float> vpreds = mb.gather(values_tok);
-    std::vector<float> mask = rows(exp.mask, micro, L);
-    ValueLossOutput out = compute_value_loss({bm, L}, vpreds, rows(exp.returns, micro, L), rows(exp.values, micro, L),
-                                             mask, cfg_.critic_cliprange_value, cfg_.critic_loss_agg_mode, norm);
-    const std::vector<float> d_v = mb.scatter(out.d_vpreds);
-    critic.state().prepare_backward(last);
-    critic.backward_values(d_v.data());
-    vf_loss += out.vf_loss;
-    vf_clipfrac += out.vf_clipfrac * std::accumulate(mask.begin(), mask.end(), 0.0) /
-                   std::max(1.0, *norm.batch_num_tokens);
-  });
+  const UpdateLoopResult r = run_update_loop(
+      exp, critic, lr, ctx, s, [&](const PackedResponses& mb, const AggNorm& norm, bool last) {
+        const std::vector<int64_t>& micro = mb.rows();
+        critic.forward_values(mb.batch(), values_tok);
+        const int64_t bm = static_cast<int64_t>(micro.size());
+        std::vector<float> vpreds = mb.gather(values_tok);
+        std::vector<float> mask = rows(exp.mask, micro, L);
+        ValueLossOutput out = compute_value_loss(
+            {bm, L}, vpreds, rows(exp.returns, micro, L), rows(exp.values, micro, L), mask,
+            cfg_.critic_cliprange_value, cfg_.critic_loss_agg_mode, norm);
+        const std::vector<float> d_v = mb.scatter(out.d_vpreds);
+        critic.state().prepare_backward(last);
+        critic.backward_values(d_v.data());
+        vf_loss += out.vf_loss;
+        vf_clipfrac += out.vf_clipfrac * std::accumulate(mask.begin(), mask.end(), 0.0) /
+                       std::max(1.0, *norm.batch_num_tokens);
+      });
   const double n = static_cast<double>(std::max<int64_t>(1, r.updates));
   vf_loss = comm.mean(vf_loss);  // as the actor's losses: dp_size x the global normaliser
   vf_clipfrac = comm.sum(vf_clipfrac);

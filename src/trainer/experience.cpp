@@ -26,7 +26,8 @@ PackedResponses::PackedResponses(const Experience& exp, std::vector<int64_t> row
     const int64_t b = rows_[i];
     base_[i] = batch_.cu_seqlens[i] + static_cast<int64_t>(exp.sample[b]->prompt_ids.size()) - 1;
     len_[i] = static_cast<int64_t>(exp.response[b].size());
-    for (int64_t j = 0; j < len_[i]; ++j) batch_.head_rows.push_back(static_cast<int32_t>(base_[i] + j));
+    for (int64_t j = 0; j < len_[i]; ++j)
+      batch_.head_rows.push_back(static_cast<int32_t>(base_[i] + j));
   }
 }
 
@@ -53,8 +54,8 @@ void PackedResponses::gather_into(const std::vector<float>& packed,
 
 std::vector<float> PackedResponses::row(const std::vector<float>& packed, size_t i) const {
   VERL_CHECK(i < rows_.size() && static_cast<int64_t>(packed.size()) >= batch_.num_tokens(),
-             "PackedResponses::row: row {} of {} from {} values for {} tokens", i, rows_.size(), packed.size(),
-             batch_.num_tokens());
+             "PackedResponses::row: row {} of {} from {} values for {} tokens", i, rows_.size(),
+             packed.size(), batch_.num_tokens());
   const auto first = packed.begin() + base_[i];
   return std::vector<float>(first, first + len_[i]);
 }
@@ -62,8 +63,8 @@ std::vector<float> PackedResponses::row(const std::vector<float>& packed, size_t
 std::vector<float> PackedResponses::scatter(const std::vector<float>& per_row) const {
   if (per_row.empty()) return {};
   VERL_CHECK(per_row.size() == rows_.size() * static_cast<size_t>(L_),
-             "PackedResponses::scatter: {} values for {} rows of {}", per_row.size(),
-             rows_.size(), L_);
+             "PackedResponses::scatter: {} values for {} rows of {}", per_row.size(), rows_.size(),
+             L_);
   std::vector<float> out(static_cast<size_t>(batch_.num_tokens()), 0.0f);
   for (size_t i = 0; i < rows_.size(); ++i) {
     for (int64_t j = 0; j < len_[i]; ++j) out[base_[i] + j] = per_row[i * L_ + j];
@@ -105,8 +106,10 @@ class RowReader {
     return v;
   }
   void take(void* dst, size_t n) {
-    VERL_CHECK(static_cast<size_t>(end_ - p_) >= n, "balance_batch: a received row is truncated ({} bytes "
-               "short)", n - static_cast<size_t>(end_ - p_));
+    VERL_CHECK(static_cast<size_t>(end_ - p_) >= n,
+               "balance_batch: a received row is truncated ({} bytes "
+               "short)",
+               n - static_cast<size_t>(end_ - p_));
     std::memcpy(dst, p_, n);
     p_ += n;
   }
@@ -141,7 +144,8 @@ Row read_row(RowReader& r) {
   Row row;
   row.group = r.get<int64_t>();
   const auto len = r.get<int32_t>(), reason = r.get<int32_t>();
-  VERL_CHECK(len >= 0 && reason >= 0, "balance_batch: a received row has length {} and reason {}", len, reason);
+  VERL_CHECK(len >= 0 && reason >= 0, "balance_batch: a received row has length {} and reason {}",
+             len, reason);
   row.score = r.get<float>();
   row.tokens.resize(static_cast<size_t>(len));
   r.take(row.tokens.data(), sizeof(int32_t) * row.tokens.size());
@@ -163,8 +167,7 @@ BalanceResult balance_across_ranks(Experience& exp, const std::vector<data::Samp
              "balance_batch: the experience must be scored before it is balanced");
   // Every rank's rows' lengths (prompt + response), in rank order: the global batch's rows.
   std::vector<int64_t> mine(static_cast<size_t>(B)), seqlens(static_cast<size_t>(B * world));
-  for (int64_t b = 0; b < B; ++b)
-    mine[b] = exp.tokens(b);
+  for (int64_t b = 0; b < B; ++b) mine[b] = exp.tokens(b);
   comm.all_gather<int64_t>(mine, seqlens);
   BalanceResult out;
   data::RankBalance rb = data::balance_across_ranks(seqlens, world);
@@ -176,7 +179,8 @@ BalanceResult balance_across_ranks(Experience& exp, const std::vector<data::Samp
     for (int64_t i = j * B; i < (j + 1) * B; ++i)
       if (rb.order[i] / B == me) write_row(exp, rb.order[i] % B, w);
   }
-  std::vector<size_t> send_counts(world), send_displs(world), recv_counts(world), recv_displs(world);
+  std::vector<size_t> send_counts(world), send_displs(world), recv_counts(world),
+      recv_displs(world);
   std::vector<uint8_t> send;
   for (int64_t j = 0; j < world; ++j) {
     send_displs[j] = send.size();
@@ -198,7 +202,8 @@ BalanceResult balance_across_ranks(Experience& exp, const std::vector<data::Samp
   // Rows from each source arrive in this rank's new order: walk the order, taking the next row of
   // the rank that held it.
   std::vector<RowReader> from;
-  for (int64_t j = 0; j < world; ++j) from.emplace_back(recv.data() + recv_displs[j], recv_counts[j]);
+  for (int64_t j = 0; j < world; ++j)
+    from.emplace_back(recv.data() + recv_displs[j], recv_counts[j]);
   std::vector<Row> rows;
   rows.reserve(static_cast<size_t>(B));
   int64_t L = 1;
@@ -207,7 +212,8 @@ BalanceResult balance_across_ranks(Experience& exp, const std::vector<data::Samp
     L = std::max<int64_t>(L, static_cast<int64_t>(rows.back().tokens.size()));
   }
   for (int64_t j = 0; j < world; ++j)
-    VERL_CHECK(from[j].done(), "balance_batch: rank {} sent more rows than this rank's partition holds", j);
+    VERL_CHECK(from[j].done(),
+               "balance_batch: rank {} sent more rows than this rank's partition holds", j);
 
   Experience next;
   next.B = B;
@@ -218,14 +224,17 @@ BalanceResult balance_across_ranks(Experience& exp, const std::vector<data::Samp
   for (int64_t b = 0; b < B; ++b) {
     Row& r = rows[b];
     VERL_CHECK(r.group >= 0 && r.group < static_cast<int64_t>(batch.size()),
-               "balance_batch: a received row names prompt {} of a batch of {}", r.group, batch.size());
+               "balance_batch: a received row names prompt {} of a batch of {}", r.group,
+               batch.size());
     next.group.push_back(r.group);
     next.sample.push_back(&batch[r.group]);
     next.scores.push_back(r.score);
     next.finish_reason.push_back(std::move(r.finish_reason));
-    std::copy(r.rollout_log_prob.begin(), r.rollout_log_prob.end(), next.rollout_log_prob.begin() + b * L);
+    std::copy(r.rollout_log_prob.begin(), r.rollout_log_prob.end(),
+              next.rollout_log_prob.begin() + b * L);
     std::copy(r.mask.begin(), r.mask.end(), next.mask.begin() + b * L);
-    std::copy(r.token_level_scores.begin(), r.token_level_scores.end(), next.token_level_scores.begin() + b * L);
+    std::copy(r.token_level_scores.begin(), r.token_level_scores.end(),
+              next.token_level_scores.begin() + b * L);
     next.response.push_back(std::move(r.tokens));
   }
   next.token_level_rewards = next.token_level_scores;
@@ -237,7 +246,8 @@ std::pair<std::vector<data::Sample>, int64_t> rank_share(const std::vector<data:
                                                          const dist::Communicator& comm) {
   const int64_t world = comm.world_size(), n = static_cast<int64_t>(all.size());
   if (world == 1) return {all, 0};
-  VERL_CHECK(n % world == 0, "a batch of {} prompts does not split evenly over {} data-parallel ranks", n, world);
+  VERL_CHECK(n % world == 0,
+             "a batch of {} prompts does not split evenly over {} data-parallel ranks", n, world);
   const int64_t per = n / world, first = comm.rank() * per;
   return {std::vector<data::Sample>(all.begin() + first, all.begin() + first + per), first};
 }
@@ -275,7 +285,8 @@ std::vector<float> GlobalRows::mine(const std::vector<float>& global) const {
   if (comm_.world_size() == 1 || global.empty()) return global;
   std::vector<float> out(static_cast<size_t>(B_ * L_));
   const int64_t row0 = comm_.rank() * B_;
-  for (int64_t b = 0; b < B_; ++b) std::copy_n(global.begin() + (row0 + b) * Lg_, L_, out.begin() + b * L_);
+  for (int64_t b = 0; b < B_; ++b)
+    std::copy_n(global.begin() + (row0 + b) * Lg_, L_, out.begin() + b * L_);
   return out;
 }
 

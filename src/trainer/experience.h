@@ -22,20 +22,20 @@ namespace verl::trainer {
 // One step's experience: B responses, per-token matrices [B, L] (L = longest response).
 struct Experience {
   int64_t B = 0, L = 0;
-  std::vector<int64_t> group;                     // [B] prompt index within the global batch
-  std::vector<const data::Sample*> sample;        // [B]
-  std::vector<std::vector<int32_t>> response;     // [B]
-  std::vector<std::string> finish_reason;         // [B]
-  std::vector<float> mask;                        // [B, L] response mask
-  std::vector<float> rollout_log_prob;            // [B, L]
-  std::vector<float> scores;                      // [B] sequence reward
+  std::vector<int64_t> group;                  // [B] prompt index within the global batch
+  std::vector<const data::Sample*> sample;     // [B]
+  std::vector<std::vector<int32_t>> response;  // [B]
+  std::vector<std::string> finish_reason;      // [B]
+  std::vector<float> mask;                     // [B, L] response mask
+  std::vector<float> rollout_log_prob;         // [B, L]
+  std::vector<float> scores;                   // [B] sequence reward
   // The reward manager's extra info per row (verl's reward_extra_info): the scorer's acc and its
   // score before any penalty, and the dapo manager's overlong penalty (0 without one).
   std::vector<float> acc, raw_score, overlong_reward;  // [B]
   std::vector<float> rollout_is_weights;  // [B, L] rollout correction's weights (empty: none)
-  std::vector<float> token_level_scores, token_level_rewards;   // [B, L]
-  std::vector<float> old_log_prob, ref_log_prob, values;        // [B, L] (empty when unused)
-  std::vector<float> advantages, returns;                       // [B, L]
+  std::vector<float> token_level_scores, token_level_rewards;  // [B, L]
+  std::vector<float> old_log_prob, ref_log_prob, values;       // [B, L] (empty when unused)
+  std::vector<float> advantages, returns;                      // [B, L]
   // What the rollout engine's runner did for these rows on this rank (steps, CUDA graphs).
   rollout::StepRunnerStats runner_stats;
   Shape shape() const { return {B, L}; }

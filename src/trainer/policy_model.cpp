@@ -47,7 +47,8 @@ class CpuPolicy final : public PolicyModel {
 
   void backward(const float* d_logprob, const float* d_entropy) override {
     require_trainable(*this, "backward");
-    tf_.backward(batch_, acts_, d_logprob, d_entropy, nullptr, state_.grads(), fo_, state_.grad_sink(), state_.weight_source());
+    tf_.backward(batch_, acts_, d_logprob, d_entropy, nullptr, state_.grads(), fo_,
+                 state_.grad_sink(), state_.weight_source());
   }
 
   void forward_values(const model::PackedBatch& batch, std::vector<float>& values) override {
@@ -57,7 +58,8 @@ class CpuPolicy final : public PolicyModel {
       // A reward model: its score stands at each sequence's last token, the rest is zero.
       values.assign(static_cast<size_t>(batch.num_tokens()), 0.0f);
       for (int64_t s = 0; s < batch.num_seqs(); ++s)
-        values[static_cast<size_t>(batch.cu_seqlens[s + 1] - 1)] = acts_.scores[static_cast<size_t>(s)];
+        values[static_cast<size_t>(batch.cu_seqlens[s + 1] - 1)] =
+            acts_.scores[static_cast<size_t>(s)];
       return;
     }
     values.assign(acts_.values.begin(), acts_.values.begin() + batch.num_tokens());
@@ -65,7 +67,8 @@ class CpuPolicy final : public PolicyModel {
 
   void backward_values(const float* d_values) override {
     require_trainable(*this, "backward_values");
-    tf_.backward(batch_, acts_, nullptr, nullptr, d_values, state_.grads(), fo_, state_.grad_sink(), state_.weight_source());
+    tf_.backward(batch_, acts_, nullptr, nullptr, d_values, state_.grads(), fo_, state_.grad_sink(),
+                 state_.weight_source());
   }
 
   void release_activations() override { acts_ = model::Activations{}; }
@@ -118,8 +121,8 @@ std::unique_ptr<PolicyModel> make_policy(Device device, model::Weights weights,
   const model::HeadKind head = weights.config.head;
   VERL_CHECK(head == model::HeadKind::CausalLM ||
                  (head == model::HeadKind::TokenClassification && weights.config.num_labels == 1) ||
-                 (head == model::HeadKind::SequenceClassification && weights.config.num_labels == 1 &&
-                  !opts.trainable),
+                 (head == model::HeadKind::SequenceClassification &&
+                  weights.config.num_labels == 1 && !opts.trainable),
              "a trainer model must be a causal LM (actor, reference), a one-label token "
              "classifier (critic) or, forward only, a one-label sequence classifier (reward "
              "model); got {} with {} labels{}",

@@ -52,12 +52,10 @@ model::Weights without_linear_matrices(const model::Weights& w) {
 // The GPU rollout over bf16 weights `w` (flat in `layout` order) on ctx's stream: the scheduler's
 // blocks, capped by gpu_memory_utilization of the device (vLLM's rule: what is in use now, the
 // trainer's state included, counts against the share; kv_sizing.h).
-std::unique_ptr<rollout::StepRunner> rollout_runner(const ops::cuda::CudaContext& ctx,
-                                                    const model::ModelConfig& cfg,
-                                                    const model::ParamLayout& layout,
-                                                    const ops::cuda::bf16* w,
-                                                    const rollout::SchedulerConfig& sched,
-                                                    const RolloutRunnerOptions& opts, Numerics numerics) {
+std::unique_ptr<rollout::StepRunner> rollout_runner(
+    const ops::cuda::CudaContext& ctx, const model::ModelConfig& cfg,
+    const model::ParamLayout& layout, const ops::cuda::bf16* w,
+    const rollout::SchedulerConfig& sched, const RolloutRunnerOptions& opts, Numerics numerics) {
   rollout::cuda::CudaRunnerOptions ro;
   ro.kv_blocks = sched.num_blocks;
   ro.gpu_memory_utilization = opts.gpu_memory_utilization;
@@ -105,7 +103,8 @@ class CudaPolicy final : public PolicyModel {
         opts.trainable ? state_->grads() : nullptr, co);
     if (opts.trainable) {  // data parallelism reduces each finished range while backward goes on
       optim::cuda::CudaTrainState* st = state_.get();
-      tf_->set_grad_ready_hook([st](const model::cuda::GradRange& r) { st->grads_ready(r.begin, r.end); });
+      tf_->set_grad_ready_hook(
+          [st](const model::cuda::GradRange& r) { st->grads_ready(r.begin, r.end); });
     }
     // The device state (or its pinned host part) is the weights now: no host copy until weights()
     // is asked for one (checkpoints, a CPU rollout), which a 7B model's host memory cannot spare
@@ -166,23 +165,26 @@ class CudaPolicy final : public PolicyModel {
     VERL_CHECK(
         !quant_,
         "internal: the GPU rollout runs on a trained policy's bf16 weights, not a quantised model");
-    return rollout_runner(session_.ctx(), host_.config, host_.layout, state_->weights_bf16(), sched, opts,
-                          numerics_);
+    return rollout_runner(session_.ctx(), host_.config, host_.layout, state_->weights_bf16(), sched,
+                          opts, numerics_);
   }
 
   // The bf16 weights copied on this policy's stream (after the work already queued on it, such as
   // the last update's AdamW) into a buffer that the snapshot's own session reads.
   class Snapshot final : public RolloutSnapshot {
    public:
-    Snapshot(const ops::cuda::CudaContext& from, const model::Weights& host, const ops::cuda::bf16* w,
-             Numerics numerics)
-        : config_(host.config), layout_(host.layout), numerics_(numerics),
+    Snapshot(const ops::cuda::CudaContext& from, const model::Weights& host,
+             const ops::cuda::bf16* w, Numerics numerics)
+        : config_(host.config),
+          layout_(host.layout),
+          numerics_(numerics),
           w_(static_cast<size_t>(host.layout.total)) {
-      VERL_CUDA_CHECK(cudaMemcpyAsync(w_.data(), w, w_.bytes(), cudaMemcpyDeviceToDevice, from.stream));
+      VERL_CUDA_CHECK(
+          cudaMemcpyAsync(w_.data(), w, w_.bytes(), cudaMemcpyDeviceToDevice, from.stream));
       VERL_CUDA_CHECK(cudaStreamSynchronize(from.stream));
     }
-    std::unique_ptr<rollout::StepRunner> make_rollout_runner(const rollout::SchedulerConfig& sched,
-                                                             const RolloutRunnerOptions& opts) override {
+    std::unique_ptr<rollout::StepRunner> make_rollout_runner(
+        const rollout::SchedulerConfig& sched, const RolloutRunnerOptions& opts) override {
       return rollout_runner(session_.ctx(), config_, layout_, w_.data(), sched, opts, numerics_);
     }
 
@@ -194,7 +196,8 @@ class CudaPolicy final : public PolicyModel {
     ops::cuda::DeviceBuffer<ops::cuda::bf16> w_;
   };
   std::unique_ptr<RolloutSnapshot> rollout_snapshot() override {
-    VERL_CHECK(state_->weights_bf16() != nullptr, "rollout_snapshot: the policy's weights are asleep");
+    VERL_CHECK(state_->weights_bf16() != nullptr,
+               "rollout_snapshot: the policy's weights are asleep");
     return std::make_unique<Snapshot>(session_.ctx(), host_, state_->weights_bf16(), numerics_);
   }
 

@@ -28,20 +28,24 @@ OptimKeys read_optim(const config::Config& cfg, const std::string& prefix, doubl
   return o;
 }
 
-OffloadKeys read_offload(const config::Config& cfg, const std::string& fsdp, double ratio, const char* ratio_key) {
+OffloadKeys read_offload(const config::Config& cfg, const std::string& fsdp, double ratio,
+                         const char* ratio_key) {
   OffloadKeys o;
   o.fsdp = fsdp;
   o.param_offload = cfg.get<bool>(fsdp + "param_offload");
-  if (cfg.has(fsdp + "optimizer_offload")) o.optimizer_offload = cfg.get<bool>(fsdp + "optimizer_offload");
+  if (cfg.has(fsdp + "optimizer_offload"))
+    o.optimizer_offload = cfg.get<bool>(fsdp + "optimizer_offload");
   o.ratio = ratio;
   o.ratio_key = ratio_key;
   return o;
 }
 
-ForwardBatching read_forward_batching(const config::Config& cfg, const std::string& prefix, int world) {
+ForwardBatching read_forward_batching(const config::Config& cfg, const std::string& prefix,
+                                      int world) {
   const bool critic = prefix == "critic.";
   const std::string dyn = critic ? "use_dynamic_bsz" : "log_prob_use_dynamic_bsz";
-  const std::string tokens = critic ? "forward_max_token_len_per_gpu" : "log_prob_max_token_len_per_gpu";
+  const std::string tokens =
+      critic ? "forward_max_token_len_per_gpu" : "log_prob_max_token_len_per_gpu";
   const std::string micro = critic ? "forward_micro_batch_size" : "log_prob_micro_batch_size";
   ForwardBatching f;
   f.max_tokens = cfg.get<int64_t>(prefix + tokens);
@@ -64,7 +68,8 @@ QuantizationKeys read_quantization(const config::Config& cfg, const std::string&
 }
 
 // `section`: actor_rollout_ref.actor or critic (the fsdp_config under the model for the critic).
-UpdateKeys read_update(const config::Config& cfg, const std::string& section, int64_t n, int world) {
+UpdateKeys read_update(const config::Config& cfg, const std::string& section, int64_t n,
+                       int world) {
   const std::string a = section + ".";
   UpdateKeys u;
   u.section = section;
@@ -102,7 +107,8 @@ optim::LrSchedule OptimKeys::schedule(int64_t total_steps) const {
   optim::LrSchedule s;
   s.type = lr_scheduler_type;
   s.total_steps = total_steps;
-  s.warmup_steps = optim::LrSchedule::resolve_warmup(lr_warmup_steps, lr_warmup_steps_ratio, total_steps);
+  s.warmup_steps =
+      optim::LrSchedule::resolve_warmup(lr_warmup_steps, lr_warmup_steps_ratio, total_steps);
   s.min_lr_ratio = min_lr_ratio;
   s.num_cycles = num_cycles;
   return s;
@@ -113,9 +119,11 @@ optim::OffloadConfig OffloadKeys::resolve(Device device) const {
   o.params = param_offload ? 1.0 : ratio;
   o.optimizer = optimizer_offload.value_or(false) ? 1.0 : ratio;
   if (device != Device::Cuda && o.any()) {
-    log::warn("{}{}param_offload{}: trainer.device=cpu keeps the model in host memory already; nothing to offload",
-              ratio_key ? fmt::format("{} / ", ratio_key) : "", fsdp,
-              optimizer_offload ? fmt::format(" / {}optimizer_offload", fsdp) : "");
+    log::warn(
+        "{}{}param_offload{}: trainer.device=cpu keeps the model in host memory already; nothing "
+        "to offload",
+        ratio_key ? fmt::format("{} / ", ratio_key) : "", fsdp,
+        optimizer_offload ? fmt::format(" / {}optimizer_offload", fsdp) : "");
     return {};
   }
   return o;
@@ -131,8 +139,10 @@ PpoConfig PpoConfig::read(const config::Config& cfg, int world, bool distributed
   auto contents = [&](const std::string& key) {
     return parse_checkpoint_contents(cfg.get<std::vector<std::string>>(key), key);
   };
-  const CheckpointContents actor_save = contents("actor_rollout_ref.actor.checkpoint.save_contents");
-  const CheckpointContents actor_load = contents("actor_rollout_ref.actor.checkpoint.load_contents");
+  const CheckpointContents actor_save =
+      contents("actor_rollout_ref.actor.checkpoint.save_contents");
+  const CheckpointContents actor_load =
+      contents("actor_rollout_ref.actor.checkpoint.load_contents");
   const CheckpointContents critic_save = contents("critic.checkpoint.save_contents");
   const CheckpointContents critic_load = contents("critic.checkpoint.load_contents");
   DataKeys& d = c.data;
@@ -143,13 +153,16 @@ PpoConfig PpoConfig::read(const config::Config& cfg, int world, bool distributed
     for (const auto& [key, v] : {std::pair{"data.train_batch_size", d.train_batch_size},
                                  std::pair{"data.gen_batch_size", d.gen_batch_size},
                                  std::pair{"actor_rollout_ref.actor.ppo_mini_batch_size", mini}}) {
-      VERL_CHECK(v % world == 0, "{}={} must be a multiple of the {} data-parallel ranks (each takes an equal share)",
-                 key, v, world);
+      VERL_CHECK(
+          v % world == 0,
+          "{}={} must be a multiple of the {} data-parallel ranks (each takes an equal share)", key,
+          v, world);
     }
   }
   c.model_path = cfg.get<std::string>("actor_rollout_ref.model.path");
   d.tokenizer = cfg.get<std::optional<std::string>>("data.tokenizer");
-  c.custom_chat_template = cfg.get<std::optional<std::string>>("actor_rollout_ref.model.custom_chat_template");
+  c.custom_chat_template =
+      cfg.get<std::optional<std::string>>("actor_rollout_ref.model.custom_chat_template");
   const std::string rol = "actor_rollout_ref.rollout.";
   RolloutKeys& r = c.rollout;
   const int64_t n = cfg.get<int64_t>(rol + "n");
@@ -158,9 +171,10 @@ PpoConfig PpoConfig::read(const config::Config& cfg, int world, bool distributed
     // than 2^20 (a typo in n, say) would take turns in the KV cache for hours before failing.
     constexpr int64_t kMaxRankSequences = int64_t{1} << 20;
     VERL_CHECK(d.gen_batch_size / world <= kMaxRankSequences / n,
-               "data.gen_batch_size {} x actor_rollout_ref.rollout.n {} = {} sequences a step over {} rank(s), "
-               "more than the {} a rank holds; lower one of them", d.gen_batch_size, n, d.gen_batch_size * n, world,
-               kMaxRankSequences);
+               "data.gen_batch_size {} x actor_rollout_ref.rollout.n {} = {} sequences a step over "
+               "{} rank(s), "
+               "more than the {} a rank holds; lower one of them",
+               d.gen_batch_size, n, d.gen_batch_size * n, world, kMaxRankSequences);
   }
   r.reshard_bucket = cfg.get<int64_t>(rol + "update_weights_bucket_megabytes") * (1 << 20) /
                      static_cast<int64_t>(sizeof(float));
@@ -184,7 +198,8 @@ PpoConfig PpoConfig::read(const config::Config& cfg, int world, bool distributed
       r.length_dist.cap = cfg.get<std::optional<int64_t>>(k + "cap");
     }
   }
-  r.numerics = numerics_from_flags(cfg.get<bool>(rol + "batch_invariant"), cfg.get<bool>(rol + "match_trainer_numerics"));
+  r.numerics = numerics_from_flags(cfg.get<bool>(rol + "batch_invariant"),
+                                   cfg.get<bool>(rol + "match_trainer_numerics"));
   d.train_files = cfg.get<std::vector<std::string>>("data.train_files");
   d.val_files = cfg.get<std::optional<std::vector<std::string>>>("data.val_files");
   d.max_prompt_length = cfg.get<int64_t>("data.max_prompt_length");
@@ -193,7 +208,8 @@ PpoConfig PpoConfig::read(const config::Config& cfg, int world, bool distributed
 
   AlgorithmKeys& alg = c.algorithm;
   alg.estimator = parse_adv_estimator(cfg.get<std::string>("algorithm.adv_estimator"));
-  c.use_critic = alg.estimator == AdvantageEstimator::GAE || cfg.get<std::optional<bool>>("critic.enable").value_or(false);
+  c.use_critic = alg.estimator == AdvantageEstimator::GAE ||
+                 cfg.get<std::optional<bool>>("critic.enable").value_or(false);
   // The actor's update keys; its forward-only pass (old_log_prob) is cut by rollout.log_prob_*.
   c.actor = read_update(cfg, "actor_rollout_ref.actor", n, world);
   c.actor.save = actor_save;
@@ -241,14 +257,16 @@ PpoConfig PpoConfig::read(const config::Config& cfg, int world, bool distributed
     c.actor_loss.kl_loss_type = parse_kl_type(cfg.get<std::string>(a + "kl_loss_type"));
     c.actor.shuffle = cfg.get<bool>(a + "shuffle");
   }
-  c.actor.gradient_checkpointing = cfg.get<bool>("actor_rollout_ref.model.enable_gradient_checkpointing");
+  c.actor.gradient_checkpointing =
+      cfg.get<bool>("actor_rollout_ref.model.enable_gradient_checkpointing");
   c.use_ref = c.actor_loss.use_kl_loss || alg.use_kl_in_reward;
   if (c.use_ref) {
     c.ref_batching = read_forward_batching(cfg, "actor_rollout_ref.ref.", world);
     c.ref_offload = read_offload(cfg, "actor_rollout_ref.ref.fsdp_config.", 0.0, nullptr);
     c.ref_quantization = read_quantization(cfg, "actor_rollout_ref.ref.");
   }
-  c.actor.optim = read_optim(cfg, "actor_rollout_ref.actor", cfg.get<double>("actor_rollout_ref.actor.grad_clip"));
+  c.actor.optim = read_optim(cfg, "actor_rollout_ref.actor",
+                             cfg.get<double>("actor_rollout_ref.actor.grad_clip"));
   c.actor.offload = read_offload(cfg, "actor_rollout_ref.actor.fsdp_config.",
                                  cfg.get<double>("actor_rollout_ref.actor_offload_ratio"),
                                  "actor_rollout_ref.actor_offload_ratio");
@@ -258,7 +276,7 @@ PpoConfig PpoConfig::read(const config::Config& cfg, int world, bool distributed
     optim::LightweightConfig lw;
     lw.top_k = cfg.get<double>(k + "top_k");
     lw.values = optim::sync_values_named(cfg.get<std::string>(k + "compression_dtype"),
-                                        "trainer.lightweight_sync_config.compression_dtype");
+                                         "trainer.lightweight_sync_config.compression_dtype");
     lw.interval = cfg.get<int64_t>(k + "sync_interval_steps");
     lw.error_feedback = cfg.get<bool>(k + "error_feedback");
     if (method == "lightweight") t.lightweight_sync = lw;
@@ -290,9 +308,12 @@ PpoConfig PpoConfig::read(const config::Config& cfg, int world, bool distributed
     m.path = data::expand_user(m.path_as_configured);
     m.quantization = read_quantization(cfg, "reward_model.");
     m.max_length = cfg.get<std::optional<int64_t>>("reward_model.max_length").value_or(0);
-    m.input_tokenizer = cfg.get<std::optional<std::string>>("reward_model.model.input_tokenizer").has_value();
-    m.forward_max_token_len_per_gpu = cfg.get<int64_t>("reward_model.forward_max_token_len_per_gpu");
-    m.micro_batch_size_per_gpu = cfg.get<std::optional<int64_t>>("reward_model.micro_batch_size_per_gpu");
+    m.input_tokenizer =
+        cfg.get<std::optional<std::string>>("reward_model.model.input_tokenizer").has_value();
+    m.forward_max_token_len_per_gpu =
+        cfg.get<int64_t>("reward_model.forward_max_token_len_per_gpu");
+    m.micro_batch_size_per_gpu =
+        cfg.get<std::optional<int64_t>>("reward_model.micro_batch_size_per_gpu");
     m.use_dynamic_bsz = cfg.get<bool>("reward_model.use_dynamic_bsz");
     m.offload = read_offload(cfg, "reward_model.model.fsdp_config.", 0.0, nullptr);
     rw.model = std::move(m);
@@ -305,7 +326,8 @@ PpoConfig PpoConfig::read(const config::Config& cfg, int world, bool distributed
     rw.overlong.penalty_factor = cfg.get<double>(ob + "penalty_factor");
     if (rw.overlong.enable) {
       // verl's DAPORewardManager asserts the same (and divides by len).
-      VERL_CHECK(rw.reward_manager == "dapo", "{}enable=true needs reward_model.reward_manager=dapo", ob);
+      VERL_CHECK(rw.reward_manager == "dapo",
+                 "{}enable=true needs reward_model.reward_manager=dapo", ob);
       VERL_CHECK(rw.overlong.len >= 1 && rw.overlong.len <= d.max_response_length,
                  "{}len={} must be within 1..data.max_response_length ({})", ob, rw.overlong.len,
                  d.max_response_length);
@@ -317,70 +339,100 @@ PpoConfig PpoConfig::read(const config::Config& cfg, int world, bool distributed
     if (!fg.enable) {
       // Settings of a switched-off filter change nothing: say so rather than ignore them.
       if (metric || fg.max_num_gen_batches > 0)
-        log::warn("algorithm.filter_groups.metric / max_num_gen_batches are set but algorithm.filter_groups.enable "
-                  "is false: every group is kept");
+        log::warn(
+            "algorithm.filter_groups.metric / max_num_gen_batches are set but "
+            "algorithm.filter_groups.enable "
+            "is false: every group is kept");
     } else {
-      VERL_CHECK(metric.has_value(), "algorithm.filter_groups.enable=true needs algorithm.filter_groups.metric "
+      VERL_CHECK(metric.has_value(),
+                 "algorithm.filter_groups.enable=true needs algorithm.filter_groups.metric "
                  "(acc, score, seq_reward or seq_final_reward)");
       VERL_CHECK(world == 1,
-                 "algorithm.filter_groups.enable=true runs on one rank for now ({} were started): the kept groups "
-                 "would have to be redistributed over the ranks", world);
+                 "algorithm.filter_groups.enable=true runs on one rank for now ({} were started): "
+                 "the kept groups "
+                 "would have to be redistributed over the ranks",
+                 world);
       VERL_CHECK(alg.estimator != AdvantageEstimator::ReMax,
-                 "algorithm.filter_groups.enable=true with algorithm.adv_estimator=remax is not supported (ReMax's "
+                 "algorithm.filter_groups.enable=true with algorithm.adv_estimator=remax is not "
+                 "supported (ReMax's "
                  "greedy baselines are generated per prompt batch)");
       VERL_CHECK(!(*metric == "seq_final_reward" && alg.use_kl_in_reward),
-                 "algorithm.filter_groups.metric=seq_final_reward with algorithm.use_kl_in_reward=true is not "
+                 "algorithm.filter_groups.metric=seq_final_reward with "
+                 "algorithm.use_kl_in_reward=true is not "
                  "supported (the KL penalty is applied after filtering here); use seq_reward");
       fg.metric = *metric;
     }
     const std::string rc = "algorithm.rollout_correction.";
     alg.rollout_correction = parse_rollout_correction(
-        cfg.get<std::optional<std::string>>(rc + "rollout_is"), cfg.get<double>(rc + "rollout_is_threshold"),
-        cfg.get<bool>(rc + "rollout_is_batch_normalize"), cfg.get<std::optional<std::string>>(rc + "rollout_rs"),
-        cfg.get<std::optional<std::string>>(rc + "rollout_rs_threshold"), cfg.get<bool>(rc + "bypass_mode"),
-        cfg.get<std::string>(rc + "loss_type"));
+        cfg.get<std::optional<std::string>>(rc + "rollout_is"),
+        cfg.get<double>(rc + "rollout_is_threshold"),
+        cfg.get<bool>(rc + "rollout_is_batch_normalize"),
+        cfg.get<std::optional<std::string>>(rc + "rollout_rs"),
+        cfg.get<std::optional<std::string>>(rc + "rollout_rs_threshold"),
+        cfg.get<bool>(rc + "bypass_mode"), cfg.get<std::string>(rc + "loss_type"));
     VERL_CHECK(alg.rollout_correction.bypass_mode || alg.rollout_correction.loss_type == "ppo_clip",
                "{}loss_type={} applies to bypass mode only; set {}bypass_mode=true", rc,
                alg.rollout_correction.loss_type, rc);
   }
   if (rw.model && (rw.command || rw.reward_manager == "dapo"))
-    log::warn("reward_model.enable=true: the reward model's scores are the reward (as verl's reward managers "
-              "return rm_scores); {} is not used", rw.command ? "custom_reward_function" : "the dapo overlong buffer");
+    log::warn(
+        "reward_model.enable=true: the reward model's scores are the reward (as verl's reward "
+        "managers "
+        "return rm_scores); {} is not used",
+        rw.command ? "custom_reward_function" : "the dapo overlong buffer");
   d.dynamic_batch = cfg.get<bool>("data.dynamic_batch.enable");
   // The seed's overlap switches (docs/overlap.md), where the run allows them.
   t.token_level_pipeline = cfg.get<bool>("trainer.token_level_pipeline");
   if (t.token_level_pipeline && alg.filter_groups.enable) {
-    log::warn("trainer.token_level_pipeline with algorithm.filter_groups: dynamic sampling drops and regenerates "
-              "groups after generation, so the log-prob passes run after it (no pipeline)");
+    log::warn(
+        "trainer.token_level_pipeline with algorithm.filter_groups: dynamic sampling drops and "
+        "regenerates "
+        "groups after generation, so the log-prob passes run after it (no pipeline)");
     t.token_level_pipeline = false;
   }
-  if (world > 1) t.balance_batch = cfg.get<bool>("trainer.balance_batch");  // one rank has nothing to balance
+  if (world > 1)
+    t.balance_batch = cfg.get<bool>("trainer.balance_batch");  // one rank has nothing to balance
   if (t.token_level_pipeline && world > 1 && t.balance_batch) {
-    log::warn("trainer.token_level_pipeline with trainer.balance_batch on {} ranks: balancing moves rows between "
-              "ranks after generation, so the log-prob passes run after it; set trainer.balance_batch=false to "
-              "pipeline them", world);
+    log::warn(
+        "trainer.token_level_pipeline with trainer.balance_batch on {} ranks: balancing moves rows "
+        "between "
+        "ranks after generation, so the log-prob passes run after it; set "
+        "trainer.balance_batch=false to "
+        "pipeline them",
+        world);
     t.token_level_pipeline = false;
   }
   t.critic_actor_overlap = cfg.get<bool>("trainer.critic_actor_overlap");
   if (t.critic_actor_overlap && d.dynamic_batch) {
-    log::warn("trainer.critic_actor_overlap with data.dynamic_batch.enable: both updates would adapt the one "
-              "token budget at once; they run one after the other");
+    log::warn(
+        "trainer.critic_actor_overlap with data.dynamic_batch.enable: both updates would adapt the "
+        "one "
+        "token budget at once; they run one after the other");
     t.critic_actor_overlap = false;
   }
   if (t.critic_actor_overlap && distributed) {
-    log::warn("trainer.critic_actor_overlap with a communicator ({} ranks): the two updates' gradient collectives "
-              "would interleave in different orders on different ranks; they run one after the other", world);
+    log::warn(
+        "trainer.critic_actor_overlap with a communicator ({} ranks): the two updates' gradient "
+        "collectives "
+        "would interleave in different orders on different ranks; they run one after the other",
+        world);
     t.critic_actor_overlap = false;
   }
   t.one_step_off_policy = cfg.get<bool>("trainer.one_step_off_policy");
   if (t.one_step_off_policy) {
     const std::string k = "trainer.one_step_off_policy";
-    VERL_CHECK(!alg.filter_groups.enable, "{}=true with algorithm.filter_groups: dynamic "
-               "sampling takes further batches from the loader inside a step, which the next step's rollout has "
-               "already taken; turn one of them off", k);
-    VERL_CHECK(c.actor.zero_stage < 3, "{}=true with "
-               "actor_rollout_ref.actor.zero_stage=3: the rollout's whole weights are gathered with collectives, "
-               "which a rollout beside training must not start; use zero_stage 0-2", k);
+    VERL_CHECK(!alg.filter_groups.enable,
+               "{}=true with algorithm.filter_groups: dynamic "
+               "sampling takes further batches from the loader inside a step, which the next "
+               "step's rollout has "
+               "already taken; turn one of them off",
+               k);
+    VERL_CHECK(c.actor.zero_stage < 3,
+               "{}=true with "
+               "actor_rollout_ref.actor.zero_stage=3: the rollout's whole weights are gathered "
+               "with collectives, "
+               "which a rollout beside training must not start; use zero_stage 0-2",
+               k);
   }
   t.critic_warmup = cfg.get<int64_t>("trainer.critic_warmup");
   t.rollout_data_dir = cfg.get<std::optional<std::string>>("trainer.rollout_data_dir");
@@ -389,8 +441,10 @@ PpoConfig PpoConfig::read(const config::Config& cfg, int world, bool distributed
   t.resume_mode = cfg.get<std::string>("trainer.resume_mode");
   t.default_local_dir = cfg.get<std::string>("trainer.default_local_dir");
   t.resume_from_path = cfg.get<std::optional<std::string>>("trainer.resume_from_path");
-  t.max_actor_ckpt_to_keep = cfg.get<std::optional<int64_t>>("trainer.max_actor_ckpt_to_keep").value_or(0);
-  t.max_critic_ckpt_to_keep = cfg.get<std::optional<int64_t>>("trainer.max_critic_ckpt_to_keep").value_or(0);
+  t.max_actor_ckpt_to_keep =
+      cfg.get<std::optional<int64_t>>("trainer.max_actor_ckpt_to_keep").value_or(0);
+  t.max_critic_ckpt_to_keep =
+      cfg.get<std::optional<int64_t>>("trainer.max_critic_ckpt_to_keep").value_or(0);
   t.logger = cfg.get<std::vector<std::string>>("trainer.logger");
   t.logging_steps = cfg.get<int64_t>("trainer.logging_steps");
   t.test_freq = cfg.get<int64_t>("trainer.test_freq");

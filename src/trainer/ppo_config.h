@@ -63,7 +63,7 @@ struct QuantizationKeys {
 
 // A trained model's update keys (actor_rollout_ref.actor.*, critic.*).
 struct UpdateKeys {
-  std::string section;  // "actor_rollout_ref.actor" or "critic", for messages
+  std::string section;              // "actor_rollout_ref.actor" or "critic", for messages
   int64_t ppo_mini_batch_size = 0;  // prompts, as configured
   int64_t mini = 0;  // this rank's sequences a mini-batch: ppo_mini_batch_size x rollout.n / ranks
   int64_t ppo_epochs = 1;
@@ -105,7 +105,8 @@ struct RolloutKeys {
   int64_t max_num_seqs = 0, max_num_batched_tokens = 0;
   double gpu_memory_utilization = 0.5;
   bool enforce_eager = false;
-  int64_t reshard_bucket = 0;  // ZeRO-3's reshard: floats a bucket (update_weights_bucket_megabytes)
+  int64_t reshard_bucket =
+      0;  // ZeRO-3's reshard: floats a bucket (update_weights_bucket_megabytes)
   LengthDistKeys length_dist;
   Numerics numerics = Numerics::Fast;  // batch_invariant, match_trainer_numerics
 };
@@ -131,8 +132,8 @@ struct RewardKeys {
     double penalty_factor = 0;
   } overlong;
   std::optional<reward::CommandRewardConfig> command;  // custom_reward_function.command
-  std::optional<RewardModelKeys> model;                 // reward_model.enable
-  bool actor_reward_parallel = true;                    // trainer.actor_reward_parallel
+  std::optional<RewardModelKeys> model;                // reward_model.enable
+  bool actor_reward_parallel = true;                   // trainer.actor_reward_parallel
 };
 
 struct AlgorithmKeys {

@@ -1,6 +1,7 @@
 // The step dataflow of verl's RayPPOTrainer.fit on our engine: one call per stage over the
 // workers (actor_worker, critic_worker, rollout_worker, reward_manager) and the recipes beside it.
-// Names of stages, metrics and config keys are verl's (verl/trainer/ppo/ray_trainer.py, metric_utils.py).
+// Names of stages, metrics and config keys are verl's (verl/trainer/ppo/ray_trainer.py,
+// metric_utils.py).
 #include "trainer/ppo_trainer.h"
 
 #include <algorithm>
@@ -36,68 +37,86 @@ PpoTrainer::PpoTrainer(const config::Config& cfg)
       memory_(device_) {
   model::Weights actor_weights = model::Weights::load(cfg_.model_path);
   VERL_CHECK(actor_weights.config.head == model::HeadKind::CausalLM,
-             "actor_rollout_ref.model.path={}: the actor must be a causal LM, got {}", cfg_.model_path,
-             actor_weights.config.architecture);
+             "actor_rollout_ref.model.path={}: the actor must be a causal LM, got {}",
+             cfg_.model_path, actor_weights.config.architecture);
   tokenizer_dir_ = cfg_.data.tokenizer.value_or(cfg_.model_path);
   tok_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::load(tokenizer_dir_));
   if (cfg_.custom_chat_template)
-    tok_->set_chat_template(*cfg_.custom_chat_template, "actor_rollout_ref.model.custom_chat_template");
-  std::vector<int32_t> eos_ids = model::generation_eos_ids(cfg_.model_path, actor_weights.config, tok_->eos_token_id());
+    tok_->set_chat_template(*cfg_.custom_chat_template,
+                            "actor_rollout_ref.model.custom_chat_template");
+  std::vector<int32_t> eos_ids =
+      model::generation_eos_ids(cfg_.model_path, actor_weights.config, tok_->eos_token_id());
 
-  // Rows the built-in scorers would reject fail at load, naming file:line (a command scores its own).
+  // Rows the built-in scorers would reject fail at load, naming file:line (a command scores its
+  // own).
   const bool rule_rewards = !cfg_.reward.command;
   auto dataset_options = [&](bool validation) {
     data::DatasetOptions o = data::DatasetOptions::from_config(cfg_.raw, validation);
-    if (rule_rewards) o.check_reward_inputs = [](const std::string& ds, const nlohmann::json& gt) {
-      reward::check_reward_inputs(ds, gt);
-    };
+    if (rule_rewards)
+      o.check_reward_inputs = [](const std::string& ds, const nlohmann::json& gt) {
+        reward::check_reward_inputs(ds, gt);
+      };
     return o;
   };
-  train_set_ = std::make_unique<data::RLDataset>(data::RLDataset::load(cfg_.data.train_files, *tok_, dataset_options(false)));
+  train_set_ = std::make_unique<data::RLDataset>(
+      data::RLDataset::load(cfg_.data.train_files, *tok_, dataset_options(false)));
   if (cfg_.data.val_files)
-    val_set_ = std::make_unique<data::RLDataset>(data::RLDataset::load(*cfg_.data.val_files, *tok_, dataset_options(true)));
-  train_loader_ = std::make_unique<data::DataLoader>(*train_set_, data::LoaderOptions::train_from_config(cfg_.raw));
+    val_set_ = std::make_unique<data::RLDataset>(
+        data::RLDataset::load(*cfg_.data.val_files, *tok_, dataset_options(true)));
+  train_loader_ = std::make_unique<data::DataLoader>(
+      *train_set_, data::LoaderOptions::train_from_config(cfg_.raw));
   total_steps_ = train_loader_->total_batches();
-  if (cfg_.trainer.total_training_steps) total_steps_ = std::min(total_steps_, *cfg_.trainer.total_training_steps);
+  if (cfg_.trainer.total_training_steps)
+    total_steps_ = std::min(total_steps_, *cfg_.trainer.total_training_steps);
 
-  if (plan_.critic) critic_ = std::make_unique<CriticWorker>(cfg_, plan_, device_, *comm_, total_steps_);
-  actor_ = std::make_unique<ActorWorker>(cfg_, plan_, device_, std::move(actor_weights), *comm_, total_steps_);
+  if (plan_.critic)
+    critic_ = std::make_unique<CriticWorker>(cfg_, plan_, device_, *comm_, total_steps_);
+  actor_ = std::make_unique<ActorWorker>(cfg_, plan_, device_, std::move(actor_weights), *comm_,
+                                         total_steps_);
   memory_.set_models({&actor_->model(), actor_->ref(), critic_ ? &critic_->model() : nullptr});
   if (device_ == Device::Cuda) {
-    log::info("trainer.device={}: actor{} on cuda, micro-batches of at most {} tokens, {:.2f} GiB of device memory "
-              "in use; the rollout runs on the GPU from the actor's bf16 weights",
-              cfg_.trainer.device, actor_->ref() ? " and reference policy" : "", actor_->model().max_tokens(),
-              static_cast<double>(device_memory_in_use()) / (1 << 30));
+    log::info(
+        "trainer.device={}: actor{} on cuda, micro-batches of at most {} tokens, {:.2f} GiB of "
+        "device memory "
+        "in use; the rollout runs on the GPU from the actor's bf16 weights",
+        cfg_.trainer.device, actor_->ref() ? " and reference policy" : "",
+        actor_->model().max_tokens(), static_cast<double>(device_memory_in_use()) / (1 << 30));
   }
   if (const auto& k = cfg_.algorithm.kl_ctrl; cfg_.algorithm.use_kl_in_reward)
     kl_ctrl_ = KlController::from_config(k.type, k.kl_coef, k.target_kl, k.horizon);
   reward_ = RewardManager::create(cfg_, device_, *tok_);
   // NVML sampling from the start on the GPU, so that a caller driving train_step itself (`verl
   // bench grpo-step`) gets perf/gpu_util_mean and perf/gpu_idle_share too.
-  if (comm_->rank() == 0 && device_ == Device::Cuda) gpu_monitor_ = std::make_unique<metrics::GpuMonitor>();
+  if (comm_->rank() == 0 && device_ == Device::Cuda)
+    gpu_monitor_ = std::make_unique<metrics::GpuMonitor>();
   if (const auto db = data::DynamicBatchConfig::from_config(cfg_.raw); db.enable) {
     // The token budget follows the memory in use: the device's on cuda, the process's resident set
     // on cpu (where the CPU model's activations live); the fullest rank's, so all ranks agree.
     data::MemoryReading memory = [this] {
-      const auto used = static_cast<int64_t>(device_ == Device::Cuda ? device_memory_in_use()
-                                                                    : metrics::current_rss_bytes());
+      const auto used = static_cast<int64_t>(
+          device_ == Device::Cuda ? device_memory_in_use() : metrics::current_rss_bytes());
       return static_cast<double>(comm_->world_size() > 1 ? comm_->max(used) : used);
     };
     const int64_t planned = cfg_.data.max_prompt_length + cfg_.rollout.response_length;
-    dyn_batch_ = std::make_unique<data::DynamicBatchSampler>(db, planned, cfg_.actor.ppo_max_token_len_per_gpu,
-                                                             std::move(memory));
-    log::info("data.dynamic_batch: samples of {}..{} tokens, micro-batches of {} tokens (floor {}), "
-              "communication_sensitivity={}", db.min_sequence_length, db.max_sequence_length, dyn_batch_->ceiling(),
-              dyn_batch_->floor(), db.communication_sensitivity);
+    dyn_batch_ = std::make_unique<data::DynamicBatchSampler>(
+        db, planned, cfg_.actor.ppo_max_token_len_per_gpu, std::move(memory));
+    log::info(
+        "data.dynamic_batch: samples of {}..{} tokens, micro-batches of {} tokens (floor {}), "
+        "communication_sensitivity={}",
+        db.min_sequence_length, db.max_sequence_length, dyn_batch_->ceiling(), dyn_batch_->floor(),
+        db.communication_sensitivity);
   }
-  rollout_ = std::make_unique<RolloutWorker>(cfg_, device_, *actor_, critic_.get(), *reward_, memory_,
-                                             std::move(eos_ids));
-  if (cfg_.algorithm.filter_groups.enable) dynamic_sampling_ = std::make_unique<DynamicSampling>(cfg_, *rollout_);
+  rollout_ = std::make_unique<RolloutWorker>(cfg_, device_, *actor_, critic_.get(), *reward_,
+                                             memory_, std::move(eos_ids));
+  if (cfg_.algorithm.filter_groups.enable)
+    dynamic_sampling_ = std::make_unique<DynamicSampling>(cfg_, *rollout_);
   if (cfg_.trainer.one_step_off_policy)
-    one_step_off_ = std::make_unique<OneStepOff>(*rollout_, actor_->model(), *train_loader_, *comm_);
-  log::info("PPO trainer: {} ({} parameters), {} training prompts, {} steps, adv_estimator={}{}{}", cfg_.model_path,
-            actor_->model().state().numel(), train_set_->size(), total_steps_, to_string(cfg_.algorithm.estimator),
-            critic_ ? ", critic" : "", actor_->ref() ? ", reference model" : "");
+    one_step_off_ =
+        std::make_unique<OneStepOff>(*rollout_, actor_->model(), *train_loader_, *comm_);
+  log::info("PPO trainer: {} ({} parameters), {} training prompts, {} steps, adv_estimator={}{}{}",
+            cfg_.model_path, actor_->model().state().numel(), train_set_->size(), total_steps_,
+            to_string(cfg_.algorithm.estimator), critic_ ? ", critic" : "",
+            actor_->ref() ? ", reference model" : "");
 }
 
 PpoTrainer::~PpoTrainer() {
@@ -105,7 +124,8 @@ PpoTrainer::~PpoTrainer() {
   if (logger_) logger_->close();
 }
 
-// ---- the step ---------------------------------------------------------------------------------------
+// ---- the step
+// ---------------------------------------------------------------------------------------
 
 metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
   metrics::StageTimer timer;
@@ -118,7 +138,8 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
   TokenPipeline pipe;
   int64_t staleness = 0;
   double exchange_bytes = 0;
-  const std::unique_ptr<OneStepOff::Prefetch> ready = gen(batch, local, first, exp, pipe, timer, m, staleness);
+  const std::unique_ptr<OneStepOff::Prefetch> ready =
+      gen(batch, local, first, exp, pipe, timer, m, staleness);
   if (!reward(batch, exp, timer, m, exchange_bytes)) return m;  // out of data: fit() stops
   old_log_prob(exp, pipe, staleness, timer, m);
   ref(exp, pipe, timer, m);
@@ -131,16 +152,20 @@ metrics::Metrics PpoTrainer::train_step(const data::Batch& batch) {
   return m;
 }
 
-std::unique_ptr<OneStepOff::Prefetch> PpoTrainer::gen(const data::Batch& batch, const std::vector<data::Sample>& local,
-                                                      int64_t first, Experience& exp, TokenPipeline& pipe,
-                                                      metrics::StageTimer& timer, metrics::Metrics& m,
-                                                      int64_t& staleness) {
+std::unique_ptr<OneStepOff::Prefetch> PpoTrainer::gen(const data::Batch& batch,
+                                                      const std::vector<data::Sample>& local,
+                                                      int64_t first, Experience& exp,
+                                                      TokenPipeline& pipe,
+                                                      metrics::StageTimer& timer,
+                                                      metrics::Metrics& m, int64_t& staleness) {
   comm_->set_stage("gen");
   (void)take_tracked_device_peak();  // each phase's device peak counts from its start
-  pipe = rollout_->pipeline_plan(needs_old_log_prob(static_cast<int64_t>(local.size()) * cfg_.rollout.train.n, 0));
+  pipe = rollout_->pipeline_plan(
+      needs_old_log_prob(static_cast<int64_t>(local.size()) * cfg_.rollout.train.n, 0));
   // trainer.one_step_off_policy: the rollout the last step started from its weights (kept alive:
   // the experience's samples point into it), else this step's own.
-  std::unique_ptr<OneStepOff::Prefetch> ready = one_step_off_ ? one_step_off_->take(batch) : nullptr;
+  std::unique_ptr<OneStepOff::Prefetch> ready =
+      one_step_off_ ? one_step_off_->take(batch) : nullptr;
   staleness = ready ? global_step_ - ready->weights_step : 0;
   if (ready) {
     exp = std::move(ready->exp);
@@ -152,19 +177,21 @@ std::unique_ptr<OneStepOff::Prefetch> PpoTrainer::gen(const data::Batch& batch, 
   if (one_step_off_) {
     m.set("rollout/staleness", static_cast<double>(staleness));
     m.set("rollout/weights_step", static_cast<double>(global_step_ - staleness));
-    if (global_step_ + 1 < total_steps_) one_step_off_->start(global_step_);  // the next step's rollout, beside this one
+    if (global_step_ + 1 < total_steps_)
+      one_step_off_->start(global_step_);  // the next step's rollout, beside this one
   }
   return ready;
 }
 
-bool PpoTrainer::reward(const data::Batch& batch, Experience& exp, metrics::StageTimer& timer, metrics::Metrics& m,
-                        double& exchange_bytes) {
-  if (dynamic_sampling_ &&
-      !dynamic_sampling_->run(batch, exp, timer, m, global_step_ + 1, [this] { return next_batch(); })) {
+bool PpoTrainer::reward(const data::Batch& batch, Experience& exp, metrics::StageTimer& timer,
+                        metrics::Metrics& m, double& exchange_bytes) {
+  if (dynamic_sampling_ && !dynamic_sampling_->run(batch, exp, timer, m, global_step_ + 1,
+                                                   [this] { return next_batch(); })) {
     out_of_data_ = true;
     return false;
   }
-  const std::vector<data::Sample>& step_samples = dynamic_sampling_ ? dynamic_sampling_->kept_samples() : batch.samples;
+  const std::vector<data::Sample>& step_samples =
+      dynamic_sampling_ ? dynamic_sampling_->kept_samples() : batch.samples;
   if (cfg_.trainer.rollout_data_dir)
     dump_generations(*cfg_.trainer.rollout_data_dir, "trainer.rollout_data_dir", global_step_ + 1,
                      generation_rows(*tok_, exp), *comm_);
@@ -208,7 +235,8 @@ void PpoTrainer::old_log_prob(Experience& exp, const TokenPipeline& pipe, int64_
   apply_rollout_correction(exp, m);
 }
 
-void PpoTrainer::ref(Experience& exp, const TokenPipeline& pipe, metrics::StageTimer& timer, metrics::Metrics& m) {
+void PpoTrainer::ref(Experience& exp, const TokenPipeline& pipe, metrics::StageTimer& timer,
+                     metrics::Metrics& m) {
   PolicyModel* ref = actor_->ref();
   if (!ref) return;
   auto s = timer.scope("ref");
@@ -224,7 +252,8 @@ void PpoTrainer::ref(Experience& exp, const TokenPipeline& pipe, metrics::StageT
   ref->sleep();
 }
 
-void PpoTrainer::values(Experience& exp, const TokenPipeline& pipe, metrics::StageTimer& timer, metrics::Metrics& m) {
+void PpoTrainer::values(Experience& exp, const TokenPipeline& pipe, metrics::StageTimer& timer,
+                        metrics::Metrics& m) {
   if (!critic_) return;
   auto s = timer.scope("values");
   comm_->set_stage("values");
@@ -250,8 +279,9 @@ void PpoTrainer::adv(Experience& exp, const std::vector<data::Sample>& local, in
   const std::vector<float> scores = g.gather(exp.token_level_scores), mask = g.gather(exp.mask);
   std::vector<float> rewards = scores;
   if (kl_ctrl_) {
-    KlInRewardOutput k = apply_kl_penalty(g.shape(), scores, g.gather(exp.old_log_prob), g.gather(exp.ref_log_prob),
-                                          mask, *kl_ctrl_, alg.kl_penalty);
+    KlInRewardOutput k =
+        apply_kl_penalty(g.shape(), scores, g.gather(exp.old_log_prob), g.gather(exp.ref_log_prob),
+                         mask, *kl_ctrl_, alg.kl_penalty);
     rewards = std::move(k.token_level_rewards);
     m.set("actor/reward_kl_penalty", k.current_kl);
     m.set("actor/reward_kl_penalty_coeff", k.beta);
@@ -295,9 +325,12 @@ void PpoTrainer::update(Experience& exp, metrics::StageTimer& timer, metrics::Me
     comm_->set_stage("update_actor");
     (void)take_tracked_device_peak();
     data::DynamicBatchStats before;
-    if (dyn_batch_) before = dyn_batch_->take_stats();  // the forward passes' and the critic's packings
-    actor_->update(exp, m, global_step_, ctx, memory_);  // records update_actor's and the optimizer's memory
-    if (dyn_batch_) add_dynamic_batch_metrics(before, dyn_batch_->take_stats(), *comm_, dyn_batch_->budget(), m);
+    if (dyn_batch_)
+      before = dyn_batch_->take_stats();  // the forward passes' and the critic's packings
+    actor_->update(exp, m, global_step_, ctx,
+                   memory_);  // records update_actor's and the optimizer's memory
+    if (dyn_batch_)
+      add_dynamic_batch_metrics(before, dyn_batch_->take_stats(), *comm_, dyn_batch_->budget(), m);
   };
   if (critic_ && actor && cfg_.trainer.critic_actor_overlap) {
     // The two updates read the step's experience and write nothing of it; each has its own model,
@@ -330,12 +363,15 @@ void PpoTrainer::update(Experience& exp, metrics::StageTimer& timer, metrics::Me
   if (actor) actor_update();
 }
 
-void PpoTrainer::step_metrics(const data::Batch& batch, const Experience& exp, const metrics::StageTimer& timer,
-                              const OneStepOff::Prefetch* ready, metrics::Metrics& m) {
-  if (comm_->distributed()) add_sync_metrics({&actor_->model(), critic_ ? &critic_->model() : nullptr}, m);
+void PpoTrainer::step_metrics(const data::Batch& batch, const Experience& exp,
+                              const metrics::StageTimer& timer, const OneStepOff::Prefetch* ready,
+                              metrics::Metrics& m) {
+  if (comm_->distributed())
+    add_sync_metrics({&actor_->model(), critic_ ? &critic_->model() : nullptr}, m);
   add_data_metrics(exp, *comm_, cfg_.rollout.response_length, cfg_.data.max_prompt_length, m);
   reward_->add_extra_metrics(exp, m);
-  add_timing_metrics(timer, cfg_.trainer.token_level_pipeline, cfg_.trainer.critic_actor_overlap && critic_, m);
+  add_timing_metrics(timer, cfg_.trainer.token_level_pipeline,
+                     cfg_.trainer.critic_actor_overlap && critic_, m);
   // The rollout ran during the last step: its own times, and how long this one waited.
   if (ready) OneStepOff::add_timing_metrics(*ready, m);
   int64_t total_tokens = 0;
@@ -346,11 +382,13 @@ void PpoTrainer::step_metrics(const data::Batch& batch, const Experience& exp, c
   m.set("training/epoch", static_cast<double>(batch.epoch));
   // Memory (the seed's per-phase figures start here) and, where NVML sees a GPU, its utilisation.
   metrics::add_cpu_memory_metrics(m);
-  if (gpu_monitor_ && gpu_monitor_->available()) metrics::add_gpu_metrics(m, gpu_monitor_->snapshot());
+  if (gpu_monitor_ && gpu_monitor_->available())
+    metrics::add_gpu_metrics(m, gpu_monitor_->snapshot());
 }
 
 bool PpoTrainer::needs_old_log_prob(int64_t rows, int64_t staleness) const {
-  if (cfg_.algorithm.rollout_correction.bypass_mode) return false;  // the rollout's log-probs serve as the old ones
+  if (cfg_.algorithm.rollout_correction.bypass_mode)
+    return false;  // the rollout's log-probs serve as the old ones
   // A rollout from older weights (one-step-off) is never on-policy.
   const bool on_policy = staleness == 0 && cfg_.actor.ppo_epochs == 1 && cfg_.actor.mini >= rows;
   return !on_policy || kl_ctrl_.has_value() || cfg_.algorithm.rollout_correction.corrects();
@@ -360,8 +398,8 @@ void PpoTrainer::apply_rollout_correction(Experience& exp, metrics::Metrics& m) 
   const RolloutCorrectionConfig& rc = cfg_.algorithm.rollout_correction;
   // verl computes it on the driver over the whole batch: gather the three [B, L] matrices.
   GlobalRows g(*comm_, exp);
-  const std::vector<float> old = g.gather(exp.old_log_prob), rollout = g.gather(exp.rollout_log_prob),
-                           mask = g.gather(exp.mask);
+  const std::vector<float> old = g.gather(exp.old_log_prob),
+                           rollout = g.gather(exp.rollout_log_prob), mask = g.gather(exp.mask);
   if (std::all_of(mask.begin(), mask.end(), [](float v) { return v == 0.0f; })) return;  // no token
   RolloutCorrectionOutput out = compute_rollout_correction(g.shape(), old, rollout, mask, rc);
   for (const auto& [k, v] : out.metrics) m.set(k, v);
@@ -383,13 +421,15 @@ std::optional<data::Batch> PpoTrainer::next_batch() {
   return one_step_off_ ? one_step_off_->next_batch() : train_loader_->next();
 }
 
-// ---- validation, checkpoints, the loop ------------------------------------------------------------
+// ---- validation, checkpoints, the loop
+// ------------------------------------------------------------
 
 metrics::Metrics PpoTrainer::validate() {
   metrics::Metrics m;
   if (!val_set_) return m;
   Timer t;
-  data::DataLoader loader(*val_set_, data::LoaderOptions::val_from_config(cfg_.raw, val_set_->size()));
+  data::DataLoader loader(*val_set_,
+                          data::LoaderOptions::val_from_config(cfg_.raw, val_set_->size()));
   std::map<std::string, std::pair<double, int64_t>> per_source;
   const int64_t n = cfg_.rollout.val.n;
   const auto& dump_dir = cfg_.trainer.validation_data_dir;
@@ -404,11 +444,13 @@ metrics::Metrics PpoTrainer::validate() {
     for (const data::Sample& s : batch->samples) per_source.try_emplace(s.data_source, 0.0, 0);
     const int64_t world = comm_->world_size(), n = static_cast<int64_t>(batch->samples.size());
     const int64_t begin = n * comm_->rank() / world, end = n * (comm_->rank() + 1) / world;
-    const std::vector<data::Sample> local(batch->samples.begin() + begin, batch->samples.begin() + end);
+    const std::vector<data::Sample> local(batch->samples.begin() + begin,
+                                          batch->samples.begin() + end);
     rollout_->generate(local, begin, exp, timer, {.validation = true, .step = global_step_ + 1});
     if (dump_dir || to_log > 0) {
       std::vector<GenerationRow> g = generation_rows(*tok_, exp);
-      generations.insert(generations.end(), std::make_move_iterator(g.begin()), std::make_move_iterator(g.end()));
+      generations.insert(generations.end(), std::make_move_iterator(g.begin()),
+                         std::make_move_iterator(g.end()));
     }
     for (int64_t b = 0; b < exp.B; ++b) {
       auto& acc = per_source[exp.sample[b]->data_source];
@@ -430,17 +472,20 @@ metrics::Metrics PpoTrainer::validate() {
     }
   }
   for (const auto& [src, acc] : per_source) {
-    m.set(fmt::format("val-core/{}/reward/mean@{}", src, n), acc.first / std::max<int64_t>(1, acc.second));
+    m.set(fmt::format("val-core/{}/reward/mean@{}", src, n),
+          acc.first / std::max<int64_t>(1, acc.second));
   }
-  if (dump_dir) dump_generations(*dump_dir, "trainer.validation_data_dir", global_step_, generations, *comm_);
+  if (dump_dir)
+    dump_generations(*dump_dir, "trainer.validation_data_dir", global_step_, generations, *comm_);
   if (comm_->rank() == 0) log_val_generations(std::move(generations), to_log, global_step_);
   m.set("timing_s/testing", t.seconds());
   return m;
 }
 
 void PpoTrainer::resume() {
-  const std::string dir = resume_checkpoint_dir(cfg_.trainer.resume_mode, cfg_.trainer.default_local_dir,
-                                                cfg_.trainer.resume_from_path, /*warn=*/comm_->rank() == 0);
+  const std::string dir =
+      resume_checkpoint_dir(cfg_.trainer.resume_mode, cfg_.trainer.default_local_dir,
+                            cfg_.trainer.resume_from_path, /*warn=*/comm_->rank() == 0);
   if (dir.empty()) return;
   // The checkpoint's files do not depend on the device: load on the host, then hand the actor's
   // weights and AdamW state to its model (on cuda: uploaded).
@@ -460,17 +505,22 @@ void PpoTrainer::resume() {
     return p.state().shard();
   };
   const std::optional<optim::ShardSpec> actor_shard = slice(actor_->model());
-  const std::optional<optim::ShardSpec> critic_shard = critic_ ? slice(critic_->model()) : std::nullopt;
+  const std::optional<optim::ShardSpec> critic_shard =
+      critic_ ? slice(critic_->model()) : std::nullopt;
   // checkpoint.load_contents: without optimizer, the moments start fresh.
   const CheckpointContents& actor_load = cfg_.actor.load;
   const CheckpointContents critic_load = critic_ ? cfg_.critic.load : CheckpointContents{};
-  nlohmann::json st = load_checkpoint(dir, actor_weights, actor_opt, critic_ ? &*critic_weights : nullptr,
-                                      critic_ ? &critic_opt : nullptr, actor_shard ? &*actor_shard : nullptr,
-                                      critic_shard ? &*critic_shard : nullptr, actor_load, critic_load);
+  nlohmann::json st =
+      load_checkpoint(dir, actor_weights, actor_opt, critic_ ? &*critic_weights : nullptr,
+                      critic_ ? &critic_opt : nullptr, actor_shard ? &*actor_shard : nullptr,
+                      critic_shard ? &*critic_shard : nullptr, actor_load, critic_load);
   if (comm_->rank() == 0)
-    for (const auto& [load, section] : {std::pair{actor_load, "actor_rollout_ref.actor"}, std::pair{critic_load, "critic"}})
+    for (const auto& [load, section] :
+         {std::pair{actor_load, "actor_rollout_ref.actor"}, std::pair{critic_load, "critic"}})
       if (!load.optimizer)
-        log::warn("{}: {}.checkpoint.load_contents leaves out the optimizer: AdamW's moments start fresh", dir, section);
+        log::warn(
+            "{}: {}.checkpoint.load_contents leaves out the optimizer: AdamW's moments start fresh",
+            dir, section);
   actor_->model().restore(std::move(actor_weights.data), std::move(actor_opt));
   if (critic_) critic_->model().restore(std::move(critic_weights->data), std::move(critic_opt));
   // LightweightSync: each rank's carry (the gradient it still owes) and the interval's phase.
@@ -478,11 +528,15 @@ void PpoTrainer::resume() {
     optim::TrainState& st = p.state();
     if (!st.lightweight() || !st.lightweight()->needs_carry()) return;
     const std::string from = (std::filesystem::path(dir) / part).string();
-    std::optional<SyncCarry> c = load_sync_carry(from, st.numel(), comm_->world_size(), comm_->rank());
+    std::optional<SyncCarry> c =
+        load_sync_carry(from, st.numel(), comm_->world_size(), comm_->rank());
     if (!c) {
       if (comm_->rank() == 0)
-        log::warn("{}: no LightweightSync carry (saved without gradient_sync_method=lightweight): starting from an "
-                  "empty one", from);
+        log::warn(
+            "{}: no LightweightSync carry (saved without gradient_sync_method=lightweight): "
+            "starting from an "
+            "empty one",
+            from);
       st.upload_carry({}, 0);
       return;
     }
@@ -493,10 +547,10 @@ void PpoTrainer::resume() {
   global_step_ = st.at("global_step").get<int64_t>();
   train_loader_->load_state(st.at("dataloader"));
   if (kl_ctrl_ && st.contains("kl_coef")) {
-    kl_ctrl_ = kl_ctrl_->is_adaptive()
-                   ? KlController::adaptive(st["kl_coef"].get<double>(), cfg_.algorithm.kl_ctrl.target_kl,
-                                            cfg_.algorithm.kl_ctrl.horizon)
-                   : KlController::fixed(st["kl_coef"].get<double>());
+    kl_ctrl_ = kl_ctrl_->is_adaptive() ? KlController::adaptive(st["kl_coef"].get<double>(),
+                                                                cfg_.algorithm.kl_ctrl.target_kl,
+                                                                cfg_.algorithm.kl_ctrl.horizon)
+                                       : KlController::fixed(st["kl_coef"].get<double>());
   }
   log::info("resumed from {} at step {}", dir, global_step_);
 }
@@ -544,10 +598,11 @@ std::string PpoTrainer::save() {
     critic = critic_part->ms;
   }
   // A rollout started for the next step is not saved: the resumed run generates that batch anew.
-  nlohmann::json st = {{"dataloader", one_step_off_ ? one_step_off_->loader_state() : train_loader_->state()}};
+  nlohmann::json st = {
+      {"dataloader", one_step_off_ ? one_step_off_->loader_state() : train_loader_->state()}};
   if (kl_ctrl_) st["kl_coef"] = kl_ctrl_->value();
-  return save_checkpoint(cfg_.trainer.default_local_dir, global_step_, actor.ms, critic, st, tokenizer_dir_,
-                         cfg_.trainer.max_actor_ckpt_to_keep, comm_.get(),
+  return save_checkpoint(cfg_.trainer.default_local_dir, global_step_, actor.ms, critic, st,
+                         tokenizer_dir_, cfg_.trainer.max_actor_ckpt_to_keep, comm_.get(),
                          critic ? cfg_.trainer.max_critic_ckpt_to_keep : 0);
 }
 
@@ -597,7 +652,8 @@ void PpoTrainer::fit() {
         try {
           log_metrics(m);
           if (logger_) logger_->flush();
-        } catch (const std::exception&) {  // the save's error is the one to report (a full disk fails both)
+        } catch (const std::exception&) {  // the save's error is the one to report (a full disk
+                                           // fails both)
         }
         throw;
       }
@@ -609,6 +665,5 @@ void PpoTrainer::fit() {
   }
   if (logger_) logger_->flush();
 }
-
 
 }  // namespace verl::trainer

@@ -38,7 +38,7 @@ class DynamicBatchSampler;
 namespace verl::metrics {
 class MultiLogger;
 class GpuMonitor;
-}
+}  // namespace verl::metrics
 
 namespace verl::trainer {
 
@@ -56,7 +56,8 @@ class PpoTrainer {
   // last epoch. For callers that drive train_step themselves (`verl bench grpo-step`). With
   // trainer.one_step_off_policy it is the batch whose rollout the last step started.
   std::optional<data::Batch> next_batch();
-  // Generation with val_kwargs and scoring of the validation set: val-core/<data_source>/reward/mean@n.
+  // Generation with val_kwargs and scoring of the validation set:
+  // val-core/<data_source>/reward/mean@n.
   metrics::Metrics validate();
 
   int64_t global_step() const { return global_step_; }
@@ -74,30 +75,35 @@ class PpoTrainer {
   // The step's stages, in order.
   // gen: this rank's prompts generated and scored (or the rollout one-step-off started last step);
   // returns that rollout (null: generated here) and the updates it lags behind (`staleness`).
-  std::unique_ptr<OneStepOff::Prefetch> gen(const data::Batch& batch, const std::vector<data::Sample>& local,
-                                            int64_t first, Experience& exp, TokenPipeline& pipe,
-                                            metrics::StageTimer& timer, metrics::Metrics& m, int64_t& staleness);
+  std::unique_ptr<OneStepOff::Prefetch> gen(const data::Batch& batch,
+                                            const std::vector<data::Sample>& local, int64_t first,
+                                            Experience& exp, TokenPipeline& pipe,
+                                            metrics::StageTimer& timer, metrics::Metrics& m,
+                                            int64_t& staleness);
   // reward: dynamic sampling on the scores, the rollout dump, the engine's metrics, the balance
   // over ranks and data.dynamic_batch's length bounds. False when the training data ran out.
-  bool reward(const data::Batch& batch, Experience& exp, metrics::StageTimer& timer, metrics::Metrics& m,
-              double& exchange_bytes);
-  void old_log_prob(Experience& exp, const TokenPipeline& pipe, int64_t staleness, metrics::StageTimer& timer,
-                    metrics::Metrics& m);
-  void ref(Experience& exp, const TokenPipeline& pipe, metrics::StageTimer& timer, metrics::Metrics& m);
-  void values(Experience& exp, const TokenPipeline& pipe, metrics::StageTimer& timer, metrics::Metrics& m);
+  bool reward(const data::Batch& batch, Experience& exp, metrics::StageTimer& timer,
+              metrics::Metrics& m, double& exchange_bytes);
+  void old_log_prob(Experience& exp, const TokenPipeline& pipe, int64_t staleness,
+                    metrics::StageTimer& timer, metrics::Metrics& m);
+  void ref(Experience& exp, const TokenPipeline& pipe, metrics::StageTimer& timer,
+           metrics::Metrics& m);
+  void values(Experience& exp, const TokenPipeline& pipe, metrics::StageTimer& timer,
+              metrics::Metrics& m);
   // adv: the advantages over the global batch (with the KL penalty in the reward and ReMax's
   // baselines when configured).
-  void adv(Experience& exp, const std::vector<data::Sample>& local, int64_t first, metrics::StageTimer& timer,
-           metrics::Metrics& m, double& exchange_bytes);
+  void adv(Experience& exp, const std::vector<data::Sample>& local, int64_t first,
+           metrics::StageTimer& timer, metrics::Metrics& m, double& exchange_bytes);
   // update_critic and update_actor: the critic's (when warm-up allows both) beside the actor's on a
   // thread of its own with trainer.critic_actor_overlap and one process, else one after the other.
   void update(Experience& exp, metrics::StageTimer& timer, metrics::Metrics& m);
-  void step_metrics(const data::Batch& batch, const Experience& exp, const metrics::StageTimer& timer,
-                    const OneStepOff::Prefetch* ready, metrics::Metrics& m);
+  void step_metrics(const data::Batch& batch, const Experience& exp,
+                    const metrics::StageTimer& timer, const OneStepOff::Prefetch* ready,
+                    metrics::Metrics& m);
 
-  // Whether a step of `rows` samples recomputes the old log-probs with the actor: not in bypass mode
-  // (the rollout's serve), else when the update is not fully on-policy (several mini-batches or
-  // epochs, or a rollout `staleness` updates old), the reward carries a KL penalty, or rollout
+  // Whether a step of `rows` samples recomputes the old log-probs with the actor: not in bypass
+  // mode (the rollout's serve), else when the update is not fully on-policy (several mini-batches
+  // or epochs, or a rollout `staleness` updates old), the reward carries a KL penalty, or rollout
   // correction compares the two.
   bool needs_old_log_prob(int64_t rows, int64_t staleness) const;
   // algorithm.rollout_correction in decoupled mode, on the global batch: IS weights into
@@ -133,7 +139,7 @@ class PpoTrainer {
   std::unique_ptr<RewardManager> reward_;
   std::unique_ptr<RolloutWorker> rollout_;
   std::unique_ptr<DynamicSampling> dynamic_sampling_;  // algorithm.filter_groups
-  std::unique_ptr<OneStepOff> one_step_off_;           // trainer.one_step_off_policy; after what it uses
+  std::unique_ptr<OneStepOff> one_step_off_;  // trainer.one_step_off_policy; after what it uses
   bool out_of_data_ = false;  // dynamic sampling ran out of training data: fit() stops
   std::unique_ptr<metrics::MultiLogger> logger_;
   std::unique_ptr<metrics::GpuMonitor> gpu_monitor_;  // NVML sampling when a GPU is present

@@ -9,31 +9,38 @@
 
 namespace verl::trainer {
 
-std::unique_ptr<dist::Communicator> start_ranks(const config::Config& cfg, Device device, double timeout_s) {
+std::unique_ptr<dist::Communicator> start_ranks(const config::Config& cfg, Device device,
+                                                double timeout_s) {
   const dist::LaunchInfo launch = dist::detect_launch();
   std::unique_ptr<dist::Communicator> comm = dist::make_communicator(launch, timeout_s);
   if (device == Device::Cuda && launch.launcher != "single") {
-    VERL_CHECK(launch.local_rank < cuda_device_count(),
-               "{}: local rank {} has no GPU (this node has {}); start at most that many ranks per node",
-               launch.launcher, launch.local_rank, cuda_device_count());
+    VERL_CHECK(
+        launch.local_rank < cuda_device_count(),
+        "{}: local rank {} has no GPU (this node has {}); start at most that many ranks per node",
+        launch.launcher, launch.local_rank, cuda_device_count());
     cuda_set_device(launch.local_rank);
 #ifdef VERL_HAVE_CUDA
     comm = dist::make_nccl_communicator(std::move(comm), timeout_s);
 #endif
   }
   const int world = comm->world_size();
-  const int64_t nnodes = cfg.get<int64_t>("trainer.nnodes"), per_node = cfg.get<int64_t>("trainer.n_gpus_per_node");
+  const int64_t nnodes = cfg.get<int64_t>("trainer.nnodes"),
+                per_node = cfg.get<int64_t>("trainer.n_gpus_per_node");
   const int64_t asked = nnodes * per_node;
-  const bool set = cfg.origin("trainer.nnodes") != "defaults" || cfg.origin("trainer.n_gpus_per_node") != "defaults";
+  const bool set = cfg.origin("trainer.nnodes") != "defaults" ||
+                   cfg.origin("trainer.n_gpus_per_node") != "defaults";
   if (world > 1) {
     VERL_CHECK(asked == world,
-               "trainer.nnodes ({}) x trainer.n_gpus_per_node ({}) = {} ranks, but the launcher started {}; set "
+               "trainer.nnodes ({}) x trainer.n_gpus_per_node ({}) = {} ranks, but the launcher "
+               "started {}; set "
                "them to match (e.g. trainer.nnodes=1 trainer.n_gpus_per_node={})",
                nnodes, per_node, asked, world, world);
   } else if (set && asked > 1) {
-    log::warn("trainer.nnodes={} x trainer.n_gpus_per_node={} asks for {} ranks, but no launcher started any: this "
-              "run uses one process (start {} with mpirun or torchrun, docs/distributed.md)",
-              nnodes, per_node, asked, asked);
+    log::warn(
+        "trainer.nnodes={} x trainer.n_gpus_per_node={} asks for {} ranks, but no launcher started "
+        "any: this "
+        "run uses one process (start {} with mpirun or torchrun, docs/distributed.md)",
+        nnodes, per_node, asked, asked);
   }
   return comm;
 }

@@ -15,6 +15,7 @@ namespace verl::trainer {
 // cfg's trainer.nnodes x trainer.n_gpus_per_node must equal the ranks started (an Error naming both
 // keys); with one process, counts the user set that ask for more log a warning (no launcher
 // started them).
-std::unique_ptr<dist::Communicator> start_ranks(const config::Config& cfg, Device device, double timeout_s);
+std::unique_ptr<dist::Communicator> start_ranks(const config::Config& cfg, Device device,
+                                                double timeout_s);
 
 }  // namespace verl::trainer

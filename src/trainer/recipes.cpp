@@ -12,8 +12,8 @@
 
 namespace verl::trainer {
 
-bool DynamicSampling::run(const data::Batch& batch, Experience& exp, metrics::StageTimer& timer, metrics::Metrics& m,
-                          int64_t step, const NextBatch& next_batch) {
+bool DynamicSampling::run(const data::Batch& batch, Experience& exp, metrics::StageTimer& timer,
+                          metrics::Metrics& m, int64_t step, const NextBatch& next_batch) {
   const std::string& metric = cfg_.algorithm.filter_groups.metric;
   const int64_t max_gen = cfg_.algorithm.filter_groups.max_num_gen_batches;
   const int64_t want = cfg_.data.train_batch_size;
@@ -33,7 +33,9 @@ bool DynamicSampling::run(const data::Batch& batch, Experience& exp, metrics::St
     for (int64_t b0 = 0; b0 < g.B; b0 += n) {
       double lo = std::numeric_limits<double>::infinity(), hi = -lo;
       for (int64_t b = b0; b < b0 + n; ++b) {
-        const double v = metric == "acc" ? g.acc[b] : metric == "score" ? g.raw_score[b] : g.scores[b];
+        const double v = metric == "acc"     ? g.acc[b]
+                         : metric == "score" ? g.raw_score[b]
+                                             : g.scores[b];
         lo = std::min(lo, v);
         hi = std::max(hi, v);
       }
@@ -41,14 +43,18 @@ bool DynamicSampling::run(const data::Batch& batch, Experience& exp, metrics::St
     }
     if (static_cast<int64_t>(kept.size()) >= want) break;
     VERL_CHECK(max_gen <= 0 || num_gen < max_gen,
-               "algorithm.filter_groups: {} generation batches kept {} of the {} prompts of data.train_batch_size "
-               "(algorithm.filter_groups.max_num_gen_batches={}); the data may be too hard or too easy for "
+               "algorithm.filter_groups: {} generation batches kept {} of the {} prompts of "
+               "data.train_batch_size "
+               "(algorithm.filter_groups.max_num_gen_batches={}); the data may be too hard or too "
+               "easy for "
                "metric={}; raise max_num_gen_batches (0: no limit)",
                num_gen, kept.size(), want, max_gen, metric);
     std::optional<data::Batch> next = next_batch();
     if (!next) {
-      log::warn("algorithm.filter_groups: the training data ran out with {} of {} prompts kept; training stops",
-                kept.size(), want);
+      log::warn(
+          "algorithm.filter_groups: the training data ran out with {} of {} prompts kept; training "
+          "stops",
+          kept.size(), want);
       return false;
     }
     extra.push_back(std::move(next->samples));
@@ -69,7 +75,8 @@ bool DynamicSampling::run(const data::Batch& batch, Experience& exp, metrics::St
   out.B = want * n;
   out.L = 1;
   for (const auto& [g, b0] : kept)
-    for (int64_t b = b0; b < b0 + n; ++b) out.L = std::max<int64_t>(out.L, static_cast<int64_t>(g->response[b].size()));
+    for (int64_t b = b0; b < b0 + n; ++b)
+      out.L = std::max<int64_t>(out.L, static_cast<int64_t>(g->response[b].size()));
   const int64_t L = out.L;
   out.mask.assign(out.B * L, 0.0f);
   out.rollout_log_prob.assign(out.B * L, 0.0f);
@@ -88,8 +95,10 @@ bool DynamicSampling::run(const data::Batch& batch, Experience& exp, metrics::St
       out.overlong_reward.push_back(g->overlong_reward[b]);
       const int64_t len = static_cast<int64_t>(g->response[b].size());
       std::copy_n(g->mask.begin() + b * g->L, len, out.mask.begin() + row * L);
-      std::copy_n(g->rollout_log_prob.begin() + b * g->L, len, out.rollout_log_prob.begin() + row * L);
-      std::copy_n(g->token_level_scores.begin() + b * g->L, len, out.token_level_scores.begin() + row * L);
+      std::copy_n(g->rollout_log_prob.begin() + b * g->L, len,
+                  out.rollout_log_prob.begin() + row * L);
+      std::copy_n(g->token_level_scores.begin() + b * g->L, len,
+                  out.token_level_scores.begin() + row * L);
     }
   }
   out.token_level_rewards = out.token_level_scores;
@@ -97,8 +106,9 @@ bool DynamicSampling::run(const data::Batch& batch, Experience& exp, metrics::St
   return true;
 }
 
-std::vector<float> remax_baselines(RolloutWorker& rollout, const std::vector<data::Sample>& local, int64_t first,
-                                   const Experience& exp, GlobalRows& g, metrics::StageTimer& timer, int64_t step) {
+std::vector<float> remax_baselines(RolloutWorker& rollout, const std::vector<data::Sample>& local,
+                                   int64_t first, const Experience& exp, GlobalRows& g,
+                                   metrics::StageTimer& timer, int64_t step) {
   Experience greedy;
   rollout.generate(local, first, greedy, timer, {.greedy = true, .step = step});
   const std::vector<float> greedy_scores = g.gather_per_row(greedy.scores);
@@ -136,7 +146,8 @@ void OneStepOff::start(int64_t done_steps) {
   raw->thread = std::thread([this, raw, step] {
     try {
       rollout_.generate(raw->local, raw->first, raw->exp, raw->timer,
-                        {.weights = raw->snapshot ? nullptr : &raw->weights, .snapshot = raw->snapshot.get(),
+                        {.weights = raw->snapshot ? nullptr : &raw->weights,
+                         .snapshot = raw->snapshot.get(),
                          .step = step});
     } catch (...) {
       raw->error = std::current_exception();
@@ -153,9 +164,12 @@ std::unique_ptr<OneStepOff::Prefetch> OneStepOff::take(const data::Batch& batch)
   p->waited_s = t.seconds();
   if (p->error) std::rethrow_exception(p->error);
   // A caller that fed another batch (not the one next_batch() handed out) gets a fresh rollout.
-  const bool same = p->handed_out && p->batch.samples.size() == batch.samples.size() &&
-                    std::equal(p->batch.samples.begin(), p->batch.samples.end(), batch.samples.begin(),
-                               [](const data::Sample& a, const data::Sample& b) { return a.prompt_ids == b.prompt_ids; });
+  const bool same =
+      p->handed_out && p->batch.samples.size() == batch.samples.size() &&
+      std::equal(p->batch.samples.begin(), p->batch.samples.end(), batch.samples.begin(),
+                 [](const data::Sample& a, const data::Sample& b) {
+                   return a.prompt_ids == b.prompt_ids;
+                 });
   return same ? std::move(p) : nullptr;
 }
 

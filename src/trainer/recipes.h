@@ -7,11 +7,10 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "data/dataloader.h"
 #include "metrics/metrics.h"
@@ -30,8 +29,8 @@ class DynamicSampling {
 
   // `exp`: the generation of `batch` for training step `step`; further batches come from
   // `next_batch`. False when the training data ran out first (a warning says so).
-  bool run(const data::Batch& batch, Experience& exp, metrics::StageTimer& timer, metrics::Metrics& m, int64_t step,
-           const NextBatch& next_batch);
+  bool run(const data::Batch& batch, Experience& exp, metrics::StageTimer& timer,
+           metrics::Metrics& m, int64_t step, const NextBatch& next_batch);
   // The kept prompts of the last run (the experience's samples point here).
   const std::vector<data::Sample>& kept_samples() const { return kept_samples_; }
 
@@ -43,18 +42,19 @@ class DynamicSampling {
 
 // ReMax's baseline per row of `exp` over the global batch: the reward of its prompt's greedy
 // response (verl generates it with do_sample=False in the gen stage). Each rank generates its own
-// prompts' (`local`, from global index `first`; one sample a prompt, in prompt order); a row may sit
-// on another rank after balance_batch, so the per-prompt scores are gathered first.
-std::vector<float> remax_baselines(RolloutWorker& rollout, const std::vector<data::Sample>& local, int64_t first,
-                                   const Experience& exp, GlobalRows& g, metrics::StageTimer& timer, int64_t step);
+// prompts' (`local`, from global index `first`; one sample a prompt, in prompt order); a row may
+// sit on another rank after balance_batch, so the per-prompt scores are gathered first.
+std::vector<float> remax_baselines(RolloutWorker& rollout, const std::vector<data::Sample>& local,
+                                   int64_t first, const Experience& exp, GlobalRows& g,
+                                   metrics::StageTimer& timer, int64_t step);
 
 // trainer.one_step_off_policy: the next step's rollout, generated on a thread from a snapshot of
 // the actor's weights while this step trains (docs/overlap.md).
 class OneStepOff {
  public:
   struct Prefetch {
-    data::Batch batch;                // the step's prompts, as next_batch() hands them out
-    nlohmann::json loader_state;      // the loader before `batch` was taken: a checkpoint resumes there
+    data::Batch batch;            // the step's prompts, as next_batch() hands them out
+    nlohmann::json loader_state;  // the loader before `batch` was taken: a checkpoint resumes there
     std::vector<data::Sample> local;  // this rank's share (the experience's samples point here)
     int64_t first = 0;
     int64_t weights_step = 0;  // training steps whose updates the snapshot holds
@@ -65,15 +65,18 @@ class OneStepOff {
     std::exception_ptr error;
     bool handed_out = false;
     double waited_s = 0;  // what the step that took it waited for it
-    std::thread thread;  // last: joined before the rest goes
+    std::thread thread;   // last: joined before the rest goes
     ~Prefetch() {
       if (thread.joinable()) thread.join();
     }
   };
 
-  OneStepOff(RolloutWorker& rollout, PolicyModel& actor, data::DataLoader& loader, const dist::Communicator& comm)
+  OneStepOff(RolloutWorker& rollout, PolicyModel& actor, data::DataLoader& loader,
+             const dist::Communicator& comm)
       : rollout_(rollout), actor_(actor), loader_(loader), comm_(comm) {}
-  ~OneStepOff() { prefetch_.reset(); }  // waits for a rollout still running for a step that will not come
+  ~OneStepOff() {
+    prefetch_.reset();
+  }  // waits for a rollout still running for a step that will not come
 
   // The prefetched batch once (its rollout is under way), else the loader's next.
   std::optional<data::Batch> next_batch();
@@ -83,7 +86,8 @@ class OneStepOff {
   // The prefetched rollout of `batch` once it is done (null when `batch` is not the prefetched one,
   // whose rollout is then dropped), with the seconds spent waiting for it.
   std::unique_ptr<Prefetch> take(const data::Batch& batch);
-  // Where a checkpoint's loader resumes: before a batch whose rollout was started but not handed out.
+  // Where a checkpoint's loader resumes: before a batch whose rollout was started but not handed
+  // out.
   nlohmann::json loader_state() const;
   // The ready rollout's own times (it ran during the last step) and the wait for it.
   static void add_timing_metrics(const Prefetch& ready, metrics::Metrics& m);

@@ -51,10 +51,13 @@ class DapoRewardManager final : public RewardManager {
 
 std::map<std::string, RewardManager::Factory>& registry() {
   static std::map<std::string, RewardManager::Factory> r = {
-      {"naive", [](const PpoConfig& c, Device d, const tokenizer::Tokenizer& t) {
+      {"naive",
+       [](const PpoConfig& c, Device d, const tokenizer::Tokenizer& t) {
          return std::make_unique<RewardManager>(c, d, t);
        }},
-      {"dapo", [](const PpoConfig& c, Device d, const tokenizer::Tokenizer& t) -> std::unique_ptr<RewardManager> {
+      {"dapo",
+       [](const PpoConfig& c, Device d,
+          const tokenizer::Tokenizer& t) -> std::unique_ptr<RewardManager> {
          return std::make_unique<DapoRewardManager>(c, d, t);
        }},
   };
@@ -126,8 +129,8 @@ std::unique_ptr<RewardManager> RewardManager::create(const PpoConfig& cfg, Devic
   if (it == r.end()) {
     std::string names;
     for (const auto& [k, f] : r) names += (names.empty() ? "" : ", ") + k;
-    VERL_FAIL("reward_model.reward_manager={}: not a reward manager here (registered: {})", cfg.reward.reward_manager,
-              names);
+    VERL_FAIL("reward_model.reward_manager={}: not a reward manager here (registered: {})",
+              cfg.reward.reward_manager, names);
   }
   return it->second(cfg, device, tok);
 }
@@ -137,8 +140,8 @@ RewardManager::RewardManager(const PpoConfig& cfg, Device device, const tokenize
   if (const auto& rm = cfg.reward.model) {
     model::Weights rm_weights = model::Weights::load(rm->path);
     require_reward_model(rm_weights.config, rm->path);
-    std::vector<model::QuantizedLayer> rm_q =
-        quantize_as_configured(rm->quantization, "reward_model.", rm_weights, "reward model", device == Device::Cuda);
+    std::vector<model::QuantizedLayer> rm_q = quantize_as_configured(
+        rm->quantization, "reward_model.", rm_weights, "reward model", device == Device::Cuda);
     const int64_t seq_len = cfg.data.max_prompt_length + cfg.data.max_response_length;
     if (rm->input_tokenizer && std::filesystem::exists(rm->path + "/tokenizer.json"))
       rm_tok_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::load(rm->path));
@@ -147,22 +150,25 @@ RewardManager::RewardManager(const PpoConfig& cfg, Device device, const tokenize
     const int64_t longest = rm->max_length > 0 ? rm->max_length : (rm_tok_ ? 2 * seq_len : seq_len);
     int64_t max_tokens = rm->forward_max_token_len_per_gpu, max_seqs = 0;
     if (rm->use_dynamic_bsz) {
-      VERL_CHECK(max_tokens >= longest,
-                 "reward_model.forward_max_token_len_per_gpu={} is below the longest reward-model input "
-                 "({} tokens: {}); raise it",
-                 max_tokens, longest,
-                 rm->max_length > 0 ? "reward_model.max_length" : "data.max_prompt_length + data.max_response_length");
+      VERL_CHECK(
+          max_tokens >= longest,
+          "reward_model.forward_max_token_len_per_gpu={} is below the longest reward-model input "
+          "({} tokens: {}); raise it",
+          max_tokens, longest,
+          rm->max_length > 0 ? "reward_model.max_length"
+                             : "data.max_prompt_length + data.max_response_length");
       max_seqs = std::max<int64_t>(1, max_tokens / 8);
     } else {
       max_seqs = rm->micro_batch_size_per_gpu.value_or(16);
       max_tokens = max_seqs * longest;
     }
     const bool rm_offload = rm->offload.resolve(device).params > 0;
-    reward_model_ = std::make_unique<RewardModel>(device, std::move(rm_weights), rm->path, max_tokens, max_seqs,
-                                                  rm_offload, std::move(rm_q));
-    log::info("reward model: {} ({}, {} parameters) on {}, {} tokens / {} sequences a forward{}", rm->path,
-              reward_model_->config().architecture, reward_model_->parameter_count(), to_string(device), max_tokens,
-              max_seqs, rm_tok_ ? ", inputs re-rendered with its chat template" : "");
+    reward_model_ = std::make_unique<RewardModel>(
+        device, std::move(rm_weights), rm->path, max_tokens, max_seqs, rm_offload, std::move(rm_q));
+    log::info("reward model: {} ({}, {} parameters) on {}, {} tokens / {} sequences a forward{}",
+              rm->path, reward_model_->config().architecture, reward_model_->parameter_count(),
+              to_string(device), max_tokens, max_seqs,
+              rm_tok_ ? ", inputs re-rendered with its chat template" : "");
   }
   if (cfg.reward.command) command_ = std::make_unique<reward::CommandRewardFn>(*cfg.reward.command);
 }
@@ -178,7 +184,8 @@ float RewardManager::reward(Experience& exp, int64_t b, double score, double acc
 void RewardManager::add_extra_metrics(const Experience&, metrics::Metrics&) const {}
 
 bool RewardManager::streams() const {
-  return cfg_.reward.actor_reward_parallel && !command_ && (!reward_model_ || !reward_model_->offloaded());
+  return cfg_.reward.actor_reward_parallel && !command_ &&
+         (!reward_model_ || !reward_model_->offloaded());
 }
 
 std::unique_ptr<RowObserver> RewardManager::stream(Experience& exp, metrics::StageTimer& timer) {
@@ -201,7 +208,8 @@ float RewardManager::rule_score(Experience& exp, int64_t b) const {
   const data::Sample& s = *exp.sample[b];
   // The response alone is scored (verl's reward managers pass solution_str = the response).
   const std::string text = tok_.decode(exp.response[b], /*skip_special_tokens=*/true);
-  const reward::ScoreResult r = reward::default_compute_score(s.data_source, text, s.ground_truth_json, s.extra_info);
+  const reward::ScoreResult r =
+      reward::default_compute_score(s.data_source, text, s.ground_truth_json, s.extra_info);
   return reward(exp, b, r.score, r.is_dict ? (r.acc ? 1.0 : 0.0) : r.score);
 }
 
@@ -213,7 +221,8 @@ void RewardManager::score_all(Experience& exp, int64_t step) {
   std::vector<reward::RewardRow> rows(exp.B);
   for (int64_t b = 0; b < exp.B; ++b) {
     const data::Sample& s = *exp.sample[b];
-    rows[b] = {s.data_source, tok_.decode(exp.response[b], true), s.ground_truth_json, s.extra_info};
+    rows[b] = {s.data_source, tok_.decode(exp.response[b], true), s.ground_truth_json,
+               s.extra_info};
   }
   reward::CommandBatchResult r = command_->score(rows);
   // The first few failed rows by index, then a count: a broken program would otherwise print one

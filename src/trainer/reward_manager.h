@@ -30,8 +30,10 @@ class RewardManager {
  public:
   // The manager reward_model.reward_manager names (an Error lists the registered ones), with the
   // run's scorer: the reward model when enabled (on `device`), else the command, else the rules.
-  static std::unique_ptr<RewardManager> create(const PpoConfig& cfg, Device device, const tokenizer::Tokenizer& tok);
-  using Factory = std::function<std::unique_ptr<RewardManager>(const PpoConfig&, Device, const tokenizer::Tokenizer&)>;
+  static std::unique_ptr<RewardManager> create(const PpoConfig& cfg, Device device,
+                                               const tokenizer::Tokenizer& tok);
+  using Factory = std::function<std::unique_ptr<RewardManager>(const PpoConfig&, Device,
+                                                               const tokenizer::Tokenizer&)>;
   // Adds a manager under `name` (verl's naive and dapo are built in).
   static void register_manager(const std::string& name, Factory factory);
 

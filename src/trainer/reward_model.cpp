@@ -26,9 +26,10 @@ RewardModel::RewardModel(Device device, model::Weights weights, const std::strin
                          std::vector<model::QuantizedLayer> quantized)
     : dir_(dir), max_tokens_(max_tokens), max_seqs_(max_seqs), offload_(offload) {
   require_reward_model(weights.config, dir);
-  VERL_CHECK(max_tokens > 0 && max_seqs > 0,
-             "reward model {}: the token budget ({}) and sequences per forward ({}) must be positive",
-             dir, max_tokens, max_seqs);
+  VERL_CHECK(
+      max_tokens > 0 && max_seqs > 0,
+      "reward model {}: the token budget ({}) and sequences per forward ({}) must be positive", dir,
+      max_tokens, max_seqs);
   params_ = weights.layout.total;
   PolicyOptions po;
   po.trainable = false;
@@ -44,15 +45,18 @@ std::vector<float> RewardModel::score(const std::vector<std::vector<int32_t>>& s
                                       const std::vector<std::string>* where) {
   const int64_t vocab = config().vocab_size;
   for (size_t i = 0; i < seqs.size(); ++i) {
-    const std::string name = where != nullptr ? (*where)[i] : fmt::format("reward model input {}", i);
+    const std::string name =
+        where != nullptr ? (*where)[i] : fmt::format("reward model input {}", i);
     VERL_CHECK(!seqs[i].empty(), "{}: no tokens to score", name);
-    VERL_CHECK(static_cast<int64_t>(seqs[i].size()) <= max_tokens_,
-               "{}: {} tokens, more than the {} a forward of reward model {} takes (--max-batch-tokens / "
-               "reward_model.forward_max_token_len_per_gpu)",
-               name, seqs[i].size(), max_tokens_, dir_);
+    VERL_CHECK(
+        static_cast<int64_t>(seqs[i].size()) <= max_tokens_,
+        "{}: {} tokens, more than the {} a forward of reward model {} takes (--max-batch-tokens / "
+        "reward_model.forward_max_token_len_per_gpu)",
+        name, seqs[i].size(), max_tokens_, dir_);
     for (size_t t = 0; t < seqs[i].size(); ++t)
-      VERL_CHECK(seqs[i][t] >= 0 && seqs[i][t] < vocab, "{}: token {} is id {}, outside {}'s vocabulary [0, {})",
-                 name, t, seqs[i][t], dir_, vocab);
+      VERL_CHECK(seqs[i][t] >= 0 && seqs[i][t] < vocab,
+                 "{}: token {} is id {}, outside {}'s vocabulary [0, {})", name, t, seqs[i][t],
+                 dir_, vocab);
   }
   policy_->wake();  // offloaded weights come up for this call
   std::vector<float> scores;

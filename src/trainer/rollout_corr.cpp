@@ -16,7 +16,9 @@ namespace {
 
 constexpr double kSafetyBound = 20.0;  // verl's SAFETY_BOUND: exp(+-20)
 
-double clamp_lr(double x) { return std::clamp(x, -kSafetyBound, kSafetyBound); }
+double clamp_lr(double x) {
+  return std::clamp(x, -kSafetyBound, kSafetyBound);
+}
 
 std::string trim(std::string s) {
   const auto b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
@@ -28,7 +30,8 @@ std::vector<std::string> split_list(const std::string& s) {
   size_t start = 0;
   for (;;) {
     const size_t p = s.find(',', start);
-    std::string part = trim(s.substr(start, p == std::string::npos ? std::string::npos : p - start));
+    std::string part =
+        trim(s.substr(start, p == std::string::npos ? std::string::npos : p - start));
     if (!part.empty()) out.push_back(std::move(part));
     if (p == std::string::npos) break;
     start = p + 1;
@@ -44,10 +47,14 @@ double parse_positive(const std::string& text, const std::string& option) {
   } catch (...) {
     used = 0;
   }
-  VERL_CHECK(used == text.size() && !text.empty(),
-             "algorithm.rollout_correction.rollout_rs_threshold: '{}' for option {} is not a number", text, option);
-  VERL_CHECK(v > 0, "algorithm.rollout_correction.rollout_rs_threshold: the bound of {} must be positive, got {}",
-             option, text);
+  VERL_CHECK(
+      used == text.size() && !text.empty(),
+      "algorithm.rollout_correction.rollout_rs_threshold: '{}' for option {} is not a number", text,
+      option);
+  VERL_CHECK(
+      v > 0,
+      "algorithm.rollout_correction.rollout_rs_threshold: the bound of {} must be positive, got {}",
+      option, text);
   return v;
 }
 
@@ -83,7 +90,9 @@ struct Masked {
     return n;
   }
   template <class F>
-  double row_mean(int64_t b, F x) const { return row_sum(b, x) / (row_len(b) + 1e-8); }
+  double row_mean(int64_t b, F x) const {
+    return row_sum(b, x) / (row_len(b) + 1e-8);
+  }
 };
 
 struct Stats {
@@ -141,7 +150,8 @@ void is_weights(const Masked& mk, const std::vector<double>& lr, const RolloutCo
   } else {
     m[p + "ratio_fraction_high"] = mk.mean([&](int64_t i) { return w[i] > thr ? 1.0 : 0.0; });
     m[p + "ratio_fraction_low"] = mk.mean([&](int64_t i) { return w[i] < lo ? 1.0 : 0.0; });
-    double hi = -std::numeric_limits<double>::infinity(), low = std::numeric_limits<double>::infinity();
+    double hi = -std::numeric_limits<double>::infinity(),
+           low = std::numeric_limits<double>::infinity();
     for (int64_t i = 0; i < s.numel(); ++i)
       if (mk.mask[i] != 0) {
         hi = std::max(hi, w[i]);
@@ -153,8 +163,9 @@ void is_weights(const Masked& mk, const std::vector<double>& lr, const RolloutCo
   // std and the effective sample size from the weights clamped to [1 / thr, thr].
   auto wc = [&](int64_t i) { return std::clamp(w[i], lo, thr); };
   const double mean_c = mk.mean(wc);
-  m[p + "std"] =
-      mk.count() > 1 ? std::sqrt(std::max(0.0, mk.mean([&](int64_t i) { return wc(i) * wc(i); }) - mean_c * mean_c))
+  m[p + "std"] = mk.count() > 1
+                     ? std::sqrt(std::max(0.0, mk.mean([&](int64_t i) { return wc(i) * wc(i); }) -
+                                                   mean_c * mean_c))
                      : 0.0;
   m[p + "eff_sample_size"] = 1.0 / mk.mean([&](int64_t i) {
     const double x = wc(i) / (mean_c + 1e-8);
@@ -259,7 +270,8 @@ void rejection(const Masked& mk, const std::vector<double>& lr, const RolloutCor
       m[p + "fraction_high"] = fraction(seq_valid, [&](double v) { return v > up; });
       m[p + "fraction_low"] = k1 ? fraction(seq_valid, [&](double v) { return v < lo; }) : 0.0;
     } else {
-      double hi = -std::numeric_limits<double>::infinity(), low = std::numeric_limits<double>::infinity();
+      double hi = -std::numeric_limits<double>::infinity(),
+             low = std::numeric_limits<double>::infinity();
       for (int64_t i = 0; i < n; ++i)
         if (mk.mask[i] != 0) {
           hi = std::max(hi, stat[i]);
@@ -268,12 +280,14 @@ void rejection(const Masked& mk, const std::vector<double>& lr, const RolloutCor
       m[p + "max"] = hi;
       m[p + "min"] = low;
       m[p + "fraction_high"] = mk.mean([&](int64_t i) { return stat[i] > up ? 1.0 : 0.0; });
-      m[p + "fraction_low"] = k1 ? mk.mean([&](int64_t i) { return stat[i] < lo ? 1.0 : 0.0; }) : 0.0;
+      m[p + "fraction_low"] =
+          k1 ? mk.mean([&](int64_t i) { return stat[i] < lo ? 1.0 : 0.0; }) : 0.0;
     }
     if (mk.count() > 1) {
       auto c = [&](int64_t i) { return std::clamp(stat[i], k1 ? lo : 0.0, up); };
       const double mc = mk.mean(c);
-      m[p + "std"] = std::sqrt(std::max(0.0, mk.mean([&](int64_t i) { return c(i) * c(i); }) - mc * mc));
+      m[p + "std"] =
+          std::sqrt(std::max(0.0, mk.mean([&](int64_t i) { return c(i) * c(i); }) - mc * mc));
     } else {
       m[p + "std"] = 0.0;
     }
@@ -289,8 +303,8 @@ void rejection(const Masked& mk, const std::vector<double>& lr, const RolloutCor
       m[p + "seq_fraction_high"] = fraction(seq_valid, [&](double v) { return v > up; });
       if (k1) m[p + "seq_fraction_low"] = fraction(seq_valid, [&](double v) { return v < lo; });
     } else {
-      for (const char* key : {"seq_mean", "seq_std", "seq_max", "seq_min", "seq_max_deviation", "seq_fraction_high",
-                              "seq_fraction_low"})
+      for (const char* key : {"seq_mean", "seq_std", "seq_max", "seq_min", "seq_max_deviation",
+                              "seq_fraction_high", "seq_fraction_low"})
         m[p + key] = 0.0;
     }
     // Masked fractions of this option: tokens, and valid sequences with a rejected token.
@@ -300,7 +314,8 @@ void rejection(const Masked& mk, const std::vector<double>& lr, const RolloutCor
       if (!valid[b]) continue;
       nvalid += 1;
       bool any = false;
-      for (int64_t j = 0; j < s.length; ++j) any = any || (!keep[b * s.length + j] && mk.mask[b * s.length + j] != 0);
+      for (int64_t j = 0; j < s.length; ++j)
+        any = any || (!keep[b * s.length + j] && mk.mask[b * s.length + j] != 0);
       rejected += any ? 1.0 : 0.0;
     }
     m[p + "seq_masked_fraction"] = nvalid > 0 ? rejected / nvalid : 0.0;
@@ -316,7 +331,8 @@ void rejection(const Masked& mk, const std::vector<double>& lr, const RolloutCor
     }
     seq_masked += any ? 1.0 : 0.0;
   }
-  m["rollout_rs_seq_masked_fraction"] = seq_masked / static_cast<double>(std::max<int64_t>(1, s.batch));
+  m["rollout_rs_seq_masked_fraction"] =
+      seq_masked / static_cast<double>(std::max<int64_t>(1, s.batch));
   new_mask.resize(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) new_mask[i] = static_cast<float>(mk.mask[i] * combined[i]);
 }
@@ -326,7 +342,8 @@ void offpolicy_metrics(const Masked& mk, std::span<const float> old, std::span<c
                        std::map<std::string, double>& m) {
   const Shape s = mk.s;
   const auto B = static_cast<double>(s.batch);
-  double train_ppl = 0, train_log_ppl = 0, roll_ppl = 0, roll_log_ppl = 0, chi2_seq = 0, ppl_ratio = 0;
+  double train_ppl = 0, train_log_ppl = 0, roll_ppl = 0, roll_log_ppl = 0, chi2_seq = 0,
+         ppl_ratio = 0;
   std::vector<double> diff;
   for (int64_t b = 0; b < s.batch; ++b) {
     const double lt = mk.row_mean(b, [&](int64_t i) { return old[i]; });
@@ -337,7 +354,8 @@ void offpolicy_metrics(const Masked& mk, std::span<const float> old, std::span<c
     roll_log_ppl += -lro;
     diff.push_back(lro - lt);
     ppl_ratio += std::exp(lro - lt);
-    const double sum = mk.row_sum(b, [&](int64_t i) { return double(old[i]) - double(rollout[i]); });
+    const double sum =
+        mk.row_sum(b, [&](int64_t i) { return double(old[i]) - double(rollout[i]); });
     chi2_seq += std::exp(2.0 * clamp_lr(sum));
   }
   m["training_ppl"] = train_ppl / B;
@@ -358,45 +376,49 @@ void offpolicy_metrics(const Masked& mk, std::span<const float> old, std::span<c
   m["log_ppl_diff_min"] = st.min;
   m["ppl_ratio"] = ppl_ratio / B;
   m["chi2_token"] = mk.mean([&](int64_t i) {
-                      const double r = std::exp(clamp_lr(double(old[i]) - double(rollout[i])));
-                      return r * r;
-                    }) -
-                    1.0;
+    const double r = std::exp(clamp_lr(double(old[i]) - double(rollout[i])));
+    return r * r;
+  }) - 1.0;
   m["chi2_seq"] = chi2_seq / B - 1.0;
 }
 
 }  // namespace
 
-RolloutCorrectionConfig parse_rollout_correction(const std::optional<std::string>& rollout_is,
-                                                 double rollout_is_threshold, bool rollout_is_batch_normalize,
-                                                 const std::optional<std::string>& rollout_rs,
-                                                 const std::optional<std::string>& rollout_rs_threshold,
-                                                 bool bypass_mode, const std::string& loss_type) {
+RolloutCorrectionConfig parse_rollout_correction(
+    const std::optional<std::string>& rollout_is, double rollout_is_threshold,
+    bool rollout_is_batch_normalize, const std::optional<std::string>& rollout_rs,
+    const std::optional<std::string>& rollout_rs_threshold, bool bypass_mode,
+    const std::string& loss_type) {
   const std::string k = "algorithm.rollout_correction.";
   RolloutCorrectionConfig c;
   if (rollout_is) {
-    VERL_CHECK(*rollout_is == "token" || *rollout_is == "sequence", "{}rollout_is must be token, sequence or null, got '{}'",
-               k, *rollout_is);
+    VERL_CHECK(*rollout_is == "token" || *rollout_is == "sequence",
+               "{}rollout_is must be token, sequence or null, got '{}'", k, *rollout_is);
     c.rollout_is = rollout_is;
   }
-  VERL_CHECK(rollout_is_threshold > 0, "{}rollout_is_threshold must be positive, got {}", k, rollout_is_threshold);
+  VERL_CHECK(rollout_is_threshold > 0, "{}rollout_is_threshold must be positive, got {}", k,
+             rollout_is_threshold);
   c.rollout_is_threshold = rollout_is_threshold;
   c.rollout_is_batch_normalize = rollout_is_batch_normalize;
   if (rollout_rs) {
-    static const std::set<std::string> kOptions = {"token_k1",    "token_k2",    "token_k3",   "seq_sum_k1",
-                                                   "seq_sum_k2",  "seq_sum_k3",  "seq_mean_k1", "seq_mean_k2",
-                                                   "seq_mean_k3", "seq_max_k2",  "seq_max_k3"};
+    static const std::set<std::string> kOptions = {
+        "token_k1",    "token_k2",    "token_k3",    "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
+        "seq_mean_k1", "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3"};
     std::vector<std::string> names;
     for (const std::string& o : split_list(*rollout_rs)) {
-      VERL_CHECK(kOptions.count(o), "{}rollout_rs: '{}' is not one of token_k1|token_k2|token_k3|seq_sum_k1|"
-                 "seq_sum_k2|seq_sum_k3|seq_mean_k1|seq_mean_k2|seq_mean_k3|seq_max_k2|seq_max_k3", k, o);
+      VERL_CHECK(kOptions.count(o),
+                 "{}rollout_rs: '{}' is not one of token_k1|token_k2|token_k3|seq_sum_k1|"
+                 "seq_sum_k2|seq_sum_k3|seq_mean_k1|seq_mean_k2|seq_mean_k3|seq_max_k2|seq_max_k3",
+                 k, o);
       if (std::find(names.begin(), names.end(), o) == names.end()) names.push_back(o);
     }
     VERL_CHECK(!names.empty(), "{}rollout_rs='{}' names no option", k, *rollout_rs);
-    VERL_CHECK(rollout_rs_threshold.has_value(), "{}rollout_rs={} needs {}rollout_rs_threshold", k, *rollout_rs, k);
+    VERL_CHECK(rollout_rs_threshold.has_value(), "{}rollout_rs={} needs {}rollout_rs_threshold", k,
+               *rollout_rs, k);
     std::vector<std::string> specs = split_list(*rollout_rs_threshold);
     VERL_CHECK(specs.size() == 1 || specs.size() == names.size(),
-               "{}rollout_rs_threshold='{}': give one threshold shared by all options or one for each of the {}",
+               "{}rollout_rs_threshold='{}': give one threshold shared by all options or one for "
+               "each of the {}",
                k, *rollout_rs_threshold, names.size());
     for (size_t i = 0; i < names.size(); ++i) {
       const std::string& spec = specs.size() == 1 ? specs[0] : specs[i];
@@ -405,18 +427,20 @@ RolloutCorrectionConfig parse_rollout_correction(const std::optional<std::string
       const size_t us = spec.find('_');
       if (opt.name.back() == '1') {
         opt.upper = parse_positive(us == std::string::npos ? spec : spec.substr(us + 1), opt.name);
-        opt.lower = us == std::string::npos ? 1.0 / opt.upper : parse_positive(spec.substr(0, us), opt.name);
+        opt.lower = us == std::string::npos ? 1.0 / opt.upper
+                                            : parse_positive(spec.substr(0, us), opt.name);
       } else {
-        VERL_CHECK(us == std::string::npos, "{}rollout_rs_threshold: option {} takes one upper bound, not '{}'", k,
-                   opt.name, spec);
+        VERL_CHECK(us == std::string::npos,
+                   "{}rollout_rs_threshold: option {} takes one upper bound, not '{}'", k, opt.name,
+                   spec);
         opt.upper = parse_positive(spec, opt.name);
       }
       c.rollout_rs.push_back(opt);
     }
   }
   c.bypass_mode = bypass_mode;
-  VERL_CHECK(loss_type == "ppo_clip" || loss_type == "reinforce", "{}loss_type must be ppo_clip or reinforce, got '{}'",
-             k, loss_type);
+  VERL_CHECK(loss_type == "ppo_clip" || loss_type == "reinforce",
+             "{}loss_type must be ppo_clip or reinforce, got '{}'", k, loss_type);
   c.loss_type = loss_type;
   return c;
 }
@@ -427,7 +451,8 @@ RolloutCorrectionOutput compute_rollout_correction(Shape s, std::span<const floa
                                                    const RolloutCorrectionConfig& cfg) {
   const auto n = static_cast<size_t>(s.numel());
   VERL_CHECK(old_log_prob.size() == n && rollout_log_prob.size() == n && response_mask.size() == n,
-             "compute_rollout_correction: old_log_prob ({}), rollout_log_prob ({}) and response_mask ({}) must hold "
+             "compute_rollout_correction: old_log_prob ({}), rollout_log_prob ({}) and "
+             "response_mask ({}) must hold "
              "[{}, {}] values",
              old_log_prob.size(), rollout_log_prob.size(), response_mask.size(), s.batch, s.length);
   const Masked mk{s, response_mask};

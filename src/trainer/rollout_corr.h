@@ -39,14 +39,15 @@ struct RolloutCorrectionConfig {
 // seq_sum_k1..3, seq_mean_k1..3, seq_max_k2..3; rollout_rs_threshold one spec shared by all or one
 // per option, "lower_upper" or a number for k1 (lower = 1 / upper), a number for k2 / k3. Errors
 // name the algorithm.rollout_correction.* key.
-RolloutCorrectionConfig parse_rollout_correction(const std::optional<std::string>& rollout_is,
-                                                 double rollout_is_threshold, bool rollout_is_batch_normalize,
-                                                 const std::optional<std::string>& rollout_rs,
-                                                 const std::optional<std::string>& rollout_rs_threshold,
-                                                 bool bypass_mode, const std::string& loss_type);
+RolloutCorrectionConfig parse_rollout_correction(
+    const std::optional<std::string>& rollout_is, double rollout_is_threshold,
+    bool rollout_is_batch_normalize, const std::optional<std::string>& rollout_rs,
+    const std::optional<std::string>& rollout_rs_threshold, bool bypass_mode,
+    const std::string& loss_type);
 
 struct RolloutCorrectionOutput {
-  std::vector<float> rollout_is_weights;  // [B, L], truncated (zero off the mask); empty without rollout_is
+  std::vector<float>
+      rollout_is_weights;  // [B, L], truncated (zero off the mask); empty without rollout_is
   std::vector<float> response_mask;       // [B, L], rejected tokens zeroed
   std::map<std::string, double> metrics;  // rollout_corr/<verl's name>
 };

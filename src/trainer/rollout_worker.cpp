@@ -26,7 +26,8 @@ uint64_t mix(uint64_t x) {  // splitmix64 finaliser: decorrelates derived seeds
 // rollout.length_dist (the synthetic long-tailed workload): each of a request's n samples gets a
 // length from a lognormal of the configured mean, drawn from the request's seed and the sample's
 // index (so a sample's length does not depend on the world size or the batch); empty when off.
-std::vector<int32_t> synthetic_lengths(const LengthDistKeys& d, uint64_t seed, int32_t n, int32_t max_tokens) {
+std::vector<int32_t> synthetic_lengths(const LengthDistKeys& d, uint64_t seed, int32_t n,
+                                       int32_t max_tokens) {
   if (d.type == "none") return {};
   const std::string k = "actor_rollout_ref.rollout.length_dist.";
   const int64_t cap = std::min<int64_t>(d.cap.value_or(max_tokens), max_tokens);
@@ -36,7 +37,8 @@ std::vector<int32_t> synthetic_lengths(const LengthDistKeys& d, uint64_t seed, i
   for (int32_t i = 0; i < n; ++i) {
     Rng rng(seed ^ 0x6c656e67746873ull, static_cast<uint64_t>(i));
     const double len = std::exp(mu + d.sigma * static_cast<double>(rng.normal()));
-    out[static_cast<size_t>(i)] = static_cast<int32_t>(std::clamp<double>(std::round(len), 1.0, static_cast<double>(cap)));
+    out[static_cast<size_t>(i)] =
+        static_cast<int32_t>(std::clamp<double>(std::round(len), 1.0, static_cast<double>(cap)));
   }
   return out;
 }
@@ -45,14 +47,21 @@ std::vector<int32_t> synthetic_lengths(const LengthDistKeys& d, uint64_t seed, i
 // budget, each run as soon as it is full; what is left runs once generation ends.
 class PipelineObserver final : public RowObserver {
  public:
-  PipelineObserver(TokenPipeline& pipe, const Experience& exp, metrics::StageTimer& timer, PolicyModel* actor,
-                   PolicyModel* ref, PolicyModel* critic, float temperature)
-      : pipe_(pipe), exp_(exp), timer_(timer), actor_(actor), ref_(ref), critic_(critic), temperature_(temperature) {
+  PipelineObserver(TokenPipeline& pipe, const Experience& exp, metrics::StageTimer& timer,
+                   PolicyModel* actor, PolicyModel* ref, PolicyModel* critic, float temperature)
+      : pipe_(pipe),
+        exp_(exp),
+        timer_(timer),
+        actor_(actor),
+        ref_(ref),
+        critic_(critic),
+        temperature_(temperature) {
     worker_.emplace(
         [this](int64_t b) {
           const int64_t t = exp_.tokens(b);
-          const bool full = (pipe_.max_tokens > 0 && pending_tokens_ + t > pipe_.max_tokens) ||
-                            (pipe_.max_seqs > 0 && static_cast<int64_t>(pending_.size()) >= pipe_.max_seqs);
+          const bool full =
+              (pipe_.max_tokens > 0 && pending_tokens_ + t > pipe_.max_tokens) ||
+              (pipe_.max_seqs > 0 && static_cast<int64_t>(pending_.size()) >= pipe_.max_seqs);
           if (full && !pending_.empty()) {
             run(std::exchange(pending_, {}));
             pending_tokens_ = 0;
@@ -78,7 +87,8 @@ class PipelineObserver final : public RowObserver {
   void run(std::vector<int64_t> rows) {
     const PackedResponses mb(exp_, std::move(rows));
     std::vector<float> out;
-    const auto pass = [&](const char* stage, PolicyModel& model, std::vector<std::vector<float>>& into, bool values) {
+    const auto pass = [&](const char* stage, PolicyModel& model,
+                          std::vector<std::vector<float>>& into, bool values) {
       const double t0 = timer_.now_s();
       check_plan(model, mb.batch());
       if (values) {
@@ -86,7 +96,8 @@ class PipelineObserver final : public RowObserver {
       } else {
         model.forward(mb.batch(), temperature_, out, nullptr, /*for_backward=*/false);
       }
-      for (size_t i = 0; i < mb.rows().size(); ++i) into[static_cast<size_t>(mb.rows()[i])] = mb.row(out, i);
+      for (size_t i = 0; i < mb.rows().size(); ++i)
+        into[static_cast<size_t>(mb.rows()[i])] = mb.row(out, i);
       timer_.record(stage, t0, timer_.now_s());
     };
     if (pipe_.old_log_prob) pass("old_log_prob", *actor_, pipe_.old_rows, false);
@@ -106,15 +117,22 @@ class PipelineObserver final : public RowObserver {
 
 }  // namespace
 
-std::vector<float> TokenPipeline::matrix(const std::vector<std::vector<float>>& which, int64_t B, int64_t L) {
+std::vector<float> TokenPipeline::matrix(const std::vector<std::vector<float>>& which, int64_t B,
+                                         int64_t L) {
   std::vector<float> out(static_cast<size_t>(B * L), 0.0f);
   for (int64_t b = 0; b < B; ++b) std::copy(which[b].begin(), which[b].end(), out.begin() + b * L);
   return out;
 }
 
-RolloutWorker::RolloutWorker(const PpoConfig& cfg, Device device, ActorWorker& actor, CriticWorker* critic,
-                             RewardManager& reward, MemoryRecorder& memory, std::vector<int32_t> eos_ids)
-    : cfg_(cfg), device_(device), actor_(actor), critic_(critic), reward_(reward), memory_(memory),
+RolloutWorker::RolloutWorker(const PpoConfig& cfg, Device device, ActorWorker& actor,
+                             CriticWorker* critic, RewardManager& reward, MemoryRecorder& memory,
+                             std::vector<int32_t> eos_ids)
+    : cfg_(cfg),
+      device_(device),
+      actor_(actor),
+      critic_(critic),
+      reward_(reward),
+      memory_(memory),
       eos_ids_(std::move(eos_ids)) {}
 
 TokenPipeline RolloutWorker::pipeline_plan(bool old_log_prob) const {
@@ -123,7 +141,8 @@ TokenPipeline RolloutWorker::pipeline_plan(bool old_log_prob) const {
   // The actor's pass shares its stream with the GPU rollout (which captures graphs on it), and a
   // ZeRO-3 model gathers its weights with collectives: those passes run after generation.
   PolicyModel& actor = actor_.model();
-  p.old_log_prob = old_log_prob && device_ == Device::Cpu && actor.state().weight_source() == nullptr;
+  p.old_log_prob =
+      old_log_prob && device_ == Device::Cpu && actor.state().weight_source() == nullptr;
   p.ref = actor_.ref() != nullptr;
   p.values = critic_ != nullptr && critic_->model().state().weight_source() == nullptr;
   // One micro-batch fits every pass: the smallest of their token budgets and sequence counts.
@@ -143,8 +162,8 @@ TokenPipeline RolloutWorker::pipeline_plan(bool old_log_prob) const {
   return p;
 }
 
-void RolloutWorker::generate(const std::vector<data::Sample>& samples, int64_t first_index, Experience& exp,
-                             metrics::StageTimer& timer, const GenOptions& opts) {
+void RolloutWorker::generate(const std::vector<data::Sample>& samples, int64_t first_index,
+                             Experience& exp, metrics::StageTimer& timer, const GenOptions& opts) {
   const bool validation = opts.validation, greedy = opts.greedy;
   TokenPipeline* pipe = opts.pipe;
   const int64_t step = opts.step;
@@ -169,16 +188,19 @@ void RolloutWorker::generate(const std::vector<data::Sample>& samples, int64_t f
   for (size_t i = 0; i < samples.size(); ++i) {
     const int64_t plen = static_cast<int64_t>(samples[i].prompt_ids.size());
     VERL_CHECK(plen <= prompt_limit && plen < model_len,
-               "a prompt of {} tokens is longer than actor_rollout_ref.rollout.prompt_length={} allows (or does not "
-               "fit rollout.max_model_len={}); raise them or lower data.max_prompt_length", plen, prompt_limit,
-               model_len);
+               "a prompt of {} tokens is longer than actor_rollout_ref.rollout.prompt_length={} "
+               "allows (or does not "
+               "fit rollout.max_model_len={}); raise them or lower data.max_prompt_length",
+               plen, prompt_limit, model_len);
     rollout::Request r;
     r.prompt = samples[i].prompt_ids;
     r.params = sp;
-    r.params.seed = mix(cfg_.data.seed ^ mix(static_cast<uint64_t>(step - 1) * 2 + (validation ? 1 : 0)) ^
-                        mix(static_cast<uint64_t>(first_index + static_cast<int64_t>(i)) + 0x51ed));
+    r.params.seed =
+        mix(cfg_.data.seed ^ mix(static_cast<uint64_t>(step - 1) * 2 + (validation ? 1 : 0)) ^
+            mix(static_cast<uint64_t>(first_index + static_cast<int64_t>(i)) + 0x51ed));
     r.n = static_cast<int32_t>(n);
-    if (!validation && !greedy) r.eos_at = synthetic_lengths(rk.length_dist, r.params.seed, r.n, sp.max_tokens);
+    if (!validation && !greedy)
+      r.eos_at = synthetic_lengths(rk.length_dist, r.params.seed, r.n, sp.max_tokens);
     longest = std::max<int64_t>(longest, static_cast<int64_t>(r.prompt.size()));
     reqs.push_back(std::move(r));
   }
@@ -186,7 +208,8 @@ void RolloutWorker::generate(const std::vector<data::Sample>& samples, int64_t f
   // goes out of scope, before training starts (phased memory).
   rollout::EngineConfig ec;
   ec.scheduler.block_size = 16;
-  ec.scheduler.max_model_len = static_cast<int32_t>(std::min<int64_t>(longest + sp.max_tokens, model_len));
+  ec.scheduler.max_model_len =
+      static_cast<int32_t>(std::min<int64_t>(longest + sp.max_tokens, model_len));
   ec.scheduler.max_num_seqs = static_cast<int32_t>(rk.max_num_seqs);
   ec.scheduler.max_num_batched_tokens = static_cast<int32_t>(rk.max_num_batched_tokens);
   ec.scheduler.num_blocks = static_cast<int32_t>(
@@ -201,7 +224,7 @@ void RolloutWorker::generate(const std::vector<data::Sample>& samples, int64_t f
   std::optional<metrics::StageTimer::Scope> setup;
   setup.emplace(timer, "gen_setup");
   std::unique_ptr<rollout::StepRunner> runner =
-      opts.snapshot ? opts.snapshot->make_rollout_runner(ec.scheduler, ro)
+      opts.snapshot  ? opts.snapshot->make_rollout_runner(ec.scheduler, ro)
       : opts.weights ? nullptr
                      : actor.make_rollout_runner(ec.scheduler, ro);
   std::optional<FullWeights> full;  // ZeRO-3: the rollout reads whole weights, gathered here
@@ -243,7 +266,8 @@ void RolloutWorker::generate(const std::vector<data::Sample>& samples, int64_t f
     for (auto* rows : {&pipe->old_rows, &pipe->ref_rows, &pipe->value_rows}) rows->assign(B, {});
     if (pipe->ref) actor_.ref()->wake();
     piper = std::make_unique<PipelineObserver>(*pipe, exp, timer, &actor, actor_.ref(),
-                                               critic_ ? &critic_->model() : nullptr, actor_.temperature());
+                                               critic_ ? &critic_->model() : nullptr,
+                                               actor_.temperature());
   }
   rollout::GenerateHooks hooks;
   hooks.on_finish = [&](const rollout::Completion& c) {
@@ -257,7 +281,8 @@ void RolloutWorker::generate(const std::vector<data::Sample>& samples, int64_t f
     traj[b].logprobs = c.logprobs;
     traj[b].loss_mask.assign(static_cast<size_t>(len), 1.0f);  // every token is the model's own
     traj[b].segments = {Segment{0, len, true}};
-    if (scorer) scorer->push(b);  // the observers read the row after this, through their queues' locks
+    if (scorer)
+      scorer->push(b);  // the observers read the row after this, through their queues' locks
     if (piper) piper->push(b);
   };
   {
@@ -290,7 +315,8 @@ void RolloutWorker::generate(const std::vector<data::Sample>& samples, int64_t f
       exp.mask[b * L + j] = traj[b].loss_mask[j];
       exp.rollout_log_prob[b * L + j] = traj[b].logprobs[j];
     }
-    if (len > 0) exp.token_level_scores[b * L + len - 1] = exp.scores[b];  // the score sits on the last token
+    if (len > 0)
+      exp.token_level_scores[b * L + len - 1] = exp.scores[b];  // the score sits on the last token
   }
   exp.token_level_rewards = exp.token_level_scores;
 }

@@ -5,13 +5,18 @@
 
 namespace verl::trainer {
 
-MicroBatchPlan plan_micro_batches(const PpoConfig& cfg, const UpdateKeys* update, const ForwardBatching& fb) {
+MicroBatchPlan plan_micro_batches(const PpoConfig& cfg, const UpdateKeys* update,
+                                  const ForwardBatching& fb) {
   const int64_t seq_len = cfg.data.max_prompt_length + cfg.rollout.response_length;
-  const int64_t step_seqs = cfg.data.gen_batch_size * cfg.rollout.train.n / cfg.world;  // this rank's share
+  const int64_t step_seqs =
+      cfg.data.gen_batch_size * cfg.rollout.train.n / cfg.world;  // this rank's share
   MicroBatchPlan p;
   p.max_tokens = std::min(fb.max_tokens, step_seqs * seq_len);
-  if (!fb.dynamic) p.max_tokens = std::max(p.max_tokens, std::min(fb.max_seqs, step_seqs) * seq_len);
-  if (update) p.max_tokens = std::max(p.max_tokens, std::min(update->ppo_max_token_len_per_gpu, step_seqs * seq_len));
+  if (!fb.dynamic)
+    p.max_tokens = std::max(p.max_tokens, std::min(fb.max_seqs, step_seqs) * seq_len);
+  if (update)
+    p.max_tokens =
+        std::max(p.max_tokens, std::min(update->ppo_max_token_len_per_gpu, step_seqs * seq_len));
   if (update && !update->use_dynamic_bsz) {
     const int64_t mini = std::min(update->mini, step_seqs);
     const int64_t micro = std::min(update->micro(mini), mini);

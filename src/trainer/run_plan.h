@@ -17,8 +17,8 @@ struct MicroBatchPlan {
   int64_t max_tokens = 0, max_seqs = 0;
 };
 
-// One phase's device memory (gen, old_log_prob, ref, values, update_critic, update_actor, ...) as an
-// estimate made before the run: what a memory planner fills in for doctor and the benchmarks.
+// One phase's device memory (gen, old_log_prob, ref, values, update_critic, update_actor, ...) as
+// an estimate made before the run: what a memory planner fills in for doctor and the benchmarks.
 struct PhaseMemory {
   std::string phase;
   size_t bytes = 0;
@@ -42,6 +42,7 @@ struct RunPlan {
 // (`update` non-null), the update, which cuts each mini-batch by ppo_max_token_len_per_gpu under
 // use_dynamic_bsz, else into ppo_micro_batch_size_per_gpu sequences; a sequence holds at most
 // max_prompt_length + rollout.response_length tokens.
-MicroBatchPlan plan_micro_batches(const PpoConfig& cfg, const UpdateKeys* update, const ForwardBatching& fwd);
+MicroBatchPlan plan_micro_batches(const PpoConfig& cfg, const UpdateKeys* update,
+                                  const ForwardBatching& fwd);
 
 }  // namespace verl::trainer

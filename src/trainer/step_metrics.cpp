@@ -26,7 +26,8 @@ void add_global_stats(dist::Communicator& comm, metrics::Metrics& m, std::string
     return;
   }
   double sums[2] = {0, static_cast<double>(x.size())};
-  double hi[1] = {-std::numeric_limits<double>::infinity()}, lo[1] = {std::numeric_limits<double>::infinity()};
+  double hi[1] = {-std::numeric_limits<double>::infinity()},
+         lo[1] = {std::numeric_limits<double>::infinity()};
   for (double v : x) {
     sums[0] += v;
     hi[0] = std::max(hi[0], v);
@@ -76,13 +77,16 @@ void MemoryRecorder::record(metrics::Metrics& m, const char* phase, size_t track
   const bool gen = std::string_view(phase) == "gen";
   if (device_ != Device::Cuda) {
     const auto [state, gather] = gen ? gen_state_bytes_ : host_state_bytes();
-    m.set(std::string("perf/host_state_gib/") + phase, static_cast<double>(state + gather) / (1 << 30));
-    if (gather > 0) m.set(std::string("perf/host_gather_gib/") + phase, static_cast<double>(gather) / (1 << 30));
+    m.set(std::string("perf/host_state_gib/") + phase,
+          static_cast<double>(state + gather) / (1 << 30));
+    if (gather > 0)
+      m.set(std::string("perf/host_gather_gib/") + phase, static_cast<double>(gather) / (1 << 30));
     return;
   }
   constexpr double kGiB = 1 << 30;
   const size_t in_use = device_memory_in_use();
-  m.set(std::string("perf/device_memory_gib/") + phase, static_cast<double>(gen ? gen_device_bytes_ : in_use) / kGiB);
+  m.set(std::string("perf/device_memory_gib/") + phase,
+        static_cast<double>(gen ? gen_device_bytes_ : in_use) / kGiB);
   if (gen) m.set("perf/device_memory_gib/after_gen_free", static_cast<double>(in_use) / kGiB);
   // The phase's peak: the most our allocators held since the phase began, plus what they do not
   // count (the CUDA context, cuBLASLt's and NCCL's own memory: in use minus tracked, taken as
@@ -90,10 +94,12 @@ void MemoryRecorder::record(metrics::Metrics& m, const char* phase, size_t track
   const size_t untracked = in_use - std::min(in_use, tracked_device_memory());
   size_t peak = untracked + std::max(tracked_peak, take_tracked_device_peak());
   if (gen) peak = std::max(peak, gen_device_bytes_);  // the decode graphs' pools are untracked
-  m.set(std::string("perf/device_memory_peak_gib/") + phase, static_cast<double>(std::max(peak, in_use)) / kGiB);
+  m.set(std::string("perf/device_memory_peak_gib/") + phase,
+        static_cast<double>(std::max(peak, in_use)) / kGiB);
 }
 
-void ProbsDiff::add(const std::vector<float>& rollout, const std::vector<float>& old, const std::vector<float>& mask) {
+void ProbsDiff::add(const std::vector<float>& rollout, const std::vector<float>& old,
+                    const std::vector<float>& mask) {
   for (size_t i = 0; i < mask.size(); ++i) {
     if (mask[i] == 0.0f) continue;
     const double d = std::fabs(std::exp(double(rollout[i])) - std::exp(double(old[i])));
@@ -124,8 +130,9 @@ void ProbsDiff::report(metrics::Metrics& m) const {
   m.set("training/rollout_probs_diff_std", std::sqrt(std::max(0.0, sq / n - mean * mean)));
 }
 
-void add_dynamic_batch_metrics(const data::DynamicBatchStats& other, const data::DynamicBatchStats& update,
-                               dist::Communicator& comm, int64_t budget, metrics::Metrics& m) {
+void add_dynamic_batch_metrics(const data::DynamicBatchStats& other,
+                               const data::DynamicBatchStats& update, dist::Communicator& comm,
+                               int64_t budget, metrics::Metrics& m) {
   double s[4] = {static_cast<double>(update.tokens), update.capacity, update.fixed_capacity,
                  static_cast<double>(update.fillers)};
   if (comm.world_size() > 1) comm.all_reduce(std::span<double>(s), dist::ReduceOp::Sum);
@@ -137,7 +144,8 @@ void add_dynamic_batch_metrics(const data::DynamicBatchStats& other, const data:
   m.set("dynamic_batch/grows", static_cast<double>(other.grows + update.grows));
   m.set("dynamic_batch/micro_batches", static_cast<double>(update.micro_batches));
   if (update.packings > 0)
-    m.set("dynamic_batch/micro_batch_spread", comm.mean(update.spread / static_cast<double>(update.packings)));
+    m.set("dynamic_batch/micro_batch_spread",
+          comm.mean(update.spread / static_cast<double>(update.packings)));
 }
 
 void add_data_metrics(const Experience& exp, dist::Communicator& comm, int64_t response_length,
@@ -167,7 +175,8 @@ void add_data_metrics(const Experience& exp, dist::Communicator& comm, int64_t r
   add_global_stats(comm, m, "critic/returns", ret);
   if (!val.empty()) {
     add_global_stats(comm, m, "critic/values", val);
-    // vf_explained_var = 1 - var(returns - values) / var(returns), over valid tokens (of every rank).
+    // vf_explained_var = 1 - var(returns - values) / var(returns), over valid tokens (of every
+    // rank).
     std::vector<double> diff(ret.size());
     for (size_t i = 0; i < ret.size(); ++i) diff[i] = ret[i] - val[i];
     if (comm.world_size() == 1) {
@@ -178,7 +187,8 @@ void add_data_metrics(const Experience& exp, dist::Communicator& comm, int64_t r
       };
       m.set("critic/vf_explained_var", 1.0 - var(diff) / (var(ret) + 1e-5));
     } else {
-      double s[5] = {static_cast<double>(ret.size()), 0, 0, 0, 0};  // n, sum and sum of squares of ret, diff
+      double s[5] = {static_cast<double>(ret.size()), 0, 0, 0,
+                     0};  // n, sum and sum of squares of ret, diff
       for (size_t i = 0; i < ret.size(); ++i) {
         s[1] += ret[i];
         s[2] += ret[i] * ret[i];
@@ -195,7 +205,8 @@ void add_data_metrics(const Experience& exp, dist::Communicator& comm, int64_t r
   add_global_length_stats(comm, m, "prompt_length", prompt_len, max_prompt_length);
 }
 
-void add_rollout_metrics(const Experience& exp, int64_t vocab_size, dist::Communicator& comm, metrics::Metrics& m) {
+void add_rollout_metrics(const Experience& exp, int64_t vocab_size, dist::Communicator& comm,
+                         metrics::Metrics& m) {
   // Sampled ids past the tokenizer (a padded embedding's extra rows) have no text; counted here.
   int64_t out_of_vocab = 0;
   for (const auto& r : exp.response)
@@ -253,15 +264,19 @@ void add_sync_metrics(const std::vector<PolicyModel*>& trained, metrics::Metrics
 
 void add_timing_metrics(const metrics::StageTimer& timer, bool token_pipeline, bool critic_overlap,
                         metrics::Metrics& m) {
-  for (const char* stage : {"gen", "gen_setup", "reshard", "reward", "balance", "old_log_prob", "ref", "values",
-                            "adv", "update_critic", "update_actor", "step"}) {
+  for (const char* stage : {"gen", "gen_setup", "reshard", "reward", "balance", "old_log_prob",
+                            "ref", "values", "adv", "update_critic", "update_actor", "step"}) {
     const double s = timer.seconds(stage);
-    if (s > 0 || std::string(stage) == "gen" || std::string(stage) == "step") m.set(std::string("timing_s/") + stage, s);
+    if (s > 0 || std::string(stage) == "gen" || std::string(stage) == "step")
+      m.set(std::string("timing_s/") + stage, s);
   }
   m.set("timing_s/reward_overlap_gen", timer.overlap("gen", "reward"));
-  for (const char* stage : {"old_log_prob", "ref", "values"})  // the token pipeline's share of each pass
-    if (token_pipeline) m.set(std::string("timing_s/") + stage + "_overlap_gen", timer.overlap("gen", stage));
-  if (critic_overlap) m.set("timing_s/update_critic_overlap_actor", timer.overlap("update_actor", "update_critic"));
+  for (const char* stage :
+       {"old_log_prob", "ref", "values"})  // the token pipeline's share of each pass
+    if (token_pipeline)
+      m.set(std::string("timing_s/") + stage + "_overlap_gen", timer.overlap("gen", stage));
+  if (critic_overlap)
+    m.set("timing_s/update_critic_overlap_actor", timer.overlap("update_actor", "update_critic"));
 }
 
 std::vector<GenerationRow> generation_rows(const tokenizer::Tokenizer& tok, const Experience& exp) {
@@ -276,13 +291,17 @@ std::vector<GenerationRow> generation_rows(const tokenizer::Tokenizer& tok, cons
 void dump_generations(const std::string& dir, const std::string& key, int64_t step,
                       const std::vector<GenerationRow>& rows, const dist::Communicator& comm) {
   std::filesystem::create_directories(dir);
-  const std::string name = comm.world_size() == 1 ? fmt::format("{}.jsonl", step)
-                                                  : fmt::format("{}_rank{}.jsonl", step, comm.rank());
+  const std::string name = comm.world_size() == 1
+                               ? fmt::format("{}.jsonl", step)
+                               : fmt::format("{}_rank{}.jsonl", step, comm.rank());
   const std::string path = (std::filesystem::path(dir) / name).string();
   std::ofstream f(path, std::ios::trunc);
   VERL_CHECK(f.good(), "{}={}: cannot write {}", key, dir, path);
   for (const GenerationRow& r : rows) {
-    nlohmann::ordered_json j = {{"input", r.input}, {"output", r.output}, {"gts", r.gts}, {"score", r.score},
+    nlohmann::ordered_json j = {{"input", r.input},
+                                {"output", r.output},
+                                {"gts", r.gts},
+                                {"score", r.score},
                                 {"step", step}};
     f << j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << '\n';
   }
@@ -292,13 +311,14 @@ void dump_generations(const std::string& dir, const std::string& key, int64_t st
 
 void log_val_generations(std::vector<GenerationRow> rows, int64_t n, int64_t step) {
   if (n <= 0 || rows.empty()) return;
-  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.input < b.input; });
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const auto& a, const auto& b) { return a.input < b.input; });
   Rng rng(42);
   for (size_t i = rows.size() - 1; i > 0; --i) std::swap(rows[i], rows[rng.below(i + 1)]);
   rows.resize(std::min<size_t>(rows.size(), static_cast<size_t>(n)));
   for (size_t i = 0; i < rows.size(); ++i)
-    log::info("validation sample {} of step {} (score {}):\n[input] {}\n[output] {}", i + 1, step, rows[i].score,
-              rows[i].input, rows[i].output);
+    log::info("validation sample {} of step {} (score {}):\n[input] {}\n[output] {}", i + 1, step,
+              rows[i].score, rows[i].input, rows[i].output);
 }
 
 }  // namespace verl::trainer

@@ -27,15 +27,20 @@ std::vector<float> rows(const std::vector<float>& m, const std::vector<int64_t>&
 void check_plan(const PolicyModel& policy, const model::PackedBatch& pb) {
   if (policy.max_tokens() == 0) return;  // the CPU model grows its buffers
   VERL_CHECK(pb.num_tokens() <= policy.max_tokens() && pb.num_seqs() <= policy.max_seqs(),
-             "a micro-batch of {} tokens in {} sequences exceeds the {} tokens / {} sequences the {} model was "
-             "planned for from actor_rollout_ref.actor.ppo_max_token_len_per_gpu, ppo_micro_batch_size_per_gpu "
+             "a micro-batch of {} tokens in {} sequences exceeds the {} tokens / {} sequences the "
+             "{} model was "
+             "planned for from actor_rollout_ref.actor.ppo_max_token_len_per_gpu, "
+             "ppo_micro_batch_size_per_gpu "
              "(without use_dynamic_bsz), data.gen_batch_size x actor_rollout_ref.rollout.n and "
              "data.max_prompt_length + data.max_response_length; check those keys",
-             pb.num_tokens(), pb.num_seqs(), policy.max_tokens(), policy.max_seqs(), to_string(policy.device()));
+             pb.num_tokens(), pb.num_seqs(), policy.max_tokens(), policy.max_seqs(),
+             to_string(policy.device()));
 }
 
-std::vector<std::vector<int64_t>> micro_batches(const Experience& exp, const std::vector<int64_t>& idx, bool dynamic,
-                                                int64_t max_tokens, int64_t max_seqs, const PassContext& ctx) {
+std::vector<std::vector<int64_t>> micro_batches(const Experience& exp,
+                                                const std::vector<int64_t>& idx, bool dynamic,
+                                                int64_t max_tokens, int64_t max_seqs,
+                                                const PassContext& ctx) {
   dist::Communicator& comm = *ctx.comm;
   std::vector<std::vector<int64_t>> out;
   if (ctx.dyn_batch) {
@@ -58,8 +63,10 @@ std::vector<std::vector<int64_t>> micro_batches(const Experience& exp, const std
     for (int64_t b : idx) {
       lens.push_back(exp.tokens(b));
       VERL_CHECK(lens.back() <= max_tokens,
-                 "a sequence of {} tokens exceeds the micro-batch token budget {} (ppo_max_token_len_per_gpu, "
-                 "or for a forward-only pass log_prob_max_token_len_per_gpu / forward_max_token_len_per_gpu)",
+                 "a sequence of {} tokens exceeds the micro-batch token budget {} "
+                 "(ppo_max_token_len_per_gpu, "
+                 "or for a forward-only pass log_prob_max_token_len_per_gpu / "
+                 "forward_max_token_len_per_gpu)",
                  lens.back(), max_tokens);
     }
     data::MicroBatchOptions mo;
@@ -72,13 +79,15 @@ std::vector<std::vector<int64_t>> micro_batches(const Experience& exp, const std
     return out;
   }
   for (size_t i = 0; i < idx.size(); i += static_cast<size_t>(max_seqs)) {
-    out.emplace_back(idx.begin() + i, idx.begin() + std::min(idx.size(), i + static_cast<size_t>(max_seqs)));
+    out.emplace_back(idx.begin() + i,
+                     idx.begin() + std::min(idx.size(), i + static_cast<size_t>(max_seqs)));
   }
   return out;
 }
 
-void compute_log_probs(PolicyModel& policy, const Experience& exp, const ForwardBatching& fb, float temperature,
-                       const PassContext& ctx, std::vector<float>& logp, std::vector<float>* entropy) {
+void compute_log_probs(PolicyModel& policy, const Experience& exp, const ForwardBatching& fb,
+                       float temperature, const PassContext& ctx, std::vector<float>& logp,
+                       std::vector<float>* entropy) {
   const int64_t L = exp.L;
   logp.assign(exp.B * L, 0.0f);
   if (entropy) entropy->assign(exp.B * L, 0.0f);
@@ -95,7 +104,8 @@ void compute_log_probs(PolicyModel& policy, const Experience& exp, const Forward
   policy.release_activations();
 }
 
-FullWeights::FullWeights(PolicyModel& p, int64_t bucket) : st_(p.state()), held_(!st_.has_full_weights()) {
+FullWeights::FullWeights(PolicyModel& p, int64_t bucket)
+    : st_(p.state()), held_(!st_.has_full_weights()) {
   if (held_) st_.gather_full_weights(bucket);
 }
 
@@ -103,40 +113,48 @@ FullWeights::~FullWeights() {
   if (held_) st_.drop_full_weights();
 }
 
-void setup_data_parallel(const UpdateKeys& u, const std::optional<optim::LightweightConfig>& lw, PolicyModel& model,
-                         dist::Communicator& comm) {
+void setup_data_parallel(const UpdateKeys& u, const std::optional<optim::LightweightConfig>& lw,
+                         PolicyModel& model, dist::Communicator& comm) {
   const char* key = u.zero_stage_key.c_str();
   const int64_t stage = u.zero_stage;
   if (comm.world_size() == 1) {
     if (stage > 0)
-      log::warn("{}={}: one rank has nothing to shard; the whole optimizer state stays here", key, stage);
+      log::warn("{}={}: one rank has nothing to shard; the whole optimizer state stays here", key,
+                stage);
     // A one-rank NCCL communicator still reduces (through NCCL): its buckets go as with more, and
     // LightweightSync compresses them (what one GPU can show of it).
     if (comm.distributed()) {
       model.state().enable_data_parallel(comm, 0);
       if (lw) model.state().use_lightweight_sync(*lw);
     } else if (lw) {
-      log::warn("trainer.gradient_sync_method=lightweight: one rank sends no gradients; the update uses the whole "
-                "gradient, as with allreduce");
+      log::warn(
+          "trainer.gradient_sync_method=lightweight: one rank sends no gradients; the update uses "
+          "the whole "
+          "gradient, as with allreduce");
     }
     return;
   }
   optim::TrainState& st = model.state();
   st.enable_data_parallel(comm, static_cast<int>(stage));
   if (lw) {
-    VERL_CHECK(stage < 2, "trainer.gradient_sync_method=lightweight with {}={}: LightweightSync compresses each rank's "
-               "whole gradient (its top-k and carry), which ZeRO-{} does not keep; use {}=1 (sharded moments) or 0",
+    VERL_CHECK(stage < 2,
+               "trainer.gradient_sync_method=lightweight with {}={}: LightweightSync compresses "
+               "each rank's "
+               "whole gradient (its top-k and carry), which ZeRO-{} does not keep; use {}=1 "
+               "(sharded moments) or 0",
                key, stage, stage, key);
     st.use_lightweight_sync(*lw);
     const std::string_view model_key(key);
-    log::info("LightweightSync for {}: top_k {}, {} values, a sync every {} optimizer step(s), error feedback {}",
-              model_key.substr(0, model_key.rfind('.')), lw->top_k, optim::to_string(lw->values), lw->interval,
-              lw->error_feedback ? "on" : "off");
+    log::info(
+        "LightweightSync for {}: top_k {}, {} values, a sync every {} optimizer step(s), error "
+        "feedback {}",
+        model_key.substr(0, model_key.rfind('.')), lw->top_k, optim::to_string(lw->values),
+        lw->interval, lw->error_feedback ? "on" : "off");
   }
   if (stage == 0) return;
-  log::info("ZeRO-{} ({}): rank {} of {} keeps the {}AdamW moments{} of elements [{}, {}) of {}", stage, key,
-            comm.rank(), comm.world_size(), stage == 3 ? "weights, " : "", stage >= 2 ? " and gradients" : "",
-            st.shard().begin, st.shard().end, st.numel());
+  log::info("ZeRO-{} ({}): rank {} of {} keeps the {}AdamW moments{} of elements [{}, {}) of {}",
+            stage, key, comm.rank(), comm.world_size(), stage == 3 ? "weights, " : "",
+            stage >= 2 ? " and gradients" : "", st.shard().begin, st.shard().end, st.numel());
 }
 
 void UpdateLoopResult::report(metrics::Metrics& m, const char* role, float lr) const {
@@ -145,8 +163,9 @@ void UpdateLoopResult::report(metrics::Metrics& m, const char* role, float lr) c
   m.set(r + "/lr", lr);
 }
 
-UpdateLoopResult run_update_loop(const Experience& exp, PolicyModel& model, float lr, const PassContext& ctx,
-                                 const UpdateLoopSettings& s, const MicroStep& micro_step) {
+UpdateLoopResult run_update_loop(const Experience& exp, PolicyModel& model, float lr,
+                                 const PassContext& ctx, const UpdateLoopSettings& s,
+                                 const MicroStep& micro_step) {
   dist::Communicator& comm = *ctx.comm;
   const int64_t L = exp.L, mini = s.mini;
   const int64_t num_mini = (exp.B + mini - 1) / mini;
@@ -159,7 +178,8 @@ UpdateLoopResult run_update_loop(const Experience& exp, PolicyModel& model, floa
       for (int64_t i = exp.B - 1; i > 0; --i) std::swap(order[i], order[rng.below(i + 1)]);
     }
     for (int64_t mb = 0; mb < num_mini; ++mb) {
-      std::vector<int64_t> idx(order.begin() + mb * mini, order.begin() + std::min(exp.B, (mb + 1) * mini));
+      std::vector<int64_t> idx(order.begin() + mb * mini,
+                               order.begin() + std::min(exp.B, (mb + 1) * mini));
       // Global normalisers over the mini-batch: micro-batching then changes nothing but
       // float reassociation (the sum of the micro losses is the mini-batch loss).
       std::vector<float> mini_mask = rows(exp.mask, idx, L);
@@ -172,7 +192,8 @@ UpdateLoopResult run_update_loop(const Experience& exp, PolicyModel& model, floa
       model.zero_grad();
       // Every rank has as many micro-batches (equal shares; dynamic sizes agree on the count), so
       // the gradient buckets that the last one's backward reduces start in step on every rank.
-      std::vector<std::vector<int64_t>> micros = micro_batches(exp, idx, s.dynamic, s.max_tokens, s.micro_seqs, ctx);
+      std::vector<std::vector<int64_t>> micros =
+          micro_batches(exp, idx, s.dynamic, s.max_tokens, s.micro_seqs, ctx);
       for (size_t mi = 0; mi < micros.size(); ++mi) {
         const PackedResponses packed(exp, std::move(micros[mi]));
         check_plan(model, packed.batch());
@@ -180,9 +201,11 @@ UpdateLoopResult run_update_loop(const Experience& exp, PolicyModel& model, floa
       }
       if (s.fault_point) fault_point("train", s.step + 1);
       if (s.track_peaks) r.pass_peak = std::max(r.pass_peak, take_tracked_device_peak());
-      const double gnorm = model.optimizer_step(lr, comm);  // all-reduces the gradients over comm first
+      const double gnorm =
+          model.optimizer_step(lr, comm);  // all-reduces the gradients over comm first
       if (s.track_peaks) r.optimizer_peak = std::max(r.optimizer_peak, take_tracked_device_peak());
-      // LightweightSync's interval: a step that only kept its gradients for the next sync has no norm.
+      // LightweightSync's interval: a step that only kept its gradients for the next sync has no
+      // norm.
       ++r.updates;
       if (!model.state().step_deferred()) {
         r.grad_norm_sum += gnorm;
@@ -193,9 +216,13 @@ UpdateLoopResult run_update_loop(const Experience& exp, PolicyModel& model, floa
   }
   // Every rank saw the same norm; one line is enough.
   if (r.skipped > 0 && comm.rank() == 0)
-    log::warn("step {}: the {}'s gradient norm was not finite in {} of its {} optimizer steps; those updates "
-              "were skipped, as verl does (the weights did not change). Check the rewards (critic/score/*) and "
-              "the learning rate", s.step + 1, s.role, r.skipped, r.applied);
+    log::warn(
+        "step {}: the {}'s gradient norm was not finite in {} of its {} optimizer steps; those "
+        "updates "
+        "were skipped, as verl does (the weights did not change). Check the rewards "
+        "(critic/score/*) and "
+        "the learning rate",
+        s.step + 1, s.role, r.skipped, r.applied);
   return r;
 }
 

@@ -43,18 +43,22 @@ struct PassContext {
 // Rows `idx` of a [B, L] matrix, as a contiguous [idx.size(), L] matrix.
 std::vector<float> rows(const std::vector<float>& m, const std::vector<int64_t>& idx, int64_t L);
 
-// A micro-batch beyond the plan (a CUDA model's max_tokens / max_seqs) is a config problem: name the keys.
+// A micro-batch beyond the plan (a CUDA model's max_tokens / max_seqs) is a config problem: name
+// the keys.
 void check_plan(const PolicyModel& policy, const model::PackedBatch& pb);
 
 // Micro-batches of `idx` (token budget or sequence count); every data-parallel rank gets as many
 // (a collective).
-std::vector<std::vector<int64_t>> micro_batches(const Experience& exp, const std::vector<int64_t>& idx, bool dynamic,
-                                                int64_t max_tokens, int64_t max_seqs, const PassContext& ctx);
+std::vector<std::vector<int64_t>> micro_batches(const Experience& exp,
+                                                const std::vector<int64_t>& idx, bool dynamic,
+                                                int64_t max_tokens, int64_t max_seqs,
+                                                const PassContext& ctx);
 
 // Log-probs (and entropies) of every response token under `policy` at the rollout temperature,
 // cut as `fb` says.
-void compute_log_probs(PolicyModel& policy, const Experience& exp, const ForwardBatching& fb, float temperature,
-                       const PassContext& ctx, std::vector<float>& logp, std::vector<float>* entropy);
+void compute_log_probs(PolicyModel& policy, const Experience& exp, const ForwardBatching& fb,
+                       float temperature, const PassContext& ctx, std::vector<float>& logp,
+                       std::vector<float>* entropy);
 
 // ZeRO-3's reshard for a phase that reads the whole weights (the rollout engine, checkpoints): the
 // shards all-gathered in buckets of `bucket` floats (rollout.update_weights_bucket_megabytes) on
@@ -76,21 +80,22 @@ class FullWeights {
 // backward, with ZeRO stage u.zero_stage (1: this rank keeps its shard of the AdamW moments; 2:
 // also only its shard of the gradients) and LightweightSync when `lightweight` is given. One rank
 // has nothing to shard: a warning says the key changes nothing.
-void setup_data_parallel(const UpdateKeys& u, const std::optional<optim::LightweightConfig>& lightweight,
+void setup_data_parallel(const UpdateKeys& u,
+                         const std::optional<optim::LightweightConfig>& lightweight,
                          PolicyModel& model, dist::Communicator& comm);
 
 struct UpdateLoopSettings {
-  const char* role = "actor";  // the warning's and the metrics' name
+  const char* role = "actor";    // the warning's and the metrics' name
   int64_t mini = 1, epochs = 1;  // this rank's sequences a mini-batch; ppo_epochs
-  bool dynamic = false;          // use_dynamic_bsz: micro-batches by max_tokens, else micro_seqs sequences
+  bool dynamic = false;  // use_dynamic_bsz: micro-batches by max_tokens, else micro_seqs sequences
   int64_t max_tokens = 0, micro_seqs = 1;
   // The actor's shuffle: each epoch visits the rows in an order drawn from (seed, step, epoch).
   bool shuffle = false;
   uint64_t seed = 0;
-  int64_t step = 0;                // training steps done before this one
-  double loss_scale_factor = 0;    // data.max_response_length (seq-mean-token-sum-norm)
-  bool fault_point = false;        // tests kill the process in the middle of the actor's update
-  bool track_peaks = false;        // the micro-batches' and the optimizer steps' device peaks, apart
+  int64_t step = 0;              // training steps done before this one
+  double loss_scale_factor = 0;  // data.max_response_length (seq-mean-token-sum-norm)
+  bool fault_point = false;      // tests kill the process in the middle of the actor's update
+  bool track_peaks = false;      // the micro-batches' and the optimizer steps' device peaks, apart
 };
 
 struct UpdateLoopResult {
@@ -110,7 +115,8 @@ using MicroStep = std::function<void(const PackedResponses& mb, const AggNorm& n
 // Epochs x mini-batches x micro-batches: gradients accumulate over a mini-batch's micro-batches,
 // then `model`'s optimizer step (which sums them over the ranks, clips and steps AdamW at `lr`).
 // A warning names the step when some updates had a non-finite gradient norm.
-UpdateLoopResult run_update_loop(const Experience& exp, PolicyModel& model, float lr, const PassContext& ctx,
-                                 const UpdateLoopSettings& s, const MicroStep& micro_step);
+UpdateLoopResult run_update_loop(const Experience& exp, PolicyModel& model, float lr,
+                                 const PassContext& ctx, const UpdateLoopSettings& s,
+                                 const MicroStep& micro_step);
 
 }  // namespace verl::trainer

@@ -21,8 +21,8 @@ const std::vector<float> kRollout = {-1.2f, -0.5f, -1.0f, -0.3f, -0.2f, 0.0f};
 const std::vector<float> kMask = {1, 1, 1, 1, 1, 0};
 constexpr Shape kShape{2, 3};
 
-RolloutCorrectionConfig config(std::optional<std::string> is, double thr, bool norm, std::optional<std::string> rs,
-                               std::optional<std::string> rs_thr) {
+RolloutCorrectionConfig config(std::optional<std::string> is, double thr, bool norm,
+                               std::optional<std::string> rs, std::optional<std::string> rs_thr) {
   return parse_rollout_correction(is, thr, norm, rs, rs_thr, false, "ppo_clip");
 }
 
@@ -47,8 +47,8 @@ const std::vector<std::pair<std::string, double>> kOffPolicy = {
 };
 
 TEST(RolloutCorrection, TokenWeightsTruncated) {
-  const RolloutCorrectionOutput o =
-      compute_rollout_correction(kShape, kOld, kRollout, kMask, config("token", 1.2, false, {}, {}));
+  const RolloutCorrectionOutput o = compute_rollout_correction(kShape, kOld, kRollout, kMask,
+                                                               config("token", 1.2, false, {}, {}));
   const std::vector<double> want = {1.2, 1.0, std::exp(-1.0), 1.0, std::exp(-1.0), 0.0};
   ASSERT_EQ(o.rollout_is_weights.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(o.rollout_is_weights[i], want[i], 1e-6) << i;
@@ -71,8 +71,8 @@ TEST(RolloutCorrection, TokenWeightsTruncated) {
 }
 
 TEST(RolloutCorrection, SequenceWeightsBatchNormalized) {
-  const RolloutCorrectionOutput o =
-      compute_rollout_correction(kShape, kOld, kRollout, kMask, config("sequence", 2.0, true, {}, {}));
+  const RolloutCorrectionOutput o = compute_rollout_correction(
+      kShape, kOld, kRollout, kMask, config("sequence", 2.0, true, {}, {}));
   const double w0 = std::exp(-0.8), w1 = std::exp(-1.0), mean = (w0 + w1) / 2;
   const std::vector<double> want = {w0 / mean, w0 / mean, w0 / mean, w1 / mean, w1 / mean, 0.0};
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(o.rollout_is_weights[i], want[i], 1e-6) << i;
@@ -91,8 +91,8 @@ TEST(RolloutCorrection, SequenceWeightsBatchNormalized) {
 
 TEST(RolloutCorrection, RejectionTokenAndSequence) {
   // Two options with one threshold each: token_k1 within [0.5, 1.5], seq_max_k2 at most 0.6.
-  const RolloutCorrectionOutput o = compute_rollout_correction(kShape, kOld, kRollout, kMask,
-                                                               config({}, 2.0, false, "token_k1,seq_max_k2", "0.5_1.5,0.6"));
+  const RolloutCorrectionOutput o = compute_rollout_correction(
+      kShape, kOld, kRollout, kMask, config({}, 2.0, false, "token_k1,seq_max_k2", "0.5_1.5,0.6"));
   EXPECT_TRUE(o.rollout_is_weights.empty());
   EXPECT_EQ(o.response_mask, (std::vector<float>{1, 1, 0, 1, 0, 0}));
   expect_metrics(o.metrics, kOffPolicy);
@@ -113,8 +113,8 @@ TEST(RolloutCorrection, RejectionTokenAndSequence) {
                              {"rollout_rs_token_k1_seq_std", 0.1649915811376335},
                              {"rollout_rs_token_k1_std", 0.24255175180982946}});
   // A sequence-level mean of k3 above 0.1 rejects both sequences whole.
-  const RolloutCorrectionOutput s =
-      compute_rollout_correction(kShape, kOld, kRollout, kMask, config({}, 2.0, false, "seq_mean_k3", "0.1"));
+  const RolloutCorrectionOutput s = compute_rollout_correction(
+      kShape, kOld, kRollout, kMask, config({}, 2.0, false, "seq_mean_k3", "0.1"));
   EXPECT_EQ(s.response_mask, (std::vector<float>(6, 0.0f)));
   expect_metrics(s.metrics, {{"rollout_rs_seq_mean_k3_max", 0.18393971966602257},
                              {"rollout_rs_seq_mean_k3_min", 0.12976073267800164},
@@ -131,11 +131,17 @@ TEST(RolloutCorrection, ConfigErrorsNameTheKey) {
     }
     return std::string();
   };
-  EXPECT_NE(msg([] { config("tokens", 2, false, {}, {}); }).find("rollout_correction.rollout_is"), std::string::npos);
-  EXPECT_NE(msg([] { config({}, 2, false, "token_k4", "2"); }).find("rollout_rs"), std::string::npos);
-  EXPECT_NE(msg([] { config({}, 2, false, "token_k1", {}); }).find("rollout_rs_threshold"), std::string::npos);
-  EXPECT_NE(msg([] { config({}, 2, false, "token_k2", "0.5_2"); }).find("one upper bound"), std::string::npos);
-  EXPECT_NE(msg([] { config({}, 2, false, "token_k1,token_k2,seq_sum_k3", "1,2"); }).find("one threshold"),
+  EXPECT_NE(msg([] { config("tokens", 2, false, {}, {}); }).find("rollout_correction.rollout_is"),
+            std::string::npos);
+  EXPECT_NE(msg([] { config({}, 2, false, "token_k4", "2"); }).find("rollout_rs"),
+            std::string::npos);
+  EXPECT_NE(msg([] { config({}, 2, false, "token_k1", {}); }).find("rollout_rs_threshold"),
+            std::string::npos);
+  EXPECT_NE(msg([] { config({}, 2, false, "token_k2", "0.5_2"); }).find("one upper bound"),
+            std::string::npos);
+  EXPECT_NE(msg([] {
+              config({}, 2, false, "token_k1,token_k2,seq_sum_k3", "1,2");
+            }).find("one threshold"),
             std::string::npos);
   // A k1 bound alone is the upper one; the lower is its reciprocal. Duplicates are dropped.
   const RolloutCorrectionConfig c = config({}, 2, false, "token_k1, token_k1", "4");

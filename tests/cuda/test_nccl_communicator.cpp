@@ -1,9 +1,8 @@
 // The NCCL communicator with one rank (what one GPU allows): device collectives run through NCCL
 // and return the one rank's data, in a split's one-rank group too; host buffers go to the host
 // communicator it wraps. Several ranks are the multi-GPU issue's runs.
-#include <gtest/gtest.h>
-
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <memory>
 #include <vector>

@@ -1,10 +1,10 @@
 // Paged attention on the GPU (src/ops/cuda/paged_attention.cu), fast and reference kernels, against
-// the CPU runner's attention (CpuModelRunner::attention, restated here on the same bf16-rounded
-// cache): ragged contexts 1..700 over 16-token blocks scattered through the pool, decode items
-// (split-K with partitions of 64 and 512 keys, one partition and many) mixed with prefill chunks
-// that start after a cached prefix, H/Hkv/D = 14/2/64, 4/4/24 (reference kernels only), 12/2/128,
-// 4/2/16, block sizes 16, 24 and 8. Also the KV write (plain and fused with q/k-norm and RoPE) and
-// the copy-on-write block copies, which must be exact.
+// the CPU runner's attention (ops::cpu::paged_attention_forward, restated here on the same
+// bf16-rounded cache): ragged contexts 1..700 over 16-token blocks scattered through the pool,
+// decode items (split-K with partitions of 64 and 512 keys, one partition and many) mixed with
+// prefill chunks that start after a cached prefix, H/Hkv/D = 14/2/64, 4/4/24 (reference kernels
+// only), 12/2/128, 4/2/16, block sizes 16, 24 and 8. Also the KV write (plain and fused with
+// q/k-norm and RoPE) and the copy-on-write block copies, which must be exact.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -67,8 +67,8 @@ Step make_step(const std::vector<Item>& items, int64_t bs, uint64_t seed) {
   return s;
 }
 
-// CpuModelRunner::attention: token t attends to keys 0..positions[t] of its item's table, two
-// passes (max, then exp-sum and weighted values), fp32. `mag` gets sum_j p_j |v_j| per output
+// ops::cpu::paged_attention_forward: token t attends to keys 0..positions[t] of its item's table,
+// two passes (max, then exp-sum and weighted values), fp32. `mag` gets sum_j p_j |v_j| per output
 // element, the scale of the error from rounding p to bf16 (the tensor-core prefill does).
 std::vector<float> cpu_paged_attention(const Step& s, const std::vector<float>& q,
                                        const std::vector<float>& kc, const std::vector<float>& vc,

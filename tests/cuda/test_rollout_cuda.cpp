@@ -1,11 +1,9 @@
-// The rollout engine on the CUDA runner (src/rollout/cuda/model_runner.h) against the CPU engine (the
-// oracle) on the golden models of each family, both on the same bf16-rounded weights: greedy
+// The rollout engine on the CUDA runner (src/rollout/cuda/model_runner.h) against the CPU engine
+// (the oracle) on the golden models of each family, both on the same bf16-rounded weights: greedy
 // generation of 64 tokens (chunked prefill, prefix sharing with copy-on-write, preemption under a
 // tiny pool; CUDA graphs and eager), where a token may differ only after a near-tie of the CPU's
 // top-2 logits; sampled log-probs against the CPU model's full-vocabulary log-softmax; exact replay
 // of a sampled rollout; free_cache_engine giving the memory back.
-#include "rollout/cuda/model_runner.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +17,7 @@
 #include "model/batch.h"
 #include "model/transformer.h"
 #include "model/weights.h"
+#include "rollout/cuda/model_runner.h"
 #include "rollout/engine.h"
 #include "test_util.h"
 
@@ -94,8 +93,8 @@ std::unique_ptr<CudaModelRunner> make_runner(const CudaContext& ctx, const model
   return std::make_unique<CudaModelRunner>(ctx, w.config, w.layout, wbf.data(), cfg.scheduler, o);
 }
 
-// Token by token, GPU == CPU until the first difference, which is allowed only where the CPU's top-2
-// logits at that step are within kRolloutNearTie (reported); log-probs agree before it.
+// Token by token, GPU == CPU until the first difference, which is allowed only where the CPU's
+// top-2 logits at that step are within kRolloutNearTie (reported); log-probs agree before it.
 void compare_greedy(const std::string& what, const model::Transformer& tf,
                     const std::vector<rollout::Request>& reqs,
                     const std::vector<rollout::Completion>& cpu,
@@ -120,12 +119,14 @@ void compare_greedy(const std::string& what, const model::Transformer& tf,
         const double gap = double(sorted[0]) - sorted[1];
         if (gap < kRolloutNearTie) {
           ++near_ties;
-          std::printf("[ note ] %s completion %zu: GPU leaves the CPU's greedy path at token %zu "
-                      "(CPU top-2 logit gap %.3g)\n",
-                      what.c_str(), i, j, gap);
+          std::printf(
+              "[ note ] %s completion %zu: GPU leaves the CPU's greedy path at token %zu "
+              "(CPU top-2 logit gap %.3g)\n",
+              what.c_str(), i, j, gap);
         } else {
-          ADD_FAILURE() << what << " completion " << i << " token " << j << ": GPU " << gpu[i].tokens[j]
-                        << ", CPU " << cpu[i].tokens[j] << " with a top-2 logit gap of " << gap;
+          ADD_FAILURE() << what << " completion " << i << " token " << j << ": GPU "
+                        << gpu[i].tokens[j] << ", CPU " << cpu[i].tokens[j]
+                        << " with a top-2 logit gap of " << gap;
         }
         break;
       }
@@ -139,7 +140,8 @@ void compare_greedy(const std::string& what, const model::Transformer& tf,
 }
 
 void run_greedy(const CudaContext& ctx, const std::string& family, int32_t num_blocks, bool eager) {
-  const std::string what = family + (eager ? " eager" : " graphs") + " blocks " + std::to_string(num_blocks);
+  const std::string what =
+      family + (eager ? " eager" : " graphs") + " blocks " + std::to_string(num_blocks);
   SCOPED_TRACE(what);
   model::Weights w = model::Weights::load(kGolden + family);
   w.data = bf16_rounded(std::move(w.data));
@@ -261,7 +263,8 @@ TEST_F(CudaRollout, TrainingKernelPrefillMatchesPagedPrefill) {
       rollout::Engine engine(runner, cfg);
       outs.push_back(engine.generate(reqs));
       if (fast) {
-        EXPECT_GT(runner.counters().training_prefill_steps, 0) << "no step took the training kernel";
+        EXPECT_GT(runner.counters().training_prefill_steps, 0)
+            << "no step took the training kernel";
       } else {
         EXPECT_EQ(runner.counters().training_prefill_steps, 0);
       }
@@ -335,10 +338,20 @@ TEST_F(CudaRollout, ObserverSectionsKeepTheirNames) {
   runner->set_observer(&observer, /*sections=*/true);
   rollout::Engine engine(*runner, cfg);
   engine.generate(greedy_requests(w.config.vocab_size, 4));
-  const std::vector<std::string> expected = {
-      "upload", "embed", "rmsnorm", "qkv_gemm", "rope_kv_write", "attention", "o_proj",
-      "mlp_gate_up_gemm", "mlp_swiglu", "mlp_down_gemm", "final_gather_norm", "lm_head_gemm",
-      "sampling", "download"};
+  const std::vector<std::string> expected = {"upload",
+                                             "embed",
+                                             "rmsnorm",
+                                             "qkv_gemm",
+                                             "rope_kv_write",
+                                             "attention",
+                                             "o_proj",
+                                             "mlp_gate_up_gemm",
+                                             "mlp_swiglu",
+                                             "mlp_down_gemm",
+                                             "final_gather_norm",
+                                             "lm_head_gemm",
+                                             "sampling",
+                                             "download"};
   ASSERT_FALSE(observer.steps.empty());
   for (size_t i = 0; i < observer.steps.size(); ++i) {
     EXPECT_EQ(observer.steps[i], expected) << "step " << i;

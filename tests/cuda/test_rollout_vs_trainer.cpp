@@ -1,14 +1,15 @@
 // The hybrid engine's two views of one policy on the GPU: the rollout runner (paged KV cache,
 // decode kernels, src/rollout/cuda/model_runner.h) reads the trainer model's own bf16 weights
-// (the training state's weights_bf16(), no copy), and the log-probs it reports for the tokens it sampled
-// must agree with what the trainer's CUDA forward computes for the same tokens (the old_log_prob /
-// rollout_log_prob that PPO's ratio compares). By default the two paths use different kernels
-// (paged decode vs packed flash attention, GEMMs at other batch sizes) with the same rounding
-// points, so they agree to accumulation-order noise, not bit for bit; the test prints the largest
-// difference. With batch_invariant on both sides (batch-invariant GEMMs, the training attention
-// kernel over the paged cache, the trainer's LM-head op for the sampled tokens) they are equal.
-// A third mode, match_trainer_numerics (decode attention on the training kernel's arithmetic, one
-// GEMM split-K choice per shape on both sides), must agree within 1e-3; it measures about 1e-6.
+// (the training state's weights_bf16(), no copy), and the log-probs it reports for the tokens it
+// sampled must agree with what the trainer's CUDA forward computes for the same tokens (the
+// old_log_prob / rollout_log_prob that PPO's ratio compares). By default the two paths use
+// different kernels (paged decode vs packed flash attention, GEMMs at other batch sizes) with the
+// same rounding points, so they agree to accumulation-order noise, not bit for bit; the test prints
+// the largest difference. With batch_invariant on both sides (batch-invariant GEMMs, the training
+// attention kernel over the paged cache, the trainer's LM-head op for the sampled tokens) they are
+// equal. A third mode, match_trainer_numerics (decode attention on the training kernel's
+// arithmetic, one GEMM split-K choice per shape on both sides), must agree within 1e-3; it measures
+// about 1e-6.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,8 +20,8 @@
 
 #include "core/rng.h"
 #include "model/batch.h"
-#include "model/weights.h"
 #include "model/cuda/transformer.h"
+#include "model/weights.h"
 #include "optim/cuda/train_state.h"
 #include "rollout/cuda/model_runner.h"
 #include "rollout/engine.h"
@@ -98,21 +99,25 @@ TEST_P(RolloutVsTrainerModes, SampledLogprobsMatchTheTrainersCudaForward) {
     double worst = 0, sum = 0;
     int64_t n = 0;
     for (size_t i = 0; i < done.size(); ++i) {
-      const int64_t base = b.cu_seqlens[i] +
-                           static_cast<int64_t>(reqs[static_cast<size_t>(done[i].request)].prompt.size()) - 1;
+      const int64_t base =
+          b.cu_seqlens[i] +
+          static_cast<int64_t>(reqs[static_cast<size_t>(done[i].request)].prompt.size()) - 1;
       for (size_t j = 0; j < done[i].tokens.size(); ++j) {
-        const double d = std::fabs(double(done[i].logprobs[j]) - lp[base + static_cast<int64_t>(j)]);
+        const double d =
+            std::fabs(double(done[i].logprobs[j]) - lp[base + static_cast<int64_t>(j)]);
         worst = std::max(worst, d);
         sum += d;
         ++n;
       }
     }
-    std::printf("%s%s: rollout vs trainer CUDA log-probs over %lld sampled tokens: max |diff| %.3g, "
-                "mean %.3g\n",
-                family,
-                invariant ? " (batch_invariant)" : match ? " (match_trainer_numerics)" : "",
-                static_cast<long long>(n), worst,
-                sum / static_cast<double>(n));
+    std::printf(
+        "%s%s: rollout vs trainer CUDA log-probs over %lld sampled tokens: max |diff| %.3g, "
+        "mean %.3g\n",
+        family,
+        invariant ? " (batch_invariant)"
+        : match   ? " (match_trainer_numerics)"
+                  : "",
+        static_cast<long long>(n), worst, sum / static_cast<double>(n));
     if (invariant) {
       EXPECT_EQ(worst, 0.0);
     } else if (match) {

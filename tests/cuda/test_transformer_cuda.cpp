@@ -6,27 +6,25 @@
 // differences are the GPU's bf16 activations (tolerances.h).
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <filesystem>
 
 #include "core/dtype.h"
 #include "core/dump.h"
 #include "core/error.h"
-#include "model/safetensors.h"
+#include "dist/communicator.h"
 #include "model/batch.h"
+#include "model/cuda/transformer.h"
+#include "model/safetensors.h"
 #include "model/transformer.h"
 #include "model/weights.h"
-#include "dist/communicator.h"
-#include "model/cuda/transformer.h"
 #include "optim/adamw.h"
 #include "optim/cuda/train_state.h"
 #include "test_util.h"
@@ -130,7 +128,7 @@ std::string first_divergent_op(const model::Transformer& cpu, CudaTransformer& g
   gpu.forward(b, temperature, /*for_backward=*/false);
   verl::dump::set_dir("");
   const auto d = verl::dump::first_divergence(dir + "/cpu", dir + "/cuda", kIntermediate.atol,
-                                             kIntermediate.rtol);
+                                              kIntermediate.rtol);
   return d ? verl::dump::describe(*d) : "every named intermediate agrees within tolerance";
 }
 
@@ -219,7 +217,9 @@ void run_golden(const CudaContext& ctx, const std::string& name, float temperatu
   EXPECT_GT(change, 0.0) << name << ": log-probs unchanged after the optimizer step";
 }
 
-TEST_F(CudaTransformerTest, Qwen2MatchesCpu) { run_golden(ctx(), "qwen2", 1.0f); }
+TEST_F(CudaTransformerTest, Qwen2MatchesCpu) {
+  run_golden(ctx(), "qwen2", 1.0f);
+}
 
 // VERL_DUMP: the GPU model writes the CPU model's names in the CPU model's order, with values
 // within a bf16 tolerance of the CPU's (so a mismatch elsewhere is traced to its first op).
@@ -244,9 +244,15 @@ TEST_F(CudaTransformerTest, NamedIntermediatesMatchTheCpuModelByName) {
     std::filesystem::remove_all(dir);
   }
 }
-TEST_F(CudaTransformerTest, Llama3MatchesCpu) { run_golden(ctx(), "llama3", 1.0f); }
-TEST_F(CudaTransformerTest, Qwen3MatchesCpu) { run_golden(ctx(), "qwen3", 1.0f); }
-TEST_F(CudaTransformerTest, Qwen2MatchesCpuAtTemperature) { run_golden(ctx(), "qwen2", 0.7f); }
+TEST_F(CudaTransformerTest, Llama3MatchesCpu) {
+  run_golden(ctx(), "llama3", 1.0f);
+}
+TEST_F(CudaTransformerTest, Qwen3MatchesCpu) {
+  run_golden(ctx(), "qwen3", 1.0f);
+}
+TEST_F(CudaTransformerTest, Qwen2MatchesCpuAtTemperature) {
+  run_golden(ctx(), "qwen2", 0.7f);
+}
 
 // Straight against the transformers dumps (tests/fixtures/golden, tools/make_golden.py), from the
 // fp32 HF weights: log-probs at temperature 1 and 0.7, and every HF tensor's gradient of
@@ -280,125 +286,137 @@ void run_against_hf(const CudaContext& ctx, const std::string& name) {
   gpu.backward_host(d_lp.data(), nullptr);
   const std::vector<float> grads = g.grads();
   const double worst = expect_grads_match_dump(w, grads, golden, name);
-  std::printf("%s vs transformers: max |dlogprob| %.3g (T=0.7: %.3g), max relative gradient "
-              "error over %zu tensors %.3g\n",
-              name.c_str(), worst_lp, worst_lp07, w.layout.hf.size(), worst);
+  std::printf(
+      "%s vs transformers: max |dlogprob| %.3g (T=0.7: %.3g), max relative gradient "
+      "error over %zu tensors %.3g\n",
+      name.c_str(), worst_lp, worst_lp07, w.layout.hf.size(), worst);
 }
 
-TEST_F(CudaTransformerTest, Qwen2MatchesTransformers) { run_against_hf(ctx(), "qwen2"); }
-TEST_F(CudaTransformerTest, Llama3MatchesTransformers) { run_against_hf(ctx(), "llama3"); }
-TEST_F(CudaTransformerTest, Qwen3MatchesTransformers) { run_against_hf(ctx(), "qwen3"); }
+TEST_F(CudaTransformerTest, Qwen2MatchesTransformers) {
+  run_against_hf(ctx(), "qwen2");
+}
+TEST_F(CudaTransformerTest, Llama3MatchesTransformers) {
+  run_against_hf(ctx(), "llama3");
+}
+TEST_F(CudaTransformerTest, Qwen3MatchesTransformers) {
+  run_against_hf(ctx(), "qwen3");
+}
 
 // Activation recomputation gives the same gradients (the same kernels rerun; only the
 // embedding's atomics may order differently), with a smaller arena; a forward-only model gives
 // the same log-probs with no gradient state.
 TEST_F(CudaTransformerTest, RecomputeAndForwardOnlyMatchThePlainModel) {
   for (const bool keep_probs : {false, true})
-  for (const std::string name : {"qwen2", "qwen3"}) {
-    SCOPED_TRACE(name + (keep_probs ? " (LM head keeps p)" : " (LM head recomputes logits)"));
-    model::Weights w = model::Weights::load(kGoldenDir + name);
-    model::PackedBatch b = model::PackedBatch::from_sequences(load_sequences(name));
-    const int64_t T = b.num_tokens();
-    std::vector<float> d_lp(T, 1.0f), d_ent(T, 0.5f);
-    CudaTransformerOptions o{T, b.num_seqs(), 7, true, false};
-    o.lm_head_keep_probs = keep_probs;
-    GpuModel plain_m(ctx(), w, o);
-    o.recompute = true;
-    GpuModel recompute_m(ctx(), w, o);
-    o.recompute = false;
-    o.trainable = false;
-    GpuModel fwd_only_m(ctx(), w, o);
-    CudaTransformer &plain = plain_m.tf, &recompute = recompute_m.tf, &fwd_only = fwd_only_m.tf;
-    EXPECT_LT(recompute.arena_bytes(), plain.arena_bytes()) << name;
-    EXPECT_LT(fwd_only_m.device_bytes(), recompute_m.device_bytes()) << name;
-    for (CudaTransformer* m : {&plain, &recompute}) {
-      m->forward(b, 1.0f);
-      m->backward_host(d_lp.data(), d_ent.data());
+    for (const std::string name : {"qwen2", "qwen3"}) {
+      SCOPED_TRACE(name + (keep_probs ? " (LM head keeps p)" : " (LM head recomputes logits)"));
+      model::Weights w = model::Weights::load(kGoldenDir + name);
+      model::PackedBatch b = model::PackedBatch::from_sequences(load_sequences(name));
+      const int64_t T = b.num_tokens();
+      std::vector<float> d_lp(T, 1.0f), d_ent(T, 0.5f);
+      CudaTransformerOptions o{T, b.num_seqs(), 7, true, false};
+      o.lm_head_keep_probs = keep_probs;
+      GpuModel plain_m(ctx(), w, o);
+      o.recompute = true;
+      GpuModel recompute_m(ctx(), w, o);
+      o.recompute = false;
+      o.trainable = false;
+      GpuModel fwd_only_m(ctx(), w, o);
+      CudaTransformer &plain = plain_m.tf, &recompute = recompute_m.tf, &fwd_only = fwd_only_m.tf;
+      EXPECT_LT(recompute.arena_bytes(), plain.arena_bytes()) << name;
+      EXPECT_LT(fwd_only_m.device_bytes(), recompute_m.device_bytes()) << name;
+      for (CudaTransformer* m : {&plain, &recompute}) {
+        m->forward(b, 1.0f);
+        m->backward_host(d_lp.data(), d_ent.data());
+      }
+      fwd_only.forward(b, 1.0f);
+      const std::vector<float> lp0 = plain.download_logprob(), lp1 = recompute.download_logprob();
+      const std::vector<float> g0 = plain_m.grads(), g1 = recompute_m.grads();
+      double dlp = 0, gmax0 = 0, gmax1 = 0;
+      for (size_t i = 0; i < lp0.size(); ++i)
+        dlp = std::max(dlp, std::fabs(double(lp0[i]) - lp1[i]));
+      for (size_t i = 0; i < g0.size(); ++i) {
+        gmax0 = std::max(gmax0, std::fabs(double(g0[i])));
+        gmax1 = std::max(gmax1, std::fabs(double(g1[i])));
+      }
+      std::printf(
+          "%s keep_probs=%d: max |dlogprob| plain vs recompute %.3g, max |grad| %.4g vs %.4g\n",
+          name.c_str(), int(keep_probs), dlp, gmax0, gmax1);
+      EXPECT_TRUE(bitwise_equal(lp1, lp0)) << name;
+      EXPECT_TRUE(bitwise_equal(fwd_only.download_logprob(), plain.download_logprob())) << name;
+      EXPECT_TRUE(bitwise_equal(fwd_only.download_entropy(), plain.download_entropy())) << name;
+      for (const model::ParamInfo& p : w.layout.params) {
+        EXPECT_LE(rel_max_err(g1, g0, p.offset, p.numel), 1e-6) << name << ": " << p.name;
+      }
+      EXPECT_THROW(fwd_only.backward_host(d_lp.data(), nullptr), verl::Error);
     }
-    fwd_only.forward(b, 1.0f);
-    const std::vector<float> lp0 = plain.download_logprob(), lp1 = recompute.download_logprob();
-    const std::vector<float> g0 = plain_m.grads(), g1 = recompute_m.grads();
-    double dlp = 0, gmax0 = 0, gmax1 = 0;
-    for (size_t i = 0; i < lp0.size(); ++i) dlp = std::max(dlp, std::fabs(double(lp0[i]) - lp1[i]));
-    for (size_t i = 0; i < g0.size(); ++i) {
-      gmax0 = std::max(gmax0, std::fabs(double(g0[i])));
-      gmax1 = std::max(gmax1, std::fabs(double(g1[i])));
-    }
-    std::printf("%s keep_probs=%d: max |dlogprob| plain vs recompute %.3g, max |grad| %.4g vs %.4g\n",
-                name.c_str(), int(keep_probs), dlp, gmax0, gmax1);
-    EXPECT_TRUE(bitwise_equal(lp1, lp0)) << name;
-    EXPECT_TRUE(bitwise_equal(fwd_only.download_logprob(), plain.download_logprob())) << name;
-    EXPECT_TRUE(bitwise_equal(fwd_only.download_entropy(), plain.download_entropy())) << name;
-    for (const model::ParamInfo& p : w.layout.params) {
-      EXPECT_LE(rel_max_err(g1, g0, p.offset, p.numel), 1e-6) << name << ": " << p.name;
-    }
-    EXPECT_THROW(fwd_only.backward_host(d_lp.data(), nullptr), verl::Error);
-  }
 }
 
-// The LM head on the batch's head rows only (a PPO pass's response positions): those rows' log-probs
-// and entropies equal the whole-batch forward's (the head's GEMM may pick another algorithm for
-// fewer rows: within 1e-5), the other rows hold 0, and the gradients of a loss on those rows equal
-// the whole-batch ones (the other rows' d_h is exactly 0 either way).
+// The LM head on the batch's head rows only (a PPO pass's response positions): those rows'
+// log-probs and entropies equal the whole-batch forward's (the head's GEMM may pick another
+// algorithm for fewer rows: within 1e-5), the other rows hold 0, and the gradients of a loss on
+// those rows equal the whole-batch ones (the other rows' d_h is exactly 0 either way).
 TEST_F(CudaTransformerTest, HeadRowsMatchTheWholeBatchHead) {
   for (const bool keep_probs : {false, true})
-  for (const std::string name : {"qwen2", "llama3"}) {
-    SCOPED_TRACE(name + (keep_probs ? " (LM head keeps p)" : " (LM head recomputes logits)"));
-    model::Weights w = model::Weights::load(kGoldenDir + name);
-    model::PackedBatch b = model::PackedBatch::from_sequences(load_sequences(name));
-    const int64_t T = b.num_tokens();
-    // The second half of each sequence but its last token, as PackedResponses marks responses.
-    model::PackedBatch h = b;
-    for (int64_t s = 0; s < b.num_seqs(); ++s) {
-      const int32_t lo = b.cu_seqlens[s], hi = b.cu_seqlens[s + 1];
-      for (int32_t r = lo + (hi - lo) / 2; r < hi - 1; ++r) h.head_rows.push_back(r);
-    }
-    ASSERT_GT(h.head_rows.size(), 0u);
-    ASSERT_LT(static_cast<int64_t>(h.head_rows.size()), T);
-    std::vector<float> d_lp(T, 0.0f), d_ent(T, 0.0f);
-    for (size_t i = 0; i < h.head_rows.size(); ++i) {
-      d_lp[h.head_rows[i]] = 1.0f + 0.01f * static_cast<float>(i % 7);
-      d_ent[h.head_rows[i]] = 0.3f;
-    }
-    CudaTransformerOptions o{T, b.num_seqs(), 5, true, false};
-    o.lm_head_keep_probs = keep_probs;
-    GpuModel whole_m(ctx(), w, o), rows_m(ctx(), w, o);
-    whole_m.tf.forward(b, 1.0f);
-    whole_m.tf.backward_host(d_lp.data(), d_ent.data());
-    rows_m.tf.forward(h, 1.0f);
-    rows_m.tf.backward_host(d_lp.data(), d_ent.data());
-    const std::vector<float> lp0 = whole_m.tf.download_logprob(), lp1 = rows_m.tf.download_logprob();
-    const std::vector<float> e0 = whole_m.tf.download_entropy(), e1 = rows_m.tf.download_entropy();
-    std::vector<char> is_head(static_cast<size_t>(T), 0);
-    for (int32_t r : h.head_rows) is_head[r] = 1;
-    double dlp = 0, dent = 0;
-    int64_t nonzero_outside = 0;
-    for (int64_t t = 0; t < T; ++t) {
-      if (is_head[t]) {
-        dlp = std::max(dlp, std::fabs(double(lp0[t]) - lp1[t]));
-        dent = std::max(dent, std::fabs(double(e0[t]) - e1[t]));
-      } else {
-        nonzero_outside += lp1[t] != 0.0f || e1[t] != 0.0f;
+    for (const std::string name : {"qwen2", "llama3"}) {
+      SCOPED_TRACE(name + (keep_probs ? " (LM head keeps p)" : " (LM head recomputes logits)"));
+      model::Weights w = model::Weights::load(kGoldenDir + name);
+      model::PackedBatch b = model::PackedBatch::from_sequences(load_sequences(name));
+      const int64_t T = b.num_tokens();
+      // The second half of each sequence but its last token, as PackedResponses marks responses.
+      model::PackedBatch h = b;
+      for (int64_t s = 0; s < b.num_seqs(); ++s) {
+        const int32_t lo = b.cu_seqlens[s], hi = b.cu_seqlens[s + 1];
+        for (int32_t r = lo + (hi - lo) / 2; r < hi - 1; ++r) h.head_rows.push_back(r);
       }
+      ASSERT_GT(h.head_rows.size(), 0u);
+      ASSERT_LT(static_cast<int64_t>(h.head_rows.size()), T);
+      std::vector<float> d_lp(T, 0.0f), d_ent(T, 0.0f);
+      for (size_t i = 0; i < h.head_rows.size(); ++i) {
+        d_lp[h.head_rows[i]] = 1.0f + 0.01f * static_cast<float>(i % 7);
+        d_ent[h.head_rows[i]] = 0.3f;
+      }
+      CudaTransformerOptions o{T, b.num_seqs(), 5, true, false};
+      o.lm_head_keep_probs = keep_probs;
+      GpuModel whole_m(ctx(), w, o), rows_m(ctx(), w, o);
+      whole_m.tf.forward(b, 1.0f);
+      whole_m.tf.backward_host(d_lp.data(), d_ent.data());
+      rows_m.tf.forward(h, 1.0f);
+      rows_m.tf.backward_host(d_lp.data(), d_ent.data());
+      const std::vector<float> lp0 = whole_m.tf.download_logprob(),
+                               lp1 = rows_m.tf.download_logprob();
+      const std::vector<float> e0 = whole_m.tf.download_entropy(),
+                               e1 = rows_m.tf.download_entropy();
+      std::vector<char> is_head(static_cast<size_t>(T), 0);
+      for (int32_t r : h.head_rows) is_head[r] = 1;
+      double dlp = 0, dent = 0;
+      int64_t nonzero_outside = 0;
+      for (int64_t t = 0; t < T; ++t) {
+        if (is_head[t]) {
+          dlp = std::max(dlp, std::fabs(double(lp0[t]) - lp1[t]));
+          dent = std::max(dent, std::fabs(double(e0[t]) - e1[t]));
+        } else {
+          nonzero_outside += lp1[t] != 0.0f || e1[t] != 0.0f;
+        }
+      }
+      const std::vector<float> g0 = whole_m.grads(), g1 = rows_m.grads();
+      double worst = 0;
+      for (const model::ParamInfo& p : w.layout.params) {
+        const double e = rel_max_err(g1, g0, p.offset, p.numel);
+        worst = std::max(worst, e);
+        EXPECT_LE(e, 5e-3) << name << ": " << p.name;  // a bf16 rounding of d_h may flip
+      }
+      std::printf(
+          "%s keep_probs=%d: %zu of %lld rows in the head, max |dlogprob| %.3g, max |dentropy| "
+          "%.3g, worst gradient rel err %.3g\n",
+          name.c_str(), int(keep_probs), h.head_rows.size(), static_cast<long long>(T), dlp, dent,
+          worst);
+      EXPECT_LE(dlp, 1e-5);
+      EXPECT_LE(dent, 1e-5);
+      EXPECT_EQ(nonzero_outside, 0);
+      model::PackedBatch bad = h;
+      std::swap(bad.head_rows[0], bad.head_rows[1]);
+      EXPECT_THROW(rows_m.tf.forward(bad, 1.0f), verl::Error);
     }
-    const std::vector<float> g0 = whole_m.grads(), g1 = rows_m.grads();
-    double worst = 0;
-    for (const model::ParamInfo& p : w.layout.params) {
-      const double e = rel_max_err(g1, g0, p.offset, p.numel);
-      worst = std::max(worst, e);
-      EXPECT_LE(e, 5e-3) << name << ": " << p.name;  // a bf16 rounding of d_h may flip
-    }
-    std::printf("%s keep_probs=%d: %zu of %lld rows in the head, max |dlogprob| %.3g, max |dentropy| "
-                "%.3g, worst gradient rel err %.3g\n",
-                name.c_str(), int(keep_probs), h.head_rows.size(), static_cast<long long>(T), dlp,
-                dent, worst);
-    EXPECT_LE(dlp, 1e-5);
-    EXPECT_LE(dent, 1e-5);
-    EXPECT_EQ(nonzero_outside, 0);
-    model::PackedBatch bad = h;
-    std::swap(bad.head_rows[0], bad.head_rows[1]);
-    EXPECT_THROW(rows_m.tf.forward(bad, 1.0f), verl::Error);
-  }
 }
 
 // The critic: the value head on the GPU against the transformers dump (values and every
@@ -440,9 +458,10 @@ TEST_F(CudaTransformerTest, CriticValuesAndGradientsMatchTransformersAndCpu) {
   gpu_b.forward(b);
   std::vector<float> cpu_values(acts.values.begin(), acts.values.begin() + T);
   expect_close("critic values", gpu_b.download_values(), cpu_values, kModelLogprob);
-  std::printf("%s: max |dvalue| vs transformers %.3g, max relative gradient error %.3g over %zu "
-              "tensors\n",
-              name.c_str(), worst_hf, worst, w.layout.hf.size());
+  std::printf(
+      "%s: max |dvalue| vs transformers %.3g, max relative gradient error %.3g over %zu "
+      "tensors\n",
+      name.c_str(), worst_hf, worst, w.layout.hf.size());
   EXPECT_THROW(gpu.backward_host(ones.data(), nullptr), verl::Error);  // not a causal LM
 }
 
@@ -494,9 +513,9 @@ TEST_F(CudaTransformerTest, GradReadyRangesAreFinalWhenReported) {
 // qwen3 (q/k norm).
 TEST_F(CudaTransformerTest, ProfileNamesTheOpFamilies) {
   const std::vector<std::string> expected = {
-      "embedding", "norm_fwd", "gemm_fwd", "elementwise_fwd", "attention_fwd", "lm_head_fwd",
-      "other", "memset_bwd", "lm_head_bwd", "norm_bwd", "gemm_bwd", "elementwise_bwd",
-      "attention_bwd", "embedding_bwd"};
+      "embedding",   "norm_fwd",        "gemm_fwd",      "elementwise_fwd", "attention_fwd",
+      "lm_head_fwd", "other",           "memset_bwd",    "lm_head_bwd",     "norm_bwd",
+      "gemm_bwd",    "elementwise_bwd", "attention_bwd", "embedding_bwd"};
   for (const std::string name : {"qwen2", "qwen3"}) {
     SCOPED_TRACE(name);
     model::Weights w = model::Weights::load(kGoldenDir + name);

@@ -437,9 +437,9 @@ TEST(Communicator, WrappersPassElementCountsAndTypesToTheBackend) {
 // (every color reads 0), so rank 1 of 3 must be formed as rank 1 of 3, and its nullptr is refused.
 TEST(Communicator, SplitHoldsTheBackendToTheGroup) {
   RecordingComm comm;
-  expect_mentions(error_of([&] { comm.split(0, 0); }),
-                  {"split on rank 1 of 3", "group color 0 was formed as rank -1 of 0",
-                   "want rank 1 of 3"});
+  expect_mentions(
+      error_of([&] { comm.split(0, 0); }),
+      {"split on rank 1 of 3", "group color 0 was formed as rank -1 of 0", "want rank 1 of 3"});
   EXPECT_EQ(comm.last, "split");
   EXPECT_EQ(comm.count, 3u);  // the three members reached the backend
   EXPECT_EQ(comm.split(kNoColor, 0), nullptr);

@@ -123,8 +123,8 @@ TEST(TcpCommunicator, SplitByParityWithReversedKeys) {
     EXPECT_EQ(g->group().world_ranks, (std::vector<int>{color + 2, color}));
     EXPECT_EQ(g->stage(), "gen");
     EXPECT_EQ(g->describe_rank(), "rank " + std::to_string(g->rank()) + " of 2 in group color " +
-                                      std::to_string(color) + " (world rank " +
-                                      std::to_string(r) + ")");
+                                      std::to_string(color) + " (world rank " + std::to_string(r) +
+                                      ")");
     // all_reduce: 1 + r summed over {0, 2} is 4, over {1, 3} is 6.
     std::vector<double> x = {1.0 + r, -1.0 * r};
     g->all_reduce(std::span<double>(x), ReduceOp::Sum);
@@ -155,7 +155,7 @@ TEST(TcpCommunicator, NestedSplitAndNoColor) {
   std::vector<size_t> fds(2);  // open descriptors of the process before and after (rank 0 counts)
   auto open_fds = [] {
     return static_cast<size_t>(std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
-                                              std::filesystem::directory_iterator()));
+                                             std::filesystem::directory_iterator()));
   };
   run_ranks(4, [&](TcpCommunicator& c) {
     const int r = c.rank();

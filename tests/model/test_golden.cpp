@@ -1,13 +1,11 @@
 // Pins the CPU model to HF transformers: log-probs, entropies, values, scores and every parameter
 // gradient of tiny random models of each family, against dumps made by tools/make_golden.py.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
-
-#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <fstream>
-
-#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "core/tensor.h"
 #include "model/safetensors.h"
@@ -41,7 +39,8 @@ Golden load_golden(const std::string& name) {
   return g;
 }
 
-// max |a-b| over the tensor, relative to max |ref| (the acceptance's "relative to the tensor's max").
+// max |a-b| over the tensor, relative to max |ref| (the acceptance's "relative to the tensor's
+// max").
 double rel_max_err(const float* a, const std::vector<float>& ref) {
   double m = 0, e = 0;
   for (size_t i = 0; i < ref.size(); ++i) {

@@ -76,15 +76,14 @@ TEST(Arch, Qwen3LayerHasQkNormAndItsBiasesInOrder) {
   EXPECT_EQ(layer1_params(l),
             (std::vector<std::string>{"attn_norm", "wqkv", "bqkv", "q_norm", "k_norm", "wo", "bo",
                                       "mlp_norm", "wgu", "wdown"}));
-  EXPECT_EQ(layer1_hf(l), (std::vector<std::string>{
-                              "input_layernorm.weight", "self_attn.q_proj.weight",
-                              "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-                              "self_attn.q_proj.bias", "self_attn.k_proj.bias",
-                              "self_attn.v_proj.bias", "self_attn.q_norm.weight",
-                              "self_attn.k_norm.weight", "self_attn.o_proj.weight",
-                              "self_attn.o_proj.bias", "post_attention_layernorm.weight",
-                              "mlp.gate_proj.weight", "mlp.up_proj.weight",
-                              "mlp.down_proj.weight"}));
+  EXPECT_EQ(
+      layer1_hf(l),
+      (std::vector<std::string>{
+          "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+          "self_attn.v_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.bias",
+          "self_attn.v_proj.bias", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
+          "self_attn.o_proj.weight", "self_attn.o_proj.bias", "post_attention_layernorm.weight",
+          "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}));
   // k_proj's rows start after q_proj's (H*D = 12) inside wqkv [12 + 2*6, 8].
   const int wqkv = l.find("layers.1.wqkv");
   for (const HfTensorMap& m : l.hf) {

@@ -152,9 +152,8 @@ TEST(Mpi, SplitIntoGroupsOfOne) {
   EXPECT_EQ(g->world_size(), 1);
   EXPECT_EQ(g->stage(), "ref");
   EXPECT_EQ(g->group().world_ranks, std::vector<int>{r});
-  EXPECT_EQ(g->describe_rank(),
-            "rank 0 of 1 in group color " + std::to_string(r) + " (world rank " +
-                std::to_string(r) + ")");
+  EXPECT_EQ(g->describe_rank(), "rank 0 of 1 in group color " + std::to_string(r) +
+                                    " (world rank " + std::to_string(r) + ")");
   EXPECT_DOUBLE_EQ(g->sum(1.0 + r), 1.0 + r);
   std::vector<int64_t> mine = {r, 7 * r}, all(2, -1);
   g->all_gather<int64_t>(mine, all);

@@ -32,7 +32,8 @@ constexpr uint64_t kEmptySlot = 0xDEADBEEFDEADBEEFull;
 // "Sampling": a pure function of the context hash and the sequence's (stream, counter), as the
 // real sampler is of the logits and (seed, stream, counter).
 inline int32_t fake_token(uint64_t context, uint64_t stream, uint64_t counter, int32_t vocab) {
-  return static_cast<int32_t>(mix64(context ^ mix64(stream * 31 + counter)) % static_cast<uint64_t>(vocab));
+  return static_cast<int32_t>(mix64(context ^ mix64(stream * 31 + counter)) %
+                              static_cast<uint64_t>(vocab));
 }
 
 // Generation of one sequence without any scheduler: the ground truth.
@@ -66,7 +67,9 @@ inline Reference reference_generate(const Sequence& seq, int32_t vocab, int32_t 
 class FakeRunner {
  public:
   FakeRunner(int32_t num_blocks, int32_t block_size, int32_t vocab)
-      : bs_(block_size), vocab_(vocab), kv_(static_cast<size_t>(num_blocks) * block_size, kEmptySlot) {}
+      : bs_(block_size),
+        vocab_(vocab),
+        kv_(static_cast<size_t>(num_blocks) * block_size, kEmptySlot) {}
 
   // Runs one step: copies, then the forward over every item, then the draws. Fails the test on
   // inconsistent metadata (returns false so the caller can stop).
@@ -88,20 +91,23 @@ class FakeRunner {
         const int32_t pos = b.positions[static_cast<size_t>(t)];
         if (t == begin && pos > 0) {
           // Earlier context comes from the cache, found through the block table.
-          const int32_t blk = b.block_tables[i * static_cast<size_t>(W) + static_cast<size_t>((pos - 1) / bs_)];
+          const int32_t blk =
+              b.block_tables[i * static_cast<size_t>(W) + static_cast<size_t>((pos - 1) / bs_)];
           if (blk < 0) {
             ADD_FAILURE() << "block table row " << i << " has no block for position " << pos - 1;
             return false;
           }
           h = kv_[static_cast<size_t>(blk) * bs_ + static_cast<size_t>((pos - 1) % bs_)];
           if (h == kEmptySlot) {
-            ADD_FAILURE() << "position " << pos - 1 << " of item " << i << " read before it was written";
+            ADD_FAILURE() << "position " << pos - 1 << " of item " << i
+                          << " read before it was written";
             return false;
           }
         }
         h = kv_hash(h, b.input_ids[static_cast<size_t>(t)], pos);
         // The slot mapping must agree with the block table.
-        const int32_t blk = b.block_tables[i * static_cast<size_t>(W) + static_cast<size_t>(pos / bs_)];
+        const int32_t blk =
+            b.block_tables[i * static_cast<size_t>(W) + static_cast<size_t>(pos / bs_)];
         EXPECT_EQ(b.slot_mapping[static_cast<size_t>(t)], blk * bs_ + pos % bs_);
         kv_[static_cast<size_t>(b.slot_mapping[static_cast<size_t>(t)])] = h;
         hidden_[static_cast<size_t>(t)] = h;
@@ -110,8 +116,10 @@ class FakeRunner {
     tokens.resize(static_cast<size_t>(b.num_samples()));
     for (int32_t s = 0; s < b.num_samples(); ++s) {
       const Sequence& seq = *b.sample_seqs[static_cast<size_t>(s)];
-      const uint64_t ctx = hidden_[static_cast<size_t>(b.sample_token_indices[static_cast<size_t>(s)])];
-      tokens[static_cast<size_t>(s)] = fake_token(ctx, seq.rng_stream(), seq.num_output_tokens(), vocab_);
+      const uint64_t ctx =
+          hidden_[static_cast<size_t>(b.sample_token_indices[static_cast<size_t>(s)])];
+      tokens[static_cast<size_t>(s)] =
+          fake_token(ctx, seq.rng_stream(), seq.num_output_tokens(), vocab_);
     }
     return true;
   }

@@ -18,11 +18,14 @@ namespace {
 std::unique_ptr<Sequence> make_seq(int64_t id, int32_t prompt_len, int32_t max_tokens = 64) {
   SamplingParams p;
   p.max_tokens = max_tokens;
-  return std::make_unique<Sequence>(id, std::vector<int32_t>(static_cast<size_t>(prompt_len), 1), p);
+  return std::make_unique<Sequence>(id, std::vector<int32_t>(static_cast<size_t>(prompt_len), 1),
+                                    p);
 }
 
 // What the scheduler's postprocess does after a step: the KV of the allocated tokens now exists.
-void commit(Sequence& s, int64_t n) { s.num_computed_tokens += n; }
+void commit(Sequence& s, int64_t n) {
+  s.num_computed_tokens += n;
+}
 
 TEST(BlockManager, AllocateAppendFreeAccounting) {
   BlockManager bm(8, 4);
@@ -176,7 +179,8 @@ TEST(BlockManager, RandomisedWorkloadNeverLeaksOrCorrupts) {
     std::vector<int32_t> slots(static_cast<size_t>(n));
     bm.slot_mapping(*l.seq, start, n, slots.data());
     for (int64_t i = 0; i < n; ++i) {
-      const uint64_t v = (static_cast<uint64_t>(l.seq->id()) << 32) | static_cast<uint64_t>(start + i);
+      const uint64_t v =
+          (static_cast<uint64_t>(l.seq->id()) << 32) | static_cast<uint64_t>(start + i);
       kv[static_cast<size_t>(slots[static_cast<size_t>(i)])] = v;
       l.values.push_back(v);
     }
@@ -216,14 +220,16 @@ TEST(BlockManager, RandomisedWorkloadNeverLeaksOrCorrupts) {
     ASSERT_EQ(bm.num_free_blocks(), kBlocks - static_cast<int32_t>(refs.size())) << "op " << op;
     for (int32_t b = 0; b < kBlocks; ++b) {
       const auto it = refs.find(b);
-      ASSERT_EQ(bm.ref_count(b), it == refs.end() ? 0 : it->second) << "block " << b << " op " << op;
+      ASSERT_EQ(bm.ref_count(b), it == refs.end() ? 0 : it->second)
+          << "block " << b << " op " << op;
     }
     // KV contents: every computed position reads back what its sequence (or its ancestor) wrote.
     for (const Live& l : live) {
       std::vector<int32_t> slots(l.values.size());
       bm.slot_mapping(*l.seq, 0, static_cast<int64_t>(l.values.size()), slots.data());
       for (size_t p = 0; p < slots.size(); ++p) {
-        ASSERT_EQ(kv[static_cast<size_t>(slots[p])], l.values[p]) << "seq " << l.seq->id() << " pos " << p;
+        ASSERT_EQ(kv[static_cast<size_t>(slots[p])], l.values[p])
+            << "seq " << l.seq->id() << " pos " << p;
       }
     }
   }

@@ -3,11 +3,11 @@
 // bit-identical alone, in a batch of 64, forked from a shared prefix, or preempted and recomputed,
 // and the reported log-probs equal the trainer's (verl logprobs) on the same tokens.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <unistd.h>
 
 #include "core/dump.h"
 #include "core/error.h"
@@ -124,7 +124,8 @@ TEST(ModelRunner, DecodeLogitsEqualFullForward) {
   double worst = 0;
   for (size_t i = 0; i < step_logits.size(); ++i) {
     const float* r = ref.data() + (seq.num_prompt_tokens() - 1 + i) * V;
-    for (int64_t v = 0; v < V; ++v) worst = std::max(worst, std::fabs(double(step_logits[i][v]) - r[v]));
+    for (int64_t v = 0; v < V; ++v)
+      worst = std::max(worst, std::fabs(double(step_logits[i][v]) - r[v]));
   }
   EXPECT_LE(worst, 1e-5);
 }
@@ -195,8 +196,8 @@ TEST(Engine, BatchInvariantAloneInBatchSharedAndPreempted) {
 
   // A pool too small for everyone at once: sequences are preempted and recomputed.
   int64_t preemptions = 0;
-  Probe tight = run_probe(w, small_engine(/*num_blocks=*/40, /*block_size=*/4), probe, 31, 1,
-                          &preemptions);
+  Probe tight =
+      run_probe(w, small_engine(/*num_blocks=*/40, /*block_size=*/4), probe, 31, 1, &preemptions);
   EXPECT_GT(preemptions, 0);
   EXPECT_EQ(tight.tokens, alone.tokens);
   EXPECT_EQ(tight.logprobs, alone.logprobs);
@@ -279,12 +280,14 @@ TEST(Engine, ForcedLengthsEndSamplesAsTheirEos) {
   const std::vector<Completion> out = engine.generate({r});
   ASSERT_EQ(out.size(), 4u);
   const size_t want_len[] = {3, 1, 10, 10};
-  const FinishReason want_reason[] = {FinishReason::Stop, FinishReason::Stop, FinishReason::Length, FinishReason::Stop};
+  const FinishReason want_reason[] = {FinishReason::Stop, FinishReason::Stop, FinishReason::Length,
+                                      FinishReason::Stop};
   for (size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(out[i].tokens.size(), want_len[i]) << "sample " << i;
     EXPECT_EQ(out[i].finish_reason, want_reason[i]) << "sample " << i;
   }
-  // The forced stop keeps the model's own samples: sample 0's tokens are the unforced sample's first three.
+  // The forced stop keeps the model's own samples: sample 0's tokens are the unforced sample's
+  // first three.
   Request plain = r;
   plain.eos_at.clear();
   const std::vector<Completion> free_run = engine.generate({plain});
@@ -294,7 +297,8 @@ TEST(Engine, ForcedLengthsEndSamplesAsTheirEos) {
     engine.generate({r});
     FAIL() << "two lengths for four samples were accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("request 0: 2 forced lengths"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("request 0: 2 forced lengths"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -326,7 +330,8 @@ TEST(Engine, RolloutStepsWriteNoDumpAndDumpingChangesNothing) {
   const std::vector<Completion> plain = Engine(w, small_engine()).generate({r});
 
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("verl_rollout_dump_" + std::to_string(getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("verl_rollout_dump_" + std::to_string(getpid()));
   fs::remove_all(dir);
   dump::set_dir(dir.string());
   const std::vector<Completion> dumped = Engine(w, small_engine()).generate({r});

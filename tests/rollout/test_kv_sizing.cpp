@@ -33,8 +33,8 @@ TEST(KvSizing, BlocksToHoldEverySampleAtOnce) {
 }
 
 TEST(KvSizing, PoolIsTheWantedBlocksCappedByTheBudget) {
-  EXPECT_EQ(kv_pool_blocks(100, 0, 64, 16), 100);         // no budget
-  EXPECT_EQ(kv_pool_blocks(100, 64 * 40, 64, 16), 40);    // the budget caps it
+  EXPECT_EQ(kv_pool_blocks(100, 0, 64, 16), 100);           // no budget
+  EXPECT_EQ(kv_pool_blocks(100, 64 * 40, 64, 16), 40);      // the budget caps it
   EXPECT_EQ(kv_pool_blocks(10, 64 * 40 + 63, 64, 16), 10);  // the budget is enough
   EXPECT_EQ(kv_pool_blocks(0, 64 * 40 + 63, 64, 16), 40);   // as many as the budget holds
   try {

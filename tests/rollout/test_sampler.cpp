@@ -29,22 +29,24 @@ std::vector<double> softmax(const std::vector<float>& l, double t) {
 
 // 0.999 quantiles of chi-square with df = 1..9.
 double chi2_q999(int df) {
-  static const double q[] = {0, 10.828, 13.816, 16.266, 18.467, 20.515, 22.458, 24.322, 26.124, 27.877};
+  static const double q[] = {0,      10.828, 13.816, 16.266, 18.467,
+                             20.515, 22.458, 24.322, 26.124, 27.877};
   return q[df];
 }
 
 std::vector<int> draw_counts(Sampler& s, const SamplingParams& p, int draws, uint64_t stream) {
   std::vector<int> counts(kLogits.size(), 0);
   for (int i = 0; i < draws; ++i) {
-    ++counts[static_cast<size_t>(s.sample_one(kLogits, {&p, stream, static_cast<uint64_t>(i)}).token)];
+    ++counts[static_cast<size_t>(
+        s.sample_one(kLogits, {&p, stream, static_cast<uint64_t>(i)}).token)];
   }
   return counts;
 }
 
 // Pearson chi-square over the tokens with expected probability > 0; a draw of a token with
 // expected probability 0 is reported through `impossible`.
-double chi_square(const std::vector<int>& counts, const std::vector<double>& expected, int draws, int* df,
-                  int* impossible) {
+double chi_square(const std::vector<int>& counts, const std::vector<double>& expected, int draws,
+                  int* df, int* impossible) {
   double chi = 0;
   *df = -1;
   *impossible = 0;
@@ -133,7 +135,9 @@ TEST(Sampler, TopKThenTopPWithTemperature) {
   const auto full = softmax(kLogits, 1.3);
   std::vector<int> order(10);
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int a, int b) { return full[static_cast<size_t>(a)] > full[static_cast<size_t>(b)]; });
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    return full[static_cast<size_t>(a)] > full[static_cast<size_t>(b)];
+  });
   double zk = 0;
   for (int j = 0; j < 5; ++j) zk += full[static_cast<size_t>(order[static_cast<size_t>(j)])];
   std::vector<double> e(10, 0.0);
@@ -144,7 +148,8 @@ TEST(Sampler, TopKThenTopPWithTemperature) {
   double zp = 0;
   for (int j = 0; j < kept; ++j) zp += full[static_cast<size_t>(order[static_cast<size_t>(j)])];
   for (int j = 0; j < kept; ++j) {
-    e[static_cast<size_t>(order[static_cast<size_t>(j)])] = full[static_cast<size_t>(order[static_cast<size_t>(j)])] / zp;
+    e[static_cast<size_t>(order[static_cast<size_t>(j)])] =
+        full[static_cast<size_t>(order[static_cast<size_t>(j)])] / zp;
   }
   int df, impossible;
   const double chi = chi_square(counts, e, kDraws, &df, &impossible);
@@ -179,7 +184,8 @@ TEST(Sampler, LogprobIsFullVocabLogSoftmaxAtTemperature) {
     int32_t k;
     float top_p;
   };
-  for (const Case c : {Case{1.0f, -1, 1.0f}, Case{0.6f, 20, 1.0f}, Case{1.7f, -1, 0.9f}, Case{0.9f, 50, 0.5f}}) {
+  for (const Case c :
+       {Case{1.0f, -1, 1.0f}, Case{0.6f, 20, 1.0f}, Case{1.7f, -1, 0.9f}, Case{0.9f, 50, 0.5f}}) {
     SamplingParams p;
     p.temperature = c.t;
     p.top_k = c.k;
@@ -189,7 +195,8 @@ TEST(Sampler, LogprobIsFullVocabLogSoftmaxAtTemperature) {
       const SampleResult r = s.sample_one(l, {&p, 1, i});
       ASSERT_GE(r.token, 0);
       ASSERT_LT(r.token, V);
-      EXPECT_NEAR(r.logprob, std::log(full[static_cast<size_t>(r.token)]), 2e-5) << "T " << c.t << " k " << c.k;
+      EXPECT_NEAR(r.logprob, std::log(full[static_cast<size_t>(r.token)]), 2e-5)
+          << "T " << c.t << " k " << c.k;
     }
   }
 }
@@ -204,7 +211,9 @@ TEST(Sampler, TopPOnLargeVocabStaysInNucleus) {
   const auto full = softmax(l, 1.0);
   std::vector<int32_t> order(V);
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[static_cast<size_t>(a)] > l[static_cast<size_t>(b)]; });
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return l[static_cast<size_t>(a)] > l[static_cast<size_t>(b)];
+  });
   double cum = 0;
   std::set<int32_t> nucleus;
   for (int32_t j = 0; j < V && cum < 0.9; ++j) {
@@ -254,7 +263,8 @@ TEST(Sampler, SameKeySameTokenAnywhereInTheBatch) {
     params[static_cast<size_t>(i)].top_k = i % 3 == 0 ? 40 : -1;
     params[static_cast<size_t>(i)].top_p = i % 2 == 0 ? 0.9f : 1.0f;
     params[static_cast<size_t>(i)].seed = 1000 + static_cast<uint64_t>(i % 4);
-    rows[static_cast<size_t>(i)] = {&params[static_cast<size_t>(i)], static_cast<uint64_t>(i * 7), static_cast<uint64_t>(i)};
+    rows[static_cast<size_t>(i)] = {&params[static_cast<size_t>(i)], static_cast<uint64_t>(i * 7),
+                                    static_cast<uint64_t>(i)};
   }
   Sampler s(V);
   std::vector<int32_t> tok(kRows);
@@ -271,10 +281,13 @@ TEST(Sampler, SameKeySameTokenAnywhereInTheBatch) {
   std::vector<float> rev_lp(kRows);
   s.sample(rev_logits.data(), rev_rows, rev_tok.data(), rev_lp.data());
   for (int i = 0; i < kRows; ++i) {
-    EXPECT_EQ(tok[static_cast<size_t>(i)], rev_tok[static_cast<size_t>(kRows - 1 - i)]) << "row " << i;
-    EXPECT_EQ(lp[static_cast<size_t>(i)], rev_lp[static_cast<size_t>(kRows - 1 - i)]) << "row " << i;
+    EXPECT_EQ(tok[static_cast<size_t>(i)], rev_tok[static_cast<size_t>(kRows - 1 - i)])
+        << "row " << i;
+    EXPECT_EQ(lp[static_cast<size_t>(i)], rev_lp[static_cast<size_t>(kRows - 1 - i)])
+        << "row " << i;
     // Alone, as a batch of one.
-    const SampleResult r = s.sample_one({logits.data() + i * V, static_cast<size_t>(V)}, rows[static_cast<size_t>(i)]);
+    const SampleResult r =
+        s.sample_one({logits.data() + i * V, static_cast<size_t>(V)}, rows[static_cast<size_t>(i)]);
     EXPECT_EQ(r.token, tok[static_cast<size_t>(i)]);
   }
   // The key matters: other counters of row 1 give other tokens (so the equality above is not
@@ -286,7 +299,9 @@ TEST(Sampler, SameKeySameTokenAnywhereInTheBatch) {
     by_counter.insert(s.sample_one({logits.data() + V, static_cast<size_t>(V)}, r).token);
     SamplingParams q = params[1];
     q.seed = c;
-    by_seed.insert(s.sample_one({logits.data() + V, static_cast<size_t>(V)}, {&q, rows[1].stream, rows[1].counter}).token);
+    by_seed.insert(s.sample_one({logits.data() + V, static_cast<size_t>(V)},
+                                {&q, rows[1].stream, rows[1].counter})
+                       .token);
   }
   EXPECT_GT(by_counter.size(), 5u);
   EXPECT_GT(by_seed.size(), 5u);

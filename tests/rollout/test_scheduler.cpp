@@ -85,7 +85,8 @@ void expect_matches_reference(const Workload& w, int32_t max_model_len) {
   for (const auto& s : w.seqs) {
     const auto ref = reference_generate(*s, kVocab, max_model_len);
     ASSERT_EQ(s->status, SequenceStatus::Finished) << "seq " << s->id();
-    ASSERT_EQ(std::vector<int32_t>(s->output_tokens().begin(), s->output_tokens().end()), ref.output)
+    ASSERT_EQ(std::vector<int32_t>(s->output_tokens().begin(), s->output_tokens().end()),
+              ref.output)
         << "seq " << s->id() << " (preempted " << s->num_preemptions << " times)";
     ASSERT_EQ(s->finish_reason, ref.reason) << "seq " << s->id();
   }
@@ -286,7 +287,8 @@ TEST(Scheduler, GroupSharingComputesEachPromptOnce) {
     for (int g = 0; g < kGroups; ++g) {
       std::vector<Sequence*> group;
       for (int i = 0; i < kN; ++i) {
-        seqs.push_back(std::make_unique<Sequence>(g * kN + i, std::vector<int32_t>(kPrompt, 3 + g), p, g, i));
+        seqs.push_back(
+            std::make_unique<Sequence>(g * kN + i, std::vector<int32_t>(kPrompt, 3 + g), p, g, i));
         group.push_back(seqs.back().get());
       }
       sched.add_group(group);

@@ -3,9 +3,8 @@
 #pragma once
 
 #include <filesystem>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "core/file.h"
 #include "core/rng.h"
@@ -21,7 +20,8 @@ inline std::string make_demo_reward_model(const std::filesystem::path& dir) {
   nlohmann::json c = nlohmann::json::parse(read_file(demo + "/config.json", "demo config"));
   c["architectures"] = {"Qwen2ForSequenceClassification"};
   c["num_labels"] = 1;
-  model::Weights w = model::Weights::from_config(model::parse_model_config(c.dump(), "demo reward model"));
+  model::Weights w =
+      model::Weights::from_config(model::parse_model_config(c.dump(), "demo reward model"));
   Rng rng(5);
   for (float& x : w.data) x = 0.05f * rng.normal();
   w.save(dir.string());

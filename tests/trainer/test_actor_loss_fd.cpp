@@ -31,7 +31,8 @@ TEST(ActorLoss, GradientThroughTheModelMatchesFiniteDifferences) {
   model::Transformer tf(w);
 
   // Two sequences: prompt lengths 3 and 2, responses of 4 and 5 tokens.
-  const std::vector<std::vector<int32_t>> seqs = {{1, 2, 3, 4, 5, 6, 7}, {8, 9, 10, 11, 12, 13, 14}};
+  const std::vector<std::vector<int32_t>> seqs = {{1, 2, 3, 4, 5, 6, 7},
+                                                  {8, 9, 10, 11, 12, 13, 14}};
   const int64_t prompt[2] = {3, 2};
   const int64_t L = 5;
   model::PackedBatch pb = model::PackedBatch::from_sequences(seqs);
@@ -103,7 +104,8 @@ TEST(ActorLoss, GradientThroughTheModelMatchesFiniteDifferences) {
     const double down = loss();
     w.data[i] = keep;
     const double fd = (up - down) / (2.0 * eps);
-    EXPECT_NEAR(fd, grads[i], 2e-3 * gmax + 3e-2 * std::fabs(grads[i])) << "parameter element " << i;
+    EXPECT_NEAR(fd, grads[i], 2e-3 * gmax + 3e-2 * std::fabs(grads[i]))
+        << "parameter element " << i;
     ++checked;
   }
   EXPECT_EQ(checked, 60);

@@ -27,7 +27,8 @@ config::Config cfg_for(const std::string& out, int64_t steps, std::vector<std::s
       "data.train_files=[" + kRoot + "/assets/demo/train.jsonl]",
       "data.val_files=null",
       "data.train_batch_size=4",
-      "actor_rollout_ref.actor.ppo_mini_batch_size=2",  // two mini-batches: old_log_prob is computed
+      "actor_rollout_ref.actor.ppo_mini_batch_size=2",  // two mini-batches: old_log_prob is
+                                                        // computed
       "actor_rollout_ref.rollout.n=2",
       "trainer.total_training_steps=" + std::to_string(steps),
       "trainer.logger=[jsonl]",
@@ -68,7 +69,8 @@ TEST(Checkpoint, ResumeContinuesExactlyAndKeepsTheNewest) {
   }
   // Retention: saves at 2, 4, 6; the two newest stay.
   EXPECT_FALSE(fs::exists(fs::path(full) / "global_step_2"));
-  EXPECT_TRUE(fs::exists(fs::path(full) / "global_step_4" / "actor" / "huggingface" / "model.safetensors"));
+  EXPECT_TRUE(
+      fs::exists(fs::path(full) / "global_step_4" / "actor" / "huggingface" / "model.safetensors"));
   EXPECT_TRUE(fs::exists(fs::path(full) / "global_step_6" / "trainer_state.json"));
   EXPECT_EQ(find_latest_checkpoint(full), (fs::path(full) / "global_step_6").string());
 
@@ -94,7 +96,8 @@ TEST(Checkpoint, ResumeContinuesExactlyAndKeepsTheNewest) {
     expect_same_learning(a[i], b[i]);
   }
   ASSERT_EQ(full_weights.size(), resumed_weights.size());
-  EXPECT_TRUE(full_weights == resumed_weights) << "resumed weights differ from the uninterrupted run";
+  EXPECT_TRUE(full_weights == resumed_weights)
+      << "resumed weights differ from the uninterrupted run";
 }
 
 TEST(Checkpoint, BadCheckpointsAreClearErrors) {
@@ -120,7 +123,8 @@ TEST(Checkpoint, TrackerHoldingGarbageSaysSo) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find((tmp / "latest_checkpointed_iteration.txt").string() + " should hold a step number but holds "
+    EXPECT_NE(msg.find((tmp / "latest_checkpointed_iteration.txt").string() +
+                       " should hold a step number but holds "
                        "'garbage'"),
               std::string::npos)
         << msg;
@@ -140,8 +144,8 @@ TEST(Checkpoint, RetentionNeverDeletesTheCheckpointJustWritten) {
   }
   const model::Weights w = model::Weights::load(kRoot + "/assets/demo/model");
   AdamWState opt = fresh_optimizer_state(w.layout.total);
-  const std::string dir = save_checkpoint(tmp.string(), 2, ModelState{&w, &opt, std::nullopt, 0}, std::nullopt,
-                                          nlohmann::json::object(), "", /*keep=*/2);
+  const std::string dir = save_checkpoint(tmp.string(), 2, ModelState{&w, &opt, std::nullopt, 0},
+                                          std::nullopt, nlohmann::json::object(), "", /*keep=*/2);
   EXPECT_EQ(dir, (tmp / "global_step_2").string());
   EXPECT_TRUE(fs::exists(tmp / "global_step_2" / "trainer_state.json"));
   EXPECT_EQ(find_latest_checkpoint(tmp.string()), dir);
@@ -161,7 +165,8 @@ TEST(Checkpoint, FreshRunInADirectoryWithCheckpointsIsAnError) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find(tmp.string() + " already holds checkpoints (steps 4, 6)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(tmp.string() + " already holds checkpoints (steps 4, 6)"), std::string::npos)
+        << msg;
     EXPECT_NE(msg.find("trainer.resume_mode=auto"), std::string::npos) << msg;
   }
   EXPECT_FALSE(fs::exists(tmp / "global_step_2"));
@@ -175,7 +180,8 @@ namespace verl::trainer {
 namespace {
 
 // Optimizer shards (checkpoint.h): a slice written as one rank's shard loads back whole or as any
-// other slice (resharding on load), and a missing or inconsistent shard is an error naming the file.
+// other slice (resharding on load), and a missing or inconsistent shard is an error naming the
+// file.
 TEST(Checkpoint, OptimizerShardsReshardOnLoad) {
   const fs::path tmp = fs::temp_directory_path() / "verl_test_ckpt_shards";
   fs::remove_all(tmp);
@@ -189,7 +195,8 @@ TEST(Checkpoint, OptimizerShardsReshardOnLoad) {
   }
   // One rank's sharded state covering everything: written as optim_world_size_1_rank_0.
   ModelState ms{&w, &whole, optim::ShardSpec{0, n}, n};
-  const std::string dir = save_checkpoint(tmp.string(), 3, ms, std::nullopt, {{"dataloader", {}}}, "", 0);
+  const std::string dir =
+      save_checkpoint(tmp.string(), 3, ms, std::nullopt, {{"dataloader", {}}}, "", 0);
   ASSERT_TRUE(fs::exists(fs::path(dir) / "actor" / "optim_world_size_1_rank_0.safetensors"));
   ASSERT_FALSE(fs::exists(fs::path(dir) / "actor" / "optim.safetensors"));
   model::Weights back{w.config, w.layout, {}};
@@ -204,10 +211,12 @@ TEST(Checkpoint, OptimizerShardsReshardOnLoad) {
   load_checkpoint(dir, back, opt, nullptr, nullptr, &mine);
   ASSERT_EQ(static_cast<int64_t>(opt.exp_avg.size()), chunk);
   EXPECT_TRUE(std::equal(opt.exp_avg.begin(), opt.exp_avg.end(), whole.exp_avg.begin() + chunk));
-  EXPECT_TRUE(std::equal(opt.exp_avg_sq.begin(), opt.exp_avg_sq.end(), whole.exp_avg_sq.begin() + chunk));
+  EXPECT_TRUE(
+      std::equal(opt.exp_avg_sq.begin(), opt.exp_avg_sq.end(), whole.exp_avg_sq.begin() + chunk));
   // A second shard set of another world size, then a missing shard.
   const fs::path actor = fs::path(dir) / "actor";
-  fs::copy_file(actor / "optim_world_size_1_rank_0.safetensors", actor / "optim_world_size_2_rank_0.safetensors");
+  fs::copy_file(actor / "optim_world_size_1_rank_0.safetensors",
+                actor / "optim_world_size_2_rank_0.safetensors");
   std::string err;
   try {
     load_checkpoint(dir, back, opt, nullptr, nullptr);
@@ -222,7 +231,9 @@ TEST(Checkpoint, OptimizerShardsReshardOnLoad) {
   } catch (const Error& e) {
     err = e.what();
   }
-  EXPECT_NE(err.find("optim_world_size_2_rank_1.safetensors: shard 1 of 2 is missing"), std::string::npos) << err;
+  EXPECT_NE(err.find("optim_world_size_2_rank_1.safetensors: shard 1 of 2 is missing"),
+            std::string::npos)
+      << err;
   fs::remove_all(tmp);
 }
 
@@ -235,8 +246,8 @@ TEST(Checkpoint, ForeignFilesAndStepNamesAreNamed) {
   model::Weights w = model::Weights::load(kRoot + "/assets/demo/model");
   const int64_t n = w.layout.total;
   AdamWState opt = fresh_optimizer_state(n);
-  const std::string dir = save_checkpoint(tmp.string(), 1, ModelState{&w, &opt, std::nullopt, 0}, std::nullopt,
-                                          {{"dataloader", {}}}, "", 0);
+  const std::string dir = save_checkpoint(tmp.string(), 1, ModelState{&w, &opt, std::nullopt, 0},
+                                          std::nullopt, {{"dataloader", {}}}, "", 0);
   const fs::path optim = fs::path(dir) / "actor" / "optim.safetensors";
   model::write_safetensors(optim.string(),
                            {{"exp_avg", DType::F32, {n}, opt.exp_avg.data()},
@@ -249,7 +260,8 @@ TEST(Checkpoint, ForeignFilesAndStepNamesAreNamed) {
   } catch (const Error& e) {
     err = e.what();
   }
-  EXPECT_NE(err.find(optim.string() + ": metadata 'format' is '9erl.cpp-adamw', expected 'verl.cpp-adamw'"),
+  EXPECT_NE(err.find(optim.string() +
+                     ": metadata 'format' is '9erl.cpp-adamw', expected 'verl.cpp-adamw'"),
             std::string::npos)
       << err;
   fs::create_directories(tmp / "global_step_99999999999999999999999");
@@ -259,8 +271,9 @@ TEST(Checkpoint, ForeignFilesAndStepNamesAreNamed) {
   } catch (const Error& e) {
     err = e.what();
   }
-  EXPECT_NE(err.find("global_step_99999999999999999999999: not a checkpoint step this trainer writes"),
-            std::string::npos)
+  EXPECT_NE(
+      err.find("global_step_99999999999999999999999: not a checkpoint step this trainer writes"),
+      std::string::npos)
       << err;
   fs::remove_all(tmp);
 }

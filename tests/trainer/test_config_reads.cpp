@@ -1,31 +1,31 @@
 // Every key that docs/config.md lists as supported is read by the code that runs it. The PPO
 // trainer (a GRPO run with a reference policy, validation and the generation dumps; a PPO run with
-// a critic and a KL penalty in the reward; a resume of it; a run with data.dynamic_batch and rollout.length_dist) and the
-// SFT trainer run on the demo configs; the Config records every key they read
-// (Config::read_keys). A supported key that nothing read is one whose setting would silently
-// change nothing: mark it @ignored or @unsupported with a reason in configs/*.yaml, or make the
-// code read it.
+// a critic and a KL penalty in the reward; a resume of it; a run with data.dynamic_batch and
+// rollout.length_dist) and the SFT trainer run on the demo configs; the Config records every key
+// they read (Config::read_keys). A supported key that nothing read is one whose setting would
+// silently change nothing: mark it @ignored or @unsupported with a reason in configs/*.yaml, or
+// make the code read it.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <string>
 #include <vector>
-#include <nlohmann/json.hpp>
 
 #include "config/config.h"
 #include "config/detail.h"
 #include "core/file.h"
 #include "core/rng.h"
+#include "demo_reward_model.h"
 #include "model/config.h"
 #include "model/hf_files.h"
 #include "model/weights.h"
 #include "trainer/ppo_trainer.h"
 #include "trainer/sft.h"
-#include "demo_reward_model.h"
 
 namespace verl::trainer {
 namespace {
@@ -43,7 +43,8 @@ const std::map<std::string, std::string> kSftAllowed = {};
 
 // The leaves `runs` read. A key that a read key takes through its default ${...} is read too
 // (trainer.project_name through trainer.default_local_dir).
-std::set<std::string> keys_read(const config::Schema& schema, const std::vector<const config::Config*>& runs) {
+std::set<std::string> keys_read(const config::Schema& schema,
+                                const std::vector<const config::Config*>& runs) {
   std::set<std::string> read;
   for (const config::Config* c : runs)
     for (const auto& k : c->read_keys()) read.insert(k);
@@ -51,7 +52,8 @@ std::set<std::string> keys_read(const config::Schema& schema, const std::vector<
   for (std::vector<std::string> todo(read.begin(), read.end()); !todo.empty();) {
     const config::KeySpec& k = schema.at(todo.back());
     todo.pop_back();
-    for (std::sregex_iterator it(k.default_text.begin(), k.default_text.end(), interp), end; it != end; ++it) {
+    for (std::sregex_iterator it(k.default_text.begin(), k.default_text.end(), interp), end;
+         it != end; ++it) {
       const std::string ref = config::detail::parse_ref((*it)[1].str(), k.path).path;
       const config::KeySpec* r = ref.empty() ? nullptr : schema.find(ref);
       if (!r || !r->is_leaf() || !read.insert(ref).second) continue;
@@ -64,7 +66,8 @@ std::set<std::string> keys_read(const config::Schema& schema, const std::vector<
 // The supported leaves of `schema` that none of `runs` read and `allowed` does not excuse; a key
 // whose only allowed value is its default carries nothing to read. An allowlisted key that was
 // read after all is listed too: the allowlist only holds keys that need it.
-std::vector<std::string> unread_supported(const config::Schema& schema, const std::vector<const config::Config*>& runs,
+std::vector<std::string> unread_supported(const config::Schema& schema,
+                                          const std::vector<const config::Config*>& runs,
                                           const std::map<std::string, std::string>& allowed) {
   const std::set<std::string> read = keys_read(schema, runs);
   std::vector<std::string> out;
@@ -109,15 +112,15 @@ TEST(ConfigReads, EverySupportedPpoKeyIsRead) {
   fs::remove_all(tmp);
   // GRPO: the reference policy (KL loss), validation (sampled) before and after the step, the
   // dumps, and micro-batches by sequence count (the deprecated global sizes among them).
-  config::Config grpo = demo_config((tmp / "grpo").string(),
-                                    {"actor_rollout_ref.actor.use_kl_loss=true", "trainer.test_freq=1",
-                                     "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
-                                     "actor_rollout_ref.actor.use_dynamic_bsz=false",
-                                     "actor_rollout_ref.actor.ppo_micro_batch_size=4",
-                                     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=3",
-                                     "trainer.rollout_data_dir=" + (tmp / "grpo_rollouts").string(),
-                                     "trainer.validation_data_dir=" + (tmp / "grpo_val").string(),
-                                     "trainer.log_val_generations=2"});
+  config::Config grpo = demo_config(
+      (tmp / "grpo").string(), {"actor_rollout_ref.actor.use_kl_loss=true", "trainer.test_freq=1",
+                                "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
+                                "actor_rollout_ref.actor.use_dynamic_bsz=false",
+                                "actor_rollout_ref.actor.ppo_micro_batch_size=4",
+                                "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=3",
+                                "trainer.rollout_data_dir=" + (tmp / "grpo_rollouts").string(),
+                                "trainer.validation_data_dir=" + (tmp / "grpo_val").string(),
+                                "trainer.log_val_generations=2"});
   {
     PpoTrainer t(grpo);
     t.fit();
@@ -132,22 +135,23 @@ TEST(ConfigReads, EverySupportedPpoKeyIsRead) {
   };
   const auto rollouts = lines(tmp / "grpo_rollouts" / "1.jsonl");
   ASSERT_EQ(rollouts.size(), 8u);
-  for (const char* k : {"input", "output", "gts", "score", "step"}) EXPECT_TRUE(rollouts[0].contains(k)) << k;
+  for (const char* k : {"input", "output", "gts", "score", "step"})
+    EXPECT_TRUE(rollouts[0].contains(k)) << k;
   EXPECT_EQ(rollouts[0]["step"], 1);
   EXPECT_EQ(lines(tmp / "grpo_val" / "0.jsonl").size(), 4u);
   EXPECT_EQ(lines(tmp / "grpo_val" / "1.jsonl").size(), 4u);
   // PPO: a critic (GAE), the KL penalty in the reward (old log-probs and the reference policy),
   // off-policy mini-batches, checkpoints, sequence-count micro-batches for the old log-probs and
   // the critic.
-  config::Config ppo = demo_config((tmp / "ppo").string(),
-                                   {"algorithm.adv_estimator=gae", "algorithm.use_kl_in_reward=true",
-                                    "actor_rollout_ref.actor.ppo_mini_batch_size=2", "trainer.save_freq=1",
-                                    "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=false",
-                                    "actor_rollout_ref.rollout.log_prob_micro_batch_size=3",
-                                    "critic.use_dynamic_bsz=false", "critic.ppo_micro_batch_size=2",
-                                    "trainer.total_training_steps=2", "trainer.max_critic_ckpt_to_keep=1",
-                                    "actor_rollout_ref.rollout.response_length=4", "trainer.val_before_train=false",
-                                    "data.val_files=null"});
+  config::Config ppo = demo_config(
+      (tmp / "ppo").string(),
+      {"algorithm.adv_estimator=gae", "algorithm.use_kl_in_reward=true",
+       "actor_rollout_ref.actor.ppo_mini_batch_size=2", "trainer.save_freq=1",
+       "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=false",
+       "actor_rollout_ref.rollout.log_prob_micro_batch_size=3", "critic.use_dynamic_bsz=false",
+       "critic.ppo_micro_batch_size=2", "trainer.total_training_steps=2",
+       "trainer.max_critic_ckpt_to_keep=1", "actor_rollout_ref.rollout.response_length=4",
+       "trainer.val_before_train=false", "data.val_files=null"});
   {
     PpoTrainer t(ppo);
     t.fit();
@@ -171,48 +175,52 @@ TEST(ConfigReads, EverySupportedPpoKeyIsRead) {
   EXPECT_TRUE(fs::exists(tmp / "ppo" / "global_step_2" / "critic"));
   // A resume from a named checkpoint with a reward command (the run is complete: no step, nothing
   // scored).
-  config::Config resumed = demo_config((tmp / "ppo").string(),
-                                       {"algorithm.adv_estimator=gae", "trainer.total_training_steps=2",
-                                        "trainer.resume_mode=resume_path",
-                                        "trainer.resume_from_path=" + (tmp / "ppo" / "global_step_2").string(),
-                                        "custom_reward_function.command=cat", "trainer.val_before_train=false",
-                                        "data.val_files=null"});
+  config::Config resumed =
+      demo_config((tmp / "ppo").string(),
+                  {"algorithm.adv_estimator=gae", "trainer.total_training_steps=2",
+                   "trainer.resume_mode=resume_path",
+                   "trainer.resume_from_path=" + (tmp / "ppo" / "global_step_2").string(),
+                   "custom_reward_function.command=cat", "trainer.val_before_train=false",
+                   "data.val_files=null"});
   {
     PpoTrainer t(resumed);
     t.fit();
     EXPECT_EQ(t.global_step(), 2);
   }
   // A reward model scores the responses (micro-batches by sequence count, a length cap).
-  config::Config rm = demo_config((tmp / "rm").string(),
-                                  {"reward_model.enable=true",
-                                   "reward_model.model.path=" + test::make_demo_reward_model(tmp / "rm_model"),
-                                   "reward_model.use_dynamic_bsz=false", "reward_model.micro_batch_size_per_gpu=3",
-                                   "reward_model.max_length=64", "trainer.val_before_train=false",
-                                   "data.val_files=null"});
+  config::Config rm = demo_config(
+      (tmp / "rm").string(),
+      {"reward_model.enable=true",
+       "reward_model.model.path=" + test::make_demo_reward_model(tmp / "rm_model"),
+       "reward_model.use_dynamic_bsz=false", "reward_model.micro_batch_size_per_gpu=3",
+       "reward_model.max_length=64", "trainer.val_before_train=false", "data.val_files=null"});
   {
     PpoTrainer t(rm);
     t.fit();
   }
   // data.dynamic_batch and rollout.length_dist (their keys are read only when they are on).
-  config::Config dyn = demo_config((tmp / "dyn").string(),
-                                   {"data.dynamic_batch.enable=true", "data.dynamic_batch.base_batch_size=2",
-                                    "data.dynamic_batch.min_sequence_length=1", "trainer.val_before_train=false",
-                                    "actor_rollout_ref.rollout.length_dist.type=lognormal",
-                                    "actor_rollout_ref.rollout.length_dist.mean=8",
-                                    "actor_rollout_ref.rollout.length_dist.cap=16", "data.val_files=null"});
+  config::Config dyn =
+      demo_config((tmp / "dyn").string(),
+                  {"data.dynamic_batch.enable=true", "data.dynamic_batch.base_batch_size=2",
+                   "data.dynamic_batch.min_sequence_length=1", "trainer.val_before_train=false",
+                   "actor_rollout_ref.rollout.length_dist.type=lognormal",
+                   "actor_rollout_ref.rollout.length_dist.mean=8",
+                   "actor_rollout_ref.rollout.length_dist.cap=16", "data.val_files=null"});
   {
     PpoTrainer t(dyn);
     t.fit();
   }
   const std::vector<std::string> unread =
       unread_supported(ppo.schema(), {&grpo, &ppo, &resumed, &rm, &dyn}, kPpoAllowed);
-  EXPECT_TRUE(unread.empty()) << unread.size()
-                              << " supported keys of the PPO config were never read (mark them @ignored or "
-                                 "@unsupported with a reason in configs/ppo_trainer.yaml, or read them):"
-                              << join(unread);
+  EXPECT_TRUE(unread.empty())
+      << unread.size()
+      << " supported keys of the PPO config were never read (mark them @ignored or "
+         "@unsupported with a reason in configs/ppo_trainer.yaml, or read them):"
+      << join(unread);
   for (const auto& [k, why] : kPpoAllowed) {
     EXPECT_NE(ppo.schema().find(k), nullptr) << "allowlisted key " << k << " is not in the schema";
-    EXPECT_EQ(ppo.schema().at(k).support, config::Support::Supported) << k << " is allowlisted but not supported";
+    EXPECT_EQ(ppo.schema().at(k).support, config::Support::Supported)
+        << k << " is allowlisted but not supported";
   }
   fs::remove_all(tmp);
 }
@@ -231,16 +239,19 @@ TEST(ConfigReads, EverySupportedSftKeyIsRead) {
   lo.defaults_path = kRoot + "/configs/sft_trainer.yaml";
   config::Config cfg = config::load_config(
       kRoot + "/configs/demo/sft.yaml",
-      {"model.partial_pretrain=" + kRoot + "/assets/demo/model", "data.train_files=[" + (tmp / "sft.jsonl").string() + "]",
+      {"model.partial_pretrain=" + kRoot + "/assets/demo/model",
+       "data.train_files=[" + (tmp / "sft.jsonl").string() + "]",
        "data.val_files=[" + (tmp / "sft.jsonl").string() + "]", "data.train_batch_size=8",
-       "trainer.total_training_steps=1", "trainer.logger=[jsonl]", "trainer.default_local_dir=" + (tmp / "out").string()},
+       "trainer.total_training_steps=1", "trainer.logger=[jsonl]",
+       "trainer.default_local_dir=" + (tmp / "out").string()},
       lo);
   run_sft(cfg);
   const std::vector<std::string> unread = unread_supported(cfg.schema(), {&cfg}, kSftAllowed);
-  EXPECT_TRUE(unread.empty()) << unread.size()
-                              << " supported keys of the SFT config were never read (mark them @ignored or "
-                                 "@unsupported with a reason, or read them):"
-                              << join(unread);
+  EXPECT_TRUE(unread.empty())
+      << unread.size()
+      << " supported keys of the SFT config were never read (mark them @ignored or "
+         "@unsupported with a reason, or read them):"
+      << join(unread);
   fs::remove_all(tmp);
 }
 
@@ -255,7 +266,8 @@ TEST(ConfigReads, RecordFollowsAliasesAndCopies) {
   (void)copy.get<int64_t>("trainer.total_epochs");
   EXPECT_TRUE(cfg.was_read("trainer.total_epochs"));
   EXPECT_FALSE(cfg.was_read("trainer.test_freq"));
-  (void)cfg.get<std::optional<int64_t>>("trainer.save_total_limit");  // alias of max_actor_ckpt_to_keep, ...
+  (void)cfg.get<std::optional<int64_t>>(
+      "trainer.save_total_limit");  // alias of max_actor_ckpt_to_keep, ...
   EXPECT_TRUE(cfg.was_read("trainer.max_actor_ckpt_to_keep"));
   cfg.clear_reads();
   EXPECT_TRUE(copy.read_keys().empty());

@@ -8,8 +8,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <string>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "config/config.h"
 #include "core/error.h"
@@ -73,8 +73,9 @@ TEST(Dapo, DemoConfigTrainsWithDynamicSampling) {
   t.fit();
   EXPECT_EQ(t.global_step(), 2);
   const nlohmann::json m = last_metrics(out);
-  for (const char* k : {"train/num_gen_batches", "reward_extra/acc/mean", "reward_extra/overlong_reward/mean",
-                        "reward_extra/overlong/mean", "actor/pg_loss", "actor/pg_clipfrac", "critic/score/mean"}) {
+  for (const char* k :
+       {"train/num_gen_batches", "reward_extra/acc/mean", "reward_extra/overlong_reward/mean",
+        "reward_extra/overlong/mean", "actor/pg_loss", "actor/pg_clipfrac", "critic/score/mean"}) {
     ASSERT_TRUE(m.contains(k)) << k;
     EXPECT_TRUE(std::isfinite(m[k].get<double>())) << k;
   }
@@ -84,14 +85,17 @@ TEST(Dapo, DemoConfigTrainsWithDynamicSampling) {
   EXPECT_LT(m["reward_extra/acc/mean"].get<double>(), 1.0);
   // The reward is the scorer's score (arith: acc) plus the overlong penalty, row by row.
   EXPECT_NEAR(m["critic/score/mean"].get<double>(),
-              m["reward_extra/acc/mean"].get<double>() + m["reward_extra/overlong_reward/mean"].get<double>(), 1e-5);
+              m["reward_extra/acc/mean"].get<double>() +
+                  m["reward_extra/overlong_reward/mean"].get<double>(),
+              1e-5);
 }
 
 TEST(Dapo, OverlongPenaltyIsVerlsLinearRamp) {
   // len = max_response_length (24): every response of l tokens gets -(l - 0) / 24 * 0.5.
   const std::string out = fresh_dir("overlong");
-  PpoTrainer t(dapo_config(out, {"algorithm.filter_groups.enable=false", "reward_model.overlong_buffer.len=24",
-                                 "reward_model.overlong_buffer.penalty_factor=0.5", "trainer.total_training_steps=1"}));
+  PpoTrainer t(dapo_config(
+      out, {"algorithm.filter_groups.enable=false", "reward_model.overlong_buffer.len=24",
+            "reward_model.overlong_buffer.penalty_factor=0.5", "trainer.total_training_steps=1"}));
   t.fit();
   const nlohmann::json m = last_metrics(out);
   EXPECT_NEAR(m["reward_extra/overlong_reward/mean"].get<double>(),
@@ -104,8 +108,9 @@ TEST(Dapo, FilterGroupsKeepsOneSampleGroups) {
   // Greedy decoding, one sample a prompt: a group of one is kept whatever its score (verl's
   // `std > 0 or len == 1`), so one generation batch fills the step.
   const std::string out = fresh_dir("singletons");
-  PpoTrainer t(dapo_config(out, {"actor_rollout_ref.rollout.n=1", "actor_rollout_ref.rollout.do_sample=false",
-                                 "trainer.total_training_steps=1"}));
+  PpoTrainer t(dapo_config(
+      out, {"actor_rollout_ref.rollout.n=1", "actor_rollout_ref.rollout.do_sample=false",
+            "trainer.total_training_steps=1"}));
   t.fit();
   EXPECT_EQ(t.global_step(), 1);
   EXPECT_EQ(last_metrics(out)["train/num_gen_batches"].get<double>(), 1.0);
@@ -113,8 +118,9 @@ TEST(Dapo, FilterGroupsKeepsOneSampleGroups) {
 
 TEST(Dapo, FilterGroupsStopsAfterMaxNumGenBatches) {
   // Greedy decoding makes a prompt's 4 samples identical: no group is ever kept.
-  const std::string msg = error_of(dapo_config(fresh_dir("max_gen"), {"actor_rollout_ref.rollout.do_sample=false",
-                                                                      "algorithm.filter_groups.max_num_gen_batches=2"}));
+  const std::string msg = error_of(
+      dapo_config(fresh_dir("max_gen"), {"actor_rollout_ref.rollout.do_sample=false",
+                                         "algorithm.filter_groups.max_num_gen_batches=2"}));
   EXPECT_NE(msg.find("algorithm.filter_groups.max_num_gen_batches=2"), std::string::npos) << msg;
   EXPECT_NE(msg.find("2 generation batches kept 0"), std::string::npos) << msg;
 }
@@ -129,19 +135,21 @@ TEST(Dapo, ConfigErrorsNameTheKeys) {
   EXPECT_NE(error_of(dapo_config(fresh_dir("err3"), {"reward_model.overlong_buffer.len=0"}))
                 .find("reward_model.overlong_buffer.len=0"),
             std::string::npos);
-  EXPECT_NE(error_of(dapo_config(fresh_dir("err4"), {"algorithm.rollout_correction.loss_type=reinforce"}))
-                .find("bypass_mode=true"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(dapo_config(fresh_dir("err4"), {"algorithm.rollout_correction.loss_type=reinforce"}))
+          .find("bypass_mode=true"),
+      std::string::npos);
 }
 
 TEST(Dapo, RolloutCorrectionDecoupledAndBypass) {
   // Decoupled: old_log_prob is recomputed (even on policy) and compared with the rollout's.
   {
     const std::string out = fresh_dir("rc_decoupled");
-    PpoTrainer t(dapo_config(out, {"algorithm.filter_groups.enable=false", "trainer.total_training_steps=1",
-                                   "algorithm.rollout_correction.rollout_is=token",
-                                   "algorithm.rollout_correction.rollout_rs=token_k1",
-                                   "algorithm.rollout_correction.rollout_rs_threshold=0.5_2.0"}));
+    PpoTrainer t(
+        dapo_config(out, {"algorithm.filter_groups.enable=false", "trainer.total_training_steps=1",
+                          "algorithm.rollout_correction.rollout_is=token",
+                          "algorithm.rollout_correction.rollout_rs=token_k1",
+                          "algorithm.rollout_correction.rollout_rs_threshold=0.5_2.0"}));
     t.fit();
     const nlohmann::json m = last_metrics(out);
     ASSERT_TRUE(m.contains("timing_s/old_log_prob"));
@@ -154,10 +162,11 @@ TEST(Dapo, RolloutCorrectionDecoupledAndBypass) {
   // Bypass with REINFORCE: no old_log_prob pass; the metrics come from the update's micro-batches.
   {
     const std::string out = fresh_dir("rc_bypass");
-    PpoTrainer t(dapo_config(out, {"algorithm.filter_groups.enable=false", "trainer.total_training_steps=1",
-                                   "algorithm.rollout_correction.bypass_mode=true",
-                                   "algorithm.rollout_correction.loss_type=reinforce",
-                                   "algorithm.rollout_correction.rollout_is=sequence"}));
+    PpoTrainer t(
+        dapo_config(out, {"algorithm.filter_groups.enable=false", "trainer.total_training_steps=1",
+                          "algorithm.rollout_correction.bypass_mode=true",
+                          "algorithm.rollout_correction.loss_type=reinforce",
+                          "algorithm.rollout_correction.rollout_is=sequence"}));
     t.fit();
     const nlohmann::json m = last_metrics(out);
     EXPECT_FALSE(m.contains("timing_s/old_log_prob"));

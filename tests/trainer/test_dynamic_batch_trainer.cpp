@@ -118,8 +118,8 @@ TEST(DynamicBatchTrainer, BudgetShrinksToTheFloorAboveTheMemoryThreshold) {
 TEST(DynamicBatchTrainer, SamplesOutsideTheBoundsAreDropped) {
   // max_sequence_length 1: every sample is dropped. Nothing reaches the loss; one filler
   // micro-batch keeps the update's shape (a zero gradient).
-  const RunResult r = run("drop_all",
-                    {"data.dynamic_batch.enable=true", "data.dynamic_batch.max_sequence_length=1"});
+  const RunResult r = run(
+      "drop_all", {"data.dynamic_batch.enable=true", "data.dynamic_batch.max_sequence_length=1"});
   ASSERT_EQ(r.steps.size(), 2u);
   for (const auto& j : r.steps) {
     EXPECT_EQ(get(j, "dynamic_batch/dropped_samples"), 16.0);

@@ -64,7 +64,8 @@ TEST(PackedResponses, WrongSizesNameTheCall) {
     mb.scatter(std::vector<float>(3));
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("PackedResponses::scatter"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("PackedResponses::scatter"), std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(mb.gather(std::vector<float>(2)), Error);
 }

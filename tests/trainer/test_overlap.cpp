@@ -10,9 +10,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-#include <nlohmann/json.hpp>
 
 #include "config/config.h"
 #include "demo_reward_model.h"
@@ -81,10 +81,10 @@ RunResult run(const std::string& name, std::vector<std::string> extra) {
 }
 
 // The metrics a changed pass or update would move.
-const char* const kCompared[] = {"actor/pg_loss",       "actor/kl_loss",       "actor/grad_norm",
-                                 "actor/ppo_kl",        "actor/entropy",       "critic/vf_loss",
-                                 "critic/grad_norm",    "critic/values/mean",  "critic/advantages/mean",
-                                 "critic/returns/mean", "critic/score/mean",   "response_length/mean"};
+const char* const kCompared[] = {
+    "actor/pg_loss",          "actor/kl_loss",       "actor/grad_norm",   "actor/ppo_kl",
+    "actor/entropy",          "critic/vf_loss",      "critic/grad_norm",  "critic/values/mean",
+    "critic/advantages/mean", "critic/returns/mean", "critic/score/mean", "response_length/mean"};
 
 // `exact`: bit for bit. Otherwise within float tolerance: the CPU model's sums depend in their last
 // bits on which sequences share a micro-batch (measured: 3e-7 relative on the gradient norm,
@@ -115,8 +115,8 @@ void expect_same_run(const RunResult& a, const RunResult& b, bool exact, double 
     worst = std::max(worst, d);
     apart += d > 0.5 * lr ? 1 : 0;
   }
-  std::printf("weights after 2 steps: max |diff| %.3g (lr %.3g), %zu of %zu apart by > lr/2\n", worst, lr, apart,
-              a.weights.size());
+  std::printf("weights after 2 steps: max |diff| %.3g (lr %.3g), %zu of %zu apart by > lr/2\n",
+              worst, lr, apart, a.weights.size());
   EXPECT_LE(worst, 4 * lr);
   EXPECT_LE(static_cast<double>(apart), 0.01 * static_cast<double>(a.weights.size()));
 }
@@ -139,7 +139,8 @@ TEST(Overlap, TokenLevelPipelineGivesTheSameRun) {
   }
   EXPECT_GT(overlapped, 0.0);
   std::printf("token pipeline, step 2: ref %.3f s of which %.3f s during gen (gen %.3f s)\n",
-              on.steps[1]["timing_s/ref"].get<double>(), on.steps[1]["timing_s/ref_overlap_gen"].get<double>(),
+              on.steps[1]["timing_s/ref"].get<double>(),
+              on.steps[1]["timing_s/ref_overlap_gen"].get<double>(),
               on.steps[1]["timing_s/gen"].get<double>());
 }
 
@@ -150,8 +151,10 @@ TEST(Overlap, CriticActorOverlapGivesTheSameRun) {
   expect_same_run(off, on, /*exact=*/true);
   for (const auto& s : on.steps) ASSERT_TRUE(s.contains("timing_s/update_critic_overlap_actor"));
   // Both switches together: the pipeline's tolerance.
-  expect_same_run(off, run("both_on", {"trainer.critic_actor_overlap=true", "trainer.token_level_pipeline=true"}),
-                  /*exact=*/false, 1e-4);
+  expect_same_run(
+      off,
+      run("both_on", {"trainer.critic_actor_overlap=true", "trainer.token_level_pipeline=true"}),
+      /*exact=*/false, 1e-4);
 }
 
 // trainer.one_step_off_policy: step k trains on a rollout that step k-1 started from its own
@@ -162,8 +165,8 @@ TEST(Overlap, CriticActorOverlapGivesTheSameRun) {
 // checkpoint does not keep the started rollout: the resumed run generates that batch anew, from
 // where the loader stood before it.
 TEST(Overlap, OneStepOffPolicyTrainsOnRolloutsOneUpdateOld) {
-  const std::vector<std::string> three = {"trainer.total_training_steps=3", "algorithm.adv_estimator=grpo",
-                                          "critic.enable=false"};
+  const std::vector<std::string> three = {"trainer.total_training_steps=3",
+                                          "algorithm.adv_estimator=grpo", "critic.enable=false"};
   std::vector<std::string> off_cfg = three;
   off_cfg.push_back("trainer.one_step_off_policy=true");
   off_cfg.push_back("trainer.save_freq=2");
@@ -174,17 +177,22 @@ TEST(Overlap, OneStepOffPolicyTrainsOnRolloutsOneUpdateOld) {
     const auto& s = off.steps[i];
     const double staleness = s["rollout/staleness"].get<double>();
     EXPECT_EQ(staleness, i == 0 ? 0.0 : 1.0) << "step " << i + 1;
-    EXPECT_EQ(s["rollout/weights_step"].get<double>(), i == 0 ? 0.0 : static_cast<double>(i - 1)) << "step " << i + 1;
-    ASSERT_TRUE(s.contains("timing_s/old_log_prob"));  // recomputed: the rollout is not on-policy after step 1
+    EXPECT_EQ(s["rollout/weights_step"].get<double>(), i == 0 ? 0.0 : static_cast<double>(i - 1))
+        << "step " << i + 1;
+    ASSERT_TRUE(s.contains(
+        "timing_s/old_log_prob"));  // recomputed: the rollout is not on-policy after step 1
   }
   // Step 1 is the plain run's step; later ones learn from older samples.
-  for (const char* k : {"actor/pg_loss", "actor/grad_norm", "critic/score/mean", "response_length/mean"})
+  for (const char* k :
+       {"actor/pg_loss", "actor/grad_norm", "critic/score/mean", "response_length/mean"})
     EXPECT_EQ(off.steps[0][k].get<double>(), plain.steps[0][k].get<double>()) << k;
   const double own = off.steps[0]["training/rollout_probs_diff_max"].get<double>();
   for (size_t i = 1; i < 3; ++i) {
-    EXPECT_GT(off.steps[i]["training/rollout_probs_diff_max"].get<double>(), 10 * std::max(own, 1e-6))
+    EXPECT_GT(off.steps[i]["training/rollout_probs_diff_max"].get<double>(),
+              10 * std::max(own, 1e-6))
         << "step " << i + 1 << ": the rollout looks on-policy";
-    EXPECT_LT(plain.steps[i]["training/rollout_probs_diff_max"].get<double>(), 1e-4) << "step " << i + 1;
+    EXPECT_LT(plain.steps[i]["training/rollout_probs_diff_max"].get<double>(), 1e-4)
+        << "step " << i + 1;
   }
   // Resume from step 2's checkpoint: step 3 generates its batch itself (staleness 0), the batch
   // the uninterrupted run trained on at step 3.
@@ -204,7 +212,8 @@ TEST(Overlap, OneStepOffPolicyTrainsOnRolloutsOneUpdateOld) {
   ASSERT_EQ(lines.size(), 3u);  // steps 1 and 2, then the resumed step 3 in place of the first one
   EXPECT_EQ(lines[2]["training/global_step"].get<double>(), 3.0);
   EXPECT_EQ(lines[2]["rollout/staleness"].get<double>(), 0.0);
-  EXPECT_EQ(lines[2]["prompt_length/mean"].get<double>(), off.steps[2]["prompt_length/mean"].get<double>());
+  EXPECT_EQ(lines[2]["prompt_length/mean"].get<double>(),
+            off.steps[2]["prompt_length/mean"].get<double>());
 }
 
 // A reward model (random weights, the demo's shape) scores finished samples in forwards of its
@@ -216,7 +225,8 @@ TEST(Overlap, RewardModelScoresWhileGenerationRuns) {
   const fs::path rm = fs::temp_directory_path() / "verl_test_overlap_rm_model";
   fs::remove_all(rm);
   test::make_demo_reward_model(rm);
-  const std::vector<std::string> common = {"reward_model.enable=true", "reward_model.model.path=" + rm.string(),
+  const std::vector<std::string> common = {"reward_model.enable=true",
+                                           "reward_model.model.path=" + rm.string(),
                                            "reward_model.forward_max_token_len_per_gpu=448",
                                            "algorithm.adv_estimator=grpo", "critic.enable=false"};
   std::vector<std::string> on = common, off = common;
@@ -226,18 +236,24 @@ TEST(Overlap, RewardModelScoresWhileGenerationRuns) {
   ASSERT_EQ(a.steps.size(), 2u);
   ASSERT_EQ(b.steps.size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
-    for (const char* k : {"critic/score/mean", "critic/score/max", "critic/score/min", "actor/pg_loss"}) {
+    for (const char* k :
+         {"critic/score/mean", "critic/score/max", "critic/score/min", "actor/pg_loss"}) {
       const double x = a.steps[i][k].get<double>(), y = b.steps[i][k].get<double>();
       EXPECT_NEAR(x, y, 1e-5 * std::max(1.0, std::fabs(y))) << k << " at step " << i + 1;
     }
-    EXPECT_GT(a.steps[i]["critic/score/max"].get<double>(), a.steps[i]["critic/score/min"].get<double>());
+    EXPECT_GT(a.steps[i]["critic/score/max"].get<double>(),
+              a.steps[i]["critic/score/min"].get<double>());
     ASSERT_TRUE(a.steps[i].contains("timing_s/reward_overlap_gen")) << "step " << i + 1;
     EXPECT_GT(a.steps[i]["timing_s/reward_overlap_gen"].get<double>(), 0.0) << "step " << i + 1;
-    EXPECT_EQ(b.steps[i].value("timing_s/reward_overlap_gen", 0.0), 0.0) << "step " << i + 1;  // after generation
+    EXPECT_EQ(b.steps[i].value("timing_s/reward_overlap_gen", 0.0), 0.0)
+        << "step " << i + 1;  // after generation
   }
-  std::printf("reward model during generation: step 1 score mean %.6g (after: %.6g), %.3f s of %.3f s overlapped\n",
-              a.steps[0]["critic/score/mean"].get<double>(), b.steps[0]["critic/score/mean"].get<double>(),
-              a.steps[0]["timing_s/reward_overlap_gen"].get<double>(), a.steps[0]["timing_s/reward"].get<double>());
+  std::printf(
+      "reward model during generation: step 1 score mean %.6g (after: %.6g), %.3f s of %.3f s "
+      "overlapped\n",
+      a.steps[0]["critic/score/mean"].get<double>(), b.steps[0]["critic/score/mean"].get<double>(),
+      a.steps[0]["timing_s/reward_overlap_gen"].get<double>(),
+      a.steps[0]["timing_s/reward"].get<double>());
 }
 
 TEST(Overlap, LengthDistDrawsLongTailedLengths) {
@@ -250,7 +266,8 @@ TEST(Overlap, LengthDistDrawsLongTailedLengths) {
     // long-tailed (the longest well above the mean).
     EXPECT_GT(s["response_length/mean"].get<double>(), 6.0);
     EXPECT_LT(s["response_length/mean"].get<double>(), 80.0);
-    EXPECT_GT(s["response_length/max"].get<double>(), 1.5 * s["response_length/mean"].get<double>());
+    EXPECT_GT(s["response_length/max"].get<double>(),
+              1.5 * s["response_length/mean"].get<double>());
   }
   // Off, the same run's responses all run to response_length (ignore_eos).
   const RunResult plain = run("lengths_off", {"actor_rollout_ref.rollout.length_dist.type=none",

@@ -164,7 +164,8 @@ TEST(PolicyModel, BackwardHandsOutEachParameterRangeOnceInBackwardOrder) {
     model::Transformer tf(w);
     model::Activations acts;
     tf.forward(b, acts);
-    const auto d_lp = random_vec(b.num_tokens(), 4, 1.0f), d_ent = random_vec(b.num_tokens(), 5, 0.1f);
+    const auto d_lp = random_vec(b.num_tokens(), 4, 1.0f),
+               d_ent = random_vec(b.num_tokens(), 5, 0.1f);
     std::vector<float> grads(static_cast<size_t>(w.layout.total), 0.0f);
     tf.backward(b, acts, d_lp.data(), d_ent.data(), nullptr, grads.data());
     RecordingSink sink(w.layout.total);

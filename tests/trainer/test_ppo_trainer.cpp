@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
-#include <nlohmann/json.hpp>
 
 #include "config/config.h"
 #include "trainer/ppo_trainer.h"
@@ -45,14 +45,32 @@ void expect_finite(const metrics::Metrics& m, const std::vector<std::string>& na
   }
 }
 
-const std::vector<std::string> kCommon = {
-    "critic/score/mean", "critic/score/max", "critic/score/min", "critic/rewards/mean",
-    "critic/advantages/mean", "critic/advantages/max", "critic/returns/mean",
-    "response_length/mean", "response_length/max", "response_length/clip_ratio",
-    "prompt_length/mean", "actor/pg_loss", "actor/entropy", "actor/pg_clipfrac", "actor/ppo_kl",
-    "actor/grad_norm", "actor/lr", "perf/throughput", "perf/time_per_step",
-    "perf/total_num_tokens", "training/global_step", "timing_s/gen", "timing_s/reward",
-    "timing_s/adv", "timing_s/update_actor", "timing_s/step"};
+const std::vector<std::string> kCommon = {"critic/score/mean",
+                                          "critic/score/max",
+                                          "critic/score/min",
+                                          "critic/rewards/mean",
+                                          "critic/advantages/mean",
+                                          "critic/advantages/max",
+                                          "critic/returns/mean",
+                                          "response_length/mean",
+                                          "response_length/max",
+                                          "response_length/clip_ratio",
+                                          "prompt_length/mean",
+                                          "actor/pg_loss",
+                                          "actor/entropy",
+                                          "actor/pg_clipfrac",
+                                          "actor/ppo_kl",
+                                          "actor/grad_norm",
+                                          "actor/lr",
+                                          "perf/throughput",
+                                          "perf/time_per_step",
+                                          "perf/total_num_tokens",
+                                          "training/global_step",
+                                          "timing_s/gen",
+                                          "timing_s/reward",
+                                          "timing_s/adv",
+                                          "timing_s/update_actor",
+                                          "timing_s/step"};
 
 TEST(PpoTrainer, GrpoStepsEmitVerlMetricsAndRewardOverlapsGeneration) {
   const std::string out = (fs::temp_directory_path() / "verl_test_grpo").string();
@@ -98,18 +116,21 @@ TEST(PpoTrainer, PpoWithCriticEmitsValueMetrics) {
   for (auto& [k, v] : j.items())
     if (v.is_number()) m.set(k, v.get<double>());
   expect_finite(m, kCommon);
-  expect_finite(m, {"critic/vf_loss", "critic/vf_clipfrac", "critic/grad_norm", "critic/values/mean",
-                    "critic/vf_explained_var", "timing_s/values", "timing_s/update_critic",
-                    "timing_s/old_log_prob", "actor/reward_kl_penalty", "actor/reward_kl_penalty_coeff"});
+  expect_finite(
+      m, {"critic/vf_loss", "critic/vf_clipfrac", "critic/grad_norm", "critic/values/mean",
+          "critic/vf_explained_var", "timing_s/values", "timing_s/update_critic",
+          "timing_s/old_log_prob", "actor/reward_kl_penalty", "actor/reward_kl_penalty_coeff"});
 }
 
 // The other outcome estimators run end to end (ReMax with its greedy-baseline rollout).
 TEST(PpoTrainer, OtherEstimatorsRun) {
   for (const char* est : {"remax", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"}) {
-    const std::string out = (fs::temp_directory_path() / (std::string("verl_test_") + est)).string();
+    const std::string out =
+        (fs::temp_directory_path() / (std::string("verl_test_") + est)).string();
     fs::remove_all(out);
-    PpoTrainer t(demo_config(out, {std::string("algorithm.adv_estimator=") + est, "trainer.total_training_steps=1",
-                                   "trainer.val_before_train=false", "data.val_files=null"}));
+    PpoTrainer t(demo_config(
+        out, {std::string("algorithm.adv_estimator=") + est, "trainer.total_training_steps=1",
+              "trainer.val_before_train=false", "data.val_files=null"}));
     metrics::Metrics m;
     t.fit();
     std::ifstream f(out + "/metrics.jsonl");
@@ -127,17 +148,23 @@ TEST(PpoTrainer, OtherEstimatorsRun) {
 // finite metrics. On policy (ratio 1) cispo's loss -sg(clip(1)) A logp is gpg's -A logp, and both
 // differ from vanilla's -A: so the mode really reaches the loss.
 TEST(PpoTrainer, PolicyLossModesRun) {
-  const std::pair<const char*, const char*> runs[] = {
-      {"vanilla", "gpg"},          {"gpg", "gpg"},       {"cispo", "gpg"},
-      {"gspo", "grpo_passk"},      {"sapo", "opo"},      {"clip_cov", "rloo_vectorized"},
-      {"kl_cov", "grpo_vectorized"}, {"geo_mean", "grpo"}};
+  const std::pair<const char*, const char*> runs[] = {{"vanilla", "gpg"},
+                                                      {"gpg", "gpg"},
+                                                      {"cispo", "gpg"},
+                                                      {"gspo", "grpo_passk"},
+                                                      {"sapo", "opo"},
+                                                      {"clip_cov", "rloo_vectorized"},
+                                                      {"kl_cov", "grpo_vectorized"},
+                                                      {"geo_mean", "grpo"}};
   std::map<std::string, double> pg_loss;
   for (const auto& [mode, est] : runs) {
-    const std::string out = (fs::temp_directory_path() / (std::string("verl_test_loss_") + mode)).string();
+    const std::string out =
+        (fs::temp_directory_path() / (std::string("verl_test_loss_") + mode)).string();
     fs::remove_all(out);
-    PpoTrainer t(demo_config(out, {std::string("actor_rollout_ref.actor.policy_loss.loss_mode=") + mode,
-                                   std::string("algorithm.adv_estimator=") + est, "trainer.total_training_steps=1",
-                                   "trainer.val_before_train=false", "data.val_files=null"}));
+    PpoTrainer t(demo_config(
+        out, {std::string("actor_rollout_ref.actor.policy_loss.loss_mode=") + mode,
+              std::string("algorithm.adv_estimator=") + est, "trainer.total_training_steps=1",
+              "trainer.val_before_train=false", "data.val_files=null"}));
     t.fit();
     std::ifstream f(out + "/metrics.jsonl");
     std::string line;
@@ -158,10 +185,11 @@ TEST(PpoTrainer, PolicyLossModesRun) {
 TEST(PpoTrainer, DynamicMicroBatchingEqualsFixedMicroBatches) {
   std::vector<float> w[2];
   for (int dyn = 0; dyn < 2; ++dyn) {
-    const std::string out = (fs::temp_directory_path() / ("verl_test_mb" + std::to_string(dyn))).string();
+    const std::string out =
+        (fs::temp_directory_path() / ("verl_test_mb" + std::to_string(dyn))).string();
     fs::remove_all(out);
-    PpoTrainer t(demo_config(out, {"trainer.total_training_steps=1", "trainer.val_before_train=false",
-                                   "data.val_files=null",
+    PpoTrainer t(demo_config(out, {"trainer.total_training_steps=1",
+                                   "trainer.val_before_train=false", "data.val_files=null",
                                    dyn ? "actor_rollout_ref.actor.use_dynamic_bsz=true"
                                        : "actor_rollout_ref.actor.use_dynamic_bsz=false",
                                    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
@@ -171,7 +199,8 @@ TEST(PpoTrainer, DynamicMicroBatchingEqualsFixedMicroBatches) {
   }
   ASSERT_EQ(w[0].size(), w[1].size());
   double worst = 0;
-  for (size_t i = 0; i < w[0].size(); ++i) worst = std::max(worst, std::fabs(double(w[0][i]) - w[1][i]));
+  for (size_t i = 0; i < w[0].size(); ++i)
+    worst = std::max(worst, std::fabs(double(w[0][i]) - w[1][i]));
   EXPECT_LE(worst, 1e-6);
 }
 

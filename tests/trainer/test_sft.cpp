@@ -28,9 +28,11 @@ TEST(Sft, LossMaskCoversTheAssistantTurnOnly) {
     if (ex.loss_mask[i]) target.push_back(ex.tokens[i]);
   EXPECT_EQ(tok.decode(target, false), "47 + 38 = 85. #### 85<|im_end|>\n");
   // Everything before is the rendered prompt with the generation prompt.
-  const size_t first = std::find(ex.loss_mask.begin(), ex.loss_mask.end(), 1) - ex.loss_mask.begin();
+  const size_t first =
+      std::find(ex.loss_mask.begin(), ex.loss_mask.end(), 1) - ex.loss_mask.begin();
   std::vector<int32_t> prompt(ex.tokens.begin(), ex.tokens.begin() + first);
-  EXPECT_EQ(prompt, tok.encode(tok.apply_chat_template(nlohmann::json(msgs.begin(), msgs.end() - 1), true)));
+  EXPECT_EQ(prompt, tok.encode(tok.apply_chat_template(nlohmann::json(msgs.begin(), msgs.end() - 1),
+                                                       true)));
 }
 
 TEST(Sft, FewStepsFromScratchLowerTheLossAndSaveAModel) {
@@ -38,7 +40,8 @@ TEST(Sft, FewStepsFromScratchLowerTheLossAndSaveAModel) {
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   {  // a fresh model: the demo architecture, random weights
-    model::Weights w = model::Weights::from_config(model::load_model_config(kRoot + "/assets/demo/model"));
+    model::Weights w =
+        model::Weights::from_config(model::load_model_config(kRoot + "/assets/demo/model"));
     w.init_random(9, 0.02f);
     w.save((tmp / "init").string());
     for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
@@ -54,8 +57,9 @@ TEST(Sft, FewStepsFromScratchLowerTheLossAndSaveAModel) {
   lo.defaults_path = kRoot + "/configs/sft_trainer.yaml";
   config::Config cfg = config::load_config(
       kRoot + "/configs/demo/sft.yaml",
-      {"model.partial_pretrain=" + (tmp / "init").string(), "data.train_files=[" + (tmp / "sft.jsonl").string() + "]",
-       "data.train_batch_size=32", "trainer.total_training_steps=12", "trainer.logger=[jsonl]",
+      {"model.partial_pretrain=" + (tmp / "init").string(),
+       "data.train_files=[" + (tmp / "sft.jsonl").string() + "]", "data.train_batch_size=32",
+       "trainer.total_training_steps=12", "trainer.logger=[jsonl]",
        "trainer.default_local_dir=" + (tmp / "out").string()},
       lo);
   const std::string dir = run_sft(cfg);
@@ -63,7 +67,8 @@ TEST(Sft, FewStepsFromScratchLowerTheLossAndSaveAModel) {
   std::ifstream f(tmp / "out" / "metrics.jsonl");
   std::vector<double> loss;
   std::string line;
-  while (std::getline(f, line)) loss.push_back(nlohmann::json::parse(line)["train/loss"].get<double>());
+  while (std::getline(f, line))
+    loss.push_back(nlohmann::json::parse(line)["train/loss"].get<double>());
   ASSERT_EQ(loss.size(), 12u);
   EXPECT_LT(loss.back(), 0.6 * loss.front()) << loss.front() << " -> " << loss.back();
   model::Weights saved = model::Weights::load(dir);
@@ -72,14 +77,19 @@ TEST(Sft, FewStepsFromScratchLowerTheLossAndSaveAModel) {
 
 TEST(Sft, BadRowNamesFileAndLine) {
   const fs::path p = fs::temp_directory_path() / "verl_test_sft_bad.jsonl";
-  std::ofstream(p) << R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})"
-                   << "\n" << R"({"conversation": []})" << "\n";
+  std::ofstream(p)
+      << R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})"
+      << "\n"
+      << R"({"conversation": []})"
+      << "\n";
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(kRoot + "/assets/demo");
   try {
     load_sft_examples(p.string(), tok, {});
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(p.string() + ":2: missing \"messages\""), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(p.string() + ":2: missing \"messages\""),
+              std::string::npos)
+        << e.what();
   }
 }
 
@@ -96,10 +106,13 @@ TEST(Sft, RowFieldsAndTemplateVariablesReachTheTemplate) {
       "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
       "test template");
   const fs::path p = fs::temp_directory_path() / "verl_test_sft_fields.jsonl";
-  const std::string chat = R"("messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])";
-  std::ofstream(p) << "{" << chat << R"(, "tools": [{"name": "add", "description": "adds", "parameters": {"type": "object"}}], "enable_thinking": false})"
-                   << "\n{" << chat << R"(, "enable_thinking": null})"
-                   << "\n{" << chat << "}\n";
+  const std::string chat =
+      R"("messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])";
+  std::ofstream(p)
+      << "{" << chat
+      << R"(, "tools": [{"name": "add", "description": "adds", "parameters": {"type": "object"}}], "enable_thinking": false})"
+      << "\n{" << chat << R"(, "enable_thinking": null})"
+      << "\n{" << chat << "}\n";
   SftDataOptions opt;
   opt.template_kwargs = {{"tag", "kw"}};
   opt.enable_thinking_default = true;
@@ -107,8 +120,10 @@ TEST(Sft, RowFieldsAndTemplateVariablesReachTheTemplate) {
   ASSERT_EQ(ex.size(), 3u);
   const std::string turns = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nyo<|im_end|>\n";
   EXPECT_EQ(tok.decode(ex[0].tokens, false),
-            "<tools>{\"name\": \"add\", \"description\": \"adds\", \"parameters\": {\"type\": \"object\"}}</tools>\n"
-            "[think=False]\n[kw]\n" + turns);
+            "<tools>{\"name\": \"add\", \"description\": \"adds\", \"parameters\": {\"type\": "
+            "\"object\"}}</tools>\n"
+            "[think=False]\n[kw]\n" +
+                turns);
   EXPECT_EQ(tok.decode(ex[1].tokens, false), "[kw]\n" + turns);  // null: no flag, not the default
   EXPECT_EQ(tok.decode(ex[2].tokens, false), "[think=True]\n[kw]\n" + turns);
   std::vector<int32_t> target;
@@ -116,13 +131,17 @@ TEST(Sft, RowFieldsAndTemplateVariablesReachTheTemplate) {
     if (ex[0].loss_mask[i]) target.push_back(ex[0].tokens[i]);
   EXPECT_EQ(tok.decode(target, false), "yo<|im_end|>\n");
 
-  std::ofstream(p) << "{" << chat << R"(, "enable_thinking": "no"})" << "\n";
+  std::ofstream(p) << "{" << chat << R"(, "enable_thinking": "no"})"
+                   << "\n";
   try {
     load_sft_examples(p.string(), tok, opt);
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(p.string() + ":1: \"enable_thinking\" (data.enable_thinking_key) should be "
-                                          "true, false or null, got \"no\""), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(
+                  p.string() + ":1: \"enable_thinking\" (data.enable_thinking_key) should be "
+                               "true, false or null, got \"no\""),
+              std::string::npos)
+        << e.what();
   }
 
   SftDataOptions flat;
@@ -131,15 +150,21 @@ TEST(Sft, RowFieldsAndTemplateVariablesReachTheTemplate) {
   flat.response_key = "r";
   flat.prompt_dict_keys = {"q", "text"};
   flat.response_dict_keys = {"a"};
-  std::ofstream(p) << R"({"p": {"q": {"text": "hi"}}, "r": {"a": "yo"}})" << "\n" << R"({"p": {"q": {}}, "r": {"a": "yo"}})" << "\n";
+  std::ofstream(p) << R"({"p": {"q": {"text": "hi"}}, "r": {"a": "yo"}})"
+                   << "\n"
+                   << R"({"p": {"q": {}}, "r": {"a": "yo"}})"
+                   << "\n";
   try {
     load_sft_examples(p.string(), tok, flat);
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(p.string() + ":2: \"p.q\" has no key \"text\" (data.prompt_dict_keys)"),
-              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(p.string() +
+                                         ":2: \"p.q\" has no key \"text\" (data.prompt_dict_keys)"),
+              std::string::npos)
+        << e.what();
   }
-  std::ofstream(p) << R"({"p": {"q": {"text": "hi"}}, "r": {"a": "yo"}})" << "\n";
+  std::ofstream(p) << R"({"p": {"q": {"text": "hi"}}, "r": {"a": "yo"}})"
+                   << "\n";
   const std::vector<SftExample> nested = load_sft_examples(p.string(), tok, flat);
   ASSERT_EQ(nested.size(), 1u);
   EXPECT_EQ(tok.decode(nested[0].tokens, false), turns);
@@ -156,13 +181,16 @@ TEST(Sft, TokenizerPathServesAModelWithoutOne) {
   lo.defaults_path = kRoot + "/configs/sft_trainer.yaml";
   config::Config cfg = config::load_config(
       kRoot + "/configs/demo/sft.yaml",
-      {"model.partial_pretrain=" + (tmp / "bare").string(), "model.tokenizer_path=" + kRoot + "/assets/demo",
-       "data.train_files=[" + kRoot + "/assets/demo/sft.jsonl]", "data.train_batch_size=8", "trainer.total_training_steps=1", "trainer.logger=[jsonl]",
-       "trainer.device=cpu", "trainer.default_local_dir=" + (tmp / "out").string()},
+      {"model.partial_pretrain=" + (tmp / "bare").string(),
+       "model.tokenizer_path=" + kRoot + "/assets/demo",
+       "data.train_files=[" + kRoot + "/assets/demo/sft.jsonl]", "data.train_batch_size=8",
+       "trainer.total_training_steps=1", "trainer.logger=[jsonl]", "trainer.device=cpu",
+       "trainer.default_local_dir=" + (tmp / "out").string()},
       lo);
   const std::string dir = run_sft(cfg);
   EXPECT_TRUE(fs::exists(fs::path(dir) / "tokenizer.json"));
-  EXPECT_EQ(tokenizer::Tokenizer::load(dir).encode("7 + 8"), tokenizer::Tokenizer::load(kRoot + "/assets/demo").encode("7 + 8"));
+  EXPECT_EQ(tokenizer::Tokenizer::load(dir).encode("7 + 8"),
+            tokenizer::Tokenizer::load(kRoot + "/assets/demo").encode("7 + 8"));
 }
 
 }  // namespace

@@ -42,7 +42,7 @@ struct Bucket {
   int64_t size() const { return end - begin; }
 };
 
-// The ranges the backward hands to the sink, in its order (model/transformer.cpp): the LM head
+// The ranges the backward hands to the sink, in its order (model/cpu/decoder.cpp): the LM head
 // when it has its own weights, the final norm, each layer from the last, the embedding.
 std::vector<Bucket> backward_buckets(const model::ParamLayout& lay) {
   std::map<int64_t, Bucket> layers;

@@ -27,7 +27,6 @@
 #include "core/timer.h"
 #include "trainer/ppo_trainer.h"
 
-
 namespace verl::cli {
 namespace {
 
@@ -49,24 +48,28 @@ std::vector<std::string> length_dist_overrides(const std::string& spec) {
     if (colon == std::string::npos) break;
     at = colon + 1;
   }
-  VERL_CHECK(parts[0] == "lognormal" && parts.size() >= 2 && parts.size() <= 4,
-             "--length-dist '{}': expected none or lognormal:MEAN[:CAP[:SIGMA]], e.g. lognormal:300:1024", spec);
+  VERL_CHECK(
+      parts[0] == "lognormal" && parts.size() >= 2 && parts.size() <= 4,
+      "--length-dist '{}': expected none or lognormal:MEAN[:CAP[:SIGMA]], e.g. lognormal:300:1024",
+      spec);
   std::vector<std::string> o = {k + "type=lognormal", k + "mean=" + parts[1]};
   if (parts.size() >= 3) o.push_back(k + "cap=" + parts[2]);
   if (parts.size() >= 4) o.push_back(k + "sigma=" + parts[3]);
   return o;
 }
 
-constexpr const char* kStages[] = {"gen", "gen_wait", "reward", "old_log_prob", "ref", "values",
-                                   "adv", "update_critic", "update_actor", "grad_sync", "step"};
+constexpr const char* kStages[] = {"gen",          "gen_wait",  "reward", "old_log_prob",
+                                   "ref",          "values",    "adv",    "update_critic",
+                                   "update_actor", "grad_sync", "step"};
 
 int run_grpo_step(const GrpoOpts& o) {
   VERL_CHECK(o.steps >= 1, "--steps must be >= 1, got {}", o.steps);
   VERL_CHECK(o.warmup >= 0, "--warmup must be >= 0, got {}", o.warmup);
   auto [path, overrides] = split_config_args(o.args);
-  VERL_CHECK(!path.empty(),
-             "bench grpo-step needs a config (CONFIG.yaml [key=value ...]), e.g. "
-             "configs/examples/grpo_qwen2_5_0_5b_h200.yaml; it times the trainer that config builds");
+  VERL_CHECK(
+      !path.empty(),
+      "bench grpo-step needs a config (CONFIG.yaml [key=value ...]), e.g. "
+      "configs/examples/grpo_qwen2_5_0_5b_h200.yaml; it times the trainer that config builds");
   // Timing only: no checkpoints, no validation, no files beyond what the trainer always writes.
   overrides.push_back("trainer.total_training_steps=" + std::to_string(o.warmup + o.steps));
   for (std::string& x : length_dist_overrides(o.length_dist)) overrides.push_back(std::move(x));
@@ -86,18 +89,21 @@ int run_grpo_step(const GrpoOpts& o) {
                path, i);
     last = trainer.train_step(*batch);
     const double step = last.get("timing_s/step");
-    log::info("bench grpo-step: step {} took {:.3f} s{}", i, step, i < o.warmup ? " (warm-up)" : "");
+    log::info("bench grpo-step: step {} took {:.3f} s{}", i, step,
+              i < o.warmup ? " (warm-up)" : "");
     if (i == 0) first_step = step;
     for (const auto& [name, value] : last) {
-      for (auto [prefix, into] : {std::pair{std::string("perf/device_memory_gib/"), &memory_gib},
-                                  std::pair{std::string("perf/device_memory_peak_gib/"), &peak_memory_gib}}) {
+      for (auto [prefix, into] :
+           {std::pair{std::string("perf/device_memory_gib/"), &memory_gib},
+            std::pair{std::string("perf/device_memory_peak_gib/"), &peak_memory_gib}}) {
         if (name.rfind(prefix, 0) != 0) continue;
         double& x = (*into)[name.substr(prefix.size())];
         x = std::max(x, value);
       }
     }
     if (i < o.warmup) continue;
-    for (const char* stage : kStages) sum[stage] += last.get_or(std::string("timing_s/") + stage, 0.0);
+    for (const char* stage : kStages)
+      sum[stage] += last.get_or(std::string("timing_s/") + stage, 0.0);
     step_min = std::min(step_min, step);
     tokens += last.get("perf/total_num_tokens");
     sync_bytes += last.get_or("perf/grad_sync_bytes", 0.0);
@@ -155,9 +161,10 @@ Action add_bench_grpo_step(CLI::App& bench) {
   s->add_option("args", o->args, "CONFIG.yaml and/or key=value overrides (as `verl train`)");
   s->add_option("--steps", o->steps, "timed steps (default 3)");
   s->add_option("--warmup", o->warmup, "untimed steps first (default 1)");
-  s->add_option("--length-dist", o->length_dist,
-                "long-tailed response lengths: none | lognormal:MEAN[:CAP[:SIGMA]] (rollout.length_dist; "
-                "e.g. lognormal:300:1024 with response_length 1024)");
+  s->add_option(
+      "--length-dist", o->length_dist,
+      "long-tailed response lengths: none | lognormal:MEAN[:CAP[:SIGMA]] (rollout.length_dist; "
+      "e.g. lognormal:300:1024 with response_length 1024)");
   return [o, s]() -> int { return s->parsed() ? run_grpo_step(*o) : 0; };
 }
 

@@ -3,8 +3,9 @@
 // N = B*(S-1) targets of B random sequences of S tokens as one packed micro-batch, then
 // clip_grad_norm_(1.0) and AdamW: the step tools/bench_train_hf.py runs in transformers
 // (bench/train_cuda.sh runs both). It runs the trainer's actor update path: the policy that
-// PpoTrainer::update_actor drives (trainer::make_policy: the model over its flat training state,
-// PolicyModel::forward / backward / optimizer_step), on --device cuda or cpu.
+// the actor worker's update loop drives (trainer/update_loop.cpp; trainer::make_policy: the model
+// over its flat training state, PolicyModel::forward / backward / optimizer_step), on --device cuda
+// or cpu.
 //   model_flops_per_step = 6 * params * B*S + 6 * layers * B * S^2 * H * D
 // (docs/benchmarks.md says what each term counts), tflops = that / step time, mfu = tflops /
 // --peak-tflops. `verl bench grpo-step` (cmd_bench_grpo.cpp) hangs under the same `bench` command.

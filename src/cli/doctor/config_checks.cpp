@@ -1,13 +1,13 @@
 // `verl doctor --config`: a run's configuration against the pre-flight checklist (the device, the
 // model, the data and the run's length, checkpoints and logging, loader threads, the kernels, the
 // overlap switches, micro-batching, the reward model, and the GPU memory the run needs).
+#include <fmt/format.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <optional>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/doctor/doctor.h"
 #include "core/error.h"
@@ -272,12 +272,14 @@ void check_overlap(Report& r, const config::Config& cfg) {
   if (cfg.get<bool>(key)) {
     r.pass(key, "true: rewards are scored as sequences finish, while generation runs");
   } else {
-    r.warn(key, "false: rewards are scored after generation ends", "consider trainer.actor_reward_parallel=true");
+    r.warn(key, "false: rewards are scored after generation ends",
+           "consider trainer.actor_reward_parallel=true");
   }
   // The seed's two further overlap switches (docs/overlap.md).
   const std::string pipe = "trainer.token_level_pipeline";
   if (cfg.get<bool>(pipe)) {
-    r.pass(pipe, "true: the log-prob and value passes run on finished samples while generation runs");
+    r.pass(pipe,
+           "true: the log-prob and value passes run on finished samples while generation runs");
   } else {
     r.warn(pipe, "false: the log-prob and value passes wait for the longest response",
            "consider trainer.token_level_pipeline=true (long-tailed response lengths gain most)");
@@ -288,7 +290,9 @@ void check_overlap(Report& r, const config::Config& cfg) {
   if (!critic) {
     r.pass(ca, "no critic in this run: nothing to overlap");
   } else if (cfg.get<bool>(ca)) {
-    r.pass(ca, "true: the critic's update runs beside the actor's (one process; with several ranks they take turns)");
+    r.pass(ca,
+           "true: the critic's update runs beside the actor's (one process; with several ranks "
+           "they take turns)");
   } else {
     r.warn(ca, "false: the critic's update and the actor's run one after the other",
            "consider trainer.critic_actor_overlap=true on one process");
@@ -310,24 +314,28 @@ void check_dynamic_batching(Report& r, const config::Config& cfg) {
       r.fail(dkey, message_of(e), "fix the data.dynamic_batch key it names");
       return;
     }
-    const int64_t planned =
-        std::min(db.max_sequence_length, cfg.get<int64_t>("data.max_prompt_length") +
-                                             cfg.get<int64_t>("actor_rollout_ref.rollout.response_length"));
+    const int64_t planned = std::min(
+        db.max_sequence_length, cfg.get<int64_t>("data.max_prompt_length") +
+                                    cfg.get<int64_t>("actor_rollout_ref.rollout.response_length"));
     if (budget < planned) {
-      r.warn(dkey,
-             fmt::format("true, but ppo_max_token_len_per_gpu={} is under one planned sequence of {} tokens: "
-                         "longer kept samples cannot be packed",
-                         budget, planned),
-             fmt::format("consider actor_rollout_ref.actor.ppo_max_token_len_per_gpu={} or a lower "
-                         "data.dynamic_batch.max_sequence_length",
-                         planned));
+      r.warn(
+          dkey,
+          fmt::format(
+              "true, but ppo_max_token_len_per_gpu={} is under one planned sequence of {} tokens: "
+              "longer kept samples cannot be packed",
+              budget, planned),
+          fmt::format("consider actor_rollout_ref.actor.ppo_max_token_len_per_gpu={} or a lower "
+                      "data.dynamic_batch.max_sequence_length",
+                      planned));
       return;
     }
-    r.pass(dkey, fmt::format("true: micro-batches of up to {} tokens (base_batch_size {} x {} planned tokens, at "
-                             "most ppo_max_token_len_per_gpu {}), halved above {} GiB in use; samples outside "
-                             "[{}, {}] tokens dropped",
-                             std::min(budget, db.base_batch_size * planned), db.base_batch_size, planned, budget,
-                             db.memory_threshold_gb, db.min_sequence_length, db.max_sequence_length));
+    r.pass(dkey,
+           fmt::format(
+               "true: micro-batches of up to {} tokens (base_batch_size {} x {} planned tokens, at "
+               "most ppo_max_token_len_per_gpu {}), halved above {} GiB in use; samples outside "
+               "[{}, {}] tokens dropped",
+               std::min(budget, db.base_batch_size * planned), db.base_batch_size, planned, budget,
+               db.memory_threshold_gb, db.min_sequence_length, db.max_sequence_length));
     return;
   }
   if (!cfg.get<bool>(key)) {
@@ -390,11 +398,12 @@ void check_reward_model(Report& r, const config::Config& cfg, const Machine& m, 
                             "scores can shift a little: compare with 16 on a validation batch)",
                             bits, bits, params / 1e9, size_of(bytes), where));
   } else if (on_cuda && bytes > 0.1 * m.gpu_memory) {
-    r.warn(key,
-           fmt::format("16: the reward model's bf16 weights take {} ({}) beside the training state",
-                       size_of(bytes), where),
-           "if GPU memory is tight, reward_model.quantization_bits=8 (about half of it) or 4 (about "
-           "a quarter), or a smaller reward model");
+    r.warn(
+        key,
+        fmt::format("16: the reward model's bf16 weights take {} ({}) beside the training state",
+                    size_of(bytes), where),
+        "if GPU memory is tight, reward_model.quantization_bits=8 (about half of it) or 4 (about "
+        "a quarter), or a smaller reward model");
   } else {
     r.pass(key, fmt::format("16: the reward model's weights take {} ({})", size_of(bytes), where));
   }
@@ -413,28 +422,35 @@ void check_reward_input(Report& r, const config::Config& cfg) {
     r.pass(key, "null: the policy's prompt and response tokens are scored as they are");
     return;
   }
-  const std::filesystem::path rm = data::expand_user(cfg.get<std::string>("reward_model.model.path"));
+  const std::filesystem::path rm =
+      data::expand_user(cfg.get<std::string>("reward_model.model.path"));
   const std::filesystem::path policy = data::expand_user(*input);
   if (!std::filesystem::exists(rm / "tokenizer.json")) {
-    r.pass(key, fmt::format("{}/tokenizer.json absent: the policy's tokens are scored as they are", rm.string()));
+    r.pass(key, fmt::format("{}/tokenizer.json absent: the policy's tokens are scored as they are",
+                            rm.string()));
     return;
   }
   try {
     const bool same_vocab = read_file((rm / "tokenizer.json").string(), "reward model tokenizer") ==
                             read_file((policy / "tokenizer.json").string(), "policy tokenizer");
     const auto template_of = [](const std::filesystem::path& dir) {
-      return tokenizer::load_tokenizer_config(dir.string()).value("chat_template", nlohmann::json());
+      return tokenizer::load_tokenizer_config(dir.string())
+          .value("chat_template", nlohmann::json());
     };
     if (same_vocab && template_of(rm) == template_of(policy)) {
-      r.warn(key,
-             fmt::format("{}: the reward model ({}) has the policy's tokenizer and chat template, yet "
-                         "every response is decoded, rendered and encoded again",
-                         *input, rm.string()),
-             fmt::format("{}=null scores the policy's tokens as they are (without the template's end "
-                         "of the assistant's turn)", key));
+      r.warn(
+          key,
+          fmt::format("{}: the reward model ({}) has the policy's tokenizer and chat template, yet "
+                      "every response is decoded, rendered and encoded again",
+                      *input, rm.string()),
+          fmt::format("{}=null scores the policy's tokens as they are (without the template's end "
+                      "of the assistant's turn)",
+                      key));
     } else {
-      r.pass(key, fmt::format("{}: responses re-rendered with {}'s {} (verl's switch of chat template)",
-                              *input, rm.string(), same_vocab ? "chat template" : "tokenizer and chat template"));
+      r.pass(key,
+             fmt::format("{}: responses re-rendered with {}'s {} (verl's switch of chat template)",
+                         *input, rm.string(),
+                         same_vocab ? "chat template" : "tokenizer and chat template"));
     }
   } catch (const std::exception& e) {
     r.warn(key, fmt::format("{}: {}", *input, message_of(e)),
@@ -475,19 +491,22 @@ std::vector<Remedy> memory_remedies(const trainer::MemoryPlanInputs& in) {
 // The share of the GPU that holds what is resident, the runner and every sequence's KV cache,
 // rounded up to 0.05.
 double share_for_all(const trainer::MemoryPlan& p, double gpu) {
-  const double need = p.resident + p.runner_scratch + static_cast<double>(p.kv_blocks_wanted) * p.kv_block_bytes;
+  const double need =
+      p.resident + p.runner_scratch + static_cast<double>(p.kv_blocks_wanted) * p.kv_block_bytes;
   return std::ceil(need / gpu * 20.0) / 20.0;
 }
 
 // What to set so that the step fits and its KV cache holds every sequence: a larger
 // gpu_memory_utilization (up to 0.95) where that is enough, else the first single remedy that
 // fits (with the utilization it then needs).
-std::string memory_advice(const trainer::MemoryPlanInputs& in, const trainer::MemoryPlan& plan, double gpu) {
+std::string memory_advice(const trainer::MemoryPlanInputs& in, const trainer::MemoryPlan& plan,
+                          double gpu) {
   constexpr double kMaxShare = 0.95;
   const std::string util_key = "actor_rollout_ref.rollout.gpu_memory_utilization";
   const double want = share_for_all(plan, gpu);
   if (plan.peak().bytes <= gpu && want <= kMaxShare)
-    return fmt::format("consider {}={:.2f}", util_key, std::max(want, in.rollout.gpu_memory_utilization));
+    return fmt::format("consider {}={:.2f}", util_key,
+                       std::max(want, in.rollout.gpu_memory_utilization));
   for (Remedy remedy : memory_remedies(in)) {
     const double share = std::max(in.rollout.gpu_memory_utilization,
                                   share_for_all(trainer::plan_memory(remedy.inputs), gpu));
@@ -556,21 +575,23 @@ void check_gpu_memory(Report& r, const config::Config& cfg, const Machine& m, bo
   // "peak 28.5 GiB in gen of 140.4 GiB: gen 28.5 GiB (KV cache 1.6 GiB), ref 26.1 GiB, the
   // other phases 26.1 GiB (actor 22.4 GiB with activations of 12.4 GiB, reference 4.8 GiB)"
   const trainer::PhaseMemory& peak = plan.peak();
-  std::string phases = fmt::format("gen {} (KV cache {})", size_of(plan.phases[0].bytes), size_of(plan.kv_cache));
+  std::string phases =
+      fmt::format("gen {} (KV cache {})", size_of(plan.phases[0].bytes), size_of(plan.kv_cache));
   for (const trainer::PhaseMemory& p : plan.phases)
-    if (p.phase != "gen" && p.bytes != plan.resident) phases += fmt::format(", {} {}", p.phase, size_of(p.bytes));
+    if (p.phase != "gen" && p.bytes != plan.resident)
+      phases += fmt::format(", {} {}", p.phase, size_of(p.bytes));
   std::string models;
   for (const trainer::ModelMemory& mm : plan.models)
     models += fmt::format("{}{} {} with activations of {}", models.empty() ? "" : ", ", mm.role,
                           size_of(mm.resident()), size_of(mm.arena));
   phases += fmt::format(", the other phases {} ({})", size_of(plan.resident), models);
-  if (plan.host_pinned() > 0) phases += fmt::format("; {} in pinned host memory", size_of(plan.host_pinned()));
+  if (plan.host_pinned() > 0)
+    phases += fmt::format("; {} in pinned host memory", size_of(plan.host_pinned()));
   const std::string rc =
-      recompute
-          ? "recompute on (one more forward per layer in backward, for less update memory)"
-          : "recompute off (every layer's activations kept through backward)";
-  const std::string found = fmt::format("estimated peak {} in {} of {}: {}; {}", size_of(peak.bytes), peak.phase,
-                                        size_of(gpu), phases, rc);
+      recompute ? "recompute on (one more forward per layer in backward, for less update memory)"
+                : "recompute off (every layer's activations kept through backward)";
+  const std::string found = fmt::format("estimated peak {} in {} of {}: {}; {}",
+                                        size_of(peak.bytes), peak.phase, size_of(gpu), phases, rc);
 
   const int64_t sequences = in.rollout.sequences;
   if (peak.bytes > gpu) {
@@ -578,19 +599,22 @@ void check_gpu_memory(Report& r, const config::Config& cfg, const Machine& m, bo
     return;
   }
   if (!plan.kv_budget || *plan.kv_budget < plan.kv_block_bytes) {
-    r.fail(name,
-           fmt::format("{}: gpu_memory_utilization={} x {} is under the {} in use when the KV cache is built: "
-                       "generation cannot start",
-                       found, util, size_of(gpu), size_of(plan.resident + plan.runner_scratch)),
-           memory_advice(in, plan, gpu));
+    r.fail(
+        name,
+        fmt::format(
+            "{}: gpu_memory_utilization={} x {} is under the {} in use when the KV cache is built: "
+            "generation cannot start",
+            found, util, size_of(gpu), size_of(plan.resident + plan.runner_scratch)),
+        memory_advice(in, plan, gpu));
     return;
   }
   if (plan.sequences_at_once < sequences) {
-    r.warn(name,
-           fmt::format("{}: the KV cache holds {} of the {} sequences of a step ({} tokens each), so "
-                       "generation runs in waves",
-                       found, plan.sequences_at_once, sequences, in.rollout.sequence_tokens),
-           memory_advice(in, plan, gpu));
+    r.warn(
+        name,
+        fmt::format("{}: the KV cache holds {} of the {} sequences of a step ({} tokens each), so "
+                    "generation runs in waves",
+                    found, plan.sequences_at_once, sequences, in.rollout.sequence_tokens),
+        memory_advice(in, plan, gpu));
     return;
   }
   r.pass(name, fmt::format("{}: the KV cache holds all {} sequences of a step", found, sequences));

@@ -90,7 +90,8 @@ void check_machine(Report& r, Machine& m, const std::string& dir);
 
 // ------------------------------------------------------------------------------------------------
 // A run's configuration against the pre-flight checklist (config_checks.cpp); `source` names it.
-void check_config(Report& r, const config::Config& cfg, const std::string& source, const Machine& m);
+void check_config(Report& r, const config::Config& cfg, const std::string& source,
+                  const Machine& m);
 
 // ------------------------------------------------------------------------------------------------
 // A finished run (run_checks.cpp): its metrics.jsonl, read before any check runs.

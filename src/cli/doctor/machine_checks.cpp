@@ -5,6 +5,7 @@
 // The MPI C API only (Open MPI and MPICH would otherwise pull in their C++ bindings).
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
+#include <fmt/format.h>
 #include <mpi.h>
 #include <omp.h>
 #include <unistd.h>
@@ -16,8 +17,6 @@
 #include <fstream>
 #include <map>
 #include <span>
-
-#include <fmt/format.h>
 
 #ifdef VERL_HAVE_CUDA
 #include <cublasLt.h>
@@ -225,11 +224,13 @@ void check_cuda_libraries(Report& r) {
     return v >= 10000 ? fmt::format("{}.{}.{}", v / 10000, v / 100 % 100, v % 100)
                       : fmt::format("{}.{}.{}", v / 1000, v / 100 % 10, v % 100);
   };
-  // The library is opened on first use (ops/cuda/cublaslt_lazy.h): opened here, or named as missing.
+  // The library is opened on first use (ops/cuda/cublaslt_lazy.h): opened here, or named as
+  // missing.
   const std::string lt_problem = ops::cuda::cublaslt_load_problem();
   const long lt = lt_problem.empty() ? static_cast<long>(cublasLtGetVersion()) : -1;
   const std::string lt_found =
-      lt < 0 ? lt_problem : fmt::format("cuBLASLt {} (built against {})", version(lt), version(CUBLAS_VERSION));
+      lt < 0 ? lt_problem
+             : fmt::format("cuBLASLt {} (built against {})", version(lt), version(CUBLAS_VERSION));
   if (lt < 0) {
     r.fail("cublaslt", lt_found, "GEMMs on the GPU need it");
   } else if (lt < CUBLAS_VERSION) {

@@ -1,9 +1,9 @@
 // `verl doctor --run DIR`: a finished run's GPU utilisation from its metrics.jsonl, and when it is
 // low, the stage that takes most of the step and what shortens it.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <filesystem>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/doctor/doctor.h"

@@ -26,21 +26,30 @@ void check_cuda(cudaError_t e, const char* what) {
 
 ncclDataType_t nccl_type(DataType t) {
   switch (t) {
-    case DataType::F32: return ncclFloat32;
-    case DataType::F64: return ncclFloat64;
-    case DataType::I32: return ncclInt32;
-    case DataType::I64: return ncclInt64;
-    case DataType::BF16: return ncclBfloat16;
-    case DataType::U8: return ncclUint8;
+    case DataType::F32:
+      return ncclFloat32;
+    case DataType::F64:
+      return ncclFloat64;
+    case DataType::I32:
+      return ncclInt32;
+    case DataType::I64:
+      return ncclInt64;
+    case DataType::BF16:
+      return ncclBfloat16;
+    case DataType::U8:
+      return ncclUint8;
   }
   VERL_FAIL("NCCL: unknown DataType {}", static_cast<int>(t));
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return ncclSum;
-    case ReduceOp::Max: return ncclMax;
-    case ReduceOp::Min: return ncclMin;
+    case ReduceOp::Sum:
+      return ncclSum;
+    case ReduceOp::Max:
+      return ncclMax;
+    case ReduceOp::Min:
+      return ncclMin;
   }
   VERL_FAIL("NCCL: unknown ReduceOp {}", static_cast<int>(op));
 }
@@ -124,7 +133,8 @@ class NcclCommunicator final : public Communicator {
     auto p = std::make_unique<Pending>(*this, "gradient all_reduce");
     check_cuda(cudaEventRecord(p->ready, static_cast<cudaStream_t>(place.stream)), "event record");
     check_cuda(cudaStreamWaitEvent(side_, p->ready, 0), "stream wait");
-    check_nccl(ncclAllReduce(data, data, count, nccl_type(type), nccl_op(op), comm_, side_), "all_reduce");
+    check_nccl(ncclAllReduce(data, data, count, nccl_type(type), nccl_op(op), comm_, side_),
+               "all_reduce");
     check_cuda(cudaEventRecord(p->done, side_), "event record");
     return p;
   }

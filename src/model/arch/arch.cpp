@@ -88,8 +88,8 @@ void check_full_attention(const ConfigReader& r) {
     VERL_CHECK(lt.is_array(), "{}: key 'layer_types' must be a list of strings", source);
     for (size_t i = 0; i < lt.size(); ++i) {
       VERL_CHECK(lt[i].is_string() && lt[i].get<std::string>() == "full_attention",
-                 "{}: sliding window attention is not supported (layer_types[{}] is {})", source,
-                 i, lt[i].dump());
+                 "{}: sliding window attention is not supported (layer_types[{}] is {})", source, i,
+                 lt[i].dump());
     }
   }
 }

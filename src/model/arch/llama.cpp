@@ -30,8 +30,8 @@ void add_layer(LayoutBuilder& b, const ModelConfig& c, int64_t i, LayerParams& l
 }  // namespace
 
 const FamilySpec& llama() {
-  static const FamilySpec spec{Family::Llama, "Llama", "llama", read_config, write_config,
-                               add_layer};
+  static const FamilySpec spec{Family::Llama, "Llama",      "llama",
+                               read_config,   write_config, add_layer};
   return spec;
 }
 

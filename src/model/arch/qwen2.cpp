@@ -29,8 +29,8 @@ void add_layer(LayoutBuilder& b, const ModelConfig& c, int64_t i, LayerParams& l
 }  // namespace
 
 const FamilySpec& qwen2() {
-  static const FamilySpec spec{Family::Qwen2, "Qwen2", "qwen2", read_config, write_config,
-                               add_layer};
+  static const FamilySpec spec{Family::Qwen2, "Qwen2",      "qwen2",
+                               read_config,   write_config, add_layer};
   return spec;
 }
 

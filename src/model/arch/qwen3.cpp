@@ -36,8 +36,8 @@ void add_layer(LayoutBuilder& b, const ModelConfig& c, int64_t i, LayerParams& l
 }  // namespace
 
 const FamilySpec& qwen3() {
-  static const FamilySpec spec{Family::Qwen3, "Qwen3", "qwen3", read_config, write_config,
-                               add_layer};
+  static const FamilySpec spec{Family::Qwen3, "Qwen3",      "qwen3",
+                               read_config,   write_config, add_layer};
   return spec;
 }
 

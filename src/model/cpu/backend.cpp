@@ -80,9 +80,8 @@ void Backend::norm_backward(float* d_x, float* d_w, const float* d_y, const floa
   ops::rmsnorm_backward(d_x, d_w, d_y, x, w, rstd, rows, n);
 }
 
-void Backend::project_backward(float* d_x, float* d_w, float* d_b, const float* d_y,
-                               const float* x, const float* w, int64_t T, int64_t K,
-                               int64_t N) const {
+void Backend::project_backward(float* d_x, float* d_w, float* d_b, const float* d_y, const float* x,
+                               const float* w, int64_t T, int64_t K, int64_t N) const {
   VERL_CHECK(!paged_, "the rollout's forward has no backward");
   ops::linear_backward(d_x, d_w, d_b, d_y, x, w, T, K, N);
 }
@@ -102,8 +101,8 @@ void Backend::attention_backward(float* d_q, float* d_k, float* d_v, const float
 }
 
 void Backend::ffn_backward(float* d_xn, const LayerGrads& g, const float* d_out, const float* xn,
-                           const float* gu, const float* act, const LayerWeights& w,
-                           float* scratch, int64_t T) const {
+                           const float* gu, const float* act, const LayerWeights& w, float* scratch,
+                           int64_t T) const {
   const int64_t C = c_.hidden_size, F = c_.intermediate_size;
   float* d_act = scratch;  // [T, F], then d_gu [T, 2F]; zeroed by the caller
   float* d_gu = d_act + T * F;

@@ -52,9 +52,11 @@ using LayerGrads = LayerTensors<float*>;
 template <class P>
 LayerTensors<P> layer_tensors(const ParamLayout& lay, int l, P base, int64_t base_offset) {
   const LayerParams& p = lay.layers[static_cast<size_t>(l)];
-  auto at = [&](int i) -> P { return i >= 0 ? base + (lay.params[i].offset - base_offset) : nullptr; };
-  return {at(p.attn_norm), at(p.wqkv), at(p.bqkv), at(p.q_norm), at(p.k_norm), at(p.wo),
-          at(p.bo),        at(p.mlp_norm), at(p.wgu), at(p.bgu), at(p.wdown), at(p.bdown)};
+  auto at = [&](int i) -> P {
+    return i >= 0 ? base + (lay.params[i].offset - base_offset) : nullptr;
+  };
+  return {at(p.attn_norm), at(p.wqkv),     at(p.bqkv), at(p.q_norm), at(p.k_norm), at(p.wo),
+          at(p.bo),        at(p.mlp_norm), at(p.wgu),  at(p.bgu),    at(p.wdown),  at(p.bdown)};
 }
 
 class Backend {

@@ -76,11 +76,12 @@ Decoder::Decoder(const Weights& w) : w_(w), inv_freq_(rope_inv_freq(w.config)) {
   auto to_range = [](ParamRange r) { return Range{r.begin, r.end}; };
   embed_ = to_range(range_of(lay, {lay.embed}));
   final_norm_ = to_range(range_of(lay, {lay.final_norm}));
-  head_ = to_range(w.config.head == HeadKind::CausalLM ? range_of(lay, {w.lm_head_param()})
-                                                        : range_of(lay, {lay.score, lay.score_bias}));
+  head_ =
+      to_range(w.config.head == HeadKind::CausalLM ? range_of(lay, {w.lm_head_param()})
+                                                   : range_of(lay, {lay.score, lay.score_bias}));
   for (const LayerParams& p : lay.layers) {
-    layers_.push_back(to_range(range_of(lay, {p.attn_norm, p.wqkv, p.bqkv, p.q_norm, p.k_norm, p.wo, p.bo,
-                                              p.mlp_norm, p.wgu, p.bgu, p.wdown, p.bdown})));
+    layers_.push_back(to_range(range_of(lay, {p.attn_norm, p.wqkv, p.bqkv, p.q_norm, p.k_norm, p.wo,
+                                              p.bo, p.mlp_norm, p.wgu, p.bgu, p.wdown, p.bdown})));
   }
 }
 
@@ -130,7 +131,8 @@ void Decoder::layer_forward(const Backend& be, int l, const Tokens& t, LayerActi
 }
 
 void Decoder::forward_layer(int l, const PackedBatch& b, LayerActivations& a, float* x_out) const {
-  VERL_CHECK(l >= 0 && l < static_cast<int>(layers_.size()), "forward_layer: layer {} of {}", l, layers_.size());
+  VERL_CHECK(l >= 0 && l < static_cast<int>(layers_.size()), "forward_layer: layer {} of {}", l,
+             layers_.size());
   VERL_CHECK(static_cast<int64_t>(a.x_in.size()) >= b.num_tokens() * w_.config.hidden_size,
              "forward_layer: x_in holds {} values for {} tokens", a.x_in.size(), b.num_tokens());
   layer_forward(Backend::training(w_.config, inv_freq_.data()), l, tokens_of(b), a, x_out,
@@ -183,8 +185,8 @@ void Decoder::forward(const PackedBatch& b, Activations& acts, const ForwardOpti
       be.dump(acts.entropy.data(), "lm_head.entropy", -1, {T});
       break;
     case HeadKind::TokenClassification:
-      be.project(grow(acts.values, T * NL), acts.h_final.data(), H(lay.score), H(lay.score_bias),
-                 T, C, NL);
+      be.project(grow(acts.values, T * NL), acts.h_final.data(), H(lay.score), H(lay.score_bias), T,
+                 C, NL);
       be.dump(acts.values.data(), "value_head.values", -1, {T, NL});
       break;
     case HeadKind::SequenceClassification:
@@ -205,8 +207,7 @@ void Decoder::forward_step(const Tokens& t, const PagedKv& kv, std::span<const i
   const ModelConfig& c = w_.config;
   const ParamLayout& lay = w_.layout;
   const int64_t T = t.T, C = c.hidden_size, V = c.vocab_size, S = std::ssize(rows);
-  VERL_CHECK(c.head == HeadKind::CausalLM, "the rollout needs a causal LM, got {}",
-             c.architecture);
+  VERL_CHECK(c.head == HeadKind::CausalLM, "the rollout needs a causal LM, got {}", c.architecture);
   if (T == 0) return;
   const Backend be = Backend::rollout(c, inv_freq_.data(), kv);
   ops::embedding_forward(grow(ws.layer.x_in, T * C), t.ids, w_.param(lay.embed), T, C, V);
@@ -257,8 +258,7 @@ void Decoder::layer_backward(const Backend& be, int l, const Tokens& t, LayerAct
     float* d_qpre = zeroed(s.scratch, T * (qd + kvd));
     float* d_kpre = d_qpre + T * qd;
     be.norm_backward(d_qpre, g.q_norm, d_q, a.q_pre.data(), w.q_norm, a.rstd_q.data(), T * H, D);
-    be.norm_backward(d_kpre, g.k_norm, d_k, a.k_pre.data(), w.k_norm, a.rstd_k.data(), T * Hkv,
-                     D);
+    be.norm_backward(d_kpre, g.k_norm, d_k, a.k_pre.data(), w.k_norm, a.rstd_k.data(), T * Hkv, D);
     d_q = d_qpre;
     d_k = d_kpre;
   }
@@ -314,8 +314,8 @@ void Decoder::backward(const PackedBatch& b, Activations& acts, const float* d_l
     case HeadKind::TokenClassification:
       if (d_out) {
         be.project_backward(d_h, G(lay.score, head_base, head_),
-                            G(lay.score_bias, head_base, head_),
-                            d_out, acts.h_final.data(), H(lay.score), T, C, NL);
+                            G(lay.score_bias, head_base, head_), d_out, acts.h_final.data(),
+                            H(lay.score), T, C, NL);
       }
       break;
     case HeadKind::SequenceClassification:
@@ -334,9 +334,8 @@ void Decoder::backward(const PackedBatch& b, Activations& acts, const float* d_l
   const float* wn = rd.acquire(final_norm_);
   if (L > 0) rd.prefetch(layers_[L - 1]);
   float* d_x = zeroed(acts.d_x, T * C);
-  be.norm_backward(d_x, G(lay.final_norm, open(final_norm_), final_norm_), d_h,
-                   acts.x_final.data(), rd.param(lay.final_norm, wn, final_norm_.begin),
-                   acts.rstd_final.data(), T, C);
+  be.norm_backward(d_x, G(lay.final_norm, open(final_norm_), final_norm_), d_h, acts.x_final.data(),
+                   rd.param(lay.final_norm, wn, final_norm_.begin), acts.rstd_final.data(), T, C);
   rd.release(final_norm_);
   ready(final_norm_);
   for (int64_t l = L - 1; l >= 0; --l) {

@@ -100,11 +100,11 @@ class Decoder {
   // On entry d_x = dL/d(layer output); on exit dL/d(layer input). Parameter gradients accumulate
   // into `g`; `s` lends the backward scratch.
   void layer_backward(const Backend& be, int l, const Tokens& t, LayerActivations& a,
-                      Activations& s, float* d_x, const LayerWeights& w,
-                      const LayerGrads& g) const;
+                      Activations& s, float* d_x, const LayerWeights& w, const LayerGrads& g) const;
   const Weights& w_;
   std::vector<float> inv_freq_;
-  Range embed_, final_norm_, head_;  // head_: the LM head (the embedding when tied) or the score head
+  Range embed_, final_norm_,
+      head_;  // head_: the LM head (the embedding when tied) or the score head
   std::vector<Range> layers_;
 };
 

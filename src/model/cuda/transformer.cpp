@@ -18,7 +18,9 @@ using namespace ops::cuda;  // the kernels' wrappers and device memory
 namespace {
 
 constexpr size_t kAlign = 256;
-size_t round_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+size_t round_up(size_t x) {
+  return (x + kAlign - 1) / kAlign * kAlign;
+}
 
 // The model's outputs are written on its own stream: a copy on that stream and a wait for it alone
 // (no device-wide synchronisation, so a log-prob pass on a worker thread neither waits for nor
@@ -27,7 +29,8 @@ template <typename T>
 std::vector<T> download_n(cudaStream_t stream, const T* p, int64_t n) {
   std::vector<T> h(static_cast<size_t>(std::max<int64_t>(n, 0)));
   if (h.empty()) return h;
-  VERL_CUDA_CHECK(cudaMemcpyAsync(h.data(), p, h.size() * sizeof(T), cudaMemcpyDeviceToHost, stream));
+  VERL_CUDA_CHECK(
+      cudaMemcpyAsync(h.data(), p, h.size() * sizeof(T), cudaMemcpyDeviceToHost, stream));
   VERL_CUDA_CHECK(cudaStreamSynchronize(stream));
   return h;
 }
@@ -67,9 +70,9 @@ CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::ModelConfi
       cfg_(cfg),
       layout_(layout),
       opts_(options),
-      decoder_(ctx, cfg, layout, weights,
-               CudaDecoderOptions{options.numerics, options.quantized,
-                                  options.quant_fused_max_tokens}),
+      decoder_(
+          ctx, cfg, layout, weights,
+          CudaDecoderOptions{options.numerics, options.quantized, options.quant_fused_max_tokens}),
       max_tokens_(options.max_tokens),
       max_seqs_(options.max_seqs),
       chunk_(options.lm_head_chunk <= 0 || options.lm_head_chunk > options.max_tokens
@@ -188,7 +191,8 @@ CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::ModelConfi
     }
   };
   size_t bytes = round_up(lm_scratch_bytes_);
-  carve([&](auto*& p, int64_t count) { bytes += round_up(static_cast<size_t>(count) * sizeof(*p)); });
+  carve(
+      [&](auto*& p, int64_t count) { bytes += round_up(static_cast<size_t>(count) * sizeof(*p)); });
   arena_ = DeviceArena("cuda_transformer", bytes);
   carve([&](auto*& p, int64_t count) {
     using T_ = std::remove_reference_t<decltype(*p)>;
@@ -294,11 +298,12 @@ void CudaTransformer::forward(const model::PackedBatch& b, float temperature, bo
       VERL_CUDA_REQUIRE(b.head_rows[i] >= 0 && b.head_rows[i] < T &&
                             (i == 0 || b.head_rows[i] > b.head_rows[i - 1]),
                         "CudaTransformer::forward: head_rows must be strictly increasing rows of "
-                        "the batch (entry " + std::to_string(i) + " is " +
-                            std::to_string(b.head_rows[i]) + ", " + std::to_string(T) + " rows)");
+                        "the batch (entry " +
+                            std::to_string(i) + " is " + std::to_string(b.head_rows[i]) + ", " +
+                            std::to_string(T) + " rows)");
     }
-    VERL_CUDA_CHECK(cudaMemcpyAsync(head_rows_, b.head_rows.data(), n_head_ * 4,
-                                    cudaMemcpyHostToDevice, s));
+    VERL_CUDA_CHECK(
+        cudaMemcpyAsync(head_rows_, b.head_rows.data(), n_head_ * 4, cudaMemcpyHostToDevice, s));
     gather_rows(ctx_, h_head_, h_final_, head_rows_, n_head_, C);
     gather_rows(ctx_, targets_head_, targets_, head_rows_, n_head_, 1);
   }
@@ -330,12 +335,12 @@ void CudaTransformer::backward_host(const float* d_logprob, const float* d_entro
   check_backward(model::HeadKind::CausalLM, "backward_host");
   VERL_CUDA_REQUIRE(T_ > 0, "CudaTransformer::backward before a forward");
   if (d_logprob) {
-    VERL_CUDA_CHECK(cudaMemcpyAsync(d_lp_, d_logprob, T_ * sizeof(float), cudaMemcpyHostToDevice,
-                                    ctx_.stream));
+    VERL_CUDA_CHECK(
+        cudaMemcpyAsync(d_lp_, d_logprob, T_ * sizeof(float), cudaMemcpyHostToDevice, ctx_.stream));
   }
   if (d_entropy) {
-    VERL_CUDA_CHECK(cudaMemcpyAsync(d_ent_, d_entropy, T_ * sizeof(float),
-                                    cudaMemcpyHostToDevice, ctx_.stream));
+    VERL_CUDA_CHECK(cudaMemcpyAsync(d_ent_, d_entropy, T_ * sizeof(float), cudaMemcpyHostToDevice,
+                                    ctx_.stream));
   }
   backward(d_logprob ? d_lp_ : nullptr, d_entropy ? d_ent_ : nullptr);
 }
@@ -404,9 +409,8 @@ void CudaTransformer::backward(const float* d_logprob, const float* d_entropy) {
                                 W(lm_param_), tg, ent, Th, C, V, temperature_, chunk_, lm_scratch_,
                                 lm_scratch_bytes_);
   } else {
-    lm_head_backward(ctx_, d_hh, G(lm_param_), d_logprob, d_entropy, h, W(lm_param_), tg,
-                     lse_head_, ent, Th, C, V, temperature_, chunk_, lm_scratch_,
-                     lm_scratch_bytes_);
+    lm_head_backward(ctx_, d_hh, G(lm_param_), d_logprob, d_entropy, h, W(lm_param_), tg, lse_head_,
+                     ent, Th, C, V, temperature_, chunk_, lm_scratch_, lm_scratch_bytes_);
   }
   if (n > 0) scatter_rows(ctx_, d_h, d_hh, head_rows_, n, C);
   backward_trunk(d_h);

@@ -1,5 +1,5 @@
 // The decoder-only causal LM (Llama / Qwen2 / Qwen3) and its token-classification variant (the
-// critic) on CUDA: the same steps as the CPU model (src/model/transformer.cpp, its oracle), its
+// critic) on CUDA: the same steps as the CPU model (src/model/cpu/decoder.cpp, its oracle), its
 // forward through the CUDA decoder the rollout runs too (model/cuda/decoder.h), its backward here;
 // bf16 activations with fp32 accumulation (docs/cuda.md). It computes over weights and gradients
 // it is handed: bf16 weights flat in the layout's order and fp32 gradients of the same layout
@@ -93,8 +93,7 @@ class CudaTransformer {
   // Uploads the batch and runs the model; logprob()/entropy() hold [T] fp32 results on device.
   // for_backward = false (a log-prob pass with no backward after it) skips what only backward
   // reads (the LM head's kept probabilities); backward() then refuses to run.
-  void forward(const model::PackedBatch& batch, float temperature = 1.0f,
-               bool for_backward = true);
+  void forward(const model::PackedBatch& batch, float temperature = 1.0f, bool for_backward = true);
   // Accumulates into the gradients the gradient of sum_t d_logprob[t] logprob[t] + d_entropy[t]
   // entropy[t] for the last forward's batch. Device pointers [T] (null = zero).
   void backward(const float* d_logprob, const float* d_entropy);

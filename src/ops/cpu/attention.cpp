@@ -2,7 +2,8 @@
 // Shapes: q[T,H,D], k[T,Hkv,D], v[T,Hkv,D], out[T,H,D], lse[T,H]; sequence b owns tokens
 // [cu_seqlens[b], cu_seqlens[b+1]); query head h reads kv head h / (H/Hkv).
 // Forward, for query row i of a sequence and keys j <= i of the same sequence:
-//   s_ij = scale q_i.k_j,  lse_i = logsumexp_j s_ij,  p_ij = exp(s_ij - lse_i),  out_i = sum_j p_ij v_j
+//   s_ij = scale q_i.k_j,  lse_i = logsumexp_j s_ij,  p_ij = exp(s_ij - lse_i),  out_i = sum_j p_ij
+//   v_j
 // Backward (flash-attention style, from the saved lse and out; Dao et al. 2022, alg. 4):
 //   D_i = d_out_i.out_i,  dp_ij = d_out_i.v_j,  ds_ij = p_ij (dp_ij - D_i)
 //   d_q_i += scale sum_j ds_ij k_j,  d_k_j += scale sum_i ds_ij q_i,  d_v_j += sum_i p_ij d_out_i

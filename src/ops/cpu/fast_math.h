@@ -13,7 +13,9 @@ namespace verl::ops::cpu::detail {
 // Maps a float's bits to an int32 that orders like the float (negatives have their magnitude bits
 // flipped). The map is its own inverse. Clamping in this integer domain avoids float compares,
 // which GCC will not if-convert (and so not vectorise) under the default -ftrapping-math.
-constexpr int32_t float_order_key(int32_t bits) { return bits ^ ((bits >> 31) & 0x7FFFFFFF); }
+constexpr int32_t float_order_key(int32_t bits) {
+  return bits ^ ((bits >> 31) & 0x7FFFFFFF);
+}
 
 inline float fast_exp(float x) {
   constexpr int32_t lo = float_order_key(std::bit_cast<int32_t>(-87.3f));

@@ -36,8 +36,8 @@ void linear_backward(float* d_x, float* d_w, float* d_b, const float* d_y, const
                 (int)N, w, (int)K, 1.0f, d_x, (int)K);
   }
   if (d_w != nullptr) {  // [N,T] @ [T,K]
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)N, (int)K, (int)T, 1.0f, d_y,
-                (int)N, x, (int)K, 1.0f, d_w, (int)K);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)N, (int)K, (int)T, 1.0f, d_y, (int)N,
+                x, (int)K, 1.0f, d_w, (int)K);
   }
   if (d_b != nullptr) {
     // Column sums. Each thread owns a block of columns and walks all rows in order, so the result

@@ -95,12 +95,23 @@ void linear_forward_invariant(float* y, const float* x, const float* w, const fl
     int64_t n = p * kPanel;
     for (; n + kCols <= n_end; n += kCols) column_block<kCols>(y, x, w, b, n, T, K, N);
     switch (n_end - n) {
-      case 5: column_block<5>(y, x, w, b, n, T, K, N); break;
-      case 4: column_block<4>(y, x, w, b, n, T, K, N); break;
-      case 3: column_block<3>(y, x, w, b, n, T, K, N); break;
-      case 2: column_block<2>(y, x, w, b, n, T, K, N); break;
-      case 1: column_block<1>(y, x, w, b, n, T, K, N); break;
-      default: break;
+      case 5:
+        column_block<5>(y, x, w, b, n, T, K, N);
+        break;
+      case 4:
+        column_block<4>(y, x, w, b, n, T, K, N);
+        break;
+      case 3:
+        column_block<3>(y, x, w, b, n, T, K, N);
+        break;
+      case 2:
+        column_block<2>(y, x, w, b, n, T, K, N);
+        break;
+      case 1:
+        column_block<1>(y, x, w, b, n, T, K, N);
+        break;
+      default:
+        break;
     }
   }
 }

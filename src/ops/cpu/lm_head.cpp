@@ -35,8 +35,8 @@ void chunk_logits(float* z, const float* h, const float* w, int64_t n, int64_t C
               h, (int)C, w, (int)C, 0.0f, z, (int)V);
 }
 
-// In place on one row: z_j -> (-dl p_j - de p_j (log p_j + ent)) / temperature, log p_j = z_j - lse.
-// A plain function (not inside the OpenMP region) so every scalar is a local and the loop
+// In place on one row: z_j -> (-dl p_j - de p_j (log p_j + ent)) / temperature, log p_j = z_j -
+// lse. A plain function (not inside the OpenMP region) so every scalar is a local and the loop
 // vectorises.
 void dz_row(float* zr, int64_t V, float lse, float dl, float de, float ent, float inv_temp) {
 #pragma omp simd
@@ -122,8 +122,8 @@ void lm_head_backward(float* d_h, float* d_w, const float* d_logprob, const floa
       if (tg >= 0) zr[tg] += dl * inv_temp;
     }
     if (d_h != nullptr) {  // [n,V] @ [V,C]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)C, (int)V, 1.0f,
-                  z.data(), (int)V, w, (int)C, 1.0f, d_h + t0 * C, (int)C);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)C, (int)V, 1.0f, z.data(),
+                  (int)V, w, (int)C, 1.0f, d_h + t0 * C, (int)C);
     }
     if (d_w != nullptr) {  // [V,n] @ [n,C]
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)V, (int)C, (int)n, 1.0f, z.data(),

@@ -30,24 +30,27 @@ void linear_backward(float* d_x, float* d_w, float* d_b, const float* d_y, const
 void linear_forward_invariant(float* y, const float* x, const float* w, const float* b, int64_t T,
                               int64_t K, int64_t N);
 
-// ---- embedding.cpp -------------------------------------------------------------------------------
-// out[t,:] = table[ids[t],:]  (table [V,C]). ids must be in [0, V); checked, naming the position.
+// ---- embedding.cpp
+// ------------------------------------------------------------------------------- out[t,:] =
+// table[ids[t],:]  (table [V,C]). ids must be in [0, V); checked, naming the position.
 void embedding_forward(float* out, const int32_t* ids, const float* table, int64_t T, int64_t C,
                        int64_t V);
 // d_table[ids[t],:] += d_out[t,:]
 void embedding_backward(float* d_table, const float* d_out, const int32_t* ids, int64_t T,
                         int64_t C);
 
-// ---- rmsnorm.cpp: HF LlamaRMSNorm ----------------------------------------------------------------
-// rstd[r] = 1/sqrt(mean_c x[r,c]^2 + eps);  out[r,c] = w[c] * x[r,c] * rstd[r]. R rows of C.
-// Also used per head for Qwen3 q/k-norm (R = T*H, C = D).
+// ---- rmsnorm.cpp: HF LlamaRMSNorm
+// ---------------------------------------------------------------- rstd[r] = 1/sqrt(mean_c x[r,c]^2
+// + eps);  out[r,c] = w[c] * x[r,c] * rstd[r]. R rows of C. Also used per head for Qwen3 q/k-norm
+// (R = T*H, C = D).
 void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int64_t R, int64_t C,
                      float eps);
 void rmsnorm_backward(float* d_x, float* d_w, const float* d_out, const float* x, const float* w,
                       const float* rstd, int64_t R, int64_t C);
 
-// ---- rope.cpp: HF rotary embedding, "rotate_half" layout ------------------------------------------
-// For each token t, head h and i < D/2, with angle a = pos[t] * inv_freq[i]:
+// ---- rope.cpp: HF rotary embedding, "rotate_half" layout
+// ------------------------------------------ For each token t, head h and i < D/2, with angle a =
+// pos[t] * inv_freq[i]:
 //   x'[i]       = x[i] cos a - x[i+D/2] sin a
 //   x'[i+D/2]   = x[i+D/2] cos a + x[i] sin a
 // In place on x[T, nh, D]. inv_freq has D/2 entries (already scaled for llama3/linear rope).
@@ -69,23 +72,24 @@ void attention_backward(float* d_q, float* d_k, float* d_v, const float* d_out, 
                         const int32_t* cu_seqlens, int64_t B, int64_t T, int64_t H, int64_t Hkv,
                         int64_t D, float scale);
 
-// ---- paged_attention.cpp: the rollout's attention over a paged KV cache, forward only ------------
-// q[T,H,D] -> out[T,H,D]; k_cache, v_cache [num_blocks, block_size, Hkv, D]. Token t of item b
-// (cu_seqlens, B items) attends to keys 0..positions[t] of its sequence, read through its row of
-// block_tables [B, W]. Batch-invariant: a row's result does not depend on the other tokens.
-void paged_attention_forward(float* out, const float* q, const float* k_cache,
-                             const float* v_cache, const int32_t* block_tables, int64_t W,
-                             const int32_t* cu_seqlens, const int32_t* positions, int64_t B,
-                             int64_t T, int64_t H, int64_t Hkv, int64_t D, int64_t block_size,
-                             float scale);
+// ---- paged_attention.cpp: the rollout's attention over a paged KV cache, forward only
+// ------------ q[T,H,D] -> out[T,H,D]; k_cache, v_cache [num_blocks, block_size, Hkv, D]. Token t
+// of item b (cu_seqlens, B items) attends to keys 0..positions[t] of its sequence, read through its
+// row of block_tables [B, W]. Batch-invariant: a row's result does not depend on the other tokens.
+void paged_attention_forward(float* out, const float* q, const float* k_cache, const float* v_cache,
+                             const int32_t* block_tables, int64_t W, const int32_t* cu_seqlens,
+                             const int32_t* positions, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                             int64_t D, int64_t block_size, float scale);
 
-// ---- swiglu.cpp: HF LlamaMLP activation on the fused gate|up projection ---------------------------
-// gu[T, 2F] holds gate in columns [0,F) and up in [F,2F). out[T,F] = silu(gate) * up.
+// ---- swiglu.cpp: HF LlamaMLP activation on the fused gate|up projection
+// --------------------------- gu[T, 2F] holds gate in columns [0,F) and up in [F,2F). out[T,F] =
+// silu(gate) * up.
 void swiglu_forward(float* out, const float* gu, int64_t T, int64_t F);
 void swiglu_backward(float* d_gu, const float* d_out, const float* gu, int64_t T, int64_t F);
 
-// ---- lm_head.cpp: LM head fused with log-softmax, target gather and entropy ----------------------
-// z[t,:] = (h[t,:] @ w^T) / temperature  (h [T,C], w [V,C]);  p = softmax(z[t,:]).
+// ---- lm_head.cpp: LM head fused with log-softmax, target gather and entropy
+// ---------------------- z[t,:] = (h[t,:] @ w^T) / temperature  (h [T,C], w [V,C]);  p =
+// softmax(z[t,:]).
 //   logprob[t] = log p[targets[t]]   (0 when targets[t] < 0: no next token)
 //   entropy[t] = -sum_j p_j log p_j
 //   lse[t]     = logsumexp(z[t,:])  (saved for the backward)
@@ -101,15 +105,17 @@ void lm_head_backward(float* d_h, float* d_w, const float* d_logprob, const floa
                       const float* entropy, int64_t T, int64_t C, int64_t V, float temperature,
                       int64_t chunk);
 
-// ---- adamw.cpp: torch.optim.AdamW, one update over a flat buffer ----------------------------------
-// g = grad * grad_scale;  p -= lr * weight_decay * p;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
-// p -= lr * (m / (1 - b1^step)) / (sqrt(v / (1 - b2^step)) + eps).  step counts from 1.
+// ---- adamw.cpp: torch.optim.AdamW, one update over a flat buffer
+// ---------------------------------- g = grad * grad_scale;  p -= lr * weight_decay * p;  m = b1 m
+// + (1-b1) g;  v = b2 v + (1-b2) g^2; p -= lr * (m / (1 - b1^step)) / (sqrt(v / (1 - b2^step)) +
+// eps).  step counts from 1.
 void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, float lr,
                 float beta1, float beta2, float eps, float weight_decay, int64_t step,
                 float grad_scale);
 
-// ---- grad_norm.cpp ---------------------------------------------------------------------------------
-// Sum of squares in double (for a global L2 norm over several buffers / ranks).
+// ---- grad_norm.cpp
+// --------------------------------------------------------------------------------- Sum of squares
+// in double (for a global L2 norm over several buffers / ranks).
 double sum_squares(const float* x, int64_t n);
 
 }  // namespace verl::ops::cpu

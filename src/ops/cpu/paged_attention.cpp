@@ -14,11 +14,10 @@
 
 namespace verl::ops::cpu {
 
-void paged_attention_forward(float* out, const float* q, const float* k_cache,
-                             const float* v_cache, const int32_t* block_tables, int64_t W,
-                             const int32_t* cu_seqlens, const int32_t* positions, int64_t B,
-                             int64_t T, int64_t H, int64_t Hkv, int64_t D, int64_t block_size,
-                             float scale) {
+void paged_attention_forward(float* out, const float* q, const float* k_cache, const float* v_cache,
+                             const int32_t* block_tables, int64_t W, const int32_t* cu_seqlens,
+                             const int32_t* positions, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                             int64_t D, int64_t block_size, float scale) {
   const int64_t group = H / Hkv, bs = block_size, ts = Hkv * D;
   int64_t max_keys = 0;
   for (int64_t t = 0; t < T; ++t) max_keys = std::max<int64_t>(max_keys, positions[t] + 1);

@@ -5,7 +5,7 @@
 // block_size. One scheduled step (src/rollout/scheduler.h, ScheduledBatch) has T new tokens in B
 // items: item i owns query tokens [cu_seqlens[i], cu_seqlens[i+1]) at positions[t], and the query
 // token t attends to keys 0..positions[t] of its sequence. The same math as
-// CpuModelRunner::attention (the oracle):
+// ops::cpu::paged_attention_forward (the oracle):
 //   s_j = scale q.k_j,  out = sum_j softmax(s)_j v_j      (query head h reads kv head h / (H/Hkv))
 // with bf16 q, K, V, out and fp32 scores, softmax and sums.
 //

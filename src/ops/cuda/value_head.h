@@ -1,6 +1,6 @@
 // The token-classification head on CUDA (the critic's value head, HF ...ForTokenClassification
 // "score" layer): values[t, n] = h[t,:] . w[n,:] + b[n] for n < NL (NL = num_labels, 1 for a
-// critic), the same math as the CPU model's linear head (src/model/transformer.cpp), in fp32.
+// critic), the same math as the CPU model's linear head (src/model/cpu/decoder.cpp), in fp32.
 // NL is small, so these are plain reductions rather than GEMMs: the values stay fp32 (a bf16 GEMM
 // output would round them to 8 bits) and every sum runs in a fixed order (deterministic).
 // Conventions as ops_cuda.h: values are overwritten; d_h, d_w, d_b are ACCUMULATED (+=), a null

@@ -27,6 +27,8 @@ void CudaKVCache::allocate() {
   VERL_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-void CudaKVCache::release() { buf_.reset(); }
+void CudaKVCache::release() {
+  buf_.reset();
+}
 
 }  // namespace verl::rollout::cuda

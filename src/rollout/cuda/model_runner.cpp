@@ -18,7 +18,9 @@ using namespace ops::cuda;  // the kernels' wrappers and device memory
 namespace {
 
 constexpr size_t kAlign = 256;
-size_t round_up(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+size_t round_up(size_t x) {
+  return (x + kAlign - 1) / kAlign * kAlign;
+}
 
 // The profile's sections (the benchmarks report these names).
 constexpr model::cuda::SectionNames kSections = [] {
@@ -42,7 +44,8 @@ constexpr model::cuda::SectionNames kSections = [] {
 
 }  // namespace
 
-// ---- CudaModelRunner --------------------------------------------------------------------------------
+// ---- CudaModelRunner
+// --------------------------------------------------------------------------------
 
 CudaModelRunner::CudaModelRunner(const CudaContext& ctx, const model::ModelConfig& cfg,
                                  const model::ParamLayout& layout, const bf16* weights,
@@ -80,10 +83,10 @@ CudaModelRunner::CudaModelRunner(const CudaContext& ctx, const model::ModelConfi
   // The decode workspace for the largest B * partitions over the batch sizes a step can have.
   for (int64_t b = 1; b <= seq_cap_; ++b) {
     const PagedAttentionPlan plan = decode_plan(b);
-    attn_ws_bytes_ = std::max(attn_ws_bytes_, paged_attention_workspace_bytes(
-                                                  b, cfg_.num_attention_heads, cfg_.head_dim,
-                                                  plan.max_context, plan.partition,
-                                                  plan.max_partitions));
+    attn_ws_bytes_ = std::max(
+        attn_ws_bytes_,
+        paged_attention_workspace_bytes(b, cfg_.num_attention_heads, cfg_.head_dim,
+                                        plan.max_context, plan.partition, plan.max_partitions));
   }
   sample_ws_bytes_ = opts_.split_sampling ? sample_workspace_bytes(seq_cap_, cfg_.vocab_size) : 0;
 
@@ -91,7 +94,8 @@ CudaModelRunner::CudaModelRunner(const CudaContext& ctx, const model::ModelConfi
   meta_bytes_ = place_metadata(token_cap_, seq_cap_, seq_cap_);  // the largest step
   const size_t res_bytes = round_up(static_cast<size_t>(2 * seq_cap_) * sizeof(int32_t));
   const size_t copies_bytes = round_up(static_cast<size_t>(2 * seq_cap_) * sizeof(int32_t));
-  VERL_CUDA_CHECK(cudaHostAlloc(&pinned_, meta_bytes_ + res_bytes + copies_bytes, cudaHostAllocDefault));
+  VERL_CUDA_CHECK(
+      cudaHostAlloc(&pinned_, meta_bytes_ + res_bytes + copies_bytes, cudaHostAllocDefault));
   h_meta_ = static_cast<uint8_t*>(pinned_);
   h_res_ = reinterpret_cast<int32_t*>(h_meta_ + meta_bytes_);
   h_copies_ = reinterpret_cast<int32_t*>(h_meta_ + meta_bytes_ + res_bytes);
@@ -105,9 +109,9 @@ CudaModelRunner::CudaModelRunner(const CudaContext& ctx, const model::ModelConfi
     const int64_t budget = opts_.kv_cache_bytes > 0
                                ? opts_.kv_cache_bytes
                                : kv_budget_from_utilization(opts_.gpu_memory_utilization);
-    const int32_t blocks = kv_pool_blocks(
-        opts_.kv_blocks, budget, kv_block_bytes(cfg_, sched_.block_size, sizeof(bf16)),
-        sched_.block_size);
+    const int32_t blocks =
+        kv_pool_blocks(opts_.kv_blocks, budget,
+                       kv_block_bytes(cfg_, sched_.block_size, sizeof(bf16)), sched_.block_size);
     cache_ = std::make_unique<CudaKVCache>(cfg_, sched_.block_size, blocks);
     cache_->allocate();
   } catch (...) {
@@ -213,7 +217,8 @@ void CudaModelRunner::end_generate() {
 void CudaModelRunner::apply_block_copies(const rollout::ScheduledBatch& b) {
   const std::vector<rollout::BlockCopy>& copies = b.block_copies;
   if (copies.empty()) return;
-  // Copies run concurrently unless one's destination is another's source (then one by one, in order).
+  // Copies run concurrently unless one's destination is another's source (then one by one, in
+  // order).
   bool dependent = false;
   for (size_t i = 0; i < copies.size() && !dependent; ++i) {
     for (size_t j = 0; j < copies.size(); ++j) {
@@ -269,18 +274,32 @@ PagedAttentionPlan CudaModelRunner::decode_plan(int64_t B) const {
 }
 
 void CudaModelRunner::forward(int64_t T, int64_t B, int64_t S, const PagedAttentionPlan& plan) {
-  const model::cuda::PagedKv kv{
-      .k = cache_->k(0), .v = cache_->v(0), .layer_stride = cache_->layer_stride(),
-      .block_size = cache_->block_size(), .slots = d_slots_, .block_tables = d_tables_, .W = W_,
-      .plan = plan, .training_decode = training_decode(), .training_prefill = training_prefill(),
-      .workspace = attn_ws_, .workspace_bytes = attn_ws_bytes_};
-  const model::cuda::DecoderStep st{
-      .T = T, .B = B, .ids = d_ids_, .positions = d_pos_, .cu_seqlens = d_cu_,
-      .inv_freq = inv_freq_, .qkv = qkv_, .paged = &kv, .timer = timer_.get(), .names = &kSections};
+  const model::cuda::PagedKv kv{.k = cache_->k(0),
+                                .v = cache_->v(0),
+                                .layer_stride = cache_->layer_stride(),
+                                .block_size = cache_->block_size(),
+                                .slots = d_slots_,
+                                .block_tables = d_tables_,
+                                .W = W_,
+                                .plan = plan,
+                                .training_decode = training_decode(),
+                                .training_prefill = training_prefill(),
+                                .workspace = attn_ws_,
+                                .workspace_bytes = attn_ws_bytes_};
+  const model::cuda::DecoderStep st{.T = T,
+                                    .B = B,
+                                    .ids = d_ids_,
+                                    .positions = d_pos_,
+                                    .cu_seqlens = d_cu_,
+                                    .inv_freq = inv_freq_,
+                                    .qkv = qkv_,
+                                    .paged = &kv,
+                                    .timer = timer_.get(),
+                                    .names = &kSections};
   // One activation set for every layer; the residual stream x_ takes each block's output y_
   // inside the next norm.
-  model::cuda::LayerActs a{.xn1 = xn_, .q = q_, .att = att_, .xn2 = xn_, .gu = gu_, .act = act_,
-                           .y = y_};
+  model::cuda::LayerActs a{
+      .xn1 = xn_, .q = q_, .att = att_, .xn2 = xn_, .gu = gu_, .act = act_, .y = y_};
   decoder_.forward_paged(st, a, x_, d_sidx_, S, rows_, rows_y_, hn_, logits_);
   mark("sampling");
   // Tokens at d_res_[0, S), log-probs at d_res_[S, 2 S): one download.
@@ -316,7 +335,8 @@ void CudaModelRunner::capture(size_t bucket) {
   VERL_CUDA_CHECK(e);
   graphs_[bucket] = exec;
   ++counters_.graphs_captured;
-  counters_.graph_capture_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  counters_.graph_capture_s +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void CudaModelRunner::step(const rollout::ScheduledBatch& b, std::span<int32_t> tokens,
@@ -331,9 +351,10 @@ void CudaModelRunner::step(const rollout::ScheduledBatch& b, std::span<int32_t> 
              "CudaModelRunner: a step of {} tokens, {} sequences and {} samples; the runner was "
              "planned for {} tokens and {} sequences (the scheduler config it was built with)",
              T, B, S, token_cap_, seq_cap_);
-  VERL_CHECK(b.max_blocks_per_seq == W_,
-             "CudaModelRunner: block tables {} wide, planned for {} (max_model_len {} / block_size {})",
-             b.max_blocks_per_seq, W_, sched_.max_model_len, sched_.block_size);
+  VERL_CHECK(
+      b.max_blocks_per_seq == W_,
+      "CudaModelRunner: block tables {} wide, planned for {} (max_model_len {} / block_size {})",
+      b.max_blocks_per_seq, W_, sched_.max_model_len, sched_.block_size);
   acquire();
   apply_block_copies(b);
   ++counters_.steps;
@@ -347,7 +368,8 @@ void CudaModelRunner::step(const rollout::ScheduledBatch& b, std::span<int32_t> 
   for (int64_t s = 0; decode && s < S; ++s) decode = b.sample_token_indices[s] == s;
   size_t bucket = buckets_.size();
   if (decode && !opts_.enforce_eager && !timer_ && ctx_.stream != nullptr) {
-    bucket = static_cast<size_t>(std::lower_bound(buckets_.begin(), buckets_.end(), B) - buckets_.begin());
+    bucket = static_cast<size_t>(std::lower_bound(buckets_.begin(), buckets_.end(), B) -
+                                 buckets_.begin());
   }
   const bool graph = bucket < buckets_.size();
   const int64_t Tp = graph ? buckets_[bucket] : T, Bp = graph ? Tp : B, Sp = graph ? Tp : S;
@@ -368,7 +390,8 @@ void CudaModelRunner::step(const rollout::ScheduledBatch& b, std::span<int32_t> 
     h_slots_[t] = -1;
     h_cu_[t + 1] = static_cast<int32_t>(t + 1);
   }
-  if (Bp > B) std::memset(h_tables_ + B * W_, 0, static_cast<size_t>((Bp - B) * W_) * sizeof(int32_t));
+  if (Bp > B)
+    std::memset(h_tables_ + B * W_, 0, static_cast<size_t>((Bp - B) * W_) * sizeof(int32_t));
   for (int64_t s = 0; s < Sp; ++s) {
     if (s >= S) {
       h_sidx_[s] = static_cast<int32_t>(s);
@@ -377,7 +400,12 @@ void CudaModelRunner::step(const rollout::ScheduledBatch& b, std::span<int32_t> 
     }
     const rollout::Sequence& seq = *b.sample_seqs[s];
     const rollout::SamplingParams& sp = seq.params();
-    h_params_[s] = SampleParamsDevice{sp.temperature, sp.top_k, sp.top_p, 0, sp.seed, seq.rng_stream(),
+    h_params_[s] = SampleParamsDevice{sp.temperature,
+                                      sp.top_k,
+                                      sp.top_p,
+                                      0,
+                                      sp.seed,
+                                      seq.rng_stream(),
                                       static_cast<uint64_t>(seq.num_output_tokens())};
   }
   if (batch_invariant()) {
@@ -415,7 +443,8 @@ void CudaModelRunner::step(const rollout::ScheduledBatch& b, std::span<int32_t> 
     PagedAttentionPlan plan = decode_plan(B);
     plan.max_context = b.max_context_len;
     plan.decode = false;
-    for (int64_t i = 0; i < B && !plan.decode; ++i) plan.decode = b.cu_seqlens[i + 1] - b.cu_seqlens[i] == 1;
+    for (int64_t i = 0; i < B && !plan.decode; ++i)
+      plan.decode = b.cu_seqlens[i + 1] - b.cu_seqlens[i] == 1;
     plan.prefill = b.max_seqlen_q > 1;
     if (plan.prefill && training_prefill()) {
       ++counters_.training_prefill_steps;
@@ -463,14 +492,15 @@ void CudaModelRunner::step(const rollout::ScheduledBatch& b, std::span<int32_t> 
 
 DeviceBuffer<bf16> upload_weights_bf16(const CudaContext& ctx, const model::Weights& w) {
   const int64_t n = w.layout.total;
-  VERL_CHECK(static_cast<int64_t>(w.data.size()) == n, "upload_weights_bf16: {} floats for a layout of {}",
-             w.data.size(), n);
+  VERL_CHECK(static_cast<int64_t>(w.data.size()) == n,
+             "upload_weights_bf16: {} floats for a layout of {}", w.data.size(), n);
   DeviceBuffer<bf16> out(static_cast<size_t>(n));
   const int64_t chunk = std::min<int64_t>(n, int64_t{1} << 26);  // 256 MiB of fp32 staging at most
   DeviceBuffer<float> staging(static_cast<size_t>(chunk));
   for (int64_t off = 0; off < n; off += chunk) {
     const int64_t len = std::min(chunk, n - off);
-    VERL_CUDA_CHECK(cudaMemcpyAsync(staging.data(), w.data.data() + off, static_cast<size_t>(len) * sizeof(float),
+    VERL_CUDA_CHECK(cudaMemcpyAsync(staging.data(), w.data.data() + off,
+                                    static_cast<size_t>(len) * sizeof(float),
                                     cudaMemcpyHostToDevice, ctx.stream));
     convert(ctx, out.data() + off, staging.data(), len);
     VERL_CUDA_CHECK(cudaStreamSynchronize(ctx.stream));  // before the staging is refilled

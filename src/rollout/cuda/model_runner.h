@@ -18,8 +18,8 @@
 // the kernels and warms cuBLASLt up); graphs are dropped with the memory they point into.
 #pragma once
 
-#include <cstdint>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -176,8 +176,9 @@ class CudaModelRunner final : public rollout::StepRunner {
   ops::cuda::DeviceArena arena_;
   std::unique_ptr<CudaKVCache> cache_;
   // Device slices of arena_ (re-carved on acquire()).
-  bf16 *x_ = nullptr, *y_ = nullptr, *xn_ = nullptr, *qkv_ = nullptr, *q_ = nullptr, *att_ = nullptr,
-       *gu_ = nullptr, *act_ = nullptr, *rows_ = nullptr, *rows_y_ = nullptr, *hn_ = nullptr;
+  bf16 *x_ = nullptr, *y_ = nullptr, *xn_ = nullptr, *qkv_ = nullptr, *q_ = nullptr,
+       *att_ = nullptr, *gu_ = nullptr, *act_ = nullptr, *rows_ = nullptr, *rows_y_ = nullptr,
+       *hn_ = nullptr;
   float *logits_ = nullptr, *inv_freq_ = nullptr;
   void *attn_ws_ = nullptr, *sample_ws_ = nullptr;
   // Per-step metadata: one device block mirroring one pinned host block byte for byte, so a step
@@ -194,7 +195,8 @@ class CudaModelRunner final : public rollout::StepRunner {
   int32_t *d_res_ = nullptr, *h_res_ = nullptr;
   int32_t *d_copies_ = nullptr, *h_copies_ = nullptr;
   void* pinned_ = nullptr;  // h_meta_, h_res_, h_copies_ (one cudaHostAlloc for the runner's life)
-  float logprob_temperature_ = 1.0f;  // batch_invariant: the LM-head op's temperature (graphs bake it)
+  float logprob_temperature_ =
+      1.0f;  // batch_invariant: the LM-head op's temperature (graphs bake it)
   std::unique_ptr<ops::cuda::SectionTimer> timer_;  // GPU sections, for an observer that asks
   StepObserver* observer_ = nullptr;
 
