@@ -3,6 +3,9 @@
 // checked against.
 #include "trainer/memory_plan.h"
 
+#include "trainer/ppo_config.h"
+#include "trainer/run_plan.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -206,143 +209,81 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   return plan;
 }
 
-namespace {
-
-// PpoTrainer's micro-batch plans (ppo_trainer.cpp: forward_batching, update_micro_seqs,
-// plan_micro_batches), read from the same keys.
-struct Plan {
-  int64_t max_tokens = 0, max_seqs = 0;
-};
-
-Plan micro_batch_plan(const config::Config& cfg, int64_t n, int world, bool update,
-                      const std::string& a, const std::string& fwd) {
-  const int64_t seq_len = cfg.get<int64_t>("data.max_prompt_length") +
-                          cfg.get<int64_t>("actor_rollout_ref.rollout.response_length");
-  const int64_t step_seqs = cfg.get<int64_t>("data.gen_batch_size") * n / world;
-  const bool critic = fwd == "critic.";
-  const std::string micro = critic ? "forward_micro_batch_size" : "log_prob_micro_batch_size";
-  int64_t fwd_tokens = cfg.get<int64_t>(
-      fwd + (critic ? "forward_max_token_len_per_gpu" : "log_prob_max_token_len_per_gpu"));
-  bool fwd_dynamic = true;
-  int64_t fwd_seqs = 0;
-  if (!cfg.get<bool>(fwd + (critic ? "use_dynamic_bsz" : "log_prob_use_dynamic_bsz"))) {
-    auto per_gpu = cfg.get<std::optional<int64_t>>(fwd + micro + "_per_gpu");
-    if (auto global = cfg.get<std::optional<int64_t>>(fwd + micro); global && !per_gpu)
-      per_gpu = std::max<int64_t>(1, *global / world);
-    if (per_gpu) {
-      fwd_dynamic = false;
-      fwd_seqs = *per_gpu;
-    }
-  }
-  Plan p;
-  p.max_tokens = std::min(fwd_tokens, step_seqs * seq_len);
-  if (!fwd_dynamic) p.max_tokens = std::max(p.max_tokens, std::min(fwd_seqs, step_seqs) * seq_len);
-  if (update)
-    p.max_tokens =
-        std::max(p.max_tokens,
-                 std::min(cfg.get<int64_t>(a + "ppo_max_token_len_per_gpu"), step_seqs * seq_len));
-  if (update && !cfg.get<bool>(a + "use_dynamic_bsz")) {
-    const int64_t mini =
-        std::min(cfg.get<int64_t>(a + "ppo_mini_batch_size") * n / world, step_seqs);
-    int64_t micro_seqs = mini;
-    if (auto per_gpu = cfg.get<std::optional<int64_t>>(a + "ppo_micro_batch_size_per_gpu"))
-      micro_seqs = *per_gpu;
-    else if (auto global = cfg.get<std::optional<int64_t>>(a + "ppo_micro_batch_size"))
-      micro_seqs = std::max<int64_t>(1, *global / world);
-    p.max_tokens = std::max(p.max_tokens, std::min(micro_seqs, mini) * seq_len);
-  }
-  p.max_seqs = std::min(step_seqs, p.max_tokens);
-  return p;
-}
-
-}  // namespace
-
-MemoryPlanInputs memory_plan_inputs(const config::Config& cfg, const model::ModelConfig& actor,
+MemoryPlanInputs memory_plan_inputs(const PpoConfig& cfg, const RunPlan& run,
+                                    const model::ModelConfig& actor,
                                     const std::optional<model::ModelConfig>& critic,
                                     const std::optional<model::ModelConfig>& reward_model,
-                                    int world, double device_memory) {
-  VERL_CHECK(world >= 1, "memory_plan_inputs: {} ranks", world);
-  const std::string a = "actor_rollout_ref.actor.", rol = "actor_rollout_ref.rollout.";
-  const int64_t n = cfg.get<int64_t>(rol + "n");
+                                    double device_memory) {
   MemoryPlanInputs in;
   in.device_memory = device_memory;
+  auto sized = [](ModelPlanInputs& m, const MicroBatchPlan& p) {
+    m.max_tokens = p.max_tokens;
+    m.max_seqs = p.max_seqs;
+  };
 
   // The actor: verl's fsdp_config switches offload the whole of their part, the seed's ratio a
-  // share.
-  const double ratio = cfg.get<double>("actor_rollout_ref.actor_offload_ratio");
+  // share (OffloadKeys::resolve, as the trainer resolves them on cuda).
+  const optim::OffloadConfig actor_offload = cfg.actor.offload.resolve(Device::Cuda);
   in.actor.config = actor;
-  in.actor.recompute = cfg.get<bool>("actor_rollout_ref.model.enable_gradient_checkpointing");
-  in.actor.offload_params = cfg.get<bool>(a + "fsdp_config.param_offload") ? 1.0 : ratio;
-  in.actor.offload_optimizer = cfg.get<bool>(a + "fsdp_config.optimizer_offload") ? 1.0 : ratio;
-  const Plan ap = micro_batch_plan(cfg, n, world, true, a, rol);
-  in.actor.max_tokens = ap.max_tokens;
-  in.actor.max_seqs = ap.max_seqs;
+  in.actor.recompute = cfg.actor.gradient_checkpointing;
+  in.actor.offload_params = actor_offload.params;
+  in.actor.offload_optimizer = actor_offload.optimizer;
+  sized(in.actor, run.actor_plan);
 
-  if (cfg.get<bool>(a + "use_kl_loss") || cfg.get<bool>("algorithm.use_kl_in_reward")) {
-    const std::string ref = "actor_rollout_ref.ref.";
+  if (run.ref) {
     ModelPlanInputs r;
     r.config = actor;
     r.trainable = false;
-    const Plan rp = micro_batch_plan(cfg, n, world, false, "", ref);
-    r.max_tokens = rp.max_tokens;
-    r.max_seqs = rp.max_seqs;
-    r.offload_params = cfg.get<bool>(ref + "fsdp_config.param_offload") ? 1.0 : 0.0;
-    r.quantization_bits = static_cast<int>(cfg.get<int64_t>(ref + "quantization_bits"));
-    r.quantization_group = cfg.get<int64_t>(ref + "quantization_group_size");
+    sized(r, run.ref_plan);
+    r.offload_params = cfg.ref_offload.param_offload ? 1.0 : 0.0;
+    r.quantization_bits = cfg.ref_quantization.bits;
+    r.quantization_group = cfg.ref_quantization.group_size;
     in.reference = r;
   }
 
-  const bool use_critic = cfg.get<std::string>("algorithm.adv_estimator") == "gae" ||
-                          cfg.get<std::optional<bool>>("critic.enable").value_or(false);
-  if (use_critic) {
+  if (run.critic) {
     ModelPlanInputs c;
     c.config = critic.value_or(actor);
     if (c.config.head == model::HeadKind::CausalLM) {  // Weights::load_as_critic's value head
       c.config.head = model::HeadKind::TokenClassification;
       c.config.num_labels = 1;
     }
-    c.recompute = cfg.get<bool>("critic.model.enable_gradient_checkpointing");
-    c.offload_params = cfg.get<bool>("critic.model.fsdp_config.param_offload") ? 1.0 : 0.0;
-    c.offload_optimizer = cfg.get<bool>("critic.model.fsdp_config.optimizer_offload") ? 1.0 : 0.0;
-    const Plan cp = micro_batch_plan(cfg, n, world, true, "critic.", "critic.");
-    c.max_tokens = cp.max_tokens;
-    c.max_seqs = cp.max_seqs;
+    c.recompute = cfg.critic.gradient_checkpointing;
+    c.offload_params = cfg.critic.offload.param_offload ? 1.0 : 0.0;
+    c.offload_optimizer = cfg.critic.offload.optimizer_offload.value_or(false) ? 1.0 : 0.0;
+    sized(c, run.critic_plan);
     in.critic = c;
   }
 
-  if (cfg.get<bool>("reward_model.enable") && reward_model) {
-    // PpoTrainer's reward-model budget: token-cut forwards of forward_max_token_len_per_gpu, or
-    // micro_batch_size_per_gpu sequences of the longest input (a re-rendered input may be twice
+  if (run.reward_model && reward_model) {
+    // The reward-model budget (RewardManager): token-cut forwards of forward_max_token_len_per_gpu,
+    // or micro_batch_size_per_gpu sequences of the longest input (a re-rendered input may be twice
     // the actor's sequence unless reward_model.max_length bounds it).
-    const std::string rm = "reward_model.";
+    const RewardModelKeys& rm = *cfg.reward.model;
     ModelPlanInputs m;
     m.config = *reward_model;
     m.trainable = false;
-    const int64_t seq_len =
-        cfg.get<int64_t>("data.max_prompt_length") + cfg.get<int64_t>("data.max_response_length");
-    const int64_t max_length = cfg.get<std::optional<int64_t>>(rm + "max_length").value_or(0);
-    const bool rerender =
-        cfg.get<std::optional<std::string>>(rm + "model.input_tokenizer").has_value();
-    const int64_t longest = max_length > 0 ? max_length : (rerender ? 2 * seq_len : seq_len);
-    if (cfg.get<bool>(rm + "use_dynamic_bsz")) {
-      m.max_tokens = cfg.get<int64_t>(rm + "forward_max_token_len_per_gpu");
+    const int64_t seq_len = cfg.data.max_prompt_length + cfg.data.max_response_length;
+    const int64_t longest =
+        rm.max_length > 0 ? rm.max_length : (rm.input_tokenizer ? 2 * seq_len : seq_len);
+    if (rm.use_dynamic_bsz) {
+      m.max_tokens = rm.forward_max_token_len_per_gpu;
       m.max_seqs = std::max<int64_t>(1, m.max_tokens / 8);
     } else {
-      m.max_seqs = cfg.get<std::optional<int64_t>>(rm + "micro_batch_size_per_gpu").value_or(16);
+      m.max_seqs = rm.micro_batch_size_per_gpu.value_or(16);
       m.max_tokens = m.max_seqs * longest;
     }
-    m.offload_params = cfg.get<bool>(rm + "model.fsdp_config.param_offload") ? 1.0 : 0.0;
-    m.quantization_bits = static_cast<int>(cfg.get<int64_t>(rm + "quantization_bits"));
-    m.quantization_group = cfg.get<int64_t>(rm + "quantization_group_size");
+    m.offload_params = rm.offload.param_offload ? 1.0 : 0.0;
+    m.quantization_bits = rm.quantization.bits;
+    m.quantization_group = rm.quantization.group_size;
     in.reward_model = m;
   }
 
-  in.rollout.sequences = cfg.get<int64_t>("data.gen_batch_size") * n / world;
-  in.rollout.sequence_tokens =
-      cfg.get<int64_t>("data.max_prompt_length") + cfg.get<int64_t>(rol + "response_length");
-  in.rollout.max_num_seqs = cfg.get<int64_t>(rol + "max_num_seqs");
-  in.rollout.max_num_batched_tokens = cfg.get<int64_t>(rol + "max_num_batched_tokens");
-  in.rollout.gpu_memory_utilization = cfg.get<double>(rol + "gpu_memory_utilization");
+  in.rollout.sequences = cfg.data.gen_batch_size * cfg.rollout.train.n / cfg.world;
+  in.rollout.sequence_tokens = cfg.data.max_prompt_length + cfg.rollout.response_length;
+  in.rollout.max_num_seqs = cfg.rollout.max_num_seqs;
+  in.rollout.max_num_batched_tokens = cfg.rollout.max_num_batched_tokens;
+  in.rollout.gpu_memory_utilization = cfg.rollout.gpu_memory_utilization;
   return in;
 }
 

@@ -11,10 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "config/config.h"
 #include "model/config.h"
 
 namespace verl::trainer {
+
+struct PpoConfig;
+struct RunPlan;
 
 // One model on the GPU as the trainer builds it.
 struct ModelPlanInputs {
@@ -90,14 +92,15 @@ struct MemoryPlan {
 
 MemoryPlan plan_memory(const MemoryPlanInputs& in);
 
-// The inputs as the trainer derives them from its config (PpoTrainer's micro-batch plans, offload
-// keys, quantisation keys, rollout keys) for `world` data-parallel ranks. `critic` and
+// The inputs as the trainer derives them: its typed config (offload, quantisation and rollout keys,
+// cfg.world data-parallel ranks) and its run plan (roles, micro-batch plans). `critic` and
 // `reward_model` are those models' config.json (a causal LM given for the critic gets the value
-// head, as Weights::load_as_critic does); they are used only when the config enables the model.
-MemoryPlanInputs memory_plan_inputs(const config::Config& cfg, const model::ModelConfig& actor,
+// head, as Weights::load_as_critic does); they are used only when the plan has the model.
+MemoryPlanInputs memory_plan_inputs(const PpoConfig& cfg, const RunPlan& run,
+                                    const model::ModelConfig& actor,
                                     const std::optional<model::ModelConfig>& critic,
                                     const std::optional<model::ModelConfig>& reward_model,
-                                    int world, double device_memory);
+                                    double device_memory);
 
 // Bytes of a model's activation arena (model/cuda/transformer.cpp's plan, counted the same way).
 double transformer_arena_bytes(const model::ModelConfig& cfg, int64_t max_tokens, int64_t max_seqs,

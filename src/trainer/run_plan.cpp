@@ -40,4 +40,12 @@ RunPlan RunPlan::from(const PpoConfig& cfg) {
   return r;
 }
 
+const MemoryPlan& RunPlan::estimate_memory(const PpoConfig& cfg, const model::ModelConfig& actor,
+                                           const std::optional<model::ModelConfig>& critic,
+                                           const std::optional<model::ModelConfig>& reward_model,
+                                           double device_memory) {
+  memory = plan_memory(memory_plan_inputs(cfg, *this, actor, critic, reward_model, device_memory));
+  return *memory;
+}
+
 }  // namespace verl::trainer

@@ -5,9 +5,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "trainer/memory_plan.h"
 #include "trainer/ppo_config.h"
 
 namespace verl::trainer {
@@ -17,13 +19,6 @@ struct MicroBatchPlan {
   int64_t max_tokens = 0, max_seqs = 0;
 };
 
-// One phase's device memory (gen, old_log_prob, ref, values, update_critic, update_actor, ...) as
-// an estimate made before the run: what a memory planner fills in for doctor and the benchmarks.
-struct PhaseMemory {
-  std::string phase;
-  size_t bytes = 0;
-};
-
 struct RunPlan {
   bool actor = true, rollout = true, ref = false, critic = false, reward_model = false;
   // The models' micro-batch plans (plan_micro_batches): the actor's covers its old_log_prob pass
@@ -31,10 +26,17 @@ struct RunPlan {
   MicroBatchPlan actor_plan, ref_plan, critic_plan;
   // How each forward-only pass cuts the step's sequences.
   ForwardBatching old_log_prob, ref_pass, values;
-  // Per-phase memory estimates (empty: none was made).
-  std::vector<PhaseMemory> memory;
+  // The GPU memory per phase (trainer/memory_plan.h), once estimate_memory has made it: what
+  // `verl doctor --config` checks a run against.
+  std::optional<MemoryPlan> memory;
 
   static RunPlan from(const PpoConfig& cfg);
+  // Fills `memory` for these models' config.json (the critic's and the reward model's when the
+  // run has them) on a GPU of `device_memory` bytes (0: unknown).
+  const MemoryPlan& estimate_memory(const PpoConfig& cfg, const model::ModelConfig& actor,
+                                    const std::optional<model::ModelConfig>& critic,
+                                    const std::optional<model::ModelConfig>& reward_model,
+                                    double device_memory);
 };
 
 // The largest micro-batch the trainer packs for a model, from the config alone: its forward-only

@@ -14,6 +14,8 @@
 #include "core/file.h"
 #include "model/config.h"
 #include "trainer/memory_plan.h"
+#include "trainer/ppo_config.h"
+#include "trainer/run_plan.h"
 
 using namespace verl;
 
@@ -50,8 +52,10 @@ trainer::MemoryPlan plan_of(const Measured& m) {
       config::load_config(kRoot + "/configs/examples/grpo_qwen2_5_0_5b_h200.yaml", m.overrides);
   std::optional<model::ModelConfig> rm;
   if (m.reward_model) rm = reward_model_of(m.shape);
-  return trainer::plan_memory(
-      trainer::memory_plan_inputs(cfg, shape(m.shape), std::nullopt, rm, 1, kH200));
+  // The trainer's own typed config and run plan, one rank.
+  const trainer::PpoConfig pc = trainer::PpoConfig::read(cfg, 1, false);
+  trainer::RunPlan run = trainer::RunPlan::from(pc);
+  return run.estimate_memory(pc, shape(m.shape), std::nullopt, rm, kH200);
 }
 
 double phase_gib(const trainer::MemoryPlan& plan, const std::string& phase) {

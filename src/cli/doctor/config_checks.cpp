@@ -19,6 +19,8 @@
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 #include "trainer/memory_plan.h"
+#include "trainer/ppo_config.h"
+#include "trainer/run_plan.h"
 
 namespace verl::cli::doctor {
 namespace {
@@ -555,19 +557,20 @@ void check_gpu_memory(Report& r, const config::Config& cfg, const Machine& m, bo
       return std::nullopt;
     }
   };
-  const bool critic = cfg.get<std::string>("algorithm.adv_estimator") == "gae" ||
-                      cfg.get<std::optional<bool>>("critic.enable").value_or(false);
-  const std::optional<model::ModelConfig> critic_cfg =
-      critic ? config_at("critic.model.path") : std::nullopt;
-  const std::optional<model::ModelConfig> rm_cfg =
-      cfg.get<bool>("reward_model.enable") ? config_at("reward_model.model.path") : std::nullopt;
   const int world = m.launch_ok ? std::max(1, m.launch.world_size) : 1;
   const double gpu = m.gpu_memory;
   trainer::MemoryPlanInputs in;
   trainer::MemoryPlan plan;
   try {
-    in = trainer::memory_plan_inputs(cfg, *mc, critic_cfg, rm_cfg, world, gpu);
-    plan = trainer::plan_memory(in);
+    // The trainer's own plan: its typed config, roles and micro-batch plans (trainer/run_plan.h).
+    const trainer::PpoConfig pc = trainer::PpoConfig::read(cfg, world, world > 1);
+    trainer::RunPlan run = trainer::RunPlan::from(pc);
+    const std::optional<model::ModelConfig> critic_cfg =
+        run.critic ? config_at("critic.model.path") : std::nullopt;
+    const std::optional<model::ModelConfig> rm_cfg =
+        run.reward_model ? config_at("reward_model.model.path") : std::nullopt;
+    in = trainer::memory_plan_inputs(pc, run, *mc, critic_cfg, rm_cfg, gpu);
+    plan = run.estimate_memory(pc, *mc, critic_cfg, rm_cfg, gpu);
   } catch (const std::exception& e) {
     r.fail(name, message_of(e), "fix the key it names");
     return;
