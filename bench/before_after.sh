@@ -10,7 +10,11 @@
 set -u
 A=$1; B=$2; rounds=${ROUNDS:-2}
 root=$PWD; export NCCL_NVLS_ENABLE=0
-[ -e /work/main ] || { mkdir -p /work && ln -s "$PWD" /work/main; }  # the fixtures' build path
+# The test binaries read fixtures under the source path they were built in (FIXTURE_PATHS, default
+# /work/main): each is made a link to this tree.
+for p in ${FIXTURE_PATHS:-/work/main}; do
+  [ -e "$p" ] || { mkdir -p "$(dirname "$p")" && ln -s "$PWD" "$p"; }
+done
 for d in "$A" "$B"; do
   mkdir -p "$d/lib" && tar -xJf "$d/deblibs.tar.xz" -C "$d"
   for f in "$d"/bin/*.xz; do xz -dkf "$f" && chmod +x "${f%.xz}"; done
