@@ -3,14 +3,13 @@
 // checked against.
 #include "trainer/memory_plan.h"
 
-#include "trainer/ppo_config.h"
-#include "trainer/run_plan.h"
-
 #include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
 #include "model/weights.h"
+#include "trainer/ppo_config.h"
+#include "trainer/run_plan.h"
 
 namespace verl::trainer {
 
