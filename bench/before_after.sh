@@ -6,7 +6,8 @@
 # 0.5B shape, the two builds alternating ROUNDS times (default 2) so drift hits both alike.
 # Writes $OUT/before_after.txt (a summary) and $OUT/before_after_raw.tgz.
 #   bench/before_after.sh DIR_A DIR_B     (each packed by tools/gpu_bundle.sh: bin/*.xz, deblibs.tar.xz)
-# Environment: SKIP_TEST=1 skips test_cuda; ROUNDS.
+# Environment: SKIP_TEST=1 skips test_cuda, ROUNDS=0 the benchmarks (a call is at most 10 minutes:
+# test_cuda twice and two rounds of benchmarks take about as long, so they may go in two calls).
 set -u
 A=$1; B=$2; rounds=${ROUNDS:-2}
 root=$PWD; export NCCL_NVLS_ENABLE=0
@@ -25,7 +26,7 @@ pack() { tar czf $OUT/before_after_raw.tgz -C /tmp before_after; }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> $S
 python=python3; verl=$root/$A/bin/verl
 . bench/grpo_lib.sh
-M=$(grpo_model qwen2.5-0.5b) || { echo "no model" >> $S; exit 1; }
+[ "$rounds" = 0 ] || M=$(grpo_model qwen2.5-0.5b) || { echo "no model" >> $S; exit 1; }
 cfg=configs/examples/grpo_qwen2_5_0_5b_h200.yaml
 tag() { basename "$1"; }
 if [ "${SKIP_TEST:-0}" != 1 ]; then
@@ -37,7 +38,7 @@ if [ "${SKIP_TEST:-0}" != 1 ]; then
     pack
   done
 fi
-for r in $(seq 1 $rounds); do
+for r in $(seq 1 "$rounds"); do
   for d in "$A" "$B"; do
     v=$root/$d/bin/verl; n=$(tag $d)_$r
     timeout 120 $v bench grpo-step $cfg actor_rollout_ref.model.path=$M trainer.default_local_dir=/tmp/g_$n \
