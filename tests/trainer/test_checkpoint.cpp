@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../common/test_util.h"
 #include "config/config.h"
 #include "core/error.h"
 #include "model/safetensors.h"
@@ -58,8 +59,8 @@ void expect_same_learning(const nlohmann::json& a, const nlohmann::json& b) {
 }
 
 TEST(Checkpoint, ResumeContinuesExactlyAndKeepsTheNewest) {
-  const fs::path tmp = fs::temp_directory_path() / "verl_test_ckpt";
-  fs::remove_all(tmp);
+  const test::TempDir scratch("test_ckpt");
+  const fs::path& tmp = scratch.path();
   const std::string full = (tmp / "full").string(), part = (tmp / "part").string();
   std::vector<float> full_weights;
   {
@@ -101,9 +102,8 @@ TEST(Checkpoint, ResumeContinuesExactlyAndKeepsTheNewest) {
 }
 
 TEST(Checkpoint, BadCheckpointsAreClearErrors) {
-  const fs::path tmp = fs::temp_directory_path() / "verl_test_ckpt_bad";
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
+  const test::TempDir scratch("test_ckpt_bad");
+  const fs::path& tmp = scratch.path();
   std::ofstream(tmp / "latest_checkpointed_iteration.txt") << "8";
   try {
     find_latest_checkpoint(tmp.string());
@@ -114,9 +114,8 @@ TEST(Checkpoint, BadCheckpointsAreClearErrors) {
 }
 
 TEST(Checkpoint, TrackerHoldingGarbageSaysSo) {
-  const fs::path tmp = fs::temp_directory_path() / "verl_test_ckpt_garbage";
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
+  const test::TempDir scratch("test_ckpt_garbage");
+  const fs::path& tmp = scratch.path();
   std::ofstream(tmp / "latest_checkpointed_iteration.txt") << "garbage\n";
   try {
     find_latest_checkpoint(tmp.string());
@@ -130,14 +129,13 @@ TEST(Checkpoint, TrackerHoldingGarbageSaysSo) {
         << msg;
     EXPECT_EQ(msg.find("step 0"), std::string::npos) << msg;
   }
-  fs::remove_all(tmp);
 }
 
 // A directory holding steps 4 and 6 (another run's) and a save of step 2 with keep = 2: the
 // checkpoint just written stays and the tracker names it; the oldest other one goes.
 TEST(Checkpoint, RetentionNeverDeletesTheCheckpointJustWritten) {
-  const fs::path tmp = fs::temp_directory_path() / "verl_test_ckpt_keep";
-  fs::remove_all(tmp);
+  const test::TempDir scratch("test_ckpt_keep");
+  const fs::path& tmp = scratch.path();
   for (int s : {4, 6}) {
     fs::create_directories(tmp / ("global_step_" + std::to_string(s)));
     std::ofstream(tmp / ("global_step_" + std::to_string(s)) / "trainer_state.json") << "{}";
@@ -151,13 +149,12 @@ TEST(Checkpoint, RetentionNeverDeletesTheCheckpointJustWritten) {
   EXPECT_EQ(find_latest_checkpoint(tmp.string()), dir);
   EXPECT_FALSE(fs::exists(tmp / "global_step_4"));
   EXPECT_TRUE(fs::exists(tmp / "global_step_6"));
-  fs::remove_all(tmp);
 }
 
 // trainer.resume_mode=disable in a directory that holds checkpoints is an explicit error.
 TEST(Checkpoint, FreshRunInADirectoryWithCheckpointsIsAnError) {
-  const fs::path tmp = fs::temp_directory_path() / "verl_test_ckpt_fresh";
-  fs::remove_all(tmp);
+  const test::TempDir scratch("test_ckpt_fresh");
+  const fs::path& tmp = scratch.path();
   for (int s : {4, 6}) fs::create_directories(tmp / ("global_step_" + std::to_string(s)));
   PpoTrainer t(cfg_for(tmp.string(), 2, {"trainer.resume_mode=disable"}));
   try {
@@ -170,7 +167,6 @@ TEST(Checkpoint, FreshRunInADirectoryWithCheckpointsIsAnError) {
     EXPECT_NE(msg.find("trainer.resume_mode=auto"), std::string::npos) << msg;
   }
   EXPECT_FALSE(fs::exists(tmp / "global_step_2"));
-  fs::remove_all(tmp);
 }
 
 }  // namespace
@@ -183,8 +179,8 @@ namespace {
 // other slice (resharding on load), and a missing or inconsistent shard is an error naming the
 // file.
 TEST(Checkpoint, OptimizerShardsReshardOnLoad) {
-  const fs::path tmp = fs::temp_directory_path() / "verl_test_ckpt_shards";
-  fs::remove_all(tmp);
+  const test::TempDir scratch("test_ckpt_shards");
+  const fs::path& tmp = scratch.path();
   model::Weights w = model::Weights::load(kRoot + "/assets/demo/model");
   const int64_t n = w.layout.total;
   AdamWState whole;
@@ -234,15 +230,14 @@ TEST(Checkpoint, OptimizerShardsReshardOnLoad) {
   EXPECT_NE(err.find("optim_world_size_2_rank_1.safetensors: shard 1 of 2 is missing"),
             std::string::npos)
       << err;
-  fs::remove_all(tmp);
 }
 
 // A file of another kind in the optimizer's place (its metadata "format" says so: a corrupted
 // header used to load as long as the tensors fit), and a global_step_N directory whose N overflows
 // int64 (was "error: stoll"), are errors naming the path.
 TEST(Checkpoint, ForeignFilesAndStepNamesAreNamed) {
-  const fs::path tmp = fs::temp_directory_path() / "verl_test_ckpt_foreign";
-  fs::remove_all(tmp);
+  const test::TempDir scratch("test_ckpt_foreign");
+  const fs::path& tmp = scratch.path();
   model::Weights w = model::Weights::load(kRoot + "/assets/demo/model");
   const int64_t n = w.layout.total;
   AdamWState opt = fresh_optimizer_state(n);
@@ -275,7 +270,6 @@ TEST(Checkpoint, ForeignFilesAndStepNamesAreNamed) {
       err.find("global_step_99999999999999999999999: not a checkpoint step this trainer writes"),
       std::string::npos)
       << err;
-  fs::remove_all(tmp);
 }
 
 }  // namespace

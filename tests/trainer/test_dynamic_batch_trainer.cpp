@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/test_util.h"
 #include "config/config.h"
 #include "trainer/ppo_trainer.h"
 
@@ -45,8 +46,14 @@ struct RunResult {
   std::vector<float> weights;
 };
 
+// This process's scratch directory (test_util.h): each run writes a subdirectory of its own.
+const test::TempDir& scratch() {
+  static const test::TempDir dir("test_dynbatch");
+  return dir;
+}
+
 RunResult run(const std::string& name, const std::vector<std::string>& extra) {
-  const std::string out = (fs::temp_directory_path() / ("verl_test_dynbatch_" + name)).string();
+  const std::string out = (scratch() / name).string();
   fs::remove_all(out);
   RunResult r;
   {

@@ -12,6 +12,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "../common/test_util.h"
 #include "config/config.h"
 #include "core/error.h"
 #include "core/rng.h"
@@ -268,9 +269,8 @@ TEST(PolicyModel, AutoWithoutGpuRunsExactlyAsCpu) {
   std::vector<nlohmann::json> lines[2];
   std::vector<float> weights[2];
   for (int i = 0; i < 2; ++i) {
-    const std::string out =
-        (fs::temp_directory_path() / (i ? "verl_test_dev_auto" : "verl_test_dev_cpu")).string();
-    fs::remove_all(out);
+    const test::TempDir scratch(i ? "test_dev_auto" : "test_dev_cpu");
+    const std::string out = scratch.str();
     PpoTrainer t(demo_config(out, i ? "auto" : "cpu"));
     EXPECT_EQ(t.device(), Device::Cpu);
     t.fit();

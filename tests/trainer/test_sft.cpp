@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../common/test_util.h"
 #include "config/config.h"
 #include "core/error.h"
 #include "model/weights.h"
@@ -36,9 +37,8 @@ TEST(Sft, LossMaskCoversTheAssistantTurnOnly) {
 }
 
 TEST(Sft, FewStepsFromScratchLowerTheLossAndSaveAModel) {
-  const fs::path tmp = fs::temp_directory_path() / "verl_test_sft";
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
+  const test::TempDir scratch("test_sft");
+  const fs::path& tmp = scratch.path();
   {  // a fresh model: the demo architecture, random weights
     model::Weights w =
         model::Weights::from_config(model::load_model_config(kRoot + "/assets/demo/model"));
@@ -76,7 +76,8 @@ TEST(Sft, FewStepsFromScratchLowerTheLossAndSaveAModel) {
 }
 
 TEST(Sft, BadRowNamesFileAndLine) {
-  const fs::path p = fs::temp_directory_path() / "verl_test_sft_bad.jsonl";
+  const test::TempDir scratch("test_sft_bad");
+  const fs::path p = scratch / "bad.jsonl";
   std::ofstream(p)
       << R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})"
       << "\n"
@@ -105,7 +106,8 @@ TEST(Sft, RowFieldsAndTemplateVariablesReachTheTemplate) {
       "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
       "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
       "test template");
-  const fs::path p = fs::temp_directory_path() / "verl_test_sft_fields.jsonl";
+  const test::TempDir scratch("test_sft_fields");
+  const fs::path p = scratch / "fields.jsonl";
   const std::string chat =
       R"("messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])";
   std::ofstream(p)
@@ -173,8 +175,8 @@ TEST(Sft, RowFieldsAndTemplateVariablesReachTheTemplate) {
 // model.tokenizer_path: a model directory without tokenizer files trains with the tokenizer named
 // there, and the checkpoint gets its files (it loads on its own).
 TEST(Sft, TokenizerPathServesAModelWithoutOne) {
-  const fs::path tmp = fs::temp_directory_path() / "verl_test_sft_tokpath";
-  fs::remove_all(tmp);
+  const test::TempDir scratch("test_sft_tokpath");
+  const fs::path& tmp = scratch.path();
   model::Weights::load(kRoot + "/assets/demo/model").save((tmp / "bare").string());
   ASSERT_FALSE(fs::exists(tmp / "bare" / "tokenizer.json"));
   config::LoadOptions lo;
