@@ -38,7 +38,7 @@ config::Config cfg_for(const std::string& out, int64_t steps, std::vector<std::s
       "trainer.default_local_dir=" + out,
   };
   o.insert(o.end(), extra.begin(), extra.end());
-  return config::load_config(kRoot + "/configs/demo.yaml", o);
+  return test::demo_config(o);
 }
 
 std::vector<nlohmann::json> read_metrics(const std::string& dir) {

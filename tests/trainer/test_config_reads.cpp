@@ -105,7 +105,7 @@ config::Config demo_config(const std::string& out, std::vector<std::string> extr
       "trainer.default_local_dir=" + out,
   };
   o.insert(o.end(), extra.begin(), extra.end());
-  return config::load_config(kRoot + "/configs/demo.yaml", o);
+  return test::demo_config(o);
 }
 
 TEST(ConfigReads, EverySupportedPpoKeyIsRead) {

@@ -38,7 +38,7 @@ config::Config demo(const std::string& out, std::vector<std::string> extra) {
       "trainer.default_local_dir=" + out,
   };
   o.insert(o.end(), extra.begin(), extra.end());
-  return config::load_config(kRoot + "/configs/demo.yaml", o);
+  return test::demo_config(o);
 }
 
 struct RunResult {

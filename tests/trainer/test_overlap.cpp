@@ -59,7 +59,7 @@ config::Config overlap_config(const std::string& out, std::vector<std::string> e
       "trainer.default_local_dir=" + out,
   };
   o.insert(o.end(), extra.begin(), extra.end());
-  return config::load_config(kRoot + "/configs/demo.yaml", o);
+  return test::demo_config(o);
 }
 
 struct RunResult {

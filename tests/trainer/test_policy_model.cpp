@@ -252,8 +252,7 @@ TEST(PolicyModel, DeviceResolution) {
 }
 
 config::Config demo_config(const std::string& out, const std::string& device) {
-  return config::load_config(
-      kRoot + "/configs/demo.yaml",
+  return test::demo_config(
       {"actor_rollout_ref.model.path=" + kRoot + "/assets/demo/model",
        "data.train_files=[" + kRoot + "/assets/demo/train.jsonl]", "data.val_files=null",
        "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",

@@ -36,7 +36,7 @@ config::Config demo_config(const std::string& out, std::vector<std::string> extr
       "trainer.default_local_dir=" + out,
   };
   o.insert(o.end(), extra.begin(), extra.end());
-  return config::load_config(kRoot + "/configs/demo.yaml", o);
+  return test::demo_config(o);
 }
 
 void expect_finite(const metrics::Metrics& m, const std::vector<std::string>& names) {
