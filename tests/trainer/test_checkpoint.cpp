@@ -105,30 +105,21 @@ TEST(Checkpoint, BadCheckpointsAreClearErrors) {
   const test::TempDir scratch("test_ckpt_bad");
   const fs::path& tmp = scratch.path();
   std::ofstream(tmp / "latest_checkpointed_iteration.txt") << "8";
-  try {
-    find_latest_checkpoint(tmp.string());
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("global_step_8"), std::string::npos) << e.what();
-  }
+  const std::string msg = test::expected_error_of([&] { find_latest_checkpoint(tmp.string()); });
+  EXPECT_NE(msg.find("global_step_8"), std::string::npos) << msg;
 }
 
 TEST(Checkpoint, TrackerHoldingGarbageSaysSo) {
   const test::TempDir scratch("test_ckpt_garbage");
   const fs::path& tmp = scratch.path();
   std::ofstream(tmp / "latest_checkpointed_iteration.txt") << "garbage\n";
-  try {
-    find_latest_checkpoint(tmp.string());
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find((tmp / "latest_checkpointed_iteration.txt").string() +
-                       " should hold a step number but holds "
-                       "'garbage'"),
-              std::string::npos)
-        << msg;
-    EXPECT_EQ(msg.find("step 0"), std::string::npos) << msg;
-  }
+  const std::string msg = test::expected_error_of([&] { find_latest_checkpoint(tmp.string()); });
+  EXPECT_NE(msg.find((tmp / "latest_checkpointed_iteration.txt").string() +
+                     " should hold a step number but holds "
+                     "'garbage'"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(msg.find("step 0"), std::string::npos) << msg;
 }
 
 // A directory holding steps 4 and 6 (another run's) and a save of step 2 with keep = 2: the
@@ -157,15 +148,10 @@ TEST(Checkpoint, FreshRunInADirectoryWithCheckpointsIsAnError) {
   const fs::path& tmp = scratch.path();
   for (int s : {4, 6}) fs::create_directories(tmp / ("global_step_" + std::to_string(s)));
   PpoTrainer t(cfg_for(tmp.string(), 2, {"trainer.resume_mode=disable"}));
-  try {
-    t.fit();
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find(tmp.string() + " already holds checkpoints (steps 4, 6)"), std::string::npos)
-        << msg;
-    EXPECT_NE(msg.find("trainer.resume_mode=auto"), std::string::npos) << msg;
-  }
+  const std::string msg = test::expected_error_of([&] { t.fit(); });
+  EXPECT_NE(msg.find(tmp.string() + " already holds checkpoints (steps 4, 6)"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("trainer.resume_mode=auto"), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(tmp / "global_step_2"));
 }
 
@@ -213,20 +199,10 @@ TEST(Checkpoint, OptimizerShardsReshardOnLoad) {
   const fs::path actor = fs::path(dir) / "actor";
   fs::copy_file(actor / "optim_world_size_1_rank_0.safetensors",
                 actor / "optim_world_size_2_rank_0.safetensors");
-  std::string err;
-  try {
-    load_checkpoint(dir, back, opt, nullptr, nullptr);
-  } catch (const Error& e) {
-    err = e.what();
-  }
+  std::string err = test::error_of([&] { load_checkpoint(dir, back, opt, nullptr, nullptr); });
   EXPECT_NE(err.find("optimizer shards of world sizes"), std::string::npos) << err;
   fs::remove(actor / "optim_world_size_1_rank_0.safetensors");
-  err.clear();
-  try {
-    load_checkpoint(dir, back, opt, nullptr, nullptr);
-  } catch (const Error& e) {
-    err = e.what();
-  }
+  err = test::error_of([&] { load_checkpoint(dir, back, opt, nullptr, nullptr); });
   EXPECT_NE(err.find("optim_world_size_2_rank_1.safetensors: shard 1 of 2 is missing"),
             std::string::npos)
       << err;
@@ -249,23 +225,13 @@ TEST(Checkpoint, ForeignFilesAndStepNamesAreNamed) {
                             {"exp_avg_sq", DType::F32, {n}, opt.exp_avg_sq.data()}},
                            {{"format", "9erl.cpp-adamw"}, {"step", "1"}});
   model::Weights back{w.config, w.layout, {}};
-  std::string err;
-  try {
-    load_checkpoint(dir, back, opt, nullptr, nullptr);
-  } catch (const Error& e) {
-    err = e.what();
-  }
+  std::string err = test::error_of([&] { load_checkpoint(dir, back, opt, nullptr, nullptr); });
   EXPECT_NE(err.find(optim.string() +
                      ": metadata 'format' is '9erl.cpp-adamw', expected 'verl.cpp-adamw'"),
             std::string::npos)
       << err;
   fs::create_directories(tmp / "global_step_99999999999999999999999");
-  err.clear();
-  try {
-    check_fresh_run_dir(tmp.string());
-  } catch (const Error& e) {
-    err = e.what();
-  }
+  err = test::error_of([&] { check_fresh_run_dir(tmp.string()); });
   EXPECT_NE(
       err.find("global_step_99999999999999999999999: not a checkpoint step this trainer writes"),
       std::string::npos)

@@ -84,14 +84,8 @@ TEST(Sft, BadRowNamesFileAndLine) {
       << R"({"conversation": []})"
       << "\n";
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(kRoot + "/assets/demo");
-  try {
-    load_sft_examples(p.string(), tok, {});
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(p.string() + ":2: missing \"messages\""),
-              std::string::npos)
-        << e.what();
-  }
+  const std::string msg = test::expected_error_of([&] { load_sft_examples(p.string(), tok, {}); });
+  EXPECT_NE(msg.find(p.string() + ":2: missing \"messages\""), std::string::npos) << msg;
 }
 
 // A chat row's tools and enable_thinking fields and data.apply_chat_template_kwargs reach the
@@ -135,16 +129,11 @@ TEST(Sft, RowFieldsAndTemplateVariablesReachTheTemplate) {
 
   std::ofstream(p) << "{" << chat << R"(, "enable_thinking": "no"})"
                    << "\n";
-  try {
-    load_sft_examples(p.string(), tok, opt);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(
-                  p.string() + ":1: \"enable_thinking\" (data.enable_thinking_key) should be "
-                               "true, false or null, got \"no\""),
-              std::string::npos)
-        << e.what();
-  }
+  std::string msg = test::expected_error_of([&] { load_sft_examples(p.string(), tok, opt); });
+  EXPECT_NE(msg.find(p.string() + ":1: \"enable_thinking\" (data.enable_thinking_key) should be "
+                                  "true, false or null, got \"no\""),
+            std::string::npos)
+      << msg;
 
   SftDataOptions flat;
   flat.multiturn = false;
@@ -156,15 +145,10 @@ TEST(Sft, RowFieldsAndTemplateVariablesReachTheTemplate) {
                    << "\n"
                    << R"({"p": {"q": {}}, "r": {"a": "yo"}})"
                    << "\n";
-  try {
-    load_sft_examples(p.string(), tok, flat);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(p.string() +
-                                         ":2: \"p.q\" has no key \"text\" (data.prompt_dict_keys)"),
-              std::string::npos)
-        << e.what();
-  }
+  msg = test::expected_error_of([&] { load_sft_examples(p.string(), tok, flat); });
+  EXPECT_NE(msg.find(p.string() + ":2: \"p.q\" has no key \"text\" (data.prompt_dict_keys)"),
+            std::string::npos)
+      << msg;
   std::ofstream(p) << R"({"p": {"q": {"text": "hi"}}, "r": {"a": "yo"}})"
                    << "\n";
   const std::vector<SftExample> nested = load_sft_examples(p.string(), tok, flat);
