@@ -18,11 +18,13 @@ namespace verl {
 namespace {
 namespace fs = std::filesystem;
 
+// A fresh directory (one per name) in this process's scratch directory, removed at exit.
 fs::path fresh_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("verl_dump_" + std::to_string(getpid()) + "_" + name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
+  static const verl::test::TempDir scratch("dump");
+  const fs::path d = scratch / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
 }
 
 std::vector<std::string> lines_of(const fs::path& p) {

@@ -19,9 +19,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A fresh directory (one per name) in this process's scratch directory, removed at exit.
 fs::path fresh_dir(const std::string& name) {
-  const fs::path d =
-      fs::temp_directory_path() / ("verl_core_" + std::to_string(getpid()) + "_" + name);
+  static const verl::test::TempDir scratch("core");
+  const fs::path d = scratch / name;
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
