@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "../common/test_util.h"
 #include "config/config.h"
 #include "core/error.h"
 
@@ -18,18 +19,6 @@ const std::string kRoot = VERL_SOURCE_DIR;
 
 Config load(const std::vector<std::string>& overrides, const std::string& yaml = "") {
   return load_config_string(yaml, "user.yaml", overrides);
-}
-
-// Runs f, expects a verl::Error, and returns its message.
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a verl::Error";
-  return "";
 }
 
 #define EXPECT_HAS(msg, part) \
@@ -243,56 +232,58 @@ TEST(ConfigInterpolation, ReferencesResolve) {
 }
 
 TEST(ConfigInterpolation, Errors) {
-  std::string m = error_of([] { load({"data.val_batch_size=${data.train_batchsize}"}); });
+  std::string m =
+      test::expected_error_of([] { load({"data.val_batch_size=${data.train_batchsize}"}); });
   EXPECT_HAS(m, "data.val_batch_size");
   EXPECT_HAS(m, "unknown key 'data.train_batchsize'");
   EXPECT_HAS(m, "data.train_batch_size");  // suggestion
-  m = error_of([] {
+  m = test::expected_error_of([] {
     load({"data.max_prompt_length=${data.max_response_length}",
           "data.max_response_length=${data.max_prompt_length}"});
   });
   EXPECT_HAS(m, "interpolation cycle");
   // The resolved value is type-checked like a literal one.
-  m = error_of([] { load({"trainer.total_epochs=${trainer.project_name}"}); });
+  m = test::expected_error_of([] { load({"trainer.total_epochs=${trainer.project_name}"}); });
   EXPECT_HAS(m, "trainer.total_epochs expects an int");
   EXPECT_HAS(m, "verl_examples");
 }
 
 TEST(ConfigErrors, UnknownKeySuggestsNearest) {
-  std::string m = error_of([] { load({"actor_rollout_ref.rollout.temprature=0.7"}); });
+  std::string m =
+      test::expected_error_of([] { load({"actor_rollout_ref.rollout.temprature=0.7"}); });
   EXPECT_HAS(m, "command line 'actor_rollout_ref.rollout.temprature=0.7'");
   EXPECT_HAS(m, "unknown key 'actor_rollout_ref.rollout.temprature'");
   EXPECT_HAS(m, "Did you mean 'actor_rollout_ref.rollout.temperature'?");
   // Right name, wrong section: matched on the last component.
-  m = error_of([] { load({"trainer.ppo_epochs=2"}); });
+  m = test::expected_error_of([] { load({"trainer.ppo_epochs=2"}); });
   EXPECT_HAS(m, "actor_rollout_ref.actor.ppo_epochs");
   EXPECT_HAS(m, "critic.ppo_epochs");
   // A shortened path is matched as a suffix.
-  m = error_of([] { load({"rollout.n=4"}); });
+  m = test::expected_error_of([] { load({"rollout.n=4"}); });
   EXPECT_HAS(m, "Did you mean 'actor_rollout_ref.rollout.n'?");
   // In a file, the message names the file and line.
-  m = error_of([] { load({}, "trainer:\n  total_epochs: 2\n  sav_freq: 10\n"); });
+  m = test::expected_error_of([] { load({}, "trainer:\n  total_epochs: 2\n  sav_freq: 10\n"); });
   EXPECT_HAS(m, "user.yaml:3: unknown key 'trainer.sav_freq'");
   EXPECT_HAS(m, "trainer.save_freq");
   // Nothing close: the keys of the nearest section are listed.
-  m = error_of([] { load({"algorithm.zzzzzzzzzzzzzz=1"}); });
+  m = test::expected_error_of([] { load({"algorithm.zzzzzzzzzzzzzz=1"}); });
   EXPECT_HAS(m, "Keys under 'algorithm': gamma, lam, adv_estimator");
 }
 
 TEST(ConfigErrors, WrongTypeNamesKeyValueAndType) {
-  std::string m = error_of([] { load({"trainer.total_epochs=abc"}); });
+  std::string m = test::expected_error_of([] { load({"trainer.total_epochs=abc"}); });
   EXPECT_HAS(m, "trainer.total_epochs expects an int (type int), got abc");
-  m = error_of([] { load({"trainer.total_epochs=2.5"}); });
+  m = test::expected_error_of([] { load({"trainer.total_epochs=2.5"}); });
   EXPECT_HAS(m, "expects an int");
-  m = error_of([] { load({"trainer.val_before_train=maybe"}); });
+  m = test::expected_error_of([] { load({"trainer.val_before_train=maybe"}); });
   EXPECT_HAS(m, "trainer.val_before_train expects a bool");
-  m = error_of([] { load({"actor_rollout_ref.actor.optim.betas=[0.9,abc]"}); });
+  m = test::expected_error_of([] { load({"actor_rollout_ref.actor.optim.betas=[0.9,abc]"}); });
   EXPECT_HAS(m, "actor_rollout_ref.actor.optim.betas[1] expects a number, got abc");
-  m = error_of([] { load({"trainer.total_epochs=null"}); });
+  m = test::expected_error_of([] { load({"trainer.total_epochs=null"}); });
   EXPECT_HAS(m, "trainer.total_epochs may not be null");
-  m = error_of([] { load({"trainer=3"}); });
+  m = test::expected_error_of([] { load({"trainer=3"}); });
   EXPECT_HAS(m, "'trainer' is a section");
-  m = error_of([] { load({}, "data:\n  max_prompt_length: [1, 2]\n"); });
+  m = test::expected_error_of([] { load({}, "data:\n  max_prompt_length: [1, 2]\n"); });
   EXPECT_HAS(m, "user.yaml:2: data.max_prompt_length expects an int (type int), got [1, 2]");
 }
 
@@ -300,11 +291,13 @@ TEST(ConfigErrors, WrongTypeNamesKeyValueAndType) {
 // the key; it used to pass and make nlohmann's dump() throw a bare type_error (found by
 // tools/fuzz/fuzz_config.cpp), which a checkpoint's copy of the config would have met too.
 TEST(ConfigErrors, NonUtf8StringsNameTheKey) {
-  std::string m = error_of([] { load({}, "trainer:\n  experiment_name: caf\xe9\n"); });
+  std::string m =
+      test::expected_error_of([] { load({}, "trainer:\n  experiment_name: caf\xe9\n"); });
   EXPECT_HAS(m, "user.yaml:2: trainer.experiment_name: the value is not valid UTF-8");
-  m = error_of([] { load({"trainer.project_name=\xbfx"}); });
+  m = test::expected_error_of([] { load({"trainer.project_name=\xbfx"}); });
   EXPECT_HAS(m, "trainer.project_name: the value is not valid UTF-8");
-  m = error_of([] { load({}, "trainer:\n  experiment_name: \"\xe9${trainer.project_name}\"\n"); });
+  m = test::expected_error_of(
+      [] { load({}, "trainer:\n  experiment_name: \"\xe9${trainer.project_name}\"\n"); });
   EXPECT_HAS(m, "trainer.experiment_name: the value is not valid UTF-8");
   EXPECT_EQ(
       load({"trainer.experiment_name=caf\xc3\xa9"}).get<std::string>("trainer.experiment_name"),
@@ -322,11 +315,11 @@ TEST(ConfigErrors, ValuesThatExpandWithoutBoundNameTheKey) {
     for (int k = 0; k < 10; ++k) bomb += fmt::format("{}*a{}", k ? ", " : "", i - 1);
     bomb += "]\n";
   }
-  std::string m = error_of([&] { load({}, bomb); });
+  std::string m = test::expected_error_of([&] { load({}, bomb); });
   EXPECT_HAS(m,
              "user.yaml:2: data.apply_chat_template_kwargs: the value expands to more than 65536 "
              "YAML nodes");
-  m = error_of([] {
+  m = test::expected_error_of([] {
     load({"data.apply_chat_template_kwargs={a: " + std::string(300, '[') + std::string(300, ']') +
           "}"});
   });
@@ -337,58 +330,59 @@ TEST(ConfigErrors, ValuesThatExpandWithoutBoundNameTheKey) {
 }
 
 TEST(ConfigErrors, ValuesOutsideTheAllowedSet) {
-  std::string m = error_of([] { load({"algorithm.adv_estimator=ppo"}); });
+  std::string m = test::expected_error_of([] { load({"algorithm.adv_estimator=ppo"}); });
   EXPECT_HAS(m, "algorithm.adv_estimator = ppo is not allowed");
   EXPECT_HAS(m, "gae, grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, remax");
-  m = error_of([] { load({"algorithm.kl_penalty=low_var_kll"}); });
+  m = test::expected_error_of([] { load({"algorithm.kl_penalty=low_var_kll"}); });
   EXPECT_HAS(m, "did you mean 'low_var_kl'?");
   // A value verl has and we do not is named as such.
-  m = error_of([] { load({"algorithm.adv_estimator=gdpo"}); });
+  m = test::expected_error_of([] { load({"algorithm.adv_estimator=gdpo"}); });
   EXPECT_HAS(m, "gdpo is a verl option that verl.cpp does not support yet");
   // List elements are checked one by one.
-  m = error_of([] { load({"trainer.logger=[console,stdout]"}); });
+  m = test::expected_error_of([] { load({"trainer.logger=[console,stdout]"}); });
   EXPECT_HAS(m, "trainer.logger = stdout is not allowed");
   // Int choices and numeric ranges.
-  m = error_of([] { load({"reward_model.quantization_bits=3"}); });
+  m = test::expected_error_of([] { load({"reward_model.quantization_bits=3"}); });
   EXPECT_HAS(m, "allowed values: 4, 8, 16");
-  m = error_of([] { load({"actor_rollout_ref.rollout.top_p=1.5"}); });
+  m = test::expected_error_of([] { load({"actor_rollout_ref.rollout.top_p=1.5"}); });
   EXPECT_HAS(m,
              "actor_rollout_ref.rollout.top_p = 1.5 is out of range; expected a value in (0, 1]");
   // An excluded bound: top_p = 0 would keep no token (the sampler rejects it mid-run).
-  m = error_of([] { load({"actor_rollout_ref.rollout.top_p=0"}); });
+  m = test::expected_error_of([] { load({"actor_rollout_ref.rollout.top_p=0"}); });
   EXPECT_HAS(m,
              "actor_rollout_ref.rollout.top_p = 0.0 is out of range; expected a value in (0, 1]");
-  m = error_of([] { load({"actor_rollout_ref.rollout.val_kwargs.top_p=0"}); });
+  m = test::expected_error_of([] { load({"actor_rollout_ref.rollout.val_kwargs.top_p=0"}); });
   EXPECT_HAS(m, "actor_rollout_ref.rollout.val_kwargs.top_p = 0.0 is out of range");
-  m = error_of([] { load({"actor_rollout_ref.rollout.top_k=-5"}); });
+  m = test::expected_error_of([] { load({"actor_rollout_ref.rollout.top_k=-5"}); });
   EXPECT_HAS(m, "actor_rollout_ref.rollout.top_k = -5 is out of range; expected a value >= -1");
-  m = error_of([] { load({"data.train_batch_size=0"}); });
+  m = test::expected_error_of([] { load({"data.train_batch_size=0"}); });
   EXPECT_HAS(m, "expected a value >= 1");
   // Every value in range and in the set loads.
   Config c = load({"algorithm.kl_penalty=k3", "actor_rollout_ref.rollout.top_p=0.9",
                    "trainer.gradient_sync_method=nccl"});
   EXPECT_DOUBLE_EQ(c.get<double>("actor_rollout_ref.rollout.top_p"), 0.9);
   // Seed options not built yet are rejected by name rather than ignored.
-  m = error_of([] { load({"trainer.gradient_sync_method=sparse"}); });
+  m = test::expected_error_of([] { load({"trainer.gradient_sync_method=sparse"}); });
   EXPECT_HAS(m, "trainer.gradient_sync_method");
   EXPECT_HAS(m, "allreduce, nccl, lightweight");
-  m = error_of([] { load({"trainer.lightweight_sync_config.top_k=0"}); });
+  m = test::expected_error_of([] { load({"trainer.lightweight_sync_config.top_k=0"}); });
   EXPECT_HAS(m, "trainer.lightweight_sync_config.top_k = 0.0 is out of range");
-  m = error_of([] { load({"trainer.lightweight_sync_config.compression_dtype=int4"}); });
+  m = test::expected_error_of(
+      [] { load({"trainer.lightweight_sync_config.compression_dtype=int4"}); });
   EXPECT_HAS(m, "int8, bf16, fp32");
-  m = error_of([] { load({"reward_model.quantization_bits=2"}); });
+  m = test::expected_error_of([] { load({"reward_model.quantization_bits=2"}); });
   EXPECT_HAS(m, "reward_model.quantization_bits");
   EXPECT_EQ(
       load({"reward_model.quantization_bits=4"}).get<int64_t>("reward_model.quantization_bits"), 4);
 }
 
 TEST(ConfigErrors, UnsupportedVerlKeysRejectedByName) {
-  std::string m = error_of([] { load({"actor_rollout_ref.model.lora_rank=8"}); });
+  std::string m = test::expected_error_of([] { load({"actor_rollout_ref.model.lora_rank=8"}); });
   EXPECT_HAS(m,
              "actor_rollout_ref.model.lora_rank is a verl key that verl.cpp does not support yet");
   EXPECT_HAS(m, "default (0), got 8");
   // Inherited from an unsupported section.
-  m = error_of(
+  m = test::expected_error_of(
       [] { load({}, "actor_rollout_ref:\n  rollout:\n    multi_turn:\n      enable: true\n"); });
   EXPECT_HAS(m, "user.yaml:4: actor_rollout_ref.rollout.multi_turn.enable is a verl key");
   // Set to the default, an unsupported key is fine (full verl configs list every key).
@@ -401,7 +395,7 @@ TEST(ConfigErrors, UnsupportedVerlKeysRejectedByName) {
 }
 
 TEST(ConfigErrors, AllProblemsReportedTogether) {
-  std::string m = error_of([] {
+  std::string m = test::expected_error_of([] {
     load({"trainer.total_epochs=x", "trainer.nosuchkey=1", "algorithm.lam=2"});
   });
   EXPECT_HAS(m, "3 problems");
@@ -411,13 +405,13 @@ TEST(ConfigErrors, AllProblemsReportedTogether) {
 }
 
 TEST(ConfigErrors, OverrideSyntax) {
-  EXPECT_HAS(error_of([] { load({"trainer.total_epochs"}); }), "expected key=value");
-  EXPECT_HAS(error_of([] { load({"~trainer.total_epochs"}); }), "deleting keys");
-  EXPECT_HAS(error_of([] { load({"+trainer.brand_new_key=1"}); }),
+  EXPECT_HAS(test::expected_error_of([] { load({"trainer.total_epochs"}); }), "expected key=value");
+  EXPECT_HAS(test::expected_error_of([] { load({"~trainer.total_epochs"}); }), "deleting keys");
+  EXPECT_HAS(test::expected_error_of([] { load({"+trainer.brand_new_key=1"}); }),
              "unknown key 'trainer.brand_new_key'");
-  EXPECT_HAS(error_of([] { load({"trainer.logger=[console"}); }), "not valid YAML");
-  EXPECT_HAS(error_of([] { load({}, "trainer: [1, 2\n"); }), "user.yaml");
-  EXPECT_HAS(error_of([] { load_config("/nonexistent/cfg.yaml"); }),
+  EXPECT_HAS(test::expected_error_of([] { load({"trainer.logger=[console"}); }), "not valid YAML");
+  EXPECT_HAS(test::expected_error_of([] { load({}, "trainer: [1, 2\n"); }), "user.yaml");
+  EXPECT_HAS(test::expected_error_of([] { load_config("/nonexistent/cfg.yaml"); }),
              "cannot open config file /nonexistent/cfg.yaml");
 }
 
@@ -433,11 +427,14 @@ TEST(ConfigAliases, SeedNamesSetVerlKeys) {
   EXPECT_DOUBLE_EQ(c.get<double>("critic.grad_clip"), 0.5);
   EXPECT_NE(c.origin("trainer.save_freq").find("(as trainer.save_steps)"), std::string::npos);
   // Aliases check values like their targets, and do not show up in the output.
-  EXPECT_HAS(error_of([] { load({"actor_rollout_ref.actor.optim.warmup_style=linear"}); }),
-             "allowed values: constant, cosine");
+  EXPECT_HAS(
+      test::expected_error_of([] { load({"actor_rollout_ref.actor.optim.warmup_style=linear"}); }),
+      "allowed values: constant, cosine");
   EXPECT_EQ(c.to_yaml().find("save_steps"), std::string::npos);
   // The alias and its target disagreeing in one source is an error.
-  std::string m = error_of([] { load({"trainer.save_steps=500", "trainer.save_freq=100"}); });
+  std::string m = test::expected_error_of([] {
+    load({"trainer.save_steps=500", "trainer.save_freq=100"});
+  });
   EXPECT_HAS(m, "trainer.save_freq is set twice with different values");
   // verl's older checkpoint.contents.
   Config d = load({}, "critic:\n  checkpoint:\n    contents: [model]\n");
@@ -530,15 +527,16 @@ TEST(ConfigOutput, YamlRoundTripAndJson) {
 
 TEST(ConfigAccess, GetErrorsNameTheKey) {
   Config c = load({});
-  EXPECT_HAS(error_of([&] { c.get<int64_t>("trainer.total_epoch"); }),
+  EXPECT_HAS(test::expected_error_of([&] { c.get<int64_t>("trainer.total_epoch"); }),
              "unknown config key 'trainer.total_epoch'");
-  EXPECT_HAS(error_of([&] { c.get<int64_t>("trainer.total_epoch"); }),
+  EXPECT_HAS(test::expected_error_of([&] { c.get<int64_t>("trainer.total_epoch"); }),
              "Did you mean 'trainer.total_epochs'?");
-  EXPECT_HAS(error_of([&] { c.get<int64_t>("actor_rollout_ref.rollout.temperature"); }),
-             "cannot be read as int");
-  EXPECT_HAS(error_of([&] { c.get<int64_t>("data.val_batch_size"); }),
+  EXPECT_HAS(
+      test::expected_error_of([&] { c.get<int64_t>("actor_rollout_ref.rollout.temperature"); }),
+      "cannot be read as int");
+  EXPECT_HAS(test::expected_error_of([&] { c.get<int64_t>("data.val_batch_size"); }),
              "'data.val_batch_size' is null");
-  EXPECT_HAS(error_of([&] { c.get<bool>("trainer"); }), "is a section");
+  EXPECT_HAS(test::expected_error_of([&] { c.get<bool>("trainer"); }), "is a section");
   EXPECT_TRUE(c.has("trainer.lightweight_sync_config"));
   EXPECT_TRUE(c.has("trainer.save_steps"));
   EXPECT_FALSE(c.has("trainer.nope"));
@@ -549,19 +547,24 @@ TEST(ConfigAccess, GetErrorsNameTheKey) {
   c.set("actor_rollout_ref.actor.optim.total_training_steps", 420, "trainer");
   EXPECT_EQ(c.get<int64_t>("actor_rollout_ref.actor.optim.total_training_steps"), 420);
   EXPECT_EQ(c.origin("actor_rollout_ref.actor.optim.total_training_steps"), "trainer");
-  EXPECT_HAS(error_of([&] { c.set("algorithm.adv_estimator", "ppo"); }), "not allowed");
+  EXPECT_HAS(test::expected_error_of([&] { c.set("algorithm.adv_estimator", "ppo"); }),
+             "not allowed");
 }
 
 TEST(ConfigSchema, DefaultsFileIsChecked) {
-  auto m = error_of([] { Schema::from_string("a:  # section\n  b: 1\n", "d.yaml"); });
+  auto m =
+      test::expected_error_of([] { Schema::from_string("a:  # section\n  b: 1\n", "d.yaml"); });
   EXPECT_HAS(m, "d.yaml:2: a.b: every key needs a one-line description");
-  m = error_of([] { Schema::from_string("a:  # section\n  b: null  # no type\n", "d.yaml"); });
+  m = test::expected_error_of(
+      [] { Schema::from_string("a:  # section\n  b: null  # no type\n", "d.yaml"); });
   EXPECT_HAS(m, "d.yaml:2: a.b: cannot infer the type from the default null");
-  m = error_of([] { Schema::from_string("a:  # section\n  b: 1  # x @choise: 1|2\n", "d.yaml"); });
+  m = test::expected_error_of(
+      [] { Schema::from_string("a:  # section\n  b: 1  # x @choise: 1|2\n", "d.yaml"); });
   EXPECT_HAS(m, "unknown annotation @choise");
-  m = error_of([] { Schema::from_string("a:  # section\n  b: 3  # x @choices: 1|2\n", "d.yaml"); });
+  m = test::expected_error_of(
+      [] { Schema::from_string("a:  # section\n  b: 3  # x @choices: 1|2\n", "d.yaml"); });
   EXPECT_HAS(m, "a.b = 3 is not allowed");
-  m = error_of(
+  m = test::expected_error_of(
       [] { Schema::from_string("a:  # section\n  b: null  # x @alias: a.c\n", "d.yaml"); });
   EXPECT_HAS(m, "@alias names a.c");
   auto s = Schema::from_string("a:  # s @unsupported\n  b: ${a.c}  # x\n  c: 2.5  # y @ignored\n",
@@ -609,14 +612,15 @@ TEST(ConfigLoad, NewerVerlLayout) {
   Config d = load({"reward.reward_manager.name=dapo", "algorithm.filter_groups.enable=true"});
   EXPECT_EQ(d.get<std::string>("reward_model.reward_manager"), "dapo");
   EXPECT_TRUE(d.get<bool>("algorithm.filter_groups.enable"));
-  std::string m = error_of([] { load({"reward.reward_manager.name=prime"}); });
+  std::string m = test::expected_error_of([] { load({"reward.reward_manager.name=prime"}); });
   EXPECT_HAS(
       m, "reward_model.reward_manager = prime is a verl option that verl.cpp does not support yet");
-  m = error_of([] { load({"model_engine=megatron"}); });
+  m = test::expected_error_of([] { load({"model_engine=megatron"}); });
   EXPECT_HAS(m, "model_engine = megatron is a verl option");
   EXPECT_HAS(m, "use model_engine=dp");
   // An open section takes unknown keys; a closed one still refuses them.
-  m = error_of([] { load({"actor_rollout_ref.rollout.checkpoint_engine.nonsense=1"}); });
+  m = test::expected_error_of(
+      [] { load({"actor_rollout_ref.rollout.checkpoint_engine.nonsense=1"}); });
   EXPECT_HAS(m, "unknown key 'actor_rollout_ref.rollout.checkpoint_engine.nonsense'");
 }
 
@@ -633,7 +637,9 @@ TEST(ConfigLoad, NewerVerlSftLayout) {
   EXPECT_EQ(c.get<std::string>("data.multiturn.messages_key"), "conv");
   EXPECT_EQ(c.get<std::string>("optim.lr_scheduler"), "constant");
   EXPECT_EQ(c.get<std::vector<std::string>>("trainer.logger"), std::vector<std::string>{"console"});
-  std::string m = error_of([&] { load_config("", {"engine=megatron", "model.lora_rank=8"}, lo); });
+  std::string m = test::expected_error_of([&] {
+    load_config("", {"engine=megatron", "model.lora_rank=8"}, lo);
+  });
   EXPECT_HAS(m, "engine=megatron selects verl's megatron config group");
   EXPECT_HAS(m, "model.lora_rank is a verl key that verl.cpp does not support yet (LoRA");
 }

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "../common/test_util.h"
 #include "core/dtype.h"
 #include "core/dump.h"
 #include "core/error.h"
@@ -17,11 +18,13 @@ namespace verl {
 namespace {
 namespace fs = std::filesystem;
 
+// A fresh directory (one per name) in this process's scratch directory, removed at exit.
 fs::path fresh_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("verl_dump_" + std::to_string(getpid()) + "_" + name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
+  static const verl::test::TempDir scratch("dump");
+  const fs::path d = scratch / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
 }
 
 std::vector<std::string> lines_of(const fs::path& p) {
@@ -36,16 +39,6 @@ std::string slurp(const fs::path& p) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
-}
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 std::vector<float> ramp(int64_t n, float scale) {
@@ -157,7 +150,7 @@ TEST(Dump, UnwritableDirectoryNamesThePath) {
   dump::set_dir(bad);
   const int64_t s1[] = {1};
   const float x = 1;
-  std::string msg = error_of([&] { dump::tensor("cpu", "embed", &x, s1); });
+  std::string msg = test::error_of([&] { dump::tensor("cpu", "embed", &x, s1); });
   EXPECT_NE(msg.find(bad), std::string::npos) << msg;
   dump::set_dir("");
   fs::remove_all(d);
@@ -235,7 +228,8 @@ TEST(Dump, ShapeMismatchAndMissingNames) {
   EXPECT_EQ(d->compared, 2);  // only_ref is not in b: skipped
   const std::string msg = dump::describe(*d);
   EXPECT_NE(msg.find("shape [3, 4] vs [4, 3]"), std::string::npos) << msg;
-  std::string no_index = error_of([&] { dump::first_divergence(b.string(), a.string(), 0, 0); });
+  std::string no_index =
+      test::error_of([&] { dump::first_divergence(b.string(), a.string(), 0, 0); });
   EXPECT_NE(no_index.find((b / "index.txt").string()), std::string::npos) << no_index;
   fs::remove_all(a);
   fs::remove_all(b);
@@ -251,7 +245,7 @@ TEST(Dump, BadNpyErrorsNameTheFile) {
 
   const std::string magic = (d / "magic.npy").string();
   { std::ofstream(magic, std::ios::binary) << "PK\x03\x04 not numpy at all"; }
-  std::string msg = error_of([&] { dump::read(magic); });
+  std::string msg = test::error_of([&] { dump::read(magic); });
   EXPECT_NE(msg.find(magic), std::string::npos) << msg;
   EXPECT_NE(msg.find("magic"), std::string::npos) << msg;
 
@@ -259,19 +253,19 @@ TEST(Dump, BadNpyErrorsNameTheFile) {
   std::string b8 = bytes;
   b8.replace(b8.find("<f4"), 3, "<f8");
   { std::ofstream(f8, std::ios::binary) << b8; }
-  msg = error_of([&] { dump::read(f8); });
+  msg = test::error_of([&] { dump::read(f8); });
   EXPECT_NE(msg.find(f8), std::string::npos) << msg;
   EXPECT_NE(msg.find("'<f8'"), std::string::npos) << msg;
 
   const std::string short_file = (d / "short.npy").string();
   { std::ofstream(short_file, std::ios::binary) << bytes.substr(0, bytes.size() - 5); }
-  msg = error_of([&] { dump::read(short_file); });
+  msg = test::error_of([&] { dump::read(short_file); });
   EXPECT_NE(msg.find(short_file), std::string::npos) << msg;
   EXPECT_NE(msg.find("short"), std::string::npos) << msg;
 
   const std::string cut_header = (d / "cut_header.npy").string();
   { std::ofstream(cut_header, std::ios::binary) << bytes.substr(0, 30); }
-  msg = error_of([&] { dump::read(cut_header); });
+  msg = test::error_of([&] { dump::read(cut_header); });
   EXPECT_NE(msg.find(cut_header), std::string::npos) << msg;
   fs::remove_all(d);
 }

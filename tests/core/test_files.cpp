@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 
+#include "../common/test_util.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "core/json_depth.h"
@@ -18,34 +19,27 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A fresh directory (one per name) in this process's scratch directory, removed at exit.
 fs::path fresh_dir(const std::string& name) {
-  const fs::path d =
-      fs::temp_directory_path() / ("verl_core_" + std::to_string(getpid()) + "_" + name);
+  static const verl::test::TempDir scratch("core");
+  const fs::path d = scratch / name;
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(ReadFile, ADirectoryIsAnErrorNamingIt) {
   const fs::path d = fresh_dir("read_dir");
-  const std::string msg = error_of([&] { read_file(d.string(), "config file"); });
+  const std::string msg = test::error_of([&] { read_file(d.string(), "config file"); });
   EXPECT_NE(msg.find("cannot open config file " + d.string() + ": it is a directory"),
             std::string::npos)
       << msg;
   std::ifstream f;
-  EXPECT_NE(
-      error_of([&] { open_for_reading(f, d.string(), "--input"); }).find("--input " + d.string()),
-      std::string::npos);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(test::error_of([&] {
+              open_for_reading(f, d.string(), "--input");
+            }).find("--input " + d.string()),
+            std::string::npos);
+  EXPECT_NE(test::error_of([&] {
               read_file((d / "missing.yaml").string(), "config file");
             }).find("cannot open config file " + (d / "missing.yaml").string() + ": No such file"),
             std::string::npos);
@@ -65,7 +59,7 @@ TEST(JsonDepth, CountsBracketsOutsideStrings) {
   EXPECT_TRUE(json_depth_ok(in_string));
   EXPECT_TRUE(json_depth_ok("[\"\\\\\", " + nest(kMaxJsonDepth - 1) + "]"));
   EXPECT_FALSE(json_depth_ok("[\"\\\\\", " + nest(kMaxJsonDepth) + "]"));
-  EXPECT_TRUE(error_of([&] {
+  EXPECT_TRUE(test::error_of([&] {
                 check_json_depth(nest(100000), "rows.jsonl:7");
               }).starts_with("rows.jsonl:7: JSON nested more than 512 levels deep"));
 }
@@ -79,14 +73,14 @@ TEST(RunLock, SecondHolderGetsAnErrorNamingThePid) {
     f >> pid;
     EXPECT_EQ(pid, std::to_string(getpid()));
     // flock conflicts between two open files even in one process, as between two runs.
-    const std::string msg = error_of([&] { RunLock second(d.string()); });
+    const std::string msg = test::error_of([&] { RunLock second(d.string()); });
     EXPECT_NE(
         msg.find(d.string() + " is in use by another run (pid " + std::to_string(getpid()) + ","),
         std::string::npos)
         << msg;
   }
   // Released with its holder: the next run takes it (the file stays behind, harmless).
-  EXPECT_EQ(error_of([&] { RunLock again(d.string()); }), "");
+  EXPECT_EQ(test::error_of([&] { RunLock again(d.string()); }), "");
   fs::remove_all(d);
 }
 

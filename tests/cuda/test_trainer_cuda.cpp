@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/test_util.h"
 #include "../trainer/demo_reward_model.h"
 #include "config/config.h"
 #include "core/rng.h"
@@ -199,8 +200,8 @@ TEST_F(TrainerCudaTest, CheckpointStateMovesBetweenDevices) {
   for (int64_t b = 0; b < r.B; ++b)
     for (int64_t j = 0; j < r.response_len[b]; ++j) mask[b * r.L + j] = 1.0f;
 
-  const fs::path dir = fs::temp_directory_path() / "verl_test_ckpt_cuda";
-  fs::remove_all(dir);
+  const verl::test::TempDir scratch("test_ckpt_cuda");
+  const fs::path& dir = scratch.path();
   for (Device from : {Device::Cuda, Device::Cpu}) {
     const Device to = from == Device::Cuda ? Device::Cpu : Device::Cuda;
     SCOPED_TRACE(std::string("saved on ") + verl::to_string(from));
@@ -250,7 +251,7 @@ config::Config demo_config(const std::string& out, const std::string& device,
       "trainer.default_local_dir=" + out,
   };
   o.insert(o.end(), extra.begin(), extra.end());
-  return config::load_config(kRoot + "/configs/demo.yaml", o);
+  return verl::test::demo_config(o);
 }
 
 std::vector<nlohmann::json> read_metrics(const std::string& dir) {
@@ -266,8 +267,8 @@ std::vector<nlohmann::json> read_metrics(const std::string& dir) {
 // weights) and its update agrees; a checkpoint written on cuda resumes on cpu.
 TEST_F(TrainerCudaTest, GrpoRunOnDemoConfig) {
   EXPECT_EQ(verl::resolve_device("auto"), Device::Cuda);
-  const fs::path tmp = fs::temp_directory_path() / "verl_test_trainer_cuda";
-  fs::remove_all(tmp);
+  const verl::test::TempDir scratch("test_trainer_cuda");
+  const fs::path& tmp = scratch.path();
   const std::string gpu_dir = (tmp / "cuda").string(), cpu_dir = (tmp / "cpu").string();
   std::vector<float> initial;
   {
@@ -333,9 +334,8 @@ TEST_F(TrainerCudaTest, GrpoRunOnDemoConfig) {
 // criterion); the checkpoint holds the model and the AdamW state. Measured through the CLI on the
 // H200 (the demo model, docs/benchmarks.md 2026-12-05): loss 1.5e-3 apart, gradient norm 11%.
 TEST_F(TrainerCudaTest, SftOnTheGpuFollowsTheCpu) {
-  const fs::path tmp = fs::temp_directory_path() / "verl_test_sft_cuda";
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
+  const verl::test::TempDir scratch("test_sft_cuda");
+  const fs::path& tmp = scratch.path();
   {
     model::Weights w =
         model::Weights::from_config(model::load_model_config(kRoot + "/assets/demo/model"));
@@ -387,8 +387,8 @@ TEST_F(TrainerCudaTest, SftOnTheGpuFollowsTheCpu) {
 // where an offloaded share left stale or garbled would move 30%. The per-phase peaks and the pinned
 // bytes are logged.
 TEST_F(TrainerCudaTest, OffloadedRunMatchesResidentRun) {
-  const fs::path tmp = fs::temp_directory_path() / "verl_test_trainer_offload";
-  fs::remove_all(tmp);
+  const verl::test::TempDir scratch("test_trainer_offload");
+  const fs::path& tmp = scratch.path();
   const std::string res_dir = (tmp / "resident").string(), off_dir = (tmp / "offload").string();
   const std::vector<std::string> common = {"trainer.save_freq=-1", "trainer.test_freq=-1",
                                            "trainer.val_before_train=false"};
@@ -452,8 +452,8 @@ TEST_F(TrainerCudaTest, OffloadedRunMatchesResidentRun) {
 // old (staleness 1, rollout/weights_step 0 then 1), so the rollout's log-probs differ from the
 // recomputed old ones by an update, where step 1's agree to the matched numerics' precision.
 TEST_F(TrainerCudaTest, OneStepOffPolicyOnTheGpu) {
-  const fs::path tmp = fs::temp_directory_path() / "verl_test_trainer_one_step_off";
-  fs::remove_all(tmp);
+  const verl::test::TempDir scratch("test_trainer_one_step_off");
+  const fs::path& tmp = scratch.path();
   const std::string plain_dir = (tmp / "plain").string(), off_dir = (tmp / "off").string();
   const std::vector<std::string> common = {"trainer.save_freq=-1", "trainer.test_freq=-1",
                                            "trainer.val_before_train=false",
@@ -507,8 +507,8 @@ TEST_F(TrainerCudaTest, OneStepOffPolicyOnTheGpu) {
 // generation, plain and int8-quantised: the same rollouts (step 1 generates from the same weights),
 // scores within bf16 noise (a sequence's forward shares its GEMMs with other sequences).
 TEST_F(TrainerCudaTest, RewardModelScoresDuringGeneration) {
-  const fs::path tmp = fs::temp_directory_path() / "verl_test_trainer_cuda_rm";
-  fs::remove_all(tmp);
+  const verl::test::TempDir scratch("test_trainer_cuda_rm");
+  const fs::path& tmp = scratch.path();
   const fs::path rm = tmp / "rm";
   verl::test::make_demo_reward_model(rm);
   for (const char* bits : {"16", "8"}) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/test_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace verl::data::testing {
@@ -29,27 +30,18 @@ inline const tokenizer::Tokenizer& qwen3() {
   return *tok;
 }
 
-// A fresh directory under the system temp dir, removed with the object.
-class ScratchDir {
+// A TempDir (tests/common/test_util.h) that writes files into itself; path() is a string here
+// because the data tests build file names by appending to it.
+class ScratchDir : public verl::test::TempDir {
  public:
-  ScratchDir() {
-    static int counter = 0;
-    path_ = std::filesystem::temp_directory_path() /
-            fmt::format("verl_data_test_{}_{}", ::getpid(), counter++);
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~ScratchDir() { std::filesystem::remove_all(path_); }
-  std::string path() const { return path_.string(); }
+  ScratchDir() : TempDir("data_test") {}
+  std::string path() const { return str(); }
   // Writes `text` to NAME and returns the full path.
   std::string write(const std::string& name, const std::string& text) const {
-    const std::string p = (path_ / name).string();
+    const std::string p = (TempDir::path() / name).string();
     std::ofstream(p, std::ios::binary) << text;
     return p;
   }
-
- private:
-  std::filesystem::path path_;
 };
 
 // A row in verl's schema with a user question (and optionally a system prompt).

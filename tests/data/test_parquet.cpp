@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 
+#include "../common/test_util.h"
 #include "core/error.h"
 #include "data/dataloader.h"
 #include "data/parquet.h"
@@ -62,16 +63,6 @@ std::map<std::string, std::string> fixtures() {
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-template <typename Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 const tokenizer::Tokenizer& demo_tokenizer() {
@@ -171,7 +162,7 @@ TEST(Parquet, SftExamplesFromParquetEqualJsonl) {
   trainer::SftDataOptions opt;
   opt.messages_key = "conversation";
   const std::string path = kDir + "/sft_hyparquet_snappy.parquet";
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(test::error_of([&] {
               trainer::load_sft_examples(path, demo_tokenizer(), opt);
             }).find(path + ":1: missing \"conversation\""),
             std::string::npos);
@@ -197,7 +188,7 @@ class Broken : public ::testing::Test {
   // Reads the whole file; returns the Error message ("" when it read fine).
   std::string read_all(const std::string& bytes, const std::string& name = "bad.parquet") {
     const std::string p = dir.write(name, bytes);
-    return error_of([&] { read_parquet(p); });
+    return test::error_of([&] { read_parquet(p); });
   }
   void fuzz();
 };
@@ -226,9 +217,10 @@ TEST_F(Broken, FooterAndMagic) {
   EXPECT_FALSE(e.empty());
 
   EXPECT_NE(read_all("PAR1").find("too short"), std::string::npos);
-  EXPECT_NE(
-      error_of([&] { ParquetFile::open(dir.write("x", "") + ".missing"); }).find("cannot open"),
-      std::string::npos);
+  EXPECT_NE(test::error_of([&] {
+              ParquetFile::open(dir.write("x", "") + ".missing");
+            }).find("cannot open"),
+            std::string::npos);
 }
 
 TEST_F(Broken, UnknownCodecNamesRowGroupAndColumn) {
@@ -251,7 +243,8 @@ TEST_F(Broken, RenamedColumnFailsTheRowCheckWithFileAndRow) {
     bad[at + 2] = 'a';
   const std::string p = dir.write("noprompt.parquet", bad);
   EXPECT_EQ(read_parquet(p)[0].count("prampt"), 1u);
-  const std::string e = error_of([&] { RLDataset::load({p}, demo_tokenizer(), DatasetOptions{}); });
+  const std::string e =
+      test::error_of([&] { RLDataset::load({p}, demo_tokenizer(), DatasetOptions{}); });
   EXPECT_NE(e.find(p + ":1: the row has no 'prompt' field"), std::string::npos) << e;
 }
 
@@ -328,7 +321,8 @@ TEST(Parquet, AColumnOfTheWrongTypeNamesFileRowAndField) {
   const std::vector<OJ> rows = read_parquet(p);
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_TRUE(rows[0]["prompt"].is_number_integer());
-  const std::string e = error_of([&] { RLDataset::load({p}, demo_tokenizer(), DatasetOptions{}); });
+  const std::string e =
+      test::error_of([&] { RLDataset::load({p}, demo_tokenizer(), DatasetOptions{}); });
   EXPECT_NE(e.find(p + ":1:"), std::string::npos) << e;
   EXPECT_NE(e.find("prompt"), std::string::npos) << e;
 }

@@ -2,6 +2,7 @@
 // filter, the four truncation modes, and errors that name the file and line of a bad row.
 #include <gtest/gtest.h>
 
+#include "../common/test_util.h"
 #include "config/config.h"
 #include "core/error.h"
 #include "data/rl_dataset.h"
@@ -26,17 +27,6 @@ std::string long_question() {
   std::string q;
   for (int i = 0; i < 40; ++i) q += "Natalia sold clips to 48 of her friends in April. ";
   return q;
-}
-
-// The message of the Error thrown by fn ("" when nothing was thrown).
-template <typename Fn>
-std::string error_of(Fn fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(RLDataset, RowsBecomeTemplatedTokenizedSamples) {
@@ -163,7 +153,7 @@ TEST(RLDataset, TruncationModes) {
   opts.max_prompt_length = max;
   RLDataset ds = RLDataset::from_rows({make_row("ok", "1"), row}, "train.jsonl", qwen3(), opts);
   EXPECT_NO_THROW(ds.get(0));
-  const std::string msg = error_of([&] { ds.get(1); });
+  const std::string msg = test::error_of([&] { ds.get(1); });
   EXPECT_NE(msg.find("train.jsonl:2"), std::string::npos) << msg;
   EXPECT_NE(msg.find(fmt::format("prompt length {}", full.size())), std::string::npos) << msg;
   EXPECT_NE(msg.find("max_prompt_length 25"), std::string::npos) << msg;
@@ -178,7 +168,7 @@ TEST(RLDataset, TruncatePromptEdgeCases) {
   EXPECT_EQ(truncate_prompt(ids, 2, Truncation::Left), (std::vector<int32_t>{4, 5}));
   EXPECT_THROW(truncate_prompt(ids, 4, Truncation::Error), Error);
   EXPECT_EQ(parse_truncation("middle"), Truncation::Middle);
-  EXPECT_NE(error_of([] { parse_truncation("center"); }).find("error, left, right, middle"),
+  EXPECT_NE(test::error_of([] { parse_truncation("center"); }).find("error, left, right, middle"),
             std::string::npos);
 }
 
@@ -222,7 +212,8 @@ TEST(RLDataset, BadRowsNameFileAndLine) {
   for (size_t c = 0; c < cases.size(); ++c) {
     const std::string path = dir.write(fmt::format("bad{}.jsonl", c),
                                        good + "\n\n" + cases[c].first + "\n" + good + "\n");
-    const std::string msg = error_of([&] { RLDataset::load({path}, qwen3(), DatasetOptions{}); });
+    const std::string msg =
+        test::error_of([&] { RLDataset::load({path}, qwen3(), DatasetOptions{}); });
     EXPECT_NE(msg.find(path + ":3:"), std::string::npos) << "case " << c << ": " << msg;
     EXPECT_NE(msg.find(cases[c].second), std::string::npos) << "case " << c << ": " << msg;
   }
@@ -235,19 +226,21 @@ TEST(RLDataset, BadRowsNameFileAndLine) {
 
 TEST(RLDataset, FileProblems) {
   ScratchDir dir;
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(test::error_of([&] {
               RLDataset::load({"/nonexistent/x.jsonl"}, qwen3(), DatasetOptions{});
             }).find("cannot open dataset file /nonexistent/x.jsonl"),
             std::string::npos);
   // A directory is not read as an empty file, and an empty file is named (not blamed on a batch
   // size).
-  std::string msg0 = error_of([&] { RLDataset::load({dir.path()}, qwen3(), DatasetOptions{}); });
+  std::string msg0 =
+      test::error_of([&] { RLDataset::load({dir.path()}, qwen3(), DatasetOptions{}); });
   EXPECT_NE(msg0.find(dir.path() + ": it is a directory"), std::string::npos) << msg0;
   const std::string empty = dir.write("empty.jsonl", "\n");
-  msg0 = error_of([&] { RLDataset::load({empty}, qwen3(), DatasetOptions{}); });
+  msg0 = test::error_of([&] { RLDataset::load({empty}, qwen3(), DatasetOptions{}); });
   EXPECT_NE(msg0.find("data: " + empty + " hold(s) no rows"), std::string::npos) << msg0;
   const std::string parquet = dir.write("train.parquet", "PAR1");
-  const std::string msg = error_of([&] { RLDataset::load({parquet}, qwen3(), DatasetOptions{}); });
+  const std::string msg =
+      test::error_of([&] { RLDataset::load({parquet}, qwen3(), DatasetOptions{}); });
   // Parquet is read now (tests/data/test_parquet.cpp); a 4-byte file is named as too short.
   EXPECT_NE(msg.find(parquet + ": 4 bytes is too short for a parquet file"), std::string::npos)
       << msg;
@@ -256,9 +249,10 @@ TEST(RLDataset, FileProblems) {
   }
   EXPECT_EQ(expand_user("a/~/b"), "a/~/b");
   const std::string obj = dir.write("x.json", make_row("q", "1").dump());
-  EXPECT_NE(
-      error_of([&] { RLDataset::load({obj}, qwen3(), DatasetOptions{}); }).find("must be an array"),
-      std::string::npos);
+  EXPECT_NE(test::error_of([&] {
+              RLDataset::load({obj}, qwen3(), DatasetOptions{});
+            }).find("must be an array"),
+            std::string::npos);
 }
 
 // With the trainer's scorer check, a row no built-in scorer can score fails at load, naming
@@ -272,12 +266,12 @@ TEST(RLDataset, RewardInputsAreCheckedAtLoad) {
   const std::string good = make_row("q", "1").dump();
   const std::string bad_gt =
       dir.write("gt.jsonl", good + "\n" + make_row("q", OJ::array({1, 2})).dump() + "\n");
-  std::string msg = error_of([&] { RLDataset::load({bad_gt}, qwen3(), opts); });
+  std::string msg = test::error_of([&] { RLDataset::load({bad_gt}, qwen3(), opts); });
   EXPECT_NE(msg.find(bad_gt + ":2: gsm8k: ground_truth must be a string"), std::string::npos)
       << msg;
   const std::string bad_src =
       dir.write("src.jsonl", make_row("q", "1", "my/unknown").dump() + "\n");
-  msg = error_of([&] { RLDataset::load({bad_src}, qwen3(), opts); });
+  msg = test::error_of([&] { RLDataset::load({bad_src}, qwen3(), opts); });
   EXPECT_NE(msg.find(bad_src + ":1: no reward function for data_source 'my/unknown'"),
             std::string::npos)
       << msg;

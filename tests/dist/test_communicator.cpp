@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/test_util.h"
 #include "core/error.h"
 #include "dist/communicator.h"
 
@@ -20,17 +21,6 @@ namespace {
 
 constexpr DataType kAllTypes[] = {DataType::F32, DataType::F64,  DataType::I32,
                                   DataType::I64, DataType::BF16, DataType::U8};
-
-// Runs `f` and returns the verl::Error's message ("" if nothing was thrown).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const verl::Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 void expect_mentions(const std::string& msg, std::initializer_list<const char*> words) {
   EXPECT_FALSE(msg.empty()) << "no verl::Error was thrown";
@@ -196,9 +186,9 @@ TEST(SingleProcess, BroadcastFromRootZeroKeepsData) {
 TEST(SingleProcess, BroadcastFromRankOneIsAnError) {
   SingleProcess comm;
   std::vector<float> x(4, 1.0f);
-  expect_mentions(error_of([&] { comm.broadcast<float>(x, 1); }),
+  expect_mentions(test::error_of([&] { comm.broadcast<float>(x, 1); }),
                   {"broadcast", "root 1", "world size 1"});
-  expect_mentions(error_of([&] { comm.broadcast(x.data(), 4, DataType::F32, -1); }),
+  expect_mentions(test::error_of([&] { comm.broadcast(x.data(), 4, DataType::F32, -1); }),
                   {"broadcast", "root -1"});
 }
 
@@ -231,11 +221,11 @@ TEST(SingleProcess, AllToAllvWithTwoCountsIsAnError) {
   SingleProcess comm;
   std::vector<float> send(4, 1.0f), recv(4, 0.0f);
   const size_t two[] = {2, 2}, one[] = {4}, zero[] = {0};
-  expect_mentions(error_of([&] {
+  expect_mentions(test::error_of([&] {
                     comm.all_to_allv(send.data(), two, zero, recv.data(), one, zero, DataType::F32);
                   }),
                   {"all_to_allv", "send_counts has 2 entries", "world size 1"});
-  expect_mentions(error_of([&] {
+  expect_mentions(test::error_of([&] {
                     comm.all_to_allv(send.data(), one, zero, recv.data(), one, two, DataType::F32);
                   }),
                   {"all_to_allv", "recv_displs has 2 entries"});
@@ -246,7 +236,7 @@ TEST(SingleProcess, AllToAllvCountMismatchIsAnError) {
   SingleProcess comm;
   std::vector<int32_t> send(4, 1), recv(4, 0);
   const size_t three[] = {3}, two[] = {2}, zero[] = {0};
-  expect_mentions(error_of([&] {
+  expect_mentions(test::error_of([&] {
                     comm.all_to_allv(send.data(), three, zero, recv.data(), two, zero,
                                      DataType::I32);
                   }),
@@ -256,34 +246,37 @@ TEST(SingleProcess, AllToAllvCountMismatchIsAnError) {
 TEST(SingleProcess, SpanWrappersCheckSizes) {
   SingleProcess comm;
   std::vector<float> seven(7, 1.0f), six(6, 0.0f);
-  expect_mentions(error_of([&] { comm.all_gather<float>(seven, six); }),
+  expect_mentions(test::error_of([&] { comm.all_gather<float>(seven, six); }),
                   {"all_gather", "recv has 6", "world_size 1", "send's 7"});
   std::vector<int64_t> five(5, 1), four(4, 0);
-  expect_mentions(error_of([&] { comm.reduce_scatter<int64_t>(five, four, ReduceOp::Sum); }),
+  expect_mentions(test::error_of([&] { comm.reduce_scatter<int64_t>(five, four, ReduceOp::Sum); }),
                   {"reduce_scatter", "send has 5", "recv's 4"});
-  expect_mentions(error_of([&] { comm.all_to_all<float>(seven, six); }),
+  expect_mentions(test::error_of([&] { comm.all_to_all<float>(seven, six); }),
                   {"all_to_all", "send has 7", "recv 6"});
   // A slice [8, 8 + 4) past the end of a 10-element send.
   std::vector<float> ten(10, 1.0f), out(10, 0.0f);
   const size_t counts[] = {4}, past[] = {8}, zero[] = {0};
-  expect_mentions(error_of([&] { comm.all_to_allv<float>(ten, counts, past, out, counts, zero); }),
-                  {"all_to_allv", "send slice for rank 0", "[8, 8 + 4)", "10 elements"});
-  expect_mentions(error_of([&] { comm.all_to_allv<float>(ten, counts, zero, out, counts, past); }),
-                  {"recv slice for rank 0"});
+  expect_mentions(
+      test::error_of([&] { comm.all_to_allv<float>(ten, counts, past, out, counts, zero); }),
+      {"all_to_allv", "send slice for rank 0", "[8, 8 + 4)", "10 elements"});
+  expect_mentions(
+      test::error_of([&] { comm.all_to_allv<float>(ten, counts, zero, out, counts, past); }),
+      {"recv slice for rank 0"});
   EXPECT_EQ(six, std::vector<float>(6, 0.0f));  // nothing was written by a rejected call
   EXPECT_EQ(out, std::vector<float>(10, 0.0f));
 }
 
 TEST(SingleProcess, NullBuffersWithElementsAreErrors) {
   SingleProcess comm;
-  expect_mentions(error_of([&] { comm.all_reduce(nullptr, 3, DataType::F32, ReduceOp::Sum); }),
-                  {"all_reduce", "null", "count 3"});
+  expect_mentions(
+      test::error_of([&] { comm.all_reduce(nullptr, 3, DataType::F32, ReduceOp::Sum); }),
+      {"all_reduce", "null", "count 3"});
   float x = 1.0f;
-  expect_mentions(error_of([&] { comm.all_gather(&x, nullptr, 1, DataType::F32); }),
+  expect_mentions(test::error_of([&] { comm.all_gather(&x, nullptr, 1, DataType::F32); }),
                   {"all_gather", "null"});
   // Zero elements need no buffers.
-  EXPECT_EQ(error_of([&] { comm.all_gather(nullptr, nullptr, 0, DataType::F32); }), "");
-  EXPECT_EQ(error_of([&] { comm.all_to_all(nullptr, nullptr, 0, DataType::U8); }), "");
+  EXPECT_EQ(test::error_of([&] { comm.all_gather(nullptr, nullptr, 0, DataType::F32); }), "");
+  EXPECT_EQ(test::error_of([&] { comm.all_to_all(nullptr, nullptr, 0, DataType::U8); }), "");
 }
 
 TEST(SingleProcess, DevicePlaceWithoutCudaBackendIsAnError) {
@@ -294,11 +287,12 @@ TEST(SingleProcess, DevicePlaceWithoutCudaBackendIsAnError) {
   std::vector<float> a(3, 1.0f), b(3, 0.0f);
   const Place dev = Place::device(nullptr);
   expect_mentions(
-      error_of([&] { comm.all_reduce(a.data(), 3, DataType::F32, ReduceOp::Sum, dev); }),
+      test::error_of([&] { comm.all_reduce(a.data(), 3, DataType::F32, ReduceOp::Sum, dev); }),
       {"all_reduce", "no CUDA backend"});
-  expect_mentions(error_of([&] { comm.all_gather(a.data(), b.data(), 3, DataType::F32, dev); }),
-                  {"all_gather", "no CUDA backend"});
-  expect_mentions(error_of([&] { comm.broadcast(a.data(), 3, DataType::F32, 0, dev); }),
+  expect_mentions(
+      test::error_of([&] { comm.all_gather(a.data(), b.data(), 3, DataType::F32, dev); }),
+      {"all_gather", "no CUDA backend"});
+  expect_mentions(test::error_of([&] { comm.broadcast(a.data(), 3, DataType::F32, 0, dev); }),
                   {"broadcast", "no CUDA backend"});
   EXPECT_EQ(b, std::vector<float>(3, 0.0f));
 #endif
@@ -333,7 +327,7 @@ TEST(SingleProcess, SplitGivesAOneRankGroup) {
   EXPECT_EQ(h->group().world_ranks, std::vector<int>{0});
   EXPECT_EQ(g->split(kNoColor, 5), nullptr);
   EXPECT_EQ(comm.split(kNoColor, 0), nullptr);
-  expect_mentions(error_of([&] { comm.split(-2, 0); }),
+  expect_mentions(test::error_of([&] { comm.split(-2, 0); }),
                   {"split on rank 0 of 1", "color -2", "kNoColor"});
   EXPECT_EQ(comm.group().world_ranks, std::vector<int>{});  // no split made the parent
 }
@@ -438,7 +432,7 @@ TEST(Communicator, WrappersPassElementCountsAndTypesToTheBackend) {
 TEST(Communicator, SplitHoldsTheBackendToTheGroup) {
   RecordingComm comm;
   expect_mentions(
-      error_of([&] { comm.split(0, 0); }),
+      test::error_of([&] { comm.split(0, 0); }),
       {"split on rank 1 of 3", "group color 0 was formed as rank -1 of 0", "want rank 1 of 3"});
   EXPECT_EQ(comm.last, "split");
   EXPECT_EQ(comm.count, 3u);  // the three members reached the backend
@@ -449,21 +443,21 @@ TEST(Communicator, SplitHoldsTheBackendToTheGroup) {
 TEST(Communicator, ChecksAreAgainstTheWorldSize) {
   RecordingComm comm;
   std::vector<float> two(2), five(5), six(6);
-  expect_mentions(error_of([&] { comm.all_gather<float>(two, five); }),
+  expect_mentions(test::error_of([&] { comm.all_gather<float>(two, five); }),
                   {"all_gather", "recv has 5", "world_size 3", "= 6"});
-  expect_mentions(error_of([&] { comm.reduce_scatter<float>(five, two, ReduceOp::Sum); }),
+  expect_mentions(test::error_of([&] { comm.reduce_scatter<float>(five, two, ReduceOp::Sum); }),
                   {"reduce_scatter", "send has 5", "= 6"});
-  expect_mentions(error_of([&] { comm.all_to_all<float>(five, five); }),
+  expect_mentions(test::error_of([&] { comm.all_to_all<float>(five, five); }),
                   {"all_to_all", "world_size 3"});
-  expect_mentions(error_of([&] { comm.broadcast<float>(six, 3); }),
+  expect_mentions(test::error_of([&] { comm.broadcast<float>(six, 3); }),
                   {"broadcast", "root 3", "world size 3"});
   const size_t one[] = {1};
-  expect_mentions(error_of([&] {
+  expect_mentions(test::error_of([&] {
                     comm.all_to_allv(six.data(), one, one, six.data(), one, one, DataType::F32);
                   }),
                   {"send_counts has 1 entries", "world size 3"});
   comm.last.clear();
-  EXPECT_EQ(error_of([&] { comm.all_gather<float>(two, six); }), "");
+  EXPECT_EQ(test::error_of([&] { comm.all_gather<float>(two, six); }), "");
   EXPECT_EQ(comm.last, "all_gather");
 }
 

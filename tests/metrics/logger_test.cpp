@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "../common/test_util.h"
 #include "core/error.h"
 
 using namespace verl::metrics;
@@ -19,9 +20,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A fresh directory (one per name) in this process's scratch directory, removed at exit.
 fs::path fresh_dir(const std::string& name) {
-  const fs::path d =
-      fs::temp_directory_path() / ("verl_met_" + std::to_string(getpid()) + "_" + name);
+  static const verl::test::TempDir scratch("met");
+  const fs::path d = scratch / name;
   fs::remove_all(d);
   fs::create_directories(d);
   return d;

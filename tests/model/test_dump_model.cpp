@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "../common/test_util.h"
 #include "core/dump.h"
 #include "core/tensor.h"
 #include "model/transformer.h"
@@ -35,11 +36,12 @@ ModelConfig tiny_config(HeadKind head) {
   return c;
 }
 
+// A path (one per name, not yet created) in this process's scratch directory, removed at exit.
 fs::path fresh_dir(const std::string& name) {
-  fs::path p =
-      fs::temp_directory_path() / ("verl_dump_model_" + std::to_string(getpid()) + "_" + name);
-  fs::remove_all(p);
-  return p;
+  static const verl::test::TempDir scratch("dump_model");
+  const fs::path d = scratch / name;
+  fs::remove_all(d);
+  return d;
 }
 
 std::vector<std::string> index_of(const fs::path& tag_dir) {

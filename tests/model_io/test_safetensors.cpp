@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../common/test_util.h"
 #include "core/error.h"
 #include "model/safetensors.h"
 
@@ -51,22 +52,11 @@ void write_bytes(const fs::path& p, const std::vector<uint8_t>& bytes) {
             static_cast<std::streamsize>(bytes.size()));
 }
 
-// Runs `fn`, expects verl::Error, and returns its message.
-template <class F>
-std::string error_of(F&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected verl::Error";
-  return "";
-}
-
 std::string parse_error(const std::string& header, size_t data_bytes,
                         uint64_t header_len = UINT64_MAX) {
   auto img = make_image(header, data_bytes, header_len);
-  return error_of([&] { SafetensorsFile::from_memory(img.data(), img.size(), "bad.safetensors"); });
+  return test::expected_error_of(
+      [&] { SafetensorsFile::from_memory(img.data(), img.size(), "bad.safetensors"); });
 }
 
 TEST(Safetensors, RoundTripF32Bf16F16) {
@@ -131,12 +121,12 @@ TEST(Safetensors, RoundTripF32Bf16F16) {
   EXPECT_EQ(out[3], 2.0f / 16777216.0f);
   dir.read_f32("empty", {0, 4}, out.data());
 
-  std::string msg = error_of([&] { dir.read_f32("layer.a", {3, 2}, out.data()); });
+  std::string msg = test::expected_error_of([&] { dir.read_f32("layer.a", {3, 2}, out.data()); });
   EXPECT_NE(msg.find("model.safetensors"), std::string::npos) << msg;
   EXPECT_NE(msg.find("layer.a"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[2, 3]"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[3, 2]"), std::string::npos) << msg;
-  msg = error_of([&] { dir.info("missing.weight"); });
+  msg = test::expected_error_of([&] { dir.info("missing.weight"); });
   EXPECT_NE(msg.find("missing.weight"), std::string::npos) << msg;
   EXPECT_NE(msg.find(tmp.str()), std::string::npos) << msg;
 }
@@ -159,7 +149,7 @@ TEST(Safetensors, ReadsUnalignedData) {
   dir.read_f32("h", {2}, out.data());
   EXPECT_EQ(out[0], -3.5f);
   EXPECT_EQ(out[1], 0.125f);
-  std::string msg = error_of([&] { dir.read_f32("u", {1}, out.data()); });
+  std::string msg = test::expected_error_of([&] { dir.read_f32("u", {1}, out.data()); });
   EXPECT_NE(msg.find("'u'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("U8"), std::string::npos) << msg;
 }
@@ -214,7 +204,7 @@ TEST(Safetensors, ShardedDirRoundTripAndStaleFiles) {
 
 TEST(Safetensors, DirErrors) {
   TempDir tmp;
-  std::string msg = error_of([&] { SafetensorsDir::open(tmp.str()); });
+  std::string msg = test::expected_error_of([&] { SafetensorsDir::open(tmp.str()); });
   EXPECT_NE(msg.find(tmp.str()), std::string::npos) << msg;
   EXPECT_NE(msg.find("model.safetensors.index.json"), std::string::npos) << msg;
 
@@ -224,22 +214,22 @@ TEST(Safetensors, DirErrors) {
     std::ofstream(tmp / "model.safetensors.index.json") << text;
   };
   write_index(R"({"weight_map": {"x": "shard-a.safetensors", "y": "shard-b.safetensors"}})");
-  msg = error_of([&] { SafetensorsDir::open(tmp.str()); });
+  msg = test::expected_error_of([&] { SafetensorsDir::open(tmp.str()); });
   EXPECT_NE(msg.find("model.safetensors.index.json"), std::string::npos) << msg;
   EXPECT_NE(msg.find("shard-b.safetensors"), std::string::npos) << msg;
   EXPECT_NE(msg.find("'y'"), std::string::npos) << msg;
 
   write_index(R"({"weight_map": {"x": "shard-a.safetensors", "z": "shard-a.safetensors"}})");
-  msg = error_of([&] { SafetensorsDir::open(tmp.str()); });
+  msg = test::expected_error_of([&] { SafetensorsDir::open(tmp.str()); });
   EXPECT_NE(msg.find("'z'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("shard-a.safetensors"), std::string::npos) << msg;
 
   write_index(R"({"weight_map": {"x": 3}})");
-  msg = error_of([&] { SafetensorsDir::open(tmp.str()); });
+  msg = test::expected_error_of([&] { SafetensorsDir::open(tmp.str()); });
   EXPECT_NE(msg.find("'x'"), std::string::npos) << msg;
 
   write_index(R"({"weight_map": {"x": "shard-a.safetensors"})");
-  msg = error_of([&] { SafetensorsDir::open(tmp.str()); });
+  msg = test::expected_error_of([&] { SafetensorsDir::open(tmp.str()); });
   EXPECT_NE(msg.find("not valid JSON"), std::string::npos) << msg;
 
   write_index(R"({"weight_map": {"x": "shard-a.safetensors"}})");
@@ -250,16 +240,19 @@ TEST(Safetensors, DirErrors) {
 
 TEST(Safetensors, OpenErrors) {
   TempDir tmp;
-  std::string msg = error_of([&] { SafetensorsFile::open((tmp / "none.safetensors").string()); });
+  std::string msg =
+      test::expected_error_of([&] { SafetensorsFile::open((tmp / "none.safetensors").string()); });
   EXPECT_NE(msg.find("none.safetensors"), std::string::npos) << msg;
   write_bytes(tmp / "short.safetensors", {1, 2, 3});
-  msg = error_of([&] { SafetensorsFile::open((tmp / "short.safetensors").string()); });
+  msg =
+      test::expected_error_of([&] { SafetensorsFile::open((tmp / "short.safetensors").string()); });
   EXPECT_NE(msg.find("short.safetensors"), std::string::npos) << msg;
   EXPECT_NE(msg.find("3 bytes"), std::string::npos) << msg;
   // A valid header length but truncated data, through the mmap path.
   write_bytes(tmp / "trunc.safetensors",
               make_image(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 10));
-  msg = error_of([&] { SafetensorsFile::open((tmp / "trunc.safetensors").string()); });
+  msg =
+      test::expected_error_of([&] { SafetensorsFile::open((tmp / "trunc.safetensors").string()); });
   EXPECT_NE(msg.find("trunc.safetensors"), std::string::npos) << msg;
   EXPECT_NE(msg.find("'w'"), std::string::npos) << msg;
 }
@@ -268,13 +261,17 @@ TEST(Safetensors, WriteErrors) {
   TempDir tmp;
   std::vector<float> v(4);
   const std::string p = (tmp / "x.safetensors").string();
-  std::string msg = error_of([&] { write_safetensors(p, {{"w", DType::I32, {4}, v.data()}}); });
+  std::string msg = test::expected_error_of([&] {
+    write_safetensors(p, {{"w", DType::I32, {4}, v.data()}});
+  });
   EXPECT_NE(msg.find("'w'"), std::string::npos) << msg;
-  msg = error_of([&] {
+  msg = test::expected_error_of([&] {
     write_safetensors(p, {{"w", DType::F32, {4}, v.data()}, {"w", DType::F32, {4}, v.data()}});
   });
   EXPECT_NE(msg.find("twice"), std::string::npos) << msg;
-  msg = error_of([&] { write_safetensors(p, {{"w", DType::F32, {-1, 4}, v.data()}}); });
+  msg = test::expected_error_of([&] {
+    write_safetensors(p, {{"w", DType::F32, {-1, 4}, v.data()}});
+  });
   EXPECT_NE(msg.find("negative"), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(p));
   EXPECT_FALSE(fs::exists(p + ".tmp"));
@@ -373,8 +370,8 @@ TEST(Safetensors, MalformedFilesNameFileAndTensor) {
   }
   // Shorter than the length field itself.
   std::vector<uint8_t> tiny = {1, 0, 0};
-  std::string msg =
-      error_of([&] { SafetensorsFile::from_memory(tiny.data(), tiny.size(), "bad.safetensors"); });
+  std::string msg = test::expected_error_of(
+      [&] { SafetensorsFile::from_memory(tiny.data(), tiny.size(), "bad.safetensors"); });
   EXPECT_NE(msg.find("bad.safetensors"), std::string::npos) << msg;
   EXPECT_NE(msg.find("shorter than"), std::string::npos) << msg;
 

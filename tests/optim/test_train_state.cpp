@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/test_util.h"
 #include "core/error.h"
 #include "optim/train_state.h"
 
@@ -19,15 +20,6 @@ model::Weights flat(std::vector<float> data) {
   w.layout.total = n;
   w.data = std::move(data);
   return w;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(CpuTrainState, HoldsTheWholeRangeAndItsBuffers) {
@@ -54,12 +46,12 @@ TEST(CpuTrainState, UploadRestoresWeightsMomentsAndSteps) {
   EXPECT_EQ(back.exp_avg, opt.exp_avg);
   EXPECT_EQ(back.exp_avg_sq, opt.exp_avg_sq);
   EXPECT_EQ(back.step, 17);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(test::error_of([&] {
               s.upload({1, 2}, nullptr);
             }).find("restore: 2 weights for a model of 3"),
             std::string::npos);
   AdamWState short_opt{{0.1f}, {1}, 1};
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(test::error_of([&] {
               s.upload({1, 2, 3}, &short_opt);
             }).find("optimizer moments"),
             std::string::npos);
@@ -70,8 +62,8 @@ TEST(CpuTrainState, ForwardOnlyHasNoGradientsOrMoments) {
   EXPECT_FALSE(s.trainable());
   EXPECT_EQ(s.grads(), nullptr);
   EXPECT_EQ(s.exp_avg(), nullptr);
-  EXPECT_NE(error_of([&] { s.zero_grad(); }).find("forward-only"), std::string::npos);
-  EXPECT_NE(error_of([&] { s.download_optimizer_state(); }).find("forward-only"),
+  EXPECT_NE(test::error_of([&] { s.zero_grad(); }).find("forward-only"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { s.download_optimizer_state(); }).find("forward-only"),
             std::string::npos);
   s.upload({7, 8}, nullptr);  // a reference policy's weights can still be replaced
   EXPECT_EQ(s.download_weights(), (std::vector<float>{7, 8}));

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/test_util.h"
 #include "core/error.h"
 #include "reward/command_reward.h"
 
@@ -20,14 +21,6 @@ namespace fs = std::filesystem;
 
 class CommandReward : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("verl_cmd_reward_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // Writes a script and returns its path.
   std::string script(const std::string& name, const std::string& text) {
     fs::path p = dir_ / name;
@@ -50,7 +43,7 @@ class CommandReward : public ::testing::Test {
     return r;
   }
 
-  fs::path dir_;
+  const test::TempDir dir_{"cmd_reward"};  // one per test: gtest makes a fixture per test
 };
 
 // Answers each row with score = len(solution_str) + int(ground_truth) / 100, echoing extra_info.

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "../common/test_util.h"
 #include "core/dump.h"
 #include "core/error.h"
 #include "core/rng.h"
@@ -330,14 +331,12 @@ TEST(Engine, RolloutStepsWriteNoDumpAndDumpingChangesNothing) {
   const std::vector<Completion> plain = Engine(w, small_engine()).generate({r});
 
   namespace fs = std::filesystem;
-  const fs::path dir =
-      fs::temp_directory_path() / ("verl_rollout_dump_" + std::to_string(getpid()));
-  fs::remove_all(dir);
+  const test::TempDir scratch("rollout_dump");
+  const fs::path& dir = scratch.path();
   dump::set_dir(dir.string());
   const std::vector<Completion> dumped = Engine(w, small_engine()).generate({r});
   dump::set_dir("");
   EXPECT_FALSE(fs::exists(dir / "cpu")) << "the rollout wrote a dump under " << dir;
-  fs::remove_all(dir);
   ASSERT_EQ(plain.size(), 1u);
   ASSERT_EQ(dumped.size(), 1u);
   EXPECT_EQ(plain[0].tokens, dumped[0].tokens);

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "../common/test_util.h"
 #include "core/error.h"
 #include "fixtures.h"
 #include "tokenizer/byte_level.h"
@@ -12,15 +13,6 @@
 
 namespace verl::tokenizer::testing {
 namespace {
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 TEST(Utf8, LossyReplacesMaximalSubpartsLikePython) {
   // Expected values from Python's bytes.decode("utf-8", "replace").
@@ -167,32 +159,32 @@ TEST(TinyTokenizer, AddedTokensMatchLongestFirstAndStripWhitespace) {
 TEST(Errors, BadTokenizerFilesNameTheProblem) {
   nlohmann::json t = tiny_tokenizer(false);
   t["model"]["type"] = "WordPiece";
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(test::error_of([&] {
               Tokenizer::from_json(t, {}, "x.json");
             }).find("unsupported model type \"WordPiece\""),
             std::string::npos);
   t = tiny_tokenizer(false);
   t["model"]["type"] = "Unigram";
-  EXPECT_NE(error_of([&] { Tokenizer::from_json(t, {}, "x.json"); }).find("\"Unigram\""),
+  EXPECT_NE(test::error_of([&] { Tokenizer::from_json(t, {}, "x.json"); }).find("\"Unigram\""),
             std::string::npos);
   t = tiny_tokenizer(false);
   t["model"]["merges"][1] = "zz qq";
-  EXPECT_NE(error_of([&] { Tokenizer::from_json(t, {}, "x.json"); }).find("model.merges[1]"),
+  EXPECT_NE(test::error_of([&] { Tokenizer::from_json(t, {}, "x.json"); }).find("model.merges[1]"),
             std::string::npos);
   t = tiny_tokenizer(false);
   t["pre_tokenizer"] = {{"type", "Metaspace"}};
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(test::error_of([&] {
               Tokenizer::from_json(t, {}, "x.json");
             }).find("unsupported pre_tokenizer type \"Metaspace\""),
             std::string::npos);
   t = tiny_tokenizer(false);
   t["normalizer"] = {{"type", "BertNormalizer"}};
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(test::error_of([&] {
               Tokenizer::from_json(t, {}, "x.json");
             }).find("unsupported normalizer type \"BertNormalizer\""),
             std::string::npos);
   t = tiny_tokenizer(false);
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(test::error_of([&] {
               Tokenizer::from_json(t, {{"eos_token", "<nope>"}}, "x.json");
             }).find("eos_token \"<nope>\""),
             std::string::npos);
@@ -204,7 +196,7 @@ TEST(Errors, BadTokenizerFilesNameTheProblem) {
 TEST(Errors, TokenIdsAndFlagsAreChecked) {
   const auto err = [](const nlohmann::json& t,
                       const nlohmann::json& cfg = nlohmann::json::object()) {
-    return error_of([&] { Tokenizer::from_json(t, cfg, "x.json"); });
+    return test::error_of([&] { Tokenizer::from_json(t, cfg, "x.json"); });
   };
   const auto has = [](const std::string& msg, const std::string& want) {
     EXPECT_NE(msg.find(want), std::string::npos) << msg;
@@ -234,21 +226,21 @@ TEST(Errors, MalformedJsonNamesTheFile) {
   const std::string dir = std::string(VERL_BINARY_DIR) + "/tokenizer_bad_json";
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/tokenizer.json") << "{\"model\": {";
-  const std::string msg = error_of([&] { Tokenizer::load(dir); });
+  const std::string msg = test::error_of([&] { Tokenizer::load(dir); });
   EXPECT_NE(msg.find(dir + "/tokenizer.json: malformed JSON"), std::string::npos) << msg;
-  EXPECT_NE(error_of([&] { Tokenizer::load(dir + "/missing"); }).find("no tokenizer.json"),
+  EXPECT_NE(test::error_of([&] { Tokenizer::load(dir + "/missing"); }).find("no tokenizer.json"),
             std::string::npos);
 }
 
 TEST(Errors, InvalidUtf8InputNamesTheOffset) {
   const Tokenizer tok = Tokenizer::from_json(tiny_tokenizer(false), {}, "tiny");
-  const std::string msg = error_of([&] {
+  const std::string msg = test::error_of([&] {
     tok.encode(
         "ab\xFF"
         "c");
   });
   EXPECT_NE(msg.find("not valid UTF-8 (byte 0xFF at offset 2)"), std::string::npos) << msg;
-  EXPECT_NE(error_of([&] { tok.decode({-1}, false); }).find("ids[0] = -1 is negative"),
+  EXPECT_NE(test::error_of([&] { tok.decode({-1}, false); }).find("ids[0] = -1 is negative"),
             std::string::npos);
 }
 

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../common/test_util.h"
 #include "config/config.h"
 #include "core/error.h"
 #include "model/safetensors.h"
@@ -37,7 +38,7 @@ config::Config cfg_for(const std::string& out, int64_t steps, std::vector<std::s
       "trainer.default_local_dir=" + out,
   };
   o.insert(o.end(), extra.begin(), extra.end());
-  return config::load_config(kRoot + "/configs/demo.yaml", o);
+  return test::demo_config(o);
 }
 
 std::vector<nlohmann::json> read_metrics(const std::string& dir) {
@@ -58,8 +59,8 @@ void expect_same_learning(const nlohmann::json& a, const nlohmann::json& b) {
 }
 
 TEST(Checkpoint, ResumeContinuesExactlyAndKeepsTheNewest) {
-  const fs::path tmp = fs::temp_directory_path() / "verl_test_ckpt";
-  fs::remove_all(tmp);
+  const test::TempDir scratch("test_ckpt");
+  const fs::path& tmp = scratch.path();
   const std::string full = (tmp / "full").string(), part = (tmp / "part").string();
   std::vector<float> full_weights;
   {
@@ -101,43 +102,31 @@ TEST(Checkpoint, ResumeContinuesExactlyAndKeepsTheNewest) {
 }
 
 TEST(Checkpoint, BadCheckpointsAreClearErrors) {
-  const fs::path tmp = fs::temp_directory_path() / "verl_test_ckpt_bad";
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
+  const test::TempDir scratch("test_ckpt_bad");
+  const fs::path& tmp = scratch.path();
   std::ofstream(tmp / "latest_checkpointed_iteration.txt") << "8";
-  try {
-    find_latest_checkpoint(tmp.string());
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("global_step_8"), std::string::npos) << e.what();
-  }
+  const std::string msg = test::expected_error_of([&] { find_latest_checkpoint(tmp.string()); });
+  EXPECT_NE(msg.find("global_step_8"), std::string::npos) << msg;
 }
 
 TEST(Checkpoint, TrackerHoldingGarbageSaysSo) {
-  const fs::path tmp = fs::temp_directory_path() / "verl_test_ckpt_garbage";
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
+  const test::TempDir scratch("test_ckpt_garbage");
+  const fs::path& tmp = scratch.path();
   std::ofstream(tmp / "latest_checkpointed_iteration.txt") << "garbage\n";
-  try {
-    find_latest_checkpoint(tmp.string());
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find((tmp / "latest_checkpointed_iteration.txt").string() +
-                       " should hold a step number but holds "
-                       "'garbage'"),
-              std::string::npos)
-        << msg;
-    EXPECT_EQ(msg.find("step 0"), std::string::npos) << msg;
-  }
-  fs::remove_all(tmp);
+  const std::string msg = test::expected_error_of([&] { find_latest_checkpoint(tmp.string()); });
+  EXPECT_NE(msg.find((tmp / "latest_checkpointed_iteration.txt").string() +
+                     " should hold a step number but holds "
+                     "'garbage'"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(msg.find("step 0"), std::string::npos) << msg;
 }
 
 // A directory holding steps 4 and 6 (another run's) and a save of step 2 with keep = 2: the
 // checkpoint just written stays and the tracker names it; the oldest other one goes.
 TEST(Checkpoint, RetentionNeverDeletesTheCheckpointJustWritten) {
-  const fs::path tmp = fs::temp_directory_path() / "verl_test_ckpt_keep";
-  fs::remove_all(tmp);
+  const test::TempDir scratch("test_ckpt_keep");
+  const fs::path& tmp = scratch.path();
   for (int s : {4, 6}) {
     fs::create_directories(tmp / ("global_step_" + std::to_string(s)));
     std::ofstream(tmp / ("global_step_" + std::to_string(s)) / "trainer_state.json") << "{}";
@@ -151,26 +140,19 @@ TEST(Checkpoint, RetentionNeverDeletesTheCheckpointJustWritten) {
   EXPECT_EQ(find_latest_checkpoint(tmp.string()), dir);
   EXPECT_FALSE(fs::exists(tmp / "global_step_4"));
   EXPECT_TRUE(fs::exists(tmp / "global_step_6"));
-  fs::remove_all(tmp);
 }
 
 // trainer.resume_mode=disable in a directory that holds checkpoints is an explicit error.
 TEST(Checkpoint, FreshRunInADirectoryWithCheckpointsIsAnError) {
-  const fs::path tmp = fs::temp_directory_path() / "verl_test_ckpt_fresh";
-  fs::remove_all(tmp);
+  const test::TempDir scratch("test_ckpt_fresh");
+  const fs::path& tmp = scratch.path();
   for (int s : {4, 6}) fs::create_directories(tmp / ("global_step_" + std::to_string(s)));
   PpoTrainer t(cfg_for(tmp.string(), 2, {"trainer.resume_mode=disable"}));
-  try {
-    t.fit();
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_NE(msg.find(tmp.string() + " already holds checkpoints (steps 4, 6)"), std::string::npos)
-        << msg;
-    EXPECT_NE(msg.find("trainer.resume_mode=auto"), std::string::npos) << msg;
-  }
+  const std::string msg = test::expected_error_of([&] { t.fit(); });
+  EXPECT_NE(msg.find(tmp.string() + " already holds checkpoints (steps 4, 6)"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("trainer.resume_mode=auto"), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(tmp / "global_step_2"));
-  fs::remove_all(tmp);
 }
 
 }  // namespace
@@ -183,8 +165,8 @@ namespace {
 // other slice (resharding on load), and a missing or inconsistent shard is an error naming the
 // file.
 TEST(Checkpoint, OptimizerShardsReshardOnLoad) {
-  const fs::path tmp = fs::temp_directory_path() / "verl_test_ckpt_shards";
-  fs::remove_all(tmp);
+  const test::TempDir scratch("test_ckpt_shards");
+  const fs::path& tmp = scratch.path();
   model::Weights w = model::Weights::load(kRoot + "/assets/demo/model");
   const int64_t n = w.layout.total;
   AdamWState whole;
@@ -217,32 +199,21 @@ TEST(Checkpoint, OptimizerShardsReshardOnLoad) {
   const fs::path actor = fs::path(dir) / "actor";
   fs::copy_file(actor / "optim_world_size_1_rank_0.safetensors",
                 actor / "optim_world_size_2_rank_0.safetensors");
-  std::string err;
-  try {
-    load_checkpoint(dir, back, opt, nullptr, nullptr);
-  } catch (const Error& e) {
-    err = e.what();
-  }
+  std::string err = test::error_of([&] { load_checkpoint(dir, back, opt, nullptr, nullptr); });
   EXPECT_NE(err.find("optimizer shards of world sizes"), std::string::npos) << err;
   fs::remove(actor / "optim_world_size_1_rank_0.safetensors");
-  err.clear();
-  try {
-    load_checkpoint(dir, back, opt, nullptr, nullptr);
-  } catch (const Error& e) {
-    err = e.what();
-  }
+  err = test::error_of([&] { load_checkpoint(dir, back, opt, nullptr, nullptr); });
   EXPECT_NE(err.find("optim_world_size_2_rank_1.safetensors: shard 1 of 2 is missing"),
             std::string::npos)
       << err;
-  fs::remove_all(tmp);
 }
 
 // A file of another kind in the optimizer's place (its metadata "format" says so: a corrupted
 // header used to load as long as the tensors fit), and a global_step_N directory whose N overflows
 // int64 (was "error: stoll"), are errors naming the path.
 TEST(Checkpoint, ForeignFilesAndStepNamesAreNamed) {
-  const fs::path tmp = fs::temp_directory_path() / "verl_test_ckpt_foreign";
-  fs::remove_all(tmp);
+  const test::TempDir scratch("test_ckpt_foreign");
+  const fs::path& tmp = scratch.path();
   model::Weights w = model::Weights::load(kRoot + "/assets/demo/model");
   const int64_t n = w.layout.total;
   AdamWState opt = fresh_optimizer_state(n);
@@ -254,28 +225,17 @@ TEST(Checkpoint, ForeignFilesAndStepNamesAreNamed) {
                             {"exp_avg_sq", DType::F32, {n}, opt.exp_avg_sq.data()}},
                            {{"format", "9erl.cpp-adamw"}, {"step", "1"}});
   model::Weights back{w.config, w.layout, {}};
-  std::string err;
-  try {
-    load_checkpoint(dir, back, opt, nullptr, nullptr);
-  } catch (const Error& e) {
-    err = e.what();
-  }
+  std::string err = test::error_of([&] { load_checkpoint(dir, back, opt, nullptr, nullptr); });
   EXPECT_NE(err.find(optim.string() +
                      ": metadata 'format' is '9erl.cpp-adamw', expected 'verl.cpp-adamw'"),
             std::string::npos)
       << err;
   fs::create_directories(tmp / "global_step_99999999999999999999999");
-  err.clear();
-  try {
-    check_fresh_run_dir(tmp.string());
-  } catch (const Error& e) {
-    err = e.what();
-  }
+  err = test::error_of([&] { check_fresh_run_dir(tmp.string()); });
   EXPECT_NE(
       err.find("global_step_99999999999999999999999: not a checkpoint step this trainer writes"),
       std::string::npos)
       << err;
-  fs::remove_all(tmp);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/test_util.h"
 #include "config/config.h"
 #include "config/detail.h"
 #include "core/file.h"
@@ -104,12 +105,12 @@ config::Config demo_config(const std::string& out, std::vector<std::string> extr
       "trainer.default_local_dir=" + out,
   };
   o.insert(o.end(), extra.begin(), extra.end());
-  return config::load_config(kRoot + "/configs/demo.yaml", o);
+  return test::demo_config(o);
 }
 
 TEST(ConfigReads, EverySupportedPpoKeyIsRead) {
-  const fs::path tmp = fs::temp_directory_path() / "verl_rc_reads_ppo";
-  fs::remove_all(tmp);
+  const test::TempDir scratch("rc_reads_ppo");
+  const fs::path& tmp = scratch.path();
   // GRPO: the reference policy (KL loss), validation (sampled) before and after the step, the
   // dumps, and micro-batches by sequence count (the deprecated global sizes among them).
   config::Config grpo = demo_config(
@@ -222,13 +223,11 @@ TEST(ConfigReads, EverySupportedPpoKeyIsRead) {
     EXPECT_EQ(ppo.schema().at(k).support, config::Support::Supported)
         << k << " is allowlisted but not supported";
   }
-  fs::remove_all(tmp);
 }
 
 TEST(ConfigReads, EverySupportedSftKeyIsRead) {
-  const fs::path tmp = fs::temp_directory_path() / "verl_rc_reads_sft";
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
+  const test::TempDir scratch("rc_reads_sft");
+  const fs::path& tmp = scratch.path();
   {
     std::ifstream in(kRoot + "/assets/demo/sft.jsonl");
     std::ofstream out(tmp / "sft.jsonl");
@@ -252,7 +251,6 @@ TEST(ConfigReads, EverySupportedSftKeyIsRead) {
       << " supported keys of the SFT config were never read (mark them @ignored or "
          "@unsupported with a reason, or read them):"
       << join(unread);
-  fs::remove_all(tmp);
 }
 
 // The record itself: reads through an alias count for the target, printing counts for nothing,

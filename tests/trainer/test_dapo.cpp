@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "../common/test_util.h"
 #include "config/config.h"
 #include "core/error.h"
 #include "trainer/ppo_trainer.h"
@@ -43,8 +44,14 @@ config::Config dapo_config(const std::string& out, std::vector<std::string> extr
   return config::load_config(kRoot + "/configs/examples/dapo_demo.yaml", o);
 }
 
+// This process's scratch directory (test_util.h): each run writes a subdirectory of its own.
+const test::TempDir& scratch() {
+  static const test::TempDir dir("test_dapo");
+  return dir;
+}
+
 std::string fresh_dir(const std::string& name) {
-  const std::string out = (fs::temp_directory_path() / ("verl_dapo_" + name)).string();
+  const std::string out = (scratch() / name).string();
   fs::remove_all(out);
   return out;
 }

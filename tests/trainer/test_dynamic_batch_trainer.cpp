@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/test_util.h"
 #include "config/config.h"
 #include "trainer/ppo_trainer.h"
 
@@ -37,7 +38,7 @@ config::Config demo(const std::string& out, std::vector<std::string> extra) {
       "trainer.default_local_dir=" + out,
   };
   o.insert(o.end(), extra.begin(), extra.end());
-  return config::load_config(kRoot + "/configs/demo.yaml", o);
+  return test::demo_config(o);
 }
 
 struct RunResult {
@@ -45,8 +46,14 @@ struct RunResult {
   std::vector<float> weights;
 };
 
+// This process's scratch directory (test_util.h): each run writes a subdirectory of its own.
+const test::TempDir& scratch() {
+  static const test::TempDir dir("test_dynbatch");
+  return dir;
+}
+
 RunResult run(const std::string& name, const std::vector<std::string>& extra) {
-  const std::string out = (fs::temp_directory_path() / ("verl_test_dynbatch_" + name)).string();
+  const std::string out = (scratch() / name).string();
   fs::remove_all(out);
   RunResult r;
   {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/test_util.h"
 #include "core/error.h"
 #include "trainer/experience.h"
 
@@ -60,13 +61,8 @@ TEST(PackedResponses, ScatterPutsGradientsWhereGatherReadsThem) {
 TEST(PackedResponses, WrongSizesNameTheCall) {
   Fixture f;
   const PackedResponses mb(f.exp, {0});
-  try {
-    mb.scatter(std::vector<float>(3));
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("PackedResponses::scatter"), std::string::npos)
-        << e.what();
-  }
+  const std::string msg = test::expected_error_of([&] { mb.scatter(std::vector<float>(3)); });
+  EXPECT_NE(msg.find("PackedResponses::scatter"), std::string::npos) << msg;
   EXPECT_THROW(mb.gather(std::vector<float>(2)), Error);
 }
 

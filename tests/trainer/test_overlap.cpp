@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/test_util.h"
 #include "config/config.h"
 #include "demo_reward_model.h"
 #include "trainer/ppo_trainer.h"
@@ -58,7 +59,7 @@ config::Config overlap_config(const std::string& out, std::vector<std::string> e
       "trainer.default_local_dir=" + out,
   };
   o.insert(o.end(), extra.begin(), extra.end());
-  return config::load_config(kRoot + "/configs/demo.yaml", o);
+  return test::demo_config(o);
 }
 
 struct RunResult {
@@ -66,8 +67,14 @@ struct RunResult {
   std::vector<float> weights;
 };
 
+// This process's scratch directory (test_util.h): each run writes a subdirectory of its own.
+const test::TempDir& scratch() {
+  static const test::TempDir dir("test_overlap");
+  return dir;
+}
+
 RunResult run(const std::string& name, std::vector<std::string> extra) {
-  const std::string out = (fs::temp_directory_path() / ("verl_test_overlap_" + name)).string();
+  const std::string out = (scratch() / name).string();
   fs::remove_all(out);
   RunResult r;
   {
@@ -196,7 +203,7 @@ TEST(Overlap, OneStepOffPolicyTrainsOnRolloutsOneUpdateOld) {
   }
   // Resume from step 2's checkpoint: step 3 generates its batch itself (staleness 0), the batch
   // the uninterrupted run trained on at step 3.
-  const std::string out = (fs::temp_directory_path() / "verl_test_overlap_osp_off").string();
+  const std::string out = (scratch() / "osp_off").string();
   fs::remove_all(out + "/global_step_3");  // the last step's checkpoint: back to step 2's
   std::ofstream(out + "/latest_checkpointed_iteration.txt") << "2";
   {
@@ -222,8 +229,7 @@ TEST(Overlap, OneStepOffPolicyTrainsOnRolloutsOneUpdateOld) {
 // on which sequences share a forward), and timing_s/reward_overlap_gen says how much of the reward
 // pass ran during generation.
 TEST(Overlap, RewardModelScoresWhileGenerationRuns) {
-  const fs::path rm = fs::temp_directory_path() / "verl_test_overlap_rm_model";
-  fs::remove_all(rm);
+  const fs::path rm = scratch() / "rm_model";
   test::make_demo_reward_model(rm);
   const std::vector<std::string> common = {"reward_model.enable=true",
                                            "reward_model.model.path=" + rm.string(),

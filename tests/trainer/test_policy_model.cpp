@@ -12,6 +12,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "../common/test_util.h"
 #include "config/config.h"
 #include "core/error.h"
 #include "core/rng.h"
@@ -43,15 +44,6 @@ std::vector<float> random_vec(int64_t n, uint64_t seed, float scale) {
   std::vector<float> v(n);
   for (auto& e : v) e = scale * rng.normal();
   return v;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(PolicyModel, CpuPolicyIsTheModelAndAdamWItWraps) {
@@ -206,10 +198,10 @@ TEST(PolicyModel, ForwardOnlyPolicyScoresButDoesNotTrain) {
   ref->forward(b, 1.0f, r, nullptr);
   EXPECT_TRUE(a == r);
   const std::vector<float> d(b.num_tokens(), 1.0f);
-  EXPECT_NE(error_of([&] { ref->backward(d.data(), nullptr); }).find("forward-only"),
+  EXPECT_NE(test::error_of([&] { ref->backward(d.data(), nullptr); }).find("forward-only"),
             std::string::npos);
   dist::SingleProcess comm;
-  EXPECT_NE(error_of([&] { ref->optimizer_step(1e-3f, comm); }).find("forward-only"),
+  EXPECT_NE(test::error_of([&] { ref->optimizer_step(1e-3f, comm); }).find("forward-only"),
             std::string::npos);
 }
 
@@ -230,20 +222,21 @@ TEST(PolicyModel, RestoreReplacesWeightsAndOptimizerState) {
   make_policy(Device::Cpu, w, PolicyOptions{})->forward(b, 1.0f, before, nullptr);
   p->forward(b, 1.0f, after, nullptr);
   EXPECT_FALSE(before == after);
-  EXPECT_NE(error_of([&] { p->restore(std::vector<float>(3), st); }).find("restore"),
+  EXPECT_NE(test::error_of([&] { p->restore(std::vector<float>(3), st); }).find("restore"),
             std::string::npos);
 }
 
 TEST(PolicyModel, DeviceResolution) {
   EXPECT_EQ(resolve_device("cpu"), Device::Cpu);
   EXPECT_EQ(resolve_device("auto"), cuda_available() ? Device::Cuda : Device::Cpu);
-  EXPECT_NE(error_of([] { resolve_device("tpu"); }).find("trainer.device"), std::string::npos);
+  EXPECT_NE(test::error_of([] { resolve_device("tpu"); }).find("trainer.device"),
+            std::string::npos);
   // The config schema rejects it first, naming the key and the choices.
-  const std::string e = error_of([] { config::load_config("", {"trainer.device=tpu"}); });
+  const std::string e = test::error_of([] { config::load_config("", {"trainer.device=tpu"}); });
   EXPECT_NE(e.find("trainer.device"), std::string::npos) << e;
   EXPECT_NE(e.find("auto"), std::string::npos) << e;
   if (!cuda_available()) {
-    const std::string c = error_of([] { resolve_device("cuda"); });
+    const std::string c = test::error_of([] { resolve_device("cuda"); });
     EXPECT_NE(c.find("trainer.device=cuda"), std::string::npos) << c;
     EXPECT_NE(c.find("trainer.device=cpu or auto"), std::string::npos) << c;
     EXPECT_EQ(device_memory_in_use(), 0u);
@@ -251,8 +244,7 @@ TEST(PolicyModel, DeviceResolution) {
 }
 
 config::Config demo_config(const std::string& out, const std::string& device) {
-  return config::load_config(
-      kRoot + "/configs/demo.yaml",
+  return test::demo_config(
       {"actor_rollout_ref.model.path=" + kRoot + "/assets/demo/model",
        "data.train_files=[" + kRoot + "/assets/demo/train.jsonl]", "data.val_files=null",
        "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
@@ -268,9 +260,8 @@ TEST(PolicyModel, AutoWithoutGpuRunsExactlyAsCpu) {
   std::vector<nlohmann::json> lines[2];
   std::vector<float> weights[2];
   for (int i = 0; i < 2; ++i) {
-    const std::string out =
-        (fs::temp_directory_path() / (i ? "verl_test_dev_auto" : "verl_test_dev_cpu")).string();
-    fs::remove_all(out);
+    const test::TempDir scratch(i ? "test_dev_auto" : "test_dev_cpu");
+    const std::string out = scratch.str();
     PpoTrainer t(demo_config(out, i ? "auto" : "cpu"));
     EXPECT_EQ(t.device(), Device::Cpu);
     t.fit();

@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "../common/test_util.h"
 #include "config/config.h"
 #include "trainer/ppo_trainer.h"
 
@@ -35,7 +36,7 @@ config::Config demo_config(const std::string& out, std::vector<std::string> extr
       "trainer.default_local_dir=" + out,
   };
   o.insert(o.end(), extra.begin(), extra.end());
-  return config::load_config(kRoot + "/configs/demo.yaml", o);
+  return test::demo_config(o);
 }
 
 void expect_finite(const metrics::Metrics& m, const std::vector<std::string>& names) {
@@ -73,8 +74,8 @@ const std::vector<std::string> kCommon = {"critic/score/mean",
                                           "timing_s/step"};
 
 TEST(PpoTrainer, GrpoStepsEmitVerlMetricsAndRewardOverlapsGeneration) {
-  const std::string out = (fs::temp_directory_path() / "verl_test_grpo").string();
-  fs::remove_all(out);
+  const test::TempDir scratch("test_grpo");
+  const std::string out = scratch.str();
   PpoTrainer t(demo_config(out, {"actor_rollout_ref.actor.use_kl_loss=true"}));
   t.fit();
   EXPECT_EQ(t.global_step(), 2);
@@ -103,8 +104,8 @@ TEST(PpoTrainer, GrpoStepsEmitVerlMetricsAndRewardOverlapsGeneration) {
 }
 
 TEST(PpoTrainer, PpoWithCriticEmitsValueMetrics) {
-  const std::string out = (fs::temp_directory_path() / "verl_test_ppo").string();
-  fs::remove_all(out);
+  const test::TempDir scratch("test_ppo");
+  const std::string out = scratch.str();
   PpoTrainer t(demo_config(out, {"algorithm.adv_estimator=gae", "algorithm.use_kl_in_reward=true",
                                  "trainer.val_before_train=false"}));
   t.fit();
@@ -125,9 +126,8 @@ TEST(PpoTrainer, PpoWithCriticEmitsValueMetrics) {
 // The other outcome estimators run end to end (ReMax with its greedy-baseline rollout).
 TEST(PpoTrainer, OtherEstimatorsRun) {
   for (const char* est : {"remax", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"}) {
-    const std::string out =
-        (fs::temp_directory_path() / (std::string("verl_test_") + est)).string();
-    fs::remove_all(out);
+    const test::TempDir scratch(std::string("test_") + est);
+    const std::string out = scratch.str();
     PpoTrainer t(demo_config(
         out, {std::string("algorithm.adv_estimator=") + est, "trainer.total_training_steps=1",
               "trainer.val_before_train=false", "data.val_files=null"}));
@@ -158,9 +158,8 @@ TEST(PpoTrainer, PolicyLossModesRun) {
                                                       {"geo_mean", "grpo"}};
   std::map<std::string, double> pg_loss;
   for (const auto& [mode, est] : runs) {
-    const std::string out =
-        (fs::temp_directory_path() / (std::string("verl_test_loss_") + mode)).string();
-    fs::remove_all(out);
+    const test::TempDir scratch(std::string("test_loss_") + mode);
+    const std::string out = scratch.str();
     PpoTrainer t(demo_config(
         out, {std::string("actor_rollout_ref.actor.policy_loss.loss_mode=") + mode,
               std::string("algorithm.adv_estimator=") + est, "trainer.total_training_steps=1",
@@ -185,9 +184,8 @@ TEST(PpoTrainer, PolicyLossModesRun) {
 TEST(PpoTrainer, DynamicMicroBatchingEqualsFixedMicroBatches) {
   std::vector<float> w[2];
   for (int dyn = 0; dyn < 2; ++dyn) {
-    const std::string out =
-        (fs::temp_directory_path() / ("verl_test_mb" + std::to_string(dyn))).string();
-    fs::remove_all(out);
+    const test::TempDir scratch("test_mb" + std::to_string(dyn));
+    const std::string out = scratch.str();
     PpoTrainer t(demo_config(out, {"trainer.total_training_steps=1",
                                    "trainer.val_before_train=false", "data.val_files=null",
                                    dyn ? "actor_rollout_ref.actor.use_dynamic_bsz=true"

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../common/test_util.h"
 #include "config/config.h"
 #include "core/error.h"
 #include "model/weights.h"
@@ -36,9 +37,8 @@ TEST(Sft, LossMaskCoversTheAssistantTurnOnly) {
 }
 
 TEST(Sft, FewStepsFromScratchLowerTheLossAndSaveAModel) {
-  const fs::path tmp = fs::temp_directory_path() / "verl_test_sft";
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
+  const test::TempDir scratch("test_sft");
+  const fs::path& tmp = scratch.path();
   {  // a fresh model: the demo architecture, random weights
     model::Weights w =
         model::Weights::from_config(model::load_model_config(kRoot + "/assets/demo/model"));
@@ -76,21 +76,16 @@ TEST(Sft, FewStepsFromScratchLowerTheLossAndSaveAModel) {
 }
 
 TEST(Sft, BadRowNamesFileAndLine) {
-  const fs::path p = fs::temp_directory_path() / "verl_test_sft_bad.jsonl";
+  const test::TempDir scratch("test_sft_bad");
+  const fs::path p = scratch / "bad.jsonl";
   std::ofstream(p)
       << R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})"
       << "\n"
       << R"({"conversation": []})"
       << "\n";
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(kRoot + "/assets/demo");
-  try {
-    load_sft_examples(p.string(), tok, {});
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(p.string() + ":2: missing \"messages\""),
-              std::string::npos)
-        << e.what();
-  }
+  const std::string msg = test::expected_error_of([&] { load_sft_examples(p.string(), tok, {}); });
+  EXPECT_NE(msg.find(p.string() + ":2: missing \"messages\""), std::string::npos) << msg;
 }
 
 // A chat row's tools and enable_thinking fields and data.apply_chat_template_kwargs reach the
@@ -105,7 +100,8 @@ TEST(Sft, RowFieldsAndTemplateVariablesReachTheTemplate) {
       "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
       "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
       "test template");
-  const fs::path p = fs::temp_directory_path() / "verl_test_sft_fields.jsonl";
+  const test::TempDir scratch("test_sft_fields");
+  const fs::path p = scratch / "fields.jsonl";
   const std::string chat =
       R"("messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])";
   std::ofstream(p)
@@ -133,16 +129,11 @@ TEST(Sft, RowFieldsAndTemplateVariablesReachTheTemplate) {
 
   std::ofstream(p) << "{" << chat << R"(, "enable_thinking": "no"})"
                    << "\n";
-  try {
-    load_sft_examples(p.string(), tok, opt);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(
-                  p.string() + ":1: \"enable_thinking\" (data.enable_thinking_key) should be "
-                               "true, false or null, got \"no\""),
-              std::string::npos)
-        << e.what();
-  }
+  std::string msg = test::expected_error_of([&] { load_sft_examples(p.string(), tok, opt); });
+  EXPECT_NE(msg.find(p.string() + ":1: \"enable_thinking\" (data.enable_thinking_key) should be "
+                                  "true, false or null, got \"no\""),
+            std::string::npos)
+      << msg;
 
   SftDataOptions flat;
   flat.multiturn = false;
@@ -154,15 +145,10 @@ TEST(Sft, RowFieldsAndTemplateVariablesReachTheTemplate) {
                    << "\n"
                    << R"({"p": {"q": {}}, "r": {"a": "yo"}})"
                    << "\n";
-  try {
-    load_sft_examples(p.string(), tok, flat);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(p.string() +
-                                         ":2: \"p.q\" has no key \"text\" (data.prompt_dict_keys)"),
-              std::string::npos)
-        << e.what();
-  }
+  msg = test::expected_error_of([&] { load_sft_examples(p.string(), tok, flat); });
+  EXPECT_NE(msg.find(p.string() + ":2: \"p.q\" has no key \"text\" (data.prompt_dict_keys)"),
+            std::string::npos)
+      << msg;
   std::ofstream(p) << R"({"p": {"q": {"text": "hi"}}, "r": {"a": "yo"}})"
                    << "\n";
   const std::vector<SftExample> nested = load_sft_examples(p.string(), tok, flat);
@@ -173,8 +159,8 @@ TEST(Sft, RowFieldsAndTemplateVariablesReachTheTemplate) {
 // model.tokenizer_path: a model directory without tokenizer files trains with the tokenizer named
 // there, and the checkpoint gets its files (it loads on its own).
 TEST(Sft, TokenizerPathServesAModelWithoutOne) {
-  const fs::path tmp = fs::temp_directory_path() / "verl_test_sft_tokpath";
-  fs::remove_all(tmp);
+  const test::TempDir scratch("test_sft_tokpath");
+  const fs::path& tmp = scratch.path();
   model::Weights::load(kRoot + "/assets/demo/model").save((tmp / "bare").string());
   ASSERT_FALSE(fs::exists(tmp / "bare" / "tokenizer.json"));
   config::LoadOptions lo;
