@@ -10,6 +10,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "../common/test_util.h"
 #include "core/error.h"
 #include "model/config.h"
 
@@ -430,12 +431,12 @@ TEST(ModelConfig, ToJsonRoundTrip) {
 
 TEST(ModelConfig, LoadFromDirectory) {
   namespace fs = std::filesystem;
-  fs::path dir = fs::temp_directory_path() / fmt::format("verl_model_io_cfg_{}", ::getpid());
-  fs::create_directories(dir);
+  const test::TempDir scratch("model_io_cfg");
+  const fs::path& dir = scratch.path();
   std::ofstream(dir / "config.json") << read_text(fixture_path("qwen3-0.6b.json"));
   ModelConfig c = load_model_config(dir.string());
   EXPECT_EQ(c.head_dim, 128);
-  fs::remove_all(dir);
+  fs::remove_all(dir);  // now without its config.json
   try {
     load_model_config(dir.string());
     ADD_FAILURE() << "expected an error for a missing config.json";

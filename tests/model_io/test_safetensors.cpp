@@ -17,24 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh empty directory per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() / fmt::format("verl_model_io_{}_{}_{}", ::getpid(),
-                                                    info->test_suite_name(), info->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string str() const { return path_.string(); }
-  fs::path operator/(const std::string& s) const { return path_ / s; }
-
- private:
-  fs::path path_;
-};
-
 // An image: 8-byte length, header text, then `data_bytes` bytes of data (value = index).
 std::vector<uint8_t> make_image(const std::string& header, size_t data_bytes,
                                 uint64_t header_len = UINT64_MAX) {
@@ -60,7 +42,7 @@ std::string parse_error(const std::string& header, size_t data_bytes,
 }
 
 TEST(Safetensors, RoundTripF32Bf16F16) {
-  TempDir tmp;
+  const test::TempDir tmp("model_io");
   std::vector<float> a = {1.5f, -2.25f, 3.0e-8f, 1e30f, -0.0f, 7.0f};
   // bf16 ties round to even: 1+2^-8 -> 1.0, 1+3*2^-8 -> 1+2^-6; pi -> 3.140625.
   std::vector<float> b = {1.00390625f, 1.01171875f, 3.14159265f, -65504.0f, 0.0f};
@@ -133,7 +115,7 @@ TEST(Safetensors, RoundTripF32Bf16F16) {
 
 // Tensor data at odd addresses (allowed by the format) still reads correctly.
 TEST(Safetensors, ReadsUnalignedData) {
-  TempDir tmp;
+  const test::TempDir tmp("model_io");
   // U8 [1] first puts the BF16 tensor at data offset 1; header length 7+... is not padded.
   std::string header = R"({"u":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
                        R"("h":{"dtype":"BF16","shape":[2],"data_offsets":[1,5]}})";
@@ -155,7 +137,7 @@ TEST(Safetensors, ReadsUnalignedData) {
 }
 
 TEST(Safetensors, ShardedDirRoundTripAndStaleFiles) {
-  TempDir tmp;
+  const test::TempDir tmp("model_io");
   std::vector<std::vector<float>> vals(5, std::vector<float>(100));
   std::vector<TensorToWrite> ts;
   for (int k = 0; k < 5; ++k) {
@@ -203,7 +185,7 @@ TEST(Safetensors, ShardedDirRoundTripAndStaleFiles) {
 }
 
 TEST(Safetensors, DirErrors) {
-  TempDir tmp;
+  const test::TempDir tmp("model_io");
   std::string msg = test::expected_error_of([&] { SafetensorsDir::open(tmp.str()); });
   EXPECT_NE(msg.find(tmp.str()), std::string::npos) << msg;
   EXPECT_NE(msg.find("model.safetensors.index.json"), std::string::npos) << msg;
@@ -239,7 +221,7 @@ TEST(Safetensors, DirErrors) {
 }
 
 TEST(Safetensors, OpenErrors) {
-  TempDir tmp;
+  const test::TempDir tmp("model_io");
   std::string msg =
       test::expected_error_of([&] { SafetensorsFile::open((tmp / "none.safetensors").string()); });
   EXPECT_NE(msg.find("none.safetensors"), std::string::npos) << msg;
@@ -258,7 +240,7 @@ TEST(Safetensors, OpenErrors) {
 }
 
 TEST(Safetensors, WriteErrors) {
-  TempDir tmp;
+  const test::TempDir tmp("model_io");
   std::vector<float> v(4);
   const std::string p = (tmp / "x.safetensors").string();
   std::string msg = test::expected_error_of([&] {
