@@ -44,7 +44,8 @@ const MemoryPlan& RunPlan::estimate_memory(const PpoConfig& cfg, const model::Mo
                                            const std::optional<model::ModelConfig>& critic,
                                            const std::optional<model::ModelConfig>& reward_model,
                                            double device_memory) {
-  memory = plan_memory(memory_plan_inputs(cfg, *this, actor, critic, reward_model, device_memory));
+  memory_inputs = memory_plan_inputs(cfg, *this, actor, critic, reward_model, device_memory);
+  memory = plan_memory(*memory_inputs);
   return *memory;
 }
 

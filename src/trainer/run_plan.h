@@ -26,13 +26,15 @@ struct RunPlan {
   MicroBatchPlan actor_plan, ref_plan, critic_plan;
   // How each forward-only pass cuts the step's sequences.
   ForwardBatching old_log_prob, ref_pass, values;
-  // The GPU memory per phase (trainer/memory_plan.h), once estimate_memory has made it: what
-  // `verl doctor --config` checks a run against.
+  // The GPU memory per phase (trainer/memory_plan.h) and what it was planned from, once
+  // estimate_memory has made them: what `verl doctor --config` checks a run against (and varies
+  // for its advice).
+  std::optional<MemoryPlanInputs> memory_inputs;
   std::optional<MemoryPlan> memory;
 
   static RunPlan from(const PpoConfig& cfg);
-  // Fills `memory` for these models' config.json (the critic's and the reward model's when the
-  // run has them) on a GPU of `device_memory` bytes (0: unknown).
+  // Fills `memory_inputs` and `memory` for these models' config.json (the critic's and the reward
+  // model's when the run has them) on a GPU of `device_memory` bytes (0: unknown).
   const MemoryPlan& estimate_memory(const PpoConfig& cfg, const model::ModelConfig& actor,
                                     const std::optional<model::ModelConfig>& critic,
                                     const std::optional<model::ModelConfig>& reward_model,

@@ -569,8 +569,8 @@ void check_gpu_memory(Report& r, const config::Config& cfg, const Machine& m, bo
         run.critic ? config_at("critic.model.path") : std::nullopt;
     const std::optional<model::ModelConfig> rm_cfg =
         run.reward_model ? config_at("reward_model.model.path") : std::nullopt;
-    in = trainer::memory_plan_inputs(pc, run, *mc, critic_cfg, rm_cfg, gpu);
     plan = run.estimate_memory(pc, *mc, critic_cfg, rm_cfg, gpu);
+    in = *run.memory_inputs;
   } catch (const std::exception& e) {
     r.fail(name, message_of(e), "fix the key it names");
     return;
