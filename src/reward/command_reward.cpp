@@ -227,7 +227,11 @@ CommandBatchResult CommandRewardFn::score(std::span<const RewardRow> rows) {
       }
       answered[idx] = 1;
       ++n_answered;
-      if (!j.contains("score") || !j["score"].is_number()) {
+      if (j.contains("error")) {
+        const nlohmann::json& e = j["error"];
+        row_error[idx] = fmt::format("the reward function failed: {}",
+                                     excerpt(e.is_string() ? e.get<std::string>() : e.dump()));
+      } else if (!j.contains("score") || !j["score"].is_number()) {
         row_error[idx] = fmt::format("the answer has no numeric \"score\": {}", excerpt(line));
       } else if (const double v = j["score"].get<double>(); !(std::abs(v) <= kMaxScore)) {
         // Rewards are float32 in training, and sums and variances of them must stay finite: a
@@ -236,6 +240,13 @@ CommandBatchResult CommandRewardFn::score(std::span<const RewardRow> rows) {
                                      kMaxScore, excerpt(line));
       } else {
         res.scores[idx] = v;
+        for (const auto& [key, val] : j.items()) {
+          if (key == "index" || key == "score" || !(val.is_number() || val.is_boolean())) continue;
+          std::vector<double>& col = res.extras[key];
+          if (col.empty()) col.assign(static_cast<size_t>(n), std::nan(""));
+          col[static_cast<size_t>(idx)] =
+              val.is_boolean() ? (val.get<bool>() ? 1.0 : 0.0) : val.get<double>();
+        }
       }
     }
     if (failure.empty() && pending_.size() > kMaxLineBytes)
@@ -306,7 +317,10 @@ CommandBatchResult CommandRewardFn::score(std::span<const RewardRow> rows) {
   }
   if (res.errors.empty()) return res;
   if (pid_ > 0) kill_and_reap();  // a program that failed a row starts afresh next batch
-  for (const RowError& e : res.errors) res.scores[e.index] = 0.0;
+  for (const RowError& e : res.errors) {
+    res.scores[e.index] = 0.0;
+    for (auto& [key, col] : res.extras) col[static_cast<size_t>(e.index)] = std::nan("");
+  }
 
   const RowError& first = res.errors.front();
   std::string more =

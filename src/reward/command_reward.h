@@ -4,13 +4,18 @@
 //
 // Protocol, one line each way per row (the program must flush after each answer or batch):
 //   in:  {"index": i, "data_source": ..., "solution_str": ..., "ground_truth": ..., "extra_info":
-//   ...} out: {"index": i, "score": x}        (any order; i is the row's position in the batch)
+//   ...}
+//   out: {"index": i, "score": x}        (any order; i is the row's position in the batch)
+//        {"index": i, "score": x, "acc": 1, "format": 0.5}   other numbers (booleans as 0/1) are
+//        the row's extra info (verl's reward_extra_info: metrics, GDPO's reward components)
+//        {"index": i, "error": "why"}    the row failed (a Python reward's exception)
 // The program's stderr is passed through to ours.
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
@@ -45,6 +50,9 @@ struct RowError {
 struct CommandBatchResult {
   std::vector<double> scores;    // one per row; 0 for failed rows
   std::vector<RowError> errors;  // sorted by index; empty when every row was scored
+  // The answers' other numeric keys, one value per row (NaN where a row's answer lacks the key or
+  // the row failed).
+  std::map<std::string, std::vector<double>> extras;
 };
 
 class CommandRewardFn {

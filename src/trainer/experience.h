@@ -32,6 +32,9 @@ struct Experience {
   // The reward manager's extra info per row (verl's reward_extra_info): the scorer's acc and its
   // score before any penalty, and the dapo manager's overlong penalty (0 without one).
   std::vector<float> acc, raw_score, overlong_reward;  // [B]
+  // The other numbers a reward command or Python reward returned, by key, [B] each (NaN where a
+  // row lacks the key): reward_extra/<key> metrics and GDPO's reward components.
+  std::map<std::string, std::vector<float>> reward_extra;
   std::vector<float> rollout_is_weights;  // [B, L] rollout correction's weights (empty: none)
   std::vector<float> token_level_scores, token_level_rewards;  // [B, L]
   std::vector<float> old_log_prob, ref_log_prob, values;       // [B, L] (empty when unused)

@@ -2,6 +2,8 @@
 // the trainer makes before its first step (their texts name the keys; tests assert them).
 #include "trainer/ppo_config.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 
 #include "core/error.h"
@@ -291,17 +293,62 @@ PpoConfig PpoConfig::read(const config::Config& cfg, int world, bool distributed
   alg.gamma = cfg.get<double>("algorithm.gamma");
   alg.lam = cfg.get<double>("algorithm.lam");
   alg.norm_adv_by_std_in_grpo = cfg.get<bool>("algorithm.norm_adv_by_std_in_grpo");
+  if (alg.estimator == AdvantageEstimator::GDPO) {
+    alg.gdpo_reward_keys =
+        cfg.get<std::optional<std::vector<std::string>>>("algorithm.gdpo_reward_keys")
+            .value_or(std::vector<std::string>{});
+    VERL_CHECK(!alg.gdpo_reward_keys.empty(),
+               "algorithm.adv_estimator=gdpo needs algorithm.gdpo_reward_keys: the reward "
+               "components' keys in what the reward function returns (e.g. "
+               "[format_reward,accuracy_reward])");
+    alg.gdpo_reward_weights =
+        cfg.get<std::optional<std::vector<double>>>("algorithm.gdpo_reward_weights")
+            .value_or(std::vector<double>{});
+    VERL_CHECK(alg.gdpo_reward_weights.empty() ||
+                   alg.gdpo_reward_weights.size() == alg.gdpo_reward_keys.size(),
+               "algorithm.gdpo_reward_weights has {} entries for {} gdpo_reward_keys",
+               alg.gdpo_reward_weights.size(), alg.gdpo_reward_keys.size());
+  }
 
   RewardKeys& rw = c.reward;
   rw.reward_manager = cfg.get<std::string>("reward_model.reward_manager");
   rw.actor_reward_parallel = cfg.get<bool>("trainer.actor_reward_parallel");
-  if (auto cmd = cfg.get<std::optional<std::string>>("custom_reward_function.command")) {
-    reward::CommandRewardConfig rc;
-    rc.command = *cmd;
-    rc.timeout_s = cfg.get<double>("custom_reward_function.timeout_s");
-    rc.on_error = reward::parse_on_error(cfg.get<std::string>("custom_reward_function.on_error"));
-    rw.command = rc;
+  {
+    const auto cmd = cfg.get<std::optional<std::string>>("custom_reward_function.command");
+    const auto py = cfg.get<std::optional<std::string>>("custom_reward_function.path");
+    VERL_CHECK(!(cmd && py),
+               "custom_reward_function.command and custom_reward_function.path are both set "
+               "('{}' and '{}'): set one (a program, or a Python file with the scoring function)",
+               cmd.value_or(""), py.value_or(""));
+    if (cmd || py) {
+      reward::CommandRewardConfig rc;
+      rc.timeout_s = cfg.get<double>("custom_reward_function.timeout_s");
+      rc.on_error = reward::parse_on_error(cfg.get<std::string>("custom_reward_function.on_error"));
+      if (py) {
+        reward::PythonRewardSpec spec;
+        spec.path = data::expand_user(*py);
+        spec.name = cfg.get<std::optional<std::string>>("custom_reward_function.name")
+                        .value_or("compute_score");
+        spec.python = cfg.get<std::string>("custom_reward_function.python");
+        const config::Json kw = cfg.get<config::Json>("custom_reward_function.reward_kwargs");
+        spec.kwargs = kw.is_null() ? nlohmann::json::object() : nlohmann::json::parse(kw.dump());
+        VERL_CHECK(spec.kwargs.is_object(),
+                   "custom_reward_function.reward_kwargs: expected a mapping of keyword arguments, "
+                   "got {}",
+                   spec.kwargs.dump());
+        rc.command = reward::python_reward_command(spec);
+        rw.python = spec;
+      } else {
+        rc.command = *cmd;
+      }
+      rw.command = rc;
+    }
   }
+  VERL_CHECK(alg.estimator != AdvantageEstimator::GDPO || rw.command,
+             "algorithm.adv_estimator=gdpo reads its reward components ({}) from what a "
+             "custom_reward_function returns: set custom_reward_function.path (a Python "
+             "compute_score returning a dict) or custom_reward_function.command",
+             fmt::join(alg.gdpo_reward_keys, ", "));
   if (cfg.get<bool>("reward_model.enable")) {
     RewardModelKeys m;
     m.path_as_configured = cfg.get<std::string>("reward_model.model.path");

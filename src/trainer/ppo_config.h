@@ -17,6 +17,7 @@
 #include "optim/sparse_sync.h"
 #include "optim/train_state.h"
 #include "reward/command_reward.h"
+#include "reward/python_reward.h"
 #include "trainer/checkpoint.h"
 #include "trainer/core_algos.h"
 #include "trainer/rollout_corr.h"
@@ -131,15 +132,21 @@ struct RewardKeys {
     int64_t len = 0;
     double penalty_factor = 0;
   } overlong;
-  std::optional<reward::CommandRewardConfig> command;  // custom_reward_function.command
-  std::optional<RewardModelKeys> model;                // reward_model.enable
-  bool actor_reward_parallel = true;                   // trainer.actor_reward_parallel
+  // custom_reward_function.command, or the Python bridge's command for .path + .name (then
+  // `python` is set too: the trainer checks that it imports before the first step)
+  std::optional<reward::CommandRewardConfig> command;
+  std::optional<reward::PythonRewardSpec> python;
+  std::optional<RewardModelKeys> model;  // reward_model.enable
+  bool actor_reward_parallel = true;     // trainer.actor_reward_parallel
 };
 
 struct AlgorithmKeys {
   AdvantageEstimator estimator = AdvantageEstimator::GRPO;
   double gamma = 1.0, lam = 1.0;
   bool norm_adv_by_std_in_grpo = true;
+  // gdpo: the reward components by key (the reward function's returned numbers) and weights.
+  std::vector<std::string> gdpo_reward_keys;
+  std::vector<double> gdpo_reward_weights;
   bool use_kl_in_reward = false;
   KlType kl_penalty;
   struct KlCtrl {

@@ -302,6 +302,11 @@ void PpoTrainer::adv(Experience& exp, const std::vector<data::Sample>& local, in
     baselines = remax_baselines(*rollout_, local, first, exp, g, timer, global_step_ + 1);
     in.reward_baselines = baselines;
   }
+  std::vector<std::vector<float>> components;
+  if (alg.estimator == AdvantageEstimator::GDPO)
+    components = gdpo_components(exp, alg.gdpo_reward_keys, g);
+  in.reward_components = components;
+  in.reward_weights = alg.gdpo_reward_weights;
   AdvantageOutput a = compute_advantage(alg.estimator, in);
   exp.token_level_rewards = g.mine(rewards);
   exp.advantages = g.mine(a.advantages);

@@ -2,6 +2,7 @@
 #include "trainer/recipes.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <limits>
 #include <utility>
@@ -93,6 +94,11 @@ bool DynamicSampling::run(const data::Batch& batch, Experience& exp, metrics::St
       out.acc.push_back(g->acc[b]);
       out.raw_score.push_back(g->raw_score[b]);
       out.overlong_reward.push_back(g->overlong_reward[b]);
+      for (const auto& [key, col] : g->reward_extra) {
+        std::vector<float>& o = out.reward_extra[key];
+        o.resize(static_cast<size_t>(row), std::nanf(""));
+        o.push_back(col[b]);
+      }
       const int64_t len = static_cast<int64_t>(g->response[b].size());
       std::copy_n(g->mask.begin() + b * g->L, len, out.mask.begin() + row * L);
       std::copy_n(g->rollout_log_prob.begin() + b * g->L, len,
@@ -101,9 +107,32 @@ bool DynamicSampling::run(const data::Batch& batch, Experience& exp, metrics::St
                   out.token_level_scores.begin() + row * L);
     }
   }
+  for (auto& [key, col] : out.reward_extra) col.resize(static_cast<size_t>(out.B), std::nanf(""));
   out.token_level_rewards = out.token_level_scores;
   exp = std::move(out);
   return true;
+}
+
+std::vector<std::vector<float>> gdpo_components(const Experience& exp,
+                                                const std::vector<std::string>& keys,
+                                                GlobalRows& g) {
+  std::vector<std::vector<float>> out;
+  for (const std::string& key : keys) {
+    auto it = exp.reward_extra.find(key);
+    if (it == exp.reward_extra.end()) {
+      std::string have;
+      for (const auto& [k, col] : exp.reward_extra) have += (have.empty() ? "" : ", ") + k;
+      VERL_FAIL(
+          "algorithm.gdpo_reward_keys: '{}' is not among the numbers the reward function "
+          "returned ({}); return a dict with it from custom_reward_function",
+          key, have.empty() ? std::string("none: it returned a plain score") : have);
+    }
+    std::vector<float> col = it->second;
+    for (float& x : col)
+      if (std::isnan(x)) x = 0.0f;
+    out.push_back(g.gather_per_row(col));
+  }
+  return out;
 }
 
 std::vector<float> remax_baselines(RolloutWorker& rollout, const std::vector<data::Sample>& local,

@@ -40,6 +40,14 @@ class DynamicSampling {
   std::vector<data::Sample> kept_samples_;
 };
 
+// GDPO's reward components over the global batch, one [W B] column per
+// algorithm.gdpo_reward_keys entry, from the numbers the reward function returned
+// (Experience::reward_extra). A key no row returned is an Error listing the keys there are; a row
+// that lacks it (its scoring failed) counts 0, as its score does.
+std::vector<std::vector<float>> gdpo_components(const Experience& exp,
+                                                const std::vector<std::string>& keys,
+                                                GlobalRows& g);
+
 // ReMax's baseline per row of `exp` over the global batch: the reward of its prompt's greedy
 // response (verl generates it with do_sample=False in the gen stage). Each rank generates its own
 // prompts' (`local`, from global index `first`; one sample a prompt, in prompt order); a row may

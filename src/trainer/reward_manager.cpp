@@ -3,6 +3,7 @@
 #include "trainer/reward_manager.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -11,6 +12,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "reward/command_reward.h"
+#include "reward/python_reward.h"
 #include "reward/score.h"
 #include "tokenizer/tokenizer.h"
 #include "trainer/actor_worker.h"
@@ -38,8 +40,9 @@ class DapoRewardManager final : public RewardManager {
   }
 
   void add_extra_metrics(const Experience& exp, metrics::Metrics& m) const override {
+    RewardManager::add_extra_metrics(exp, m);
     std::vector<double> acc(exp.acc.begin(), exp.acc.end());
-    m.add_stats("reward_extra/acc", acc);
+    if (!exp.reward_extra.contains("acc")) m.add_stats("reward_extra/acc", acc);
     if (cfg_.reward.overlong.enable && cfg_.reward.overlong.log) {
       std::vector<double> pen(exp.overlong_reward.begin(), exp.overlong_reward.end()), over;
       for (double p : pen) over.push_back(p < 0 ? 1.0 : 0.0);
@@ -170,6 +173,12 @@ RewardManager::RewardManager(const PpoConfig& cfg, Device device, const tokenize
               to_string(device), max_tokens, max_seqs,
               rm_tok_ ? ", inputs re-rendered with its chat template" : "");
   }
+  if (cfg.reward.python) {
+    reward::check_python_reward(*cfg.reward.python);
+    log::info("reward: {}'s {}() through {} (one process; timeout_s {} a batch)",
+              cfg.reward.python->path, cfg.reward.python->name, cfg.reward.python->python,
+              cfg.reward.command->timeout_s);
+  }
   if (cfg.reward.command) command_ = std::make_unique<reward::CommandRewardFn>(*cfg.reward.command);
 }
 
@@ -181,7 +190,16 @@ float RewardManager::reward(Experience& exp, int64_t b, double score, double acc
   return static_cast<float>(score);
 }
 
-void RewardManager::add_extra_metrics(const Experience&, metrics::Metrics&) const {}
+void RewardManager::add_extra_metrics(const Experience& exp, metrics::Metrics& m) const {
+  if (command_) m.set("reward/failed_rows", static_cast<double>(failed_rows_));
+  // A key's rows that lack it (NaN) are left out of its statistics.
+  for (const auto& [key, col] : exp.reward_extra) {
+    std::vector<double> v;
+    for (float x : col)
+      if (!std::isnan(x)) v.push_back(x);
+    if (!v.empty()) m.add_stats("reward_extra/" + key, v);
+  }
+}
 
 bool RewardManager::streams() const {
   return cfg_.reward.actor_reward_parallel && !command_ &&
@@ -225,6 +243,7 @@ void RewardManager::score_all(Experience& exp, int64_t step) {
                s.extra_info};
   }
   reward::CommandBatchResult r = command_->score(rows);
+  failed_rows_ = static_cast<int64_t>(r.errors.size());
   // The first few failed rows by index, then a count: a broken program would otherwise print one
   // line per row of every batch.
   constexpr size_t kShown = 3;
@@ -234,8 +253,16 @@ void RewardManager::score_all(Experience& exp, int64_t step) {
   if (r.errors.size() > kShown) {
     log::warn("custom reward, step {}: {} more rows failed", step, r.errors.size() - kShown);
   }
-  // A command's score is a float: verl's dapo manager reports it as acc too.
-  for (int64_t b = 0; b < exp.B; ++b) exp.scores[b] = reward(exp, b, r.scores[b], r.scores[b]);
+  // A command's score is its acc too (verl's managers report a float score as acc), unless the
+  // answers name an acc of their own.
+  exp.reward_extra.clear();
+  for (const auto& [key, col] : r.extras) exp.reward_extra[key].assign(col.begin(), col.end());
+  const auto acc = r.extras.find("acc");
+  for (int64_t b = 0; b < exp.B; ++b) {
+    const double a =
+        acc != r.extras.end() && !std::isnan(acc->second[b]) ? acc->second[b] : r.scores[b];
+    exp.scores[b] = reward(exp, b, r.scores[b], a);
+  }
 }
 
 void RewardManager::score_with_reward_model(Experience& exp, const std::vector<int64_t>& rows) {

@@ -42,7 +42,8 @@ class RewardManager {
 
   // A scorer's result for row b: records its acc and score and returns the reward.
   virtual float reward(Experience& exp, int64_t b, double score, double acc) const;
-  // reward_extra/* metrics of the step (verl's reward_extra_info); none by default.
+  // reward_extra/* metrics of the step (verl's reward_extra_info): the numbers a reward command
+  // or Python reward returned beside the score, and its failed rows (reward/failed_rows).
   virtual void add_extra_metrics(const Experience& exp, metrics::Metrics& m) const;
 
   // Whether rows are scored as they finish (trainer.actor_reward_parallel; a command scores the
@@ -69,6 +70,7 @@ class RewardManager {
  private:
   const tokenizer::Tokenizer& tok_;
   std::unique_ptr<reward::CommandRewardFn> command_;
+  int64_t failed_rows_ = 0;  // the last batch's rows the command or Python reward failed
   std::unique_ptr<RewardModel> reward_model_;
   // The reward model's own tokenizer when reward_model.model.input_tokenizer is set and the
   // model directory has one: prompt and response are re-rendered with its chat template.

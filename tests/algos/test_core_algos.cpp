@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/test_util.h"
 #include "core/error.h"
 #include "trainer/core_algos.h"
 
@@ -274,10 +275,84 @@ TEST(Advantages, DispatchByName) {
   EXPECT_THROW(compute_advantage(AdvantageEstimator::GAE, in), Error);
 }
 
+// GDPO against verl's formula restated in torch (tests/algos/reference_gdpo.py, float32): two
+// reward components in groups 7 (rows 0-2) and 3 (rows 3-4), weights 1 and 0.5, all ones, and
+// Dr. GRPO's unnormalised groups.
+TEST(Advantages, Gdpo) {
+  Shape s{5, 3};
+  Vec m = {1, 1, 1, 1, 0, 0, 1, 1, 0, 1, 1, 1, 1, 0, 0};
+  std::vector<int64_t> idx = {7, 7, 7, 3, 3};
+  std::vector<std::vector<float>> comps = {{1.0f, 0.0f, 1.0f, 0.5f, 0.25f},
+                                           {0.2f, 0.9f, 0.4f, 0.0f, 1.0f}};
+  std::vector<double> w = {1.0, 0.5};
+  const std::vector<double> weighted = {0.041289377957582474,
+                                        0.041289377957582474,
+                                        0.041289377957582474,
+                                        -2.129194736480713,
+                                        0,
+                                        0,
+                                        0.831992506980896,
+                                        0.831992506980896,
+                                        0,
+                                        0.5893081426620483,
+                                        0.5893081426620483,
+                                        0.5893081426620483,
+                                        -1.4265830516815186,
+                                        0,
+                                        0};
+  const std::vector<double> ones = {-1.1493510007858276,
+                                    -1.1493510007858276,
+                                    -1.1493510007858276,
+                                    -0.11977873742580414,
+                                    0,
+                                    0,
+                                    1.5780099630355835,
+                                    1.5780099630355835,
+                                    0,
+                                    0.10294564068317413,
+                                    0.10294564068317413,
+                                    0.10294564068317413,
+                                    0.10297495126724243,
+                                    0,
+                                    0};
+  const std::vector<double> dr_grpo = {0.5930798649787903,
+                                       0.5930798649787903,
+                                       0.5930798649787903,
+                                       -2.096468448638916,
+                                       0,
+                                       0,
+                                       1.0068564414978027,
+                                       1.0068564414978027,
+                                       0,
+                                       -0.6827315092086792,
+                                       -0.6827315092086792,
+                                       -0.6827315092086792,
+                                       0.3517102599143982,
+                                       0,
+                                       0};
+  AdvantageOutput a = compute_gdpo_outcome_advantage(s, comps, w, m, idx);
+  expect_near_vec(a.advantages, weighted, 2e-6);
+  EXPECT_EQ(a.returns, a.advantages);
+  expect_near_vec(compute_gdpo_outcome_advantage(s, comps, {}, m, idx).advantages, ones, 2e-6);
+  expect_near_vec(compute_gdpo_outcome_advantage(s, comps, w, m, idx, 1e-6, false).advantages,
+                  dr_grpo, 2e-6);
+  // Through the registry, with the inputs the trainer fills.
+  AdvantageInputs in{.shape = s, .response_mask = m, .index = idx};
+  in.reward_components = comps;
+  in.reward_weights = w;
+  EXPECT_EQ(compute_advantage(parse_adv_estimator("gdpo"), in).advantages, a.advantages);
+  // Weights that do not match the components are an error naming the key.
+  std::vector<double> three = {1, 1, 1};
+  EXPECT_NE(test::expected_error_of([&] {
+              compute_gdpo_outcome_advantage(s, comps, three, m, idx);
+            }).find("3 weights (algorithm.gdpo_reward_weights) for 2 reward components"),
+            std::string::npos);
+}
+
 // The registry: each row's name parses back to it, only gae needs a critic and only remax the
 // greedy baselines, and each row hands its estimator the AdvantageInputs fields it reads.
 TEST(Advantages, RegistryRows) {
-  EXPECT_EQ(advantage_estimators().size(), 11u);
+  EXPECT_EQ(advantage_estimators().size(), 12u);
   for (const AdvantageEstimatorInfo& e : advantage_estimators()) {
     EXPECT_EQ(parse_adv_estimator(e.name), e.value) << e.name;
     EXPECT_EQ(to_string(e.value), e.name);

@@ -336,8 +336,8 @@ TEST(ConfigErrors, ValuesOutsideTheAllowedSet) {
   m = test::expected_error_of([] { load({"algorithm.kl_penalty=low_var_kll"}); });
   EXPECT_HAS(m, "did you mean 'low_var_kl'?");
   // A value verl has and we do not is named as such.
-  m = test::expected_error_of([] { load({"algorithm.adv_estimator=gdpo"}); });
-  EXPECT_HAS(m, "gdpo is a verl option that verl.cpp does not support yet");
+  m = test::expected_error_of([] { load({"algorithm.adv_estimator=optimal_token_baseline"}); });
+  EXPECT_HAS(m, "optimal_token_baseline is a verl option that verl.cpp does not support yet");
   // List elements are checked one by one.
   m = test::expected_error_of([] { load({"trainer.logger=[console,stdout]"}); });
   EXPECT_HAS(m, "trainer.logger = stdout is not allowed");

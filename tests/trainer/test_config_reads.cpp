@@ -199,14 +199,18 @@ TEST(ConfigReads, EverySupportedPpoKeyIsRead) {
     PpoTrainer t(rm);
     t.fit();
   }
-  // data.dynamic_batch and rollout.length_dist (their keys are read only when they are on).
-  config::Config dyn =
-      demo_config((tmp / "dyn").string(),
-                  {"data.dynamic_batch.enable=true", "data.dynamic_batch.base_batch_size=2",
-                   "data.dynamic_batch.min_sequence_length=1", "trainer.val_before_train=false",
-                   "actor_rollout_ref.rollout.length_dist.type=lognormal",
-                   "actor_rollout_ref.rollout.length_dist.mean=8",
-                   "actor_rollout_ref.rollout.length_dist.cap=16", "data.val_files=null"});
+  // data.dynamic_batch and rollout.length_dist (their keys are read only when they are on), with
+  // GDPO over a Python reward's components (read only with gdpo and a reward file).
+  config::Config dyn = demo_config(
+      (tmp / "dyn").string(),
+      {"data.dynamic_batch.enable=true", "data.dynamic_batch.base_batch_size=2",
+       "data.dynamic_batch.min_sequence_length=1", "trainer.val_before_train=false",
+       "actor_rollout_ref.rollout.length_dist.type=lognormal",
+       "actor_rollout_ref.rollout.length_dist.mean=8",
+       "actor_rollout_ref.rollout.length_dist.cap=16", "data.val_files=null",
+       "custom_reward_function.path=" + kRoot + "/tests/fixtures/python_reward/arith_reward.py",
+       "custom_reward_function.name=compute_score_parts", "algorithm.adv_estimator=gdpo",
+       "algorithm.gdpo_reward_keys=[acc,format]", "algorithm.gdpo_reward_weights=[1.0,0.5]"});
   {
     PpoTrainer t(dyn);
     t.fit();

@@ -137,6 +137,38 @@ AdvantageOutput compute_grpo_outcome_advantage(Shape s, std::span<const float> t
   return out;
 }
 
+AdvantageOutput compute_gdpo_outcome_advantage(Shape s,
+                                               std::span<const std::vector<float>> components,
+                                               std::span<const double> weights,
+                                               std::span<const float> response_mask,
+                                               std::span<const int64_t> index, double epsilon,
+                                               bool norm_adv_by_std_in_grpo) {
+  VERL_CHECK(!components.empty(), "gdpo: no reward components (algorithm.gdpo_reward_keys)");
+  VERL_CHECK(weights.empty() || weights.size() == components.size(),
+             "gdpo: {} weights (algorithm.gdpo_reward_weights) for {} reward components",
+             weights.size(), components.size());
+  std::vector<float> sum(static_cast<size_t>(s.numel()), 0.0f);
+  if (s.length == 0) return {sum, sum};
+  std::vector<float> tokens(sum.size());
+  for (size_t k = 0; k < components.size(); ++k) {
+    const std::vector<float>& comp = components[k];
+    VERL_CHECK(static_cast<int64_t>(comp.size()) == s.batch,
+               "gdpo: reward component {} has {} rows, want {}", k, comp.size(), s.batch);
+    // verl places a component's score on the response's last token; grpo sums the row.
+    std::fill(tokens.begin(), tokens.end(), 0.0f);
+    for (int64_t b = 0; b < s.batch; ++b) tokens[static_cast<size_t>(b * s.length)] = comp[b];
+    const AdvantageOutput a = compute_grpo_outcome_advantage(s, tokens, response_mask, index,
+                                                             epsilon, norm_adv_by_std_in_grpo);
+    const float w = weights.empty() ? 1.0f : static_cast<float>(weights[k]);
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += w * a.advantages[i];
+  }
+  AdvantageOutput out;
+  out.advantages = masked_whiten(sum, response_mask);
+  for (size_t i = 0; i < sum.size(); ++i) out.advantages[i] *= response_mask[i];
+  out.returns = out.advantages;
+  return out;
+}
+
 AdvantageOutput compute_rloo_outcome_advantage(Shape s, std::span<const float> token_level_rewards,
                                                std::span<const float> response_mask,
                                                std::span<const int64_t> index) {
@@ -354,6 +386,12 @@ AdvantageOutput rloo_vectorized(const AdvantageInputs& in) {
                                                    in.response_mask, in.index);
 }
 
+AdvantageOutput gdpo(const AdvantageInputs& in) {
+  return compute_gdpo_outcome_advantage(in.shape, in.reward_components, in.reward_weights,
+                                        in.response_mask, in.index, 1e-6,
+                                        in.norm_adv_by_std_in_grpo);
+}
+
 // {value, name, function, needs_critic, needs_reward_baselines}, one row per enum value.
 constexpr AdvantageEstimatorInfo kEstimators[] = {
     {AdvantageEstimator::GAE, "gae", gae, true, false},
@@ -369,6 +407,7 @@ constexpr AdvantageEstimatorInfo kEstimators[] = {
     {AdvantageEstimator::GPG, "gpg", gpg, false, false},
     {AdvantageEstimator::RlooVectorized, "rloo_vectorized", rloo_vectorized, false, false},
     {AdvantageEstimator::GrpoVectorized, "grpo_vectorized", grpo, false, false},
+    {AdvantageEstimator::GDPO, "gdpo", gdpo, false, false},
 };
 }  // namespace
 

@@ -90,6 +90,15 @@ AdvantageOutput compute_grpo_passk_outcome_advantage(
     Shape s, std::span<const float> token_level_rewards, std::span<const float> response_mask,
     std::span<const int64_t> index, double epsilon = 1e-6, bool norm_adv_by_std_in_grpo = true);
 
+// "gdpo" (verl compute_gdpo_outcome_advantage, GDPO https://arxiv.org/abs/2601.05242): each reward
+// component k (components[k]: one score per row, algorithm.gdpo_reward_keys) is normalised within
+// its group as grpo does, A_k; A = masked_whiten(sum_k w_k A_k) * mask, with the weights
+// algorithm.gdpo_reward_weights (empty: all ones) and the sum in float32 as verl's. returns = A.
+AdvantageOutput compute_gdpo_outcome_advantage(
+    Shape s, std::span<const std::vector<float>> components, std::span<const double> weights,
+    std::span<const float> response_mask, std::span<const int64_t> index, double epsilon = 1e-6,
+    bool norm_adv_by_std_in_grpo = true);
+
 // ---------------------------------------------------------------------------------------------
 // The registry (verl's register_adv_est / get_adv_estimator_fn).
 
@@ -105,6 +114,7 @@ enum class AdvantageEstimator {
   GPG,
   RlooVectorized,
   GrpoVectorized,  // grpo's math (verl's group_mean_std form)
+  GDPO,
 };
 
 // Everything an estimator may need; each uses only its own inputs (checked).
@@ -120,6 +130,10 @@ struct AdvantageInputs {
   // dispatch does not pass it to grpo_vectorized, which then always divides by the std; we pass
   // it.)
   bool norm_adv_by_std_in_grpo = true;
+  // gdpo: the reward components ([B] each, in algorithm.gdpo_reward_keys order) and their weights
+  // (algorithm.gdpo_reward_weights; empty: ones).
+  std::span<const std::vector<float>> reward_components;
+  std::span<const double> reward_weights;
 };
 
 using AdvantageFn = AdvantageOutput (*)(const AdvantageInputs& in);
@@ -138,8 +152,8 @@ std::span<const AdvantageEstimatorInfo> advantage_estimators();
 const AdvantageEstimatorInfo& estimator_info(AdvantageEstimator e);
 
 // "gae" | "grpo" | "rloo" | "reinforce_plus_plus" | "reinforce_plus_plus_baseline" | "remax" |
-// "opo" | "grpo_passk" | "gpg" | "rloo_vectorized" | "grpo_vectorized" (verl's AdvantageEstimator
-// names); anything else throws an Error listing these.
+// "opo" | "grpo_passk" | "gpg" | "rloo_vectorized" | "grpo_vectorized" | "gdpo" (verl's
+// AdvantageEstimator names); anything else throws an Error listing these.
 AdvantageEstimator parse_adv_estimator(std::string_view name);
 std::string_view to_string(AdvantageEstimator e);
 
