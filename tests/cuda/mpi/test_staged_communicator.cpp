@@ -67,6 +67,9 @@ class DeviceVec {
   explicit DeviceVec(const std::vector<T>& host) : n_(host.size()) {
     cuda_ok(cudaMalloc(&ptr_, std::max<size_t>(n_, 1) * sizeof(T)), "malloc");
     cuda_ok(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "upload");
+    // A copy from pageable memory may still be in flight on return, and the collectives' stream
+    // does not wait for the default stream (it is non-blocking).
+    cuda_ok(cudaDeviceSynchronize(), "upload sync");
   }
   DeviceVec(const DeviceVec&) = delete;
   DeviceVec& operator=(const DeviceVec&) = delete;
