@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Everything issue 23 asks of a machine with several GPUs, in one call (NCCL, one rank per GPU,
-# launched by mpirun; NCCL_NVLS_ENABLE=0 for every process):
+# launched by mpirun; NCCL_NVLS_ENABLE=0 for every process). With NP above the GPU count the ranks
+# share the GPUs and their device collectives are staged through host memory (docs/distributed.md):
+# NP=2 PARTS=correct runs the correctness part with two ranks on one GPU:
 #   1. correctness on NCCL, the demo config with trainer.device=cuda and batch-invariant kernels
 #      (each sample's tokens do not depend on which rank or batch draws it): NP ranks against one
 #      process with the same global batch; ZeRO 1 and 2 against ZeRO 0 on 2 ranks; a checkpoint
@@ -29,7 +31,7 @@ python=${PYTHON:-python3}
 work=${WORK:-$root/out/multi_gpu_cuda}
 np=${NP:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}
 device=${DEVICE:-cuda}
-[ "$np" -ge 2 ] || { echo "multi_gpu_cuda.sh: needs 2 or more GPUs (NP=$np)" >&2; exit 2; }
+[ "$np" -ge 2 ] || { echo "multi_gpu_cuda.sh: needs 2 or more ranks (NP=$np; NP=2 shares one GPU)" >&2; exit 2; }
 mkdir -p "$work" && work=$(cd "$work" && pwd)
 export NCCL_NVLS_ENABLE=0
 rel=${REL:-2e-2}

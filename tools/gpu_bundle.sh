@@ -4,7 +4,7 @@
 # out/gpu/deblibs.tar.xz (lib/...). On the GPU machine, `tools/gpu_bundle.sh --unpack` restores
 # out/gpu/bin/<name> and out/gpu/lib/ and prints the LD_LIBRARY_PATH to use.
 #
-#   tools/gpu_bundle.sh [BUILD_DIR] [BINARY ...]   (default: build, verl test_cuda)
+#   tools/gpu_bundle.sh [BUILD_DIR] [BINARY ...]   (default: build, verl test_cuda test_cuda_mpi)
 #   tools/gpu_bundle.sh --unpack
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,7 +19,7 @@ fi
 build=${1:-$root/build}
 shift || true
 bins=("$@")
-[ ${#bins[@]} -gt 0 ] || bins=(verl test_cuda)
+[ ${#bins[@]} -gt 0 ] || bins=(verl test_cuda test_cuda_mpi)
 rm -rf "$out" && mkdir -p "$out/bin" "$out/lib"
 for b in "${bins[@]}"; do
   strip -o "$out/bin/$b" "$build/bin/$b"

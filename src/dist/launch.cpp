@@ -1,7 +1,11 @@
 #include "dist/launch.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <map>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "dist/mpi_communicator.h"
@@ -66,6 +70,77 @@ std::unique_ptr<Communicator> make_communicator(const LaunchInfo& info, double t
              "{} says rank {} of {}, MPI says rank {} of {}", info.launcher, info.rank,
              info.world_size, comm->rank(), comm->world_size());
   return comm;
+}
+
+DeviceComm device_comm_from_env() {
+  const char* v = std::getenv("VERL_DEVICE_COMM");
+  const std::string s = v ? v : "";
+  if (s.empty() || s == "auto") return DeviceComm::Auto;
+  if (s == "nccl") return DeviceComm::Nccl;
+  if (s == "staged") return DeviceComm::Staged;
+  VERL_FAIL("VERL_DEVICE_COMM='{}' is not auto, nccl or staged", s);
+}
+
+std::vector<DeviceSlot> gather_device_slots(Communicator& comm, const DeviceSlot& mine) {
+  // Fixed-size records (node, device id and index, each ended by a NUL) keep it one all-gather.
+  constexpr size_t kRecord = 160;
+  const std::string text =
+      mine.node + '\0' + mine.device_id + '\0' + std::to_string(mine.device) + '\0';
+  VERL_CHECK(text.size() <= kRecord, "device slot of node '{}' device '{}' is over {} bytes",
+             mine.node, mine.device_id, kRecord);
+  std::vector<uint8_t> send(kRecord, 0), recv(kRecord * static_cast<size_t>(comm.world_size()));
+  std::memcpy(send.data(), text.data(), text.size());
+  comm.all_gather<uint8_t>(send, recv);
+  std::vector<DeviceSlot> slots(static_cast<size_t>(comm.world_size()));
+  for (size_t r = 0; r < slots.size(); ++r) {
+    const char* p = reinterpret_cast<const char*>(recv.data()) + r * kRecord;
+    slots[r].node = p;
+    p += slots[r].node.size() + 1;
+    slots[r].device_id = p;
+    p += slots[r].device_id.size() + 1;
+    slots[r].device = std::atoi(p);
+  }
+  return slots;
+}
+
+DeviceCommChoice choose_device_comm(std::span<const DeviceSlot> slots, bool nccl_available,
+                                    DeviceComm mode) {
+  // The ranks on each physical GPU, found by (node, device identity).
+  std::map<std::pair<std::string, std::string>, std::vector<size_t>> users;
+  for (size_t r = 0; r < slots.size(); ++r) users[{slots[r].node, slots[r].device_id}].push_back(r);
+  size_t shared = 0, most = 1;
+  int most_device = 0;
+  for (const auto& [gpu, ranks] : users) {
+    if (ranks.size() < 2) continue;
+    ++shared;
+    if (ranks.size() > most) {
+      most = ranks.size();
+      most_device = slots[ranks.front()].device;
+    }
+  }
+  std::string sharing;
+  if (shared == 1) sharing = fmt::format("{} ranks share cuda:{}", most, most_device);
+  if (shared > 1) sharing = fmt::format("ranks share {} GPUs, up to {} on one", shared, most);
+  switch (mode) {
+    case DeviceComm::Staged:
+      return {true, sharing.empty() ? "VERL_DEVICE_COMM=staged"
+                                    : fmt::format("VERL_DEVICE_COMM=staged; {}", sharing)};
+    case DeviceComm::Nccl:
+      VERL_CHECK(sharing.empty(),
+                 "VERL_DEVICE_COMM=nccl, but {}: NCCL refuses two ranks on one GPU; unset "
+                 "VERL_DEVICE_COMM (or set it to staged) to stage device collectives through host "
+                 "memory",
+                 sharing);
+      VERL_CHECK(nccl_available,
+                 "VERL_DEVICE_COMM=nccl, but NCCL is unavailable on a rank; unset "
+                 "VERL_DEVICE_COMM (or set it to staged)");
+      return {false, "VERL_DEVICE_COMM=nccl"};
+    case DeviceComm::Auto:
+      break;
+  }
+  if (!sharing.empty()) return {true, sharing};
+  if (!nccl_available) return {true, "NCCL is unavailable on a rank"};
+  return {false, fmt::format("each of the {} ranks has a GPU of its own", slots.size())};
 }
 
 }  // namespace verl::dist

@@ -7,7 +7,9 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "dist/communicator.h"
 
@@ -25,5 +27,34 @@ LaunchInfo detect_launch();
 // variables, MpiCommunicator otherwise, its collectives bounded by `timeout_s`
 // (actor_rollout_ref.nccl_timeout).
 std::unique_ptr<Communicator> make_communicator(const LaunchInfo& info, double timeout_s);
+
+// Which communicator carries the device collectives of a GPU run: NCCL where every rank has a GPU
+// of its own, the staged one (dist/cuda/staged_communicator.h: through pinned host memory over the
+// host communicator) where ranks share a GPU, which NCCL refuses, or NCCL is unavailable.
+// VERL_DEVICE_COMM=auto|nccl|staged overrides the choice (auto when unset).
+enum class DeviceComm { Auto, Nccl, Staged };
+DeviceComm device_comm_from_env();
+
+// A rank's GPU: its node (host name), the device's identity there (its PCI bus id, which ranks
+// seeing it under different CUDA_VISIBLE_DEVICES indices share) and its index in the process.
+struct DeviceSlot {
+  std::string node;
+  std::string device_id;
+  int device = 0;
+};
+
+// Every rank's slot, in rank order (an all-gather over `comm`, host buffers).
+std::vector<DeviceSlot> gather_device_slots(Communicator& comm, const DeviceSlot& mine);
+
+struct DeviceCommChoice {
+  bool staged = false;
+  std::string reason;  // for the log line: "2 ranks share cuda:0"
+};
+
+// The choice from every rank's slot and whether NCCL works on every rank; the same on every rank
+// given the same inputs. `mode` forces a backend; Nccl where ranks share a GPU or NCCL is
+// unavailable is an Error naming VERL_DEVICE_COMM.
+DeviceCommChoice choose_device_comm(std::span<const DeviceSlot> slots, bool nccl_available,
+                                    DeviceComm mode);
 
 }  // namespace verl::dist

@@ -4,7 +4,7 @@
 #include "core/log.h"
 #include "dist/launch.h"
 #ifdef VERL_HAVE_CUDA
-#include "dist/cuda/nccl_communicator.h"
+#include "dist/cuda/staged_communicator.h"
 #endif
 
 namespace verl::trainer {
@@ -14,13 +14,14 @@ std::unique_ptr<dist::Communicator> start_ranks(const config::Config& cfg, Devic
   const dist::LaunchInfo launch = dist::detect_launch();
   std::unique_ptr<dist::Communicator> comm = dist::make_communicator(launch, timeout_s);
   if (device == Device::Cuda && launch.launcher != "single") {
-    VERL_CHECK(
-        launch.local_rank < cuda_device_count(),
-        "{}: local rank {} has no GPU (this node has {}); start at most that many ranks per node",
-        launch.launcher, launch.local_rank, cuda_device_count());
-    cuda_set_device(launch.local_rank);
+    const int gpus = cuda_device_count();
+    VERL_CHECK(gpus > 0, "{}: local rank {} is on a node without a GPU", launch.launcher,
+               launch.local_rank);
+    // More ranks than GPUs share them round robin; their device collectives are then staged
+    // through host memory, since NCCL refuses two ranks on one GPU.
+    cuda_set_device(launch.local_rank % gpus);
 #ifdef VERL_HAVE_CUDA
-    comm = dist::make_nccl_communicator(std::move(comm), timeout_s);
+    comm = dist::make_device_communicator(std::move(comm), launch, timeout_s);
 #endif
   }
   const int world = comm->world_size();

@@ -1,6 +1,8 @@
 // The data-parallel ranks of a training run (`verl train`, `verl sft`): the communicator that the
-// launcher implies (dist/launch.h), on GPUs each rank on its local rank's device with NCCL for the
-// device collectives, and the check that the launcher started the ranks the config asks for.
+// launcher implies (dist/launch.h), on GPUs each rank on its local rank's device (round robin when
+// ranks outnumber GPUs) with NCCL or, where ranks share a GPU, the staged communicator for the
+// device collectives (dist/cuda/staged_communicator.h), and the check that the launcher started
+// the ranks the config asks for.
 #pragma once
 
 #include <memory>
