@@ -137,6 +137,7 @@ PpoConfig PpoConfig::read(const config::Config& cfg, int world, bool distributed
   TrainerKeys& t = c.trainer;
   t.device = cfg.get<std::string>("trainer.device");
   t.nccl_timeout = cfg.get<double>("actor_rollout_ref.nccl_timeout");
+  t.experiment_name = cfg.get<std::string>("trainer.experiment_name");
   // What checkpoints hold, checked before the first step rather than at the first save.
   auto contents = [&](const std::string& key) {
     return parse_checkpoint_contents(cfg.get<std::vector<std::string>>(key), key);

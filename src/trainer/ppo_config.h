@@ -162,7 +162,8 @@ struct AlgorithmKeys {
 };
 
 struct TrainerKeys {
-  std::string device;  // as configured (cpu | cuda | auto)
+  std::string device;           // as configured (cpu | cuda | auto)
+  std::string experiment_name;  // the gdpo reward manager hands it to the reward function
   double nccl_timeout = 0;
   std::optional<int64_t> total_training_steps;
   int64_t critic_warmup = 0;

@@ -63,6 +63,12 @@ std::map<std::string, RewardManager::Factory>& registry() {
           const tokenizer::Tokenizer& t) -> std::unique_ptr<RewardManager> {
          return std::make_unique<DapoRewardManager>(c, d, t);
        }},
+      // verl's GDPORewardManager: the naive manager, whose reward function also finds the run's
+      // experiment_name in extra_info (score_all).
+      {"gdpo",
+       [](const PpoConfig& c, Device d, const tokenizer::Tokenizer& t) {
+         return std::make_unique<RewardManager>(c, d, t);
+       }},
   };
   return r;
 }
@@ -241,6 +247,10 @@ void RewardManager::score_all(Experience& exp, int64_t step) {
     const data::Sample& s = *exp.sample[b];
     rows[b] = {s.data_source, tok_.decode(exp.response[b], true), s.ground_truth_json,
                s.extra_info};
+    if (cfg_.reward.reward_manager == "gdpo") {
+      if (!rows[b].extra_info.is_object()) rows[b].extra_info = nlohmann::json::object();
+      rows[b].extra_info["experiment_name"] = cfg_.trainer.experiment_name;
+    }
   }
   reward::CommandBatchResult r = command_->score(rows);
   failed_rows_ = static_cast<int64_t>(r.errors.size());

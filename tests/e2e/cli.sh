@@ -362,7 +362,7 @@ check "SIGTERM to verl reward says nothing of steps" grep -qx "verl: SIGTERM; ki
 # At least 90% are accepted; each other one fails with every `# expect-error:` line of its header.
 scripts=$root/tests/fixtures/verl_scripts
 script_args() {  # script_args FIXTURE DATA: the fixture's overrides with the paths filled in
-  grep -v '^#' "$1" | sed "s|@DATA@|$2|; s|@MODEL@|$demo|; s|@SAVE_DIR@|$work/verl_scripts/$(basename "$1" .txt)|"
+  grep -v '^#' "$1" | sed "s|@DATA@|$2|; s|@MODEL@|$demo|; s|@SAVE_DIR@|$work/verl_scripts/$(basename "$1" .txt)|; s|@REWARD_PY@|$root/tests/fixtures/python_reward/rubric_reward.py|"
 }
 total=0 accepted=0
 for f in "$scripts"/*.txt; do
@@ -385,14 +385,14 @@ for f in "$scripts"/*.txt; do
 done
 echo "verl scripts: $accepted of $total accepted"
 check "at least 90% of verl's scripts are accepted ($accepted of $total)" test $((accepted * 10)) -ge $((total * 9))
-# Five of them train 2 steps on the demo model, sizes shrunk by overrides appended after the script's.
+# Six of them train 2 steps on the demo model, sizes shrunk by overrides appended after the script's.
 shrink=(data.train_files="[$root/assets/demo/train.jsonl]" data.val_files="[$root/assets/demo/val.jsonl]"
   data.train_batch_size=4 data.max_prompt_length=32 data.max_response_length=24
   actor_rollout_ref.actor.ppo_mini_batch_size=4 actor_rollout_ref.rollout.n=2 trainer.total_training_steps=2
   trainer.device=cpu trainer.n_gpus_per_node=1 trainer.nnodes=1 trainer.val_before_train=false
   trainer.test_freq=-1 trainer.save_freq=-1 trainer.logger=[jsonl])
 for name in grpo_trainer__run_qwen3_8b_fsdp ppo_trainer__run_qwen3_8b_fsdp rloo_trainer__run_qwen3_8b_fsdp \
-  reinforce_plus_plus_trainer__run_qwen3_8b_fsdp gpg_trainer__run_qwen3_8b_fsdp; do
+  reinforce_plus_plus_trainer__run_qwen3_8b_fsdp gpg_trainer__run_qwen3_8b_fsdp gdpo_trainer__run_qwen3_8b_fsdp; do
   mapfile -t args < <(script_args "$scripts/$name.txt" "$root/assets/demo/train.jsonl")
   out=$work/verl_scripts/$name
   (cd "$root" && "$verl" train "${args[@]}" "${shrink[@]}" trainer.default_local_dir="$out" > "$work/$name.log" 2>&1)

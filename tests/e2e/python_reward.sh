@@ -41,7 +41,8 @@ assert any(x["critic/score/mean"] > 0 for x in a), "every score is 0: the compar
 PY
 
 train gdpo custom_reward_function.path="$py" custom_reward_function.name=compute_score_parts \
-  algorithm.adv_estimator=gdpo "algorithm.gdpo_reward_keys=[acc,format]" "algorithm.gdpo_reward_weights=[1.0,0.5]"
+  algorithm.adv_estimator=gdpo "algorithm.gdpo_reward_keys=[acc,format]" "algorithm.gdpo_reward_weights=[1.0,0.5]" \
+  reward.reward_manager.name=gdpo trainer.experiment_name=gdpo_e2e
 check "GDPO with a dict reward exits 0" test $? -eq 0
 check "GDPO's components are logged and train" python3 - "$work" <<'PY'
 import json, math, sys
@@ -50,6 +51,7 @@ assert len(rows) == 2, rows
 for r in rows:
     assert 0 <= r["reward_extra/format/mean"] <= 1 and 0 <= r["reward_extra/acc/mean"] <= 1, r
     assert math.isfinite(r["actor/pg_loss"]) and math.isfinite(r["actor/grad_norm"]), r
+    assert r["reward_extra/named/mean"] == 1.0, r  # the gdpo manager passed experiment_name
 print("reward_extra/format/mean per step:", [r["reward_extra/format/mean"] for r in rows])
 PY
 train gdpo_nokey custom_reward_function.path="$py" algorithm.adv_estimator=gdpo "algorithm.gdpo_reward_keys=[format]"
