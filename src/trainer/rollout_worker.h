@@ -6,10 +6,13 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "data/rl_dataset.h"
+#include "dist/communicator.h"
 #include "metrics/metrics.h"
+#include "model/tp.h"
 #include "trainer/actor_worker.h"
 #include "trainer/critic_worker.h"
 #include "trainer/experience.h"
@@ -18,6 +21,23 @@
 #include "trainer/step_metrics.h"
 
 namespace verl::trainer {
+
+// A tensor-parallel group's collectives (model::TpGroup) over the communicator of its ranks.
+class CommTpGroup final : public model::TpGroup {
+ public:
+  explicit CommTpGroup(dist::Communicator& comm) : comm_(comm) {}
+  int rank() const override { return comm_.rank(); }
+  int size() const override { return comm_.world_size(); }
+  void all_reduce_sum(float* x, int64_t n) override {
+    comm_.all_reduce(std::span<float>(x, static_cast<size_t>(n)), dist::ReduceOp::Sum);
+  }
+  void all_gather(const float* send, float* recv, int64_t n) override {
+    comm_.all_gather(send, recv, static_cast<size_t>(n), dist::DataType::F32);
+  }
+
+ private:
+  dist::Communicator& comm_;
+};
 
 // trainer.token_level_pipeline: the forward-only passes that need nothing but a finished sample
 // (the old and the reference log-probs, the critic's values) and their results, each row's
