@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -83,8 +84,12 @@ struct GenOptions {
 
 class RolloutWorker {
  public:
+  // `comm`: every rank of the run; with rollout.tensor_parallel = T > 1 groups of T consecutive
+  // ranks (split here: a collective) generate their members' prompts together, each rank holding
+  // a slice of the model (model/tp.h), and each keeps its own prompts' rows.
   RolloutWorker(const PpoConfig& cfg, Device device, ActorWorker& actor, CriticWorker* critic,
-                RewardManager& reward, MemoryRecorder& memory, std::vector<int32_t> eos_ids);
+                RewardManager& reward, MemoryRecorder& memory, std::vector<int32_t> eos_ids,
+                dist::Communicator& comm);
 
   // Samples the prompts' responses (rollout.n each; validation: val_kwargs; greedy: one greedy
   // response per prompt) and scores them. `first_index`: the global index of samples[0] in the
@@ -96,6 +101,12 @@ class RolloutWorker {
   // `old_log_prob`: whether the step recomputes the old log-probs at all.
   TokenPipeline pipeline_plan(bool old_log_prob) const;
 
+  // The generation layout: ranks a group (tensor parallel) and groups (data parallel).
+  int64_t tensor_parallel() const { return tp_; }
+  int64_t data_parallel() const { return dp_; }
+  // parallel/rollout_tp and parallel/dp.
+  void add_layout_metrics(metrics::Metrics& m) const;
+
  private:
   const PpoConfig& cfg_;
   Device device_;
@@ -104,6 +115,8 @@ class RolloutWorker {
   RewardManager& reward_;
   MemoryRecorder& memory_;
   std::vector<int32_t> eos_ids_;
+  int64_t tp_ = 1, dp_ = 1;
+  std::unique_ptr<dist::Communicator> tp_comm_;  // this rank's generation group (tp_ > 1)
 };
 
 }  // namespace verl::trainer
