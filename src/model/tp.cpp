@@ -24,11 +24,9 @@ void copy_cols(float* dst, const float* src, int64_t rows, int64_t src_cols, int
 
 }  // namespace
 
-TpSlice tp_slice(const Weights& full, int rank, int size) {
-  const ModelConfig& c = full.config;
+void check_tp_split(const ModelConfig& c, int size) {
   const std::string key = "actor_rollout_ref.rollout.tensor_model_parallel_size";
-  VERL_CHECK(size >= 1 && rank >= 0 && rank < size, "{}={}: rank {} is not in the group", key, size,
-             rank);
+  VERL_CHECK(size >= 1, "{}={}: a group needs at least one rank", key, size);
   VERL_CHECK(c.head == HeadKind::CausalLM, "{}={}: only a causal LM generates, got {}", key, size,
              c.architecture);
   VERL_CHECK(c.num_attention_heads % size == 0 && c.num_key_value_heads % size == 0,
@@ -37,6 +35,14 @@ TpSlice tp_slice(const Weights& full, int rank, int size) {
              key, size, c.num_attention_heads, c.num_key_value_heads, c.architecture);
   VERL_CHECK(c.intermediate_size % size == 0, "{}={} must divide intermediate_size ({}) of {}", key,
              size, c.intermediate_size, c.architecture);
+}
+
+TpSlice tp_slice(const Weights& full, int rank, int size) {
+  const ModelConfig& c = full.config;
+  check_tp_split(c, size);
+  VERL_CHECK(rank >= 0 && rank < size,
+             "actor_rollout_ref.rollout.tensor_model_parallel_size={}: rank {} is not in the group",
+             size, rank);
   const int64_t C = c.hidden_size, D = c.head_dim, V = c.vocab_size, F = c.intermediate_size;
   const int64_t Hl = c.num_attention_heads / size, Hkvl = c.num_key_value_heads / size;
   const int64_t Fl = F / size, Vl = (V + size - 1) / size;

@@ -39,9 +39,12 @@ struct TpSlice {
   int64_t vocab_begin = 0;  // rank * Vr: the first vocabulary row this rank holds
 };
 
-// The causal-LM slice of `full` for rank `rank` of `size` ranks. Throws, naming
-// actor_rollout_ref.rollout.tensor_model_parallel_size and the head counts, when the query or kv
-// heads or the MLP width do not divide by `size`.
+// Throws, naming actor_rollout_ref.rollout.tensor_model_parallel_size and the head counts, when
+// `c` cannot be split `size` ways: the query or kv heads or the MLP width do not divide by it, or
+// it is no causal LM.
+void check_tp_split(const ModelConfig& c, int size);
+
+// The causal-LM slice of `full` for rank `rank` of `size` ranks (check_tp_split first).
 TpSlice tp_slice(const Weights& full, int rank, int size);
 
 // The decoder's view of tensor parallelism for a step: the group and the whole vocabulary.

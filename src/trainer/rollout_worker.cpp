@@ -198,6 +198,8 @@ RolloutWorker::RolloutWorker(const PpoConfig& cfg, Device device, ActorWorker& a
     tp_ = 1;
   }
   dp_ = comm.world_size() / tp_;
+  // A model that does not split fails here, before any step, naming the key and its heads.
+  if (tp_ > 1) model::check_tp_split(actor_.model().weights().config, static_cast<int>(tp_));
   // Groups of tp_ consecutive ranks (Megatron's and vLLM's order): color rank / tp_.
   if (tp_ > 1) tp_comm_ = comm.split(comm.rank() / static_cast<int>(tp_), comm.rank());
   if (comm.rank() == 0)

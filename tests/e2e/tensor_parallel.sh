@@ -5,7 +5,8 @@
 # cut from the whole weights the reshard gathers), and under `-np 2` as TP 2 x DP 1, against one
 # process with the same global batch: per-step metrics within 1e-4 relative, the exported model's
 # log-probs within 1e-5; the layout in the metrics (parallel/rollout_tp, parallel/dp) and the log;
-# TP 2 asked of one process runs TP 1 and says so; a size that does not divide the ranks is refused.
+# TP 2 asked of one process runs TP 1 and says so; a size that does not divide the ranks or the
+# model's heads is refused.
 # Usage: tensor_parallel.sh VERL_BINARY REPO_ROOT WORK_DIR
 set -uo pipefail
 verl=$1 root=$2 work=$3
@@ -60,6 +61,13 @@ check "TP 2 over 3 ranks fails" test $? -ne 0
 check "TP 2 over 3 ranks names the key" grep -q \
   "actor_rollout_ref.rollout.tensor_model_parallel_size=2 must divide the 3 ranks into whole generation groups" \
   "$work/three.log"
+# The demo model's 2 kv heads do not split 4 ways: refused before the first step.
+run 4 "$work/four" trainer.total_training_steps=1 actor_rollout_ref.rollout.tensor_model_parallel_size=4
+check "TP 4 of 2 kv heads fails" test $? -ne 0
+check "TP 4 of 2 kv heads names the key and the heads" grep -q \
+  "actor_rollout_ref.rollout.tensor_model_parallel_size=4 must divide num_attention_heads (4) and num_key_value_heads (2)" \
+  "$work/four.log"
+check "TP 4 of 2 kv heads fails before a step" test ! -e "$work/four/metrics.jsonl"
 
 echo "tensor_parallel: $pass passed, $fail failed"
 test "$fail" -eq 0

@@ -2,7 +2,7 @@
 // slice + all-reduce step equals the whole model's step (prefill and decode logits) for the
 // golden qwen2 (q/k/v biases, tied head), llama3 and qwen3 (q/k norm) models and for a model with
 // every bias and an odd vocabulary; greedy tokens and their log-probs with TP 2 equal TP 1; the
-// error for heads that do not divide.
+// error for heads that do not divide; the layout PpoConfig makes of the key and the rank count.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include "model/cpu/decoder.h"
 #include "model/tp.h"
 #include "rollout/engine.h"
+#include "trainer/ppo_config.h"
 #include "trainer/rollout_worker.h"
 
 namespace verl::model {
@@ -180,6 +181,9 @@ TEST(Tp, HeadsThatDoNotDivideAreRefusedByName) {
   EXPECT_NE(e.find("num_key_value_heads (2)"), std::string::npos) << e;
   const std::string f = test::expected_error_of([&] { tp_slice(w, 0, 3); });
   EXPECT_NE(f.find("tensor_model_parallel_size=3"), std::string::npos) << f;
+  // The trainer checks before its first step with the same words.
+  EXPECT_EQ(test::expected_error_of([&] { check_tp_split(w.config, 4); }), e);
+  EXPECT_EQ(test::error_of([&] { check_tp_split(w.config, 2); }), "");
 }
 
 // The top-2 margin of the next-token logits after `prefix` on the whole model.
@@ -241,6 +245,35 @@ TEST_P(TpGolden, GreedyTokensAndLogProbsEqualOneRank) {
     EXPECT_EQ(mine, got[r].tokens);
   }
   EXPECT_GE(compared, 30);  // divergence is the rare exception
+}
+
+// The layout PpoConfig makes of the key and the ranks (no collectives: any rank count).
+TEST(TpConfig, ResolvedFromTheKeyAndTheRanks) {
+  const std::string k = "actor_rollout_ref.rollout.tensor_model_parallel_size";
+  auto read = [&](int world, std::vector<std::string> o) {
+    return trainer::PpoConfig::read(test::demo_config(o), world, world > 1).rollout;
+  };
+  // verl's default (2) left unset splits nothing, and says so.
+  trainer::RolloutKeys r = read(4, {});
+  EXPECT_EQ(r.tensor_parallel, 1);
+  EXPECT_NE(r.tensor_parallel_note.find("left at verl's default 2"), std::string::npos);
+  r = read(4, {k + "=2"});
+  EXPECT_EQ(r.tensor_parallel, 2);
+  EXPECT_EQ(r.tensor_parallel_note, "");
+  r = read(4, {k + "=4"});
+  EXPECT_EQ(r.tensor_parallel, 4);
+  // Fewer ranks than asked for: all of them when they divide it, else one.
+  r = read(2, {k + "=4"});
+  EXPECT_EQ(r.tensor_parallel, 2);
+  EXPECT_NE(r.tensor_parallel_note.find(k + "=4 with 2 rank(s): tensor parallel size 2 instead"),
+            std::string::npos)
+      << r.tensor_parallel_note;
+  EXPECT_EQ(read(2, {k + "=3"}).tensor_parallel, 1);
+  EXPECT_EQ(read(1, {k + "=2"}).tensor_parallel, 1);
+  std::string e = test::expected_error_of([&] { read(4, {k + "=3"}); });
+  EXPECT_NE(e.find(k + "=3 must divide the 4 ranks"), std::string::npos) << e;
+  e = test::expected_error_of([&] { read(4, {k + "=2", "trainer.one_step_off_policy=true"}); });
+  EXPECT_NE(e.find("trainer.one_step_off_policy=true with " + k + "=2"), std::string::npos) << e;
 }
 
 }  // namespace
