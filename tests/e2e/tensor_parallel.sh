@@ -4,7 +4,7 @@
 # members' prompts together over a slice of the model each), with ZeRO-0 and ZeRO-3 (the slice is
 # cut from the whole weights the reshard gathers), and under `-np 2` as TP 2 x DP 1, against one
 # process with the same global batch: per-step metrics within 1e-4 relative, the exported model's
-# log-probs within 1e-5; the layout in the metrics (parallel/rollout_tp, parallel/dp) and the log;
+# log-probs within 1e-5; ReMax's greedy baseline; the layout in the metrics (parallel/rollout_tp, parallel/dp) and the log;
 # TP 2 asked of one process runs TP 1 and says so; a size that does not divide the ranks or the
 # model's heads is refused.
 # Usage: tensor_parallel.sh VERL_BINARY REPO_ROOT WORK_DIR
@@ -43,6 +43,12 @@ for run, (tp, dp) in want.items():
     assert len(rows) == 3, (run, rows)
     assert all(r["parallel/rollout_tp"] == tp and r["parallel/dp"] == dp for r in rows), (run, rows)
 PY
+# ReMax's greedy baseline goes through the same tensor-parallel rollout.
+remax=(algorithm.adv_estimator=remax trainer.total_training_steps=2 trainer.save_freq=-1 trainer.test_freq=-1)
+run 1 "$work/remax1" "${remax[@]}"
+run 4 "$work/remax4" "${remax[@]}" "${tp2[@]}"
+check "ReMax at TP 2 x DP 2 = one process" compare "$work/remax1" "$work/remax4" 1,2 "${keys[@]}"
+
 echo '{"tokens": [510, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 300, 400, 500]}' > "$work/tokens.jsonl"
 for r in one tp2dp2 tp2z3 tp2dp1; do
   "$verl" logprobs --model "$work/$r/global_step_3/actor/huggingface" --input "$work/tokens.jsonl" > "$work/$r.lp" 2>/dev/null
