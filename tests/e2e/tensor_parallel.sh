@@ -4,9 +4,9 @@
 # members' prompts together over a slice of the model each), with ZeRO-0 and ZeRO-3 (the slice is
 # cut from the whole weights the reshard gathers), and under `-np 2` as TP 2 x DP 1, against one
 # process with the same global batch: per-step metrics within 1e-4 relative, the exported model's
-# log-probs within 1e-5; ReMax's greedy baseline; the layout in the metrics (parallel/rollout_tp, parallel/dp) and the log;
-# TP 2 asked of one process runs TP 1 and says so; a size that does not divide the ranks or the
-# model's heads is refused.
+# log-probs within 1e-5; ReMax's greedy baseline; the layout in the metrics (parallel/rollout_tp,
+# parallel/dp) and the log; TP 2 asked of one process runs TP 1 and says so; a size that does not
+# divide the ranks or the model's heads is refused.
 # Usage: tensor_parallel.sh VERL_BINARY REPO_ROOT WORK_DIR
 set -uo pipefail
 verl=$1 root=$2 work=$3
