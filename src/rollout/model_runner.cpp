@@ -41,15 +41,18 @@ model::cpu::PagedKv KVCache::paged(const ScheduledBatch& b) {
   return kv;
 }
 
-CpuModelRunner::CpuModelRunner(const model::Weights& weights, KVCache& cache)
+CpuModelRunner::CpuModelRunner(const model::Weights& weights, KVCache& cache,
+                               const model::TpContext* tp)
     : decoder_(weights), cache_(cache) {
+  if (tp) tp_ = *tp;
   VERL_CHECK(weights.config.head == model::HeadKind::CausalLM,
              "the rollout needs a causal LM, got {}", weights.config.architecture);
 }
 
 void CpuModelRunner::run(const ScheduledBatch& b, std::vector<float>& logits) {
   for (const BlockCopy& cp : b.block_copies) cache_.copy_block(cp.src, cp.dst);
-  const int64_t S = b.num_samples(), V = decoder_.weights().config.vocab_size;
+  const int64_t S = b.num_samples();
+  const int64_t V = tp_ ? tp_->vocab_size : decoder_.weights().config.vocab_size;
   logits.resize(static_cast<size_t>(S * V));
   if (b.num_tokens() == 0) {
     VERL_CHECK(S == 0, "a step with no tokens cannot sample");
@@ -57,7 +60,8 @@ void CpuModelRunner::run(const ScheduledBatch& b, std::vector<float>& logits) {
   }
   const model::cpu::Tokens tokens{b.num_tokens(), b.num_seqs(), b.input_ids.data(),
                                   b.positions.data(), b.cu_seqlens.data()};
-  decoder_.forward_step(tokens, cache_.paged(b), b.sample_token_indices, logits.data(), ws_);
+  decoder_.forward_step(tokens, cache_.paged(b), b.sample_token_indices, logits.data(), ws_,
+                        tp_ ? &*tp_ : nullptr);
 }
 
 }  // namespace verl::rollout

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "model/cpu/decoder.h"
@@ -15,7 +16,8 @@
 
 namespace verl::rollout {
 
-// Paged fp32 KV cache: per layer, K and V of shape [num_blocks, block_size, Hkv, D].
+// Paged fp32 KV cache: per layer, K and V of shape [num_blocks, block_size, Hkv, D]. Built from a
+// tensor-parallel slice's config it holds that rank's Hkv/T heads.
 class KVCache {
  public:
   KVCache(const model::ModelConfig& cfg, int32_t num_blocks, int32_t block_size);
@@ -38,14 +40,19 @@ class KVCache {
 
 class CpuModelRunner {
  public:
-  CpuModelRunner(const model::Weights& weights, KVCache& cache);
+  // With `tp`, `weights` is rank tp->group->rank()'s TpSlice (model/tp.h) and `cache` holds its
+  // kv heads; every rank of the group runs the same batches.
+  CpuModelRunner(const model::Weights& weights, KVCache& cache,
+                 const model::TpContext* tp = nullptr);
 
   // Applies the batch's block copies, writes the KV of its new tokens and fills `logits` with
-  // batch.num_samples() rows of V logits (the next-token distribution of each sample's token).
+  // batch.num_samples() rows of V logits (the next-token distribution of each sample's token;
+  // the whole vocabulary under tensor parallelism, the same on every rank of the group).
   void run(const ScheduledBatch& batch, std::vector<float>& logits);
 
  private:
   model::cpu::Decoder decoder_;  // the trainer's CPU decoder, over the same weights
+  std::optional<model::TpContext> tp_;
   KVCache& cache_;
   model::cpu::StepWorkspace ws_;  // grown to the largest step, then reused
 };

@@ -5,10 +5,11 @@
 
 namespace verl::rollout {
 
-CpuStepRunner::CpuStepRunner(const model::Weights& weights, int32_t num_blocks, int32_t block_size)
+CpuStepRunner::CpuStepRunner(const model::Weights& weights, int32_t num_blocks, int32_t block_size,
+                             const model::TpContext* tp)
     : cache_(weights.config, num_blocks, block_size),
-      runner_(weights, cache_),
-      sampler_(static_cast<int32_t>(weights.config.vocab_size)) {}
+      runner_(weights, cache_, tp),
+      sampler_(static_cast<int32_t>(tp ? tp->vocab_size : weights.config.vocab_size)) {}
 
 void CpuStepRunner::step(const ScheduledBatch& batch, std::span<int32_t> tokens,
                          std::span<float> logprobs) {

@@ -50,9 +50,13 @@ class StepRunner {
 };
 
 // The CPU runner: fp32 paged KV cache, CpuModelRunner's forward, then the Sampler on its logits.
+// With `tp` (tensor-parallel generation) `weights` is this rank's TpSlice and its cache holds the
+// rank's kv heads; the logits are gathered whole on every rank of the group, so with the same
+// requests (hence the same sampling seeds) every rank samples the same tokens.
 class CpuStepRunner final : public StepRunner {
  public:
-  CpuStepRunner(const model::Weights& weights, int32_t num_blocks, int32_t block_size);
+  CpuStepRunner(const model::Weights& weights, int32_t num_blocks, int32_t block_size,
+                const model::TpContext* tp = nullptr);
 
   int32_t num_blocks() const override { return cache_.num_blocks(); }
   int32_t block_size() const override { return cache_.block_size(); }

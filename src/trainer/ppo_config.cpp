@@ -203,6 +203,29 @@ PpoConfig PpoConfig::read(const config::Config& cfg, int world, bool distributed
   }
   r.numerics = numerics_from_flags(cfg.get<bool>(rol + "batch_invariant"),
                                    cfg.get<bool>(rol + "match_trainer_numerics"));
+  {
+    // Groups of T consecutive ranks generate together. verl's default (2) splits nothing unless
+    // set, so a data-parallel run stays as it was; with fewer ranks than asked for, the group is
+    // every rank when they divide T, else one rank.
+    const std::string k = rol + "tensor_model_parallel_size";
+    const int64_t want = cfg.get<int64_t>(k);
+    if (cfg.origin(k) == "defaults") {
+      r.tensor_parallel = 1;
+      if (want > 1)
+        r.tensor_parallel_note = fmt::format(
+            "{} left at verl's default {}: each rank generates its own prompts", k, want);
+    } else if (world < want) {
+      r.tensor_parallel = want % world == 0 ? world : 1;
+      r.tensor_parallel_note = fmt::format("{}={} with {} rank(s): tensor parallel size {} instead",
+                                           k, want, world, r.tensor_parallel);
+    } else {
+      VERL_CHECK(world % want == 0,
+                 "{}={} must divide the {} ranks into whole generation groups (trainer.nnodes x "
+                 "trainer.n_gpus_per_node)",
+                 k, want, world);
+      r.tensor_parallel = want;
+    }
+  }
   d.train_files = cfg.get<std::vector<std::string>>("data.train_files");
   d.val_files = cfg.get<std::optional<std::vector<std::string>>>("data.val_files");
   d.max_prompt_length = cfg.get<int64_t>("data.max_prompt_length");
@@ -481,6 +504,10 @@ PpoConfig PpoConfig::read(const config::Config& cfg, int world, bool distributed
                "with collectives, "
                "which a rollout beside training must not start; use zero_stage 0-2",
                k);
+    VERL_CHECK(r.tensor_parallel == 1,
+               "{}=true with {}tensor_model_parallel_size={}: a tensor-parallel rollout runs "
+               "collectives, which a rollout beside training must not start; set one of them off",
+               k, rol, r.tensor_parallel);
   }
   t.critic_warmup = cfg.get<int64_t>("trainer.critic_warmup");
   t.rollout_data_dir = cfg.get<std::optional<std::string>>("trainer.rollout_data_dir");

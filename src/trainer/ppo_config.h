@@ -110,6 +110,10 @@ struct RolloutKeys {
       0;  // ZeRO-3's reshard: floats a bucket (update_weights_bucket_megabytes)
   LengthDistKeys length_dist;
   Numerics numerics = Numerics::Fast;  // batch_invariant, match_trainer_numerics
+  // tensor_model_parallel_size as the run uses it: the ranks of one generation group (1: each
+  // rank generates its own prompts), and, when that is not the configured value, why.
+  int64_t tensor_parallel = 1;
+  std::string tensor_parallel_note;
 };
 
 // reward_model.* when it is enabled.

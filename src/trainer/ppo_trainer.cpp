@@ -107,7 +107,7 @@ PpoTrainer::PpoTrainer(const config::Config& cfg)
         db.communication_sensitivity);
   }
   rollout_ = std::make_unique<RolloutWorker>(cfg_, device_, *actor_, critic_.get(), *reward_,
-                                             memory_, std::move(eos_ids));
+                                             memory_, std::move(eos_ids), *comm_);
   if (cfg_.algorithm.filter_groups.enable)
     dynamic_sampling_ = std::make_unique<DynamicSampling>(cfg_, *rollout_);
   if (cfg_.trainer.one_step_off_policy)
@@ -196,6 +196,7 @@ bool PpoTrainer::reward(const data::Batch& batch, Experience& exp, metrics::Stag
     dump_generations(*cfg_.trainer.rollout_data_dir, "trainer.rollout_data_dir", global_step_ + 1,
                      generation_rows(*tok_, exp), *comm_);
   add_rollout_metrics(exp, tok_->vocab_size(), *comm_, m);
+  rollout_->add_layout_metrics(m);
   // verl's _balance_batch: the ranks swap rows so each holds a similar workload for the passes
   // and updates that follow (one rank has nothing to balance).
   if (comm_->world_size() > 1 && cfg_.trainer.balance_batch) {

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/fault.h"
+#include "core/log.h"
 #include "core/rng.h"
 #include "rollout/engine.h"
 #include "rollout/kv_sizing.h"
@@ -40,6 +41,59 @@ std::vector<int32_t> synthetic_lengths(const LengthDistKeys& d, uint64_t seed, i
     out[static_cast<size_t>(i)] =
         static_cast<int32_t>(std::clamp<double>(std::round(len), 1.0, static_cast<double>(cap)));
   }
+  return out;
+}
+
+// The prompts a generation group shares (tensor parallelism): every member's, in group rank
+// order, with their global indices; `mine` is where this rank's first one lands.
+struct GroupPrompts {
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int64_t> index;
+  int64_t mine = 0;
+};
+
+GroupPrompts gather_group_prompts(dist::Communicator& g, const std::vector<data::Sample>& samples,
+                                  int64_t first_index) {
+  const int R = g.world_size();
+  const std::vector<int64_t> head = {first_index, static_cast<int64_t>(samples.size())};
+  std::vector<int64_t> heads(static_cast<size_t>(2 * R));
+  g.all_gather<int64_t>(head, heads);
+  std::vector<int32_t> lens, flat;
+  for (const data::Sample& s : samples) {
+    lens.push_back(static_cast<int32_t>(s.prompt_ids.size()));
+    flat.insert(flat.end(), s.prompt_ids.begin(), s.prompt_ids.end());
+  }
+  // The prompts' lengths, then their tokens, each rank contributing its own count.
+  std::vector<size_t> counts(static_cast<size_t>(R)), displs(counts.size());
+  size_t total = 0;
+  for (int r = 0; r < R; ++r) {
+    counts[r] = static_cast<size_t>(heads[2 * r + 1]);
+    displs[r] = total;
+    total += counts[r];
+  }
+  std::vector<int32_t> all_lens(total);
+  g.all_gather_v(lens.data(), all_lens.data(), counts, displs, dist::DataType::I32);
+  std::vector<size_t> tcounts(counts.size()), tdispls(counts.size());
+  size_t ttotal = 0;
+  for (int r = 0; r < R; ++r) {
+    tcounts[r] = 0;
+    for (size_t k = 0; k < counts[r]; ++k)
+      tcounts[r] += static_cast<size_t>(all_lens[displs[r] + k]);
+    tdispls[r] = ttotal;
+    ttotal += tcounts[r];
+  }
+  std::vector<int32_t> tokens(ttotal);
+  g.all_gather_v(flat.data(), tokens.data(), tcounts, tdispls, dist::DataType::I32);
+  GroupPrompts out;
+  out.mine = static_cast<int64_t>(displs[g.rank()]);
+  size_t at = 0;
+  for (int r = 0; r < R; ++r)
+    for (size_t k = 0; k < counts[r]; ++k) {
+      const size_t len = static_cast<size_t>(all_lens[displs[r] + k]);
+      out.prompts.emplace_back(tokens.begin() + at, tokens.begin() + at + len);
+      out.index.push_back(heads[2 * r] + static_cast<int64_t>(k));
+      at += len;
+    }
   return out;
 }
 
@@ -126,14 +180,37 @@ std::vector<float> TokenPipeline::matrix(const std::vector<std::vector<float>>& 
 
 RolloutWorker::RolloutWorker(const PpoConfig& cfg, Device device, ActorWorker& actor,
                              CriticWorker* critic, RewardManager& reward, MemoryRecorder& memory,
-                             std::vector<int32_t> eos_ids)
+                             std::vector<int32_t> eos_ids, dist::Communicator& comm)
     : cfg_(cfg),
       device_(device),
       actor_(actor),
       critic_(critic),
       reward_(reward),
       memory_(memory),
-      eos_ids_(std::move(eos_ids)) {}
+      eos_ids_(std::move(eos_ids)),
+      tp_(cfg.rollout.tensor_parallel) {
+  std::string note = cfg.rollout.tensor_parallel_note;
+  if (tp_ > 1 && device_ == Device::Cuda) {
+    note = fmt::format(
+        "actor_rollout_ref.rollout.tensor_model_parallel_size={}: the GPU rollout has no tensor "
+        "parallelism yet, tensor parallel size 1",
+        tp_);
+    tp_ = 1;
+  }
+  dp_ = comm.world_size() / tp_;
+  // A model that does not split fails here, before any step, naming the key and its heads.
+  if (tp_ > 1) model::check_tp_split(actor_.model().weights().config, static_cast<int>(tp_));
+  // Groups of tp_ consecutive ranks (Megatron's and vLLM's order): color rank / tp_.
+  if (tp_ > 1) tp_comm_ = comm.split(comm.rank() / static_cast<int>(tp_), comm.rank());
+  if (comm.rank() == 0)
+    log::info("rollout layout: tensor parallel {} x data parallel {} over {} rank(s){}", tp_, dp_,
+              comm.world_size(), note.empty() ? "" : " (" + note + ")");
+}
+
+void RolloutWorker::add_layout_metrics(metrics::Metrics& m) const {
+  m.set("parallel/rollout_tp", static_cast<double>(tp_));
+  m.set("parallel/dp", static_cast<double>(dp_));
+}
 
 TokenPipeline RolloutWorker::pipeline_plan(bool old_log_prob) const {
   TokenPipeline p;
@@ -183,21 +260,33 @@ void RolloutWorker::generate(const std::vector<data::Sample>& samples, int64_t f
   const int64_t model_len = rk.max_model_len.value_or(prompt_limit + sp.max_tokens);
   sp.ignore_eos = rk.ignore_eos;
   sp.stop_token_ids = eos_ids_;
+  // The prompts to generate: this rank's, or with tensor parallelism its group's (the group runs
+  // them together and each rank keeps its own rows). Seeds come from the global index.
+  std::optional<GroupPrompts> group;
+  if (tp_comm_) group = gather_group_prompts(*tp_comm_, samples, first_index);
+  const size_t P = group ? group->prompts.size() : samples.size();
+  const int64_t mine = group ? group->mine : 0;
+  auto prompt_of = [&](size_t i) -> const std::vector<int32_t>& {
+    return group ? group->prompts[i] : samples[i].prompt_ids;
+  };
+  auto index_of = [&](size_t i) {
+    return group ? group->index[i] : first_index + static_cast<int64_t>(i);
+  };
   std::vector<rollout::Request> reqs;
   int64_t longest = 0;
-  for (size_t i = 0; i < samples.size(); ++i) {
-    const int64_t plen = static_cast<int64_t>(samples[i].prompt_ids.size());
+  for (size_t i = 0; i < P; ++i) {
+    const int64_t plen = static_cast<int64_t>(prompt_of(i).size());
     VERL_CHECK(plen <= prompt_limit && plen < model_len,
                "a prompt of {} tokens is longer than actor_rollout_ref.rollout.prompt_length={} "
                "allows (or does not "
                "fit rollout.max_model_len={}); raise them or lower data.max_prompt_length",
                plen, prompt_limit, model_len);
     rollout::Request r;
-    r.prompt = samples[i].prompt_ids;
+    r.prompt = prompt_of(i);
     r.params = sp;
     r.params.seed =
         mix(cfg_.data.seed ^ mix(static_cast<uint64_t>(step - 1) * 2 + (validation ? 1 : 0)) ^
-            mix(static_cast<uint64_t>(first_index + static_cast<int64_t>(i)) + 0x51ed));
+            mix(static_cast<uint64_t>(index_of(i)) + 0x51ed));
     r.n = static_cast<int32_t>(n);
     if (!validation && !greedy)
       r.eos_at = synthetic_lengths(rk.length_dist, r.params.seed, r.n, sp.max_tokens);
@@ -220,6 +309,11 @@ void RolloutWorker::generate(const std::vector<data::Sample>& samples, int64_t f
   ro.gpu_memory_utilization = rk.gpu_memory_utilization;
   ro.enforce_eager = rk.enforce_eager;
   PolicyModel& actor = actor_.model();
+  // Tensor parallelism: this rank's slice of the whole weights (gathered first under ZeRO-3),
+  // its group's collectives and its runner, whose KV cache holds the rank's kv heads.
+  std::optional<CommTpGroup> tp_group;
+  std::optional<model::TpSlice> slice;
+  std::optional<model::TpContext> tp_ctx;
   // timing_s/gen_setup: the runner's KV cache, its plan and the engine, before the first step.
   std::optional<metrics::StageTimer::Scope> setup;
   setup.emplace(timer, "gen_setup");
@@ -237,6 +331,14 @@ void RolloutWorker::generate(const std::vector<data::Sample>& samples, int64_t f
     setup.emplace(timer, "gen_setup");
   }
   std::optional<rollout::Engine> engine_holder;
+  if (!runner && tp_comm_) {
+    tp_group.emplace(*tp_comm_);
+    slice.emplace(model::tp_slice(opts.weights ? *opts.weights : actor.weights(), tp_group->rank(),
+                                  tp_group->size()));
+    tp_ctx = model::tp_context(*slice, *tp_group);
+    runner = std::make_unique<rollout::CpuStepRunner>(slice->weights, ec.scheduler.num_blocks,
+                                                      ec.scheduler.block_size, &*tp_ctx);
+  }
   if (runner) {
     engine_holder.emplace(*runner, ec);
   } else {
@@ -272,9 +374,11 @@ void RolloutWorker::generate(const std::vector<data::Sample>& samples, int64_t f
   rollout::GenerateHooks hooks;
   hooks.on_finish = [&](const rollout::Completion& c) {
     fault_point("gen", step);  // tests make generation fail while rewards are scored
-    const int64_t b = c.request * n + c.sample;
-    exp.group[b] = first_index + c.request;  // global: balance_batch may move the row
-    exp.sample[b] = &samples[c.request];
+    const int64_t i = c.request - mine;
+    if (i < 0 || i >= static_cast<int64_t>(samples.size())) return;  // another member's prompt
+    const int64_t b = i * n + c.sample;
+    exp.group[b] = first_index + i;  // global: balance_batch may move the row
+    exp.sample[b] = &samples[i];
     exp.response[b] = c.tokens;
     exp.finish_reason[b] = std::string(rollout::to_string(c.finish_reason));
     const int64_t len = static_cast<int64_t>(c.tokens.size());
@@ -295,6 +399,7 @@ void RolloutWorker::generate(const std::vector<data::Sample>& samples, int64_t f
   memory_.end_of_gen();
   engine_holder.reset();
   runner.reset();
+  slice.reset();
   full.reset();  // ZeRO-3: back to the shards
   if (piper) piper->finish();
   if (scorer) {

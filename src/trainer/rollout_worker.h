@@ -6,10 +6,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "data/rl_dataset.h"
+#include "dist/communicator.h"
 #include "metrics/metrics.h"
+#include "model/tp.h"
 #include "trainer/actor_worker.h"
 #include "trainer/critic_worker.h"
 #include "trainer/experience.h"
@@ -18,6 +22,23 @@
 #include "trainer/step_metrics.h"
 
 namespace verl::trainer {
+
+// A tensor-parallel group's collectives (model::TpGroup) over the communicator of its ranks.
+class CommTpGroup final : public model::TpGroup {
+ public:
+  explicit CommTpGroup(dist::Communicator& comm) : comm_(comm) {}
+  int rank() const override { return comm_.rank(); }
+  int size() const override { return comm_.world_size(); }
+  void all_reduce_sum(float* x, int64_t n) override {
+    comm_.all_reduce(std::span<float>(x, static_cast<size_t>(n)), dist::ReduceOp::Sum);
+  }
+  void all_gather(const float* send, float* recv, int64_t n) override {
+    comm_.all_gather(send, recv, static_cast<size_t>(n), dist::DataType::F32);
+  }
+
+ private:
+  dist::Communicator& comm_;
+};
 
 // trainer.token_level_pipeline: the forward-only passes that need nothing but a finished sample
 // (the old and the reference log-probs, the critic's values) and their results, each row's
@@ -63,8 +84,12 @@ struct GenOptions {
 
 class RolloutWorker {
  public:
+  // `comm`: every rank of the run; with rollout.tensor_parallel = T > 1 groups of T consecutive
+  // ranks (split here: a collective) generate their members' prompts together, each rank holding
+  // a slice of the model (model/tp.h), and each keeps its own prompts' rows.
   RolloutWorker(const PpoConfig& cfg, Device device, ActorWorker& actor, CriticWorker* critic,
-                RewardManager& reward, MemoryRecorder& memory, std::vector<int32_t> eos_ids);
+                RewardManager& reward, MemoryRecorder& memory, std::vector<int32_t> eos_ids,
+                dist::Communicator& comm);
 
   // Samples the prompts' responses (rollout.n each; validation: val_kwargs; greedy: one greedy
   // response per prompt) and scores them. `first_index`: the global index of samples[0] in the
@@ -76,6 +101,12 @@ class RolloutWorker {
   // `old_log_prob`: whether the step recomputes the old log-probs at all.
   TokenPipeline pipeline_plan(bool old_log_prob) const;
 
+  // The generation layout: ranks a group (tensor parallel) and groups (data parallel).
+  int64_t tensor_parallel() const { return tp_; }
+  int64_t data_parallel() const { return dp_; }
+  // parallel/rollout_tp and parallel/dp.
+  void add_layout_metrics(metrics::Metrics& m) const;
+
  private:
   const PpoConfig& cfg_;
   Device device_;
@@ -84,6 +115,8 @@ class RolloutWorker {
   RewardManager& reward_;
   MemoryRecorder& memory_;
   std::vector<int32_t> eos_ids_;
+  int64_t tp_ = 1, dp_ = 1;
+  std::unique_ptr<dist::Communicator> tp_comm_;  // this rank's generation group (tp_ > 1)
 };
 
 }  // namespace verl::trainer

@@ -65,6 +65,15 @@ class RangeReader {
   WeightSource* source_;
 };
 
+// A row-parallel projection's output y [T, C] holds this rank's partial sum: sum it over the
+// group, then add the bias once (Megatron's RowParallelLinear).
+void reduce_partial(TpGroup& tp, float* y, const float* bias, int64_t T, int64_t C) {
+  tp.all_reduce_sum(y, T * C);
+  if (bias == nullptr) return;
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j < C; ++j) y[i * C + j] += bias[j];
+}
+
 Tokens tokens_of(const PackedBatch& b) {
   return {b.num_tokens(), b.num_seqs(), b.tokens.data(), b.positions.data(), b.cu_seqlens.data()};
 }
@@ -86,7 +95,7 @@ Decoder::Decoder(const Weights& w) : w_(w), inv_freq_(rope_inv_freq(w.config)) {
 }
 
 void Decoder::layer_forward(const Backend& be, int l, const Tokens& t, LayerActivations& a,
-                            float* x_out, const LayerWeights& w) const {
+                            float* x_out, const LayerWeights& w, TpGroup* tp) const {
   const ModelConfig& c = w_.config;
   const int64_t T = t.T, C = c.hidden_size;
   const int64_t H = c.num_attention_heads, Hkv = c.num_key_value_heads, D = c.head_dim;
@@ -118,14 +127,18 @@ void Decoder::layer_forward(const Backend& be, int l, const Tokens& t, LayerActi
   be.attention(l, a.att.data(), grow(a.lse, T * H), a.q.data(), a.k.data(), a.v.data(), t);
   be.dump(a.att.data(), "attn", l, {T, qd});
   float* x_mid = grow(a.x_mid, T * C);
-  be.project(x_mid, a.att.data(), w.wo, w.bo, T, qd, C);
+  be.project(x_mid, a.att.data(), w.wo, tp ? nullptr : w.bo, T, qd, C);
+  if (tp) reduce_partial(*tp, x_mid, w.bo, T, C);
   add_inplace(x_mid, a.x_in.data(), T * C);
   be.dump(x_mid, "attn_res", l, {T, C});
 
   be.norm(grow(a.xn2, T * C), grow(a.rstd2, T), x_mid, w.mlp_norm, T, C);
   be.dump(a.xn2.data(), "mlp_norm", l, {T, C});
   const int64_t F = c.intermediate_size;
-  be.ffn(l, x_out, grow(a.gu, T * 2 * F), grow(a.act, T * F), a.xn2.data(), w, T);
+  LayerWeights wf = w;
+  if (tp) wf.bdown = nullptr;  // added after the reduction
+  be.ffn(l, x_out, grow(a.gu, T * 2 * F), grow(a.act, T * F), a.xn2.data(), wf, T);
+  if (tp) reduce_partial(*tp, x_out, w.bdown, T, C);
   add_inplace(x_out, x_mid, T * C);
   be.dump(x_out, "out", l, {T, C});
 }
@@ -203,18 +216,38 @@ void Decoder::forward(const PackedBatch& b, Activations& acts, const ForwardOpti
 }
 
 void Decoder::forward_step(const Tokens& t, const PagedKv& kv, std::span<const int32_t> rows,
-                           float* logits, StepWorkspace& ws) const {
+                           float* logits, StepWorkspace& ws, const TpContext* tp) const {
   const ModelConfig& c = w_.config;
   const ParamLayout& lay = w_.layout;
   const int64_t T = t.T, C = c.hidden_size, V = c.vocab_size, S = std::ssize(rows);
   VERL_CHECK(c.head == HeadKind::CausalLM, "the rollout needs a causal LM, got {}", c.architecture);
   if (T == 0) return;
   const Backend be = Backend::rollout(c, inv_freq_.data(), kv);
-  ops::embedding_forward(grow(ws.layer.x_in, T * C), t.ids, w_.param(lay.embed), T, C, V);
+  TpGroup* group = tp ? tp->group : nullptr;
+  if (group) {
+    // Vocabulary-parallel embedding: each token's row comes from the rank that holds it, zeros
+    // from the others, so the sum is exact.
+    float* x = grow(ws.layer.x_in, T * C);
+    const float* we = w_.param(lay.embed);
+    for (int64_t i = 0; i < T; ++i) {
+      VERL_CHECK(t.ids[i] >= 0 && t.ids[i] < tp->vocab_size,
+                 "forward_step: token id {} at position {} is outside the vocabulary [0, {})",
+                 t.ids[i], i, tp->vocab_size);
+      const int64_t row = t.ids[i] - tp->vocab_begin;
+      if (row >= 0 && row < V) {
+        std::copy(we + row * C, we + (row + 1) * C, x + i * C);
+      } else {
+        std::fill(x + i * C, x + (i + 1) * C, 0.0f);
+      }
+    }
+    group->all_reduce_sum(x, T * C);
+  } else {
+    ops::embedding_forward(grow(ws.layer.x_in, T * C), t.ids, w_.param(lay.embed), T, C, V);
+  }
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const int il = static_cast<int>(l);
     layer_forward(be, il, t, ws.layer, grow(ws.x_out, T * C),
-                  layer_tensors(lay, il, w_.data.data(), int64_t{0}));
+                  layer_tensors(lay, il, w_.data.data(), int64_t{0}), group);
     std::swap(ws.layer.x_in, ws.x_out);  // the output is the next layer's input
   }
   if (S == 0) return;
@@ -227,7 +260,22 @@ void Decoder::forward_step(const Tokens& t, const PagedKv& kv, std::span<const i
   }
   float* hn = grow(ws.rows_norm, S * C);
   be.norm(hn, grow(ws.rstd, S), h, w_.param(lay.final_norm), S, C);
-  be.project(logits, hn, w_.lm_head(), nullptr, S, C, V);
+  if (!group) {
+    be.project(logits, hn, w_.lm_head(), nullptr, S, C, V);
+    return;
+  }
+  // Vocabulary-parallel head: V here is this rank's rows; gather every rank's [S, V] block and
+  // lay them side by side, dropping the last rank's padding rows.
+  const int64_t R = group->size(), Vf = tp->vocab_size;
+  float* part = grow(ws.tp_logits, S * V);
+  be.project(part, hn, w_.lm_head(), nullptr, S, C, V);
+  float* all = grow(ws.tp_gathered, R * S * V);
+  group->all_gather(part, all, S * V);
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t n = std::clamp<int64_t>(Vf - r * V, 0, V);
+    for (int64_t s = 0; s < S; ++s)
+      std::copy(all + (r * S + s) * V, all + (r * S + s) * V + n, logits + s * Vf + r * V);
+  }
 }
 
 void Decoder::layer_backward(const Backend& be, int l, const Tokens& t, LayerActivations& a,

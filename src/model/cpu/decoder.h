@@ -13,6 +13,7 @@
 #include "model/batch.h"
 #include "model/cpu/backend.h"
 #include "model/grad_sink.h"
+#include "model/tp.h"
 #include "model/weight_source.h"
 #include "model/weights.h"
 
@@ -50,6 +51,7 @@ namespace cpu {
 struct StepWorkspace {
   LayerActivations layer;
   std::vector<float> x_out, rows, rows_norm, rstd;
+  std::vector<float> tp_logits, tp_gathered;  // tensor parallel: this rank's vocab rows, all ranks'
 };
 
 class Decoder {
@@ -82,8 +84,12 @@ class Decoder {
   // over the paged cache `kv` (writing the new tokens' keys and values), and writes the logits
   // of the tokens `sample_rows` (indices into [0, T)) to logits [rows, V]. Batch-invariant: a
   // token's results do not depend on the other tokens of the step.
+  // With `tp` the weights are a TpSlice's (model/tp.h) and `kv` holds this rank's kv heads: the
+  // embedding rows and the partial outputs of the o and down projections are summed over the
+  // group (the row-parallel biases added once after), and the logits of the rank's vocabulary
+  // rows are gathered, so `logits` is [rows, tp->vocab_size] on every rank.
   void forward_step(const Tokens& t, const PagedKv& kv, std::span<const int32_t> sample_rows,
-                    float* logits, StepWorkspace& ws) const;
+                    float* logits, StepWorkspace& ws, const TpContext* tp = nullptr) const;
 
   const Weights& weights() const { return w_; }
   const std::vector<float>& inv_freq() const { return inv_freq_; }
@@ -95,8 +101,10 @@ class Decoder {
     int64_t begin = 0, end = 0;
   };
   // The decoder layer: x_out = layer(a.x_in), keeping in `a` what the backward reads.
+  // With `tp` the o and down projections are row-parallel: summed over the group before their
+  // biases and the residual.
   void layer_forward(const Backend& be, int l, const Tokens& t, LayerActivations& a, float* x_out,
-                     const LayerWeights& w) const;
+                     const LayerWeights& w, TpGroup* tp = nullptr) const;
   // On entry d_x = dL/d(layer output); on exit dL/d(layer input). Parameter gradients accumulate
   // into `g`; `s` lends the backward scratch.
   void layer_backward(const Backend& be, int l, const Tokens& t, LayerActivations& a,
