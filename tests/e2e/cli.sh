@@ -23,6 +23,28 @@ assert all(x <= 0 for r in rows for x in r['logprobs']) and all(e >= 0 for r in 
 printf '{"tokens": [1, 2]}\n{"tokens": [1, 9999]}\n' | "$verl" logprobs --model "$golden" > /dev/null 2> "$work/err.txt"
 check "logprobs bad id exits 1" test $? -eq 1
 check "logprobs bad id names the line" grep -q "<stdin>:2: tokens\[1\] = 9999 is outside the vocabulary" "$work/err.txt"
+# logprobs --lora: a PEFT adapter on its base gives PEFT's log-probs (tests/fixtures/lora).
+lora=$root/tests/fixtures/lora/qwen2
+python3 -c "
+import json
+for s in json.load(open('$golden/inputs.json'))['sequences']: print(json.dumps({'tokens': s}))" > "$work/lora_in.jsonl"
+"$verl" logprobs --model "$golden" --lora "$lora" --input "$work/lora_in.jsonl" > "$work/lp_lora.jsonl"
+check "logprobs --lora equals PEFT" python3 -c "
+import json, struct
+b = open('$lora/golden.safetensors', 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+def get(k):
+    o0, o1 = h[k]['data_offsets']
+    return struct.unpack('<%df' % ((o1 - o0) // 4), b[8 + n + o0:8 + n + o1])
+rows = [json.loads(l) for l in open('$work/lp_lora.jsonl')]
+assert len(rows) == 4 and all(len(r['logprobs']) == len(get('logprob.%d' % s)) for s, r in enumerate(rows))
+err = max(abs(a - b) for s, r in enumerate(rows) for a, b in zip(r['logprobs'], get('logprob.%d' % s)))
+assert err <= 1e-4, err"
+# An adapter made for another model names the tensor and its file.
+"$verl" logprobs --model "$golden" --lora "$root/tests/fixtures/lora/qwen3" --input "$work/lora_in.jsonl" > /dev/null 2> "$work/err_lora.txt"
+check "logprobs --lora wrong base exits 1" test $? -eq 1
+check "logprobs --lora wrong base names the file" grep -q "adapter_model.safetensors: tensor 'base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight' has shape" "$work/err_lora.txt"
 
 # generate: n samples per input line, in order, greedy decoding is deterministic.
 printf '{"messages": [{"role": "user", "content": "What is 12 + 30?"}]}\n{"prompt_tokens": [510, 88, 89]}\n' > "$work/in.jsonl"
