@@ -372,6 +372,32 @@ TEST(LoraFiles, SaveLoadRoundTripIsBitwise) {
   EXPECT_EQ(j["target_modules"], (nlohmann::json{"q_proj", "o_proj", "up_proj"}));
 }
 
+// PEFT's own adapter, saved again by us: the same tensor names, shapes and values, and the config
+// keys that matter.
+TEST(LoraFiles, PeftAdapterSavedAgainKeepsItsTensors) {
+  const std::string dir = kLora + "llama3";
+  if (!std::filesystem::exists(dir + "/adapter_config.json")) GTEST_SKIP() << dir << " not made";
+  Weights w = Weights::load(kGolden + "llama3");
+  LoraWeights lw = LoraWeights::load(dir, w.config);
+  EXPECT_EQ(lw.config.r, 8);
+  EXPECT_TRUE(lw.config.use_rslora);
+  EXPECT_FLOAT_EQ(lw.scale(), 16.0f / std::sqrt(8.0f));
+  test::TempDir tmp("lora_resave");
+  lw.save(tmp.str(), "tests/fixtures/golden/llama3");
+  auto theirs = SafetensorsFile::open(dir + "/adapter_model.safetensors");
+  auto ours = SafetensorsFile::open((tmp / "adapter_model.safetensors").string());
+  ASSERT_EQ(ours->tensors().size(), theirs->tensors().size());
+  for (const TensorInfo& t : theirs->tensors()) {
+    const TensorInfo* o = ours->find(t.name);
+    ASSERT_NE(o, nullptr) << t.name;
+    EXPECT_EQ(o->shape, t.shape) << t.name;
+    EXPECT_EQ(read_f32(*ours, t.name), read_f32(*theirs, t.name)) << t.name;
+  }
+  LoraWeights back = LoraWeights::load(tmp.str(), w.config);
+  EXPECT_EQ(back.data, lw.data);
+  EXPECT_EQ(back.scale(), lw.scale());
+}
+
 // Writes a PEFT directory from `lw` with `edit` applied to its adapter_config.json.
 template <class F>
 void write_edited(const LoraWeights& lw, const std::string& dir, F edit) {
