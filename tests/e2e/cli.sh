@@ -41,6 +41,26 @@ rows = [json.loads(l) for l in open('$work/lp_lora.jsonl')]
 assert len(rows) == 4 and all(len(r['logprobs']) == len(get('logprob.%d' % s)) for s, r in enumerate(rows))
 err = max(abs(a - b) for s, r in enumerate(rows) for a, b in zip(r['logprobs'], get('logprob.%d' % s)))
 assert err <= 1e-4, err"
+# convert --lora writes the merged model, whose log-probs are the adapter's.
+"$verl" convert --model "$golden" --lora "$lora" --out "$work/merged" 2> /dev/null
+"$verl" logprobs --model "$work/merged" --input "$work/lora_in.jsonl" > "$work/lp_merged.jsonl"
+check "convert --lora merges" python3 -c "
+import json
+a = [json.loads(l)['logprobs'] for l in open('$work/lp_lora.jsonl')]
+b = [json.loads(l)['logprobs'] for l in open('$work/lp_merged.jsonl')]
+assert len(a) == len(b) == 4 and max(abs(x - y) for r, s in zip(a, b) for x, y in zip(r, s)) <= 1e-4"
+# generate --lora (merged) reports the log-probs that logprobs --lora (unmerged) gives its tokens.
+echo '{"prompt_tokens": [1, 2, 3]}' > "$work/lora_prompt.jsonl"
+"$verl" generate --model "$golden" --lora "$lora" --input "$work/lora_prompt.jsonl" --temperature 0 --max-tokens 5 --device cpu > "$work/gen_lora.jsonl"
+python3 -c "
+import json
+r = json.loads(open('$work/gen_lora.jsonl').readline())
+print(json.dumps({'tokens': [1, 2, 3] + r['response_tokens']}))" | "$verl" logprobs --model "$golden" --lora "$lora" > "$work/lp_gen_lora.jsonl"
+check "generate --lora log-probs" python3 -c "
+import json
+g = json.loads(open('$work/gen_lora.jsonl').readline())['response_logprobs']
+l = json.loads(open('$work/lp_gen_lora.jsonl').readline())['logprobs'][2:]
+assert len(g) == len(l) == 5 and max(abs(x - y) for x, y in zip(g, l)) <= 1e-4, (g, l)"
 # An adapter made for another model names the tensor and its file.
 "$verl" logprobs --model "$golden" --lora "$root/tests/fixtures/lora/qwen3" --input "$work/lora_in.jsonl" > /dev/null 2> "$work/err_lora.txt"
 check "logprobs --lora wrong base exits 1" test $? -eq 1
