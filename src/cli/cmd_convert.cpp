@@ -1,5 +1,6 @@
 // `verl convert`: loads an HF model directory (validating it) and writes it again, optionally in
 // another dtype or shard size. The output is what every verl save uses, and transformers loads it.
+// With --lora DIR a PEFT LoRA adapter is merged in first (PEFT's merge_and_unload).
 #include <filesystem>
 #include <memory>
 
@@ -7,13 +8,14 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "model/hf_files.h"
+#include "model/lora.h"
 #include "model/weights.h"
 
 namespace verl::cli {
 namespace {
 
 struct Opts {
-  std::string model, out, dtype = "float32";
+  std::string model, lora, out, dtype = "float32";
 };
 
 int run(const Opts& o) {
@@ -22,6 +24,7 @@ int run(const Opts& o) {
   VERL_CHECK(fs::weakly_canonical(o.out) != fs::weakly_canonical(o.model),
              "--out must differ from --model ({})", o.model);
   model::Weights w = model::Weights::load(o.model);
+  if (!o.lora.empty()) w = model::LoraWeights::load(o.lora, w.config).merged(w);
   w.save(o.out, t);
   model::copy_tokenizer_files(o.model, o.out);
   log::info("wrote {} ({} parameters, {})", o.out, w.layout.total, o.dtype);
@@ -33,6 +36,7 @@ Command reg("convert", "Load an HF model directory and save it again (dtype, sha
               auto o = std::make_shared<Opts>();
               app.add_option("--model", o->model, "input HF model directory")->required();
               app.add_option("--out", o->out, "output directory")->required();
+              app.add_option("--lora", o->lora, "PEFT LoRA adapter directory to merge in");
               app.add_option("--dtype", o->dtype, "float32 | bfloat16 | float16");
               return [o] { return run(*o); };
             });

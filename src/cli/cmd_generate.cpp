@@ -14,6 +14,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "model/generation_config.h"
+#include "model/lora.h"
 #include "rollout/engine.h"
 #include "rollout/kv_sizing.h"
 #include "tokenizer/tokenizer.h"
@@ -29,7 +30,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct Opts {
-  std::string model, tokenizer, prompt, input, output = "-";
+  std::string model, lora, tokenizer, prompt, input, output = "-";
   bool chat = false, ignore_eos = false;
   int32_t n = 1, top_k = -1, max_tokens = 256;
   float temperature = 1.0f, top_p = 1.0f;
@@ -52,6 +53,8 @@ int run(const Opts& o) {
   VERL_CHECK(o.kv_cache_mb >= 1 && o.kv_cache_mb <= (int64_t{1} << 30),
              "--kv-cache-mb must be in [1, {}], got {}", int64_t{1} << 30, o.kv_cache_mb);
   model::Weights w = model::Weights::load(o.model);
+  // A LoRA adapter is merged into the weights (W + scale B A) once: the engine then runs as usual.
+  if (!o.lora.empty()) w = model::LoraWeights::load(o.lora, w.config).merged(w);
   std::string tok_dir = o.tokenizer.empty() ? o.model : o.tokenizer;
   std::unique_ptr<tokenizer::Tokenizer> tok;
   if (fs::exists(fs::path(tok_dir) / "tokenizer.json")) {
@@ -197,6 +200,7 @@ Command reg(
     "generate", "Sample from an HF model with the rollout engine", [](CLI::App& app) -> Action {
       auto o = std::make_shared<Opts>();
       app.add_option("--model", o->model, "HF model directory")->required();
+      app.add_option("--lora", o->lora, "PEFT LoRA adapter directory on --model (merged)");
       app.add_option("--tokenizer", o->tokenizer, "tokenizer directory (default: the model's)");
       app.add_option("--prompt", o->prompt, "one prompt; its output streams to the terminal");
       app.add_option("--input", o->input, "JSONL of {prompt|messages|prompt_tokens}, - for stdin");

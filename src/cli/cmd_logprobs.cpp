@@ -1,21 +1,24 @@
 // `verl logprobs`: per-token log-probs and entropies of a model for JSON lines of token ids.
 // Input lines {"tokens": [ids...]}; output lines {"logprobs": [...], "entropy": [...]} where
-// element i is about the distribution of tokens[i+1] given tokens[0..i] (n-1 values).
+// element i is about the distribution of tokens[i+1] given tokens[0..i] (n-1 values). With
+// --lora DIR the model runs with a PEFT LoRA adapter on --model (unmerged, as PEFT computes it).
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/command.h"
 #include "cli/io.h"
 #include "core/error.h"
+#include "model/lora.h"
 #include "model/transformer.h"
 
 namespace verl::cli {
 namespace {
 
 struct Opts {
-  std::string model, input = "-", output = "-";
+  std::string model, lora, input = "-", output = "-";
   float temperature = 1.0f;
   int64_t max_batch_tokens = 8192;
 };
@@ -43,7 +46,9 @@ int run(const Opts& o) {
   VERL_CHECK(w.config.head == model::HeadKind::CausalLM,
              "{}: logprobs needs a causal LM, but config.json has {}", o.model,
              w.config.architecture);
-  model::Transformer tf(w);
+  std::optional<model::LoraWeights> lora;
+  if (!o.lora.empty()) lora = model::LoraWeights::load(o.lora, w.config);
+  model::Transformer tf(w, lora ? &*lora : nullptr);
   model::ForwardOptions fopt;
   fopt.temperature = o.temperature;
 
@@ -87,6 +92,7 @@ Command reg("logprobs", "Per-token log-probs and entropies of a model for JSON l
             [](CLI::App& app) -> Action {
               auto o = std::make_shared<Opts>();
               app.add_option("--model", o->model, "HF model directory")->required();
+              app.add_option("--lora", o->lora, "PEFT LoRA adapter directory on --model");
               app.add_option("--input", o->input, "JSONL file of {\"tokens\": [...]}, - for stdin");
               app.add_option("--output", o->output, "output JSONL file, - for stdout");
               app.add_option("--temperature", o->temperature,

@@ -14,6 +14,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "model/lora.h"
 #include "model/quantize.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
@@ -23,7 +24,7 @@ namespace verl::cli {
 namespace {
 
 struct Opts {
-  std::string model, tokenizer, input = "-", output = "-", device = "auto", quantize = "none";
+  std::string model, lora, tokenizer, input = "-", output = "-", device = "auto", quantize = "none";
   int64_t max_batch_tokens = 8192, max_batch_seqs = 256, group_size = 128,
           calibration_samples = 128;
 };
@@ -63,6 +64,8 @@ int run(const Opts& o) {
   const Device device = resolve_device(o.device, "--device");
   model::Weights w = model::Weights::load(o.model);
   trainer::require_reward_model(w.config, o.model);
+  // A LoRA adapter is merged into the weights (W + scale B A) before any quantisation.
+  if (!o.lora.empty()) w = model::LoraWeights::load(o.lora, w.config).merged(w);
   const int bits = o.quantize == "int8" ? 8 : o.quantize == "int4" ? 4 : 16;
   VERL_CHECK(o.calibration_samples >= 0 && o.calibration_samples <= model::kMaxCalibrationSamples,
              "--calibration-samples {}: want 0 (round to nearest) to {}", o.calibration_samples,
@@ -108,6 +111,7 @@ Command reg(
     [](CLI::App& app) -> Action {
       auto o = std::make_shared<Opts>();
       app.add_option("--model", o->model, "HF reward-model directory")->required();
+      app.add_option("--lora", o->lora, "PEFT LoRA adapter directory on --model (merged)");
       app.add_option("--input", o->input,
                      "JSONL of {\"tokens\": [...]} or {\"messages\": [...]}, - for stdin");
       app.add_option("--output", o->output, "output JSONL file, - for stdout");

@@ -23,6 +23,48 @@ assert all(x <= 0 for r in rows for x in r['logprobs']) and all(e >= 0 for r in 
 printf '{"tokens": [1, 2]}\n{"tokens": [1, 9999]}\n' | "$verl" logprobs --model "$golden" > /dev/null 2> "$work/err.txt"
 check "logprobs bad id exits 1" test $? -eq 1
 check "logprobs bad id names the line" grep -q "<stdin>:2: tokens\[1\] = 9999 is outside the vocabulary" "$work/err.txt"
+# logprobs --lora: a PEFT adapter on its base gives PEFT's log-probs (tests/fixtures/lora).
+lora=$root/tests/fixtures/lora/qwen2
+python3 -c "
+import json
+for s in json.load(open('$golden/inputs.json'))['sequences']: print(json.dumps({'tokens': s}))" > "$work/lora_in.jsonl"
+"$verl" logprobs --model "$golden" --lora "$lora" --input "$work/lora_in.jsonl" > "$work/lp_lora.jsonl"
+check "logprobs --lora equals PEFT" python3 -c "
+import json, struct
+b = open('$lora/golden.safetensors', 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+def get(k):
+    o0, o1 = h[k]['data_offsets']
+    return struct.unpack('<%df' % ((o1 - o0) // 4), b[8 + n + o0:8 + n + o1])
+rows = [json.loads(l) for l in open('$work/lp_lora.jsonl')]
+assert len(rows) == 4 and all(len(r['logprobs']) == len(get('logprob.%d' % s)) for s, r in enumerate(rows))
+err = max(abs(a - b) for s, r in enumerate(rows) for a, b in zip(r['logprobs'], get('logprob.%d' % s)))
+assert err <= 1e-4, err"
+# convert --lora writes the merged model, whose log-probs are the adapter's.
+"$verl" convert --model "$golden" --lora "$lora" --out "$work/merged" 2> /dev/null
+"$verl" logprobs --model "$work/merged" --input "$work/lora_in.jsonl" > "$work/lp_merged.jsonl"
+check "convert --lora merges" python3 -c "
+import json
+a = [json.loads(l)['logprobs'] for l in open('$work/lp_lora.jsonl')]
+b = [json.loads(l)['logprobs'] for l in open('$work/lp_merged.jsonl')]
+assert len(a) == len(b) == 4 and max(abs(x - y) for r, s in zip(a, b) for x, y in zip(r, s)) <= 1e-4"
+# generate --lora (merged) reports the log-probs that logprobs --lora (unmerged) gives its tokens.
+echo '{"prompt_tokens": [1, 2, 3]}' > "$work/lora_prompt.jsonl"
+"$verl" generate --model "$golden" --lora "$lora" --input "$work/lora_prompt.jsonl" --temperature 0 --max-tokens 5 --device cpu > "$work/gen_lora.jsonl"
+python3 -c "
+import json
+r = json.loads(open('$work/gen_lora.jsonl').readline())
+print(json.dumps({'tokens': [1, 2, 3] + r['response_tokens']}))" | "$verl" logprobs --model "$golden" --lora "$lora" > "$work/lp_gen_lora.jsonl"
+check "generate --lora log-probs" python3 -c "
+import json
+g = json.loads(open('$work/gen_lora.jsonl').readline())['response_logprobs']
+l = json.loads(open('$work/lp_gen_lora.jsonl').readline())['logprobs'][2:]
+assert len(g) == len(l) == 5 and max(abs(x - y) for x, y in zip(g, l)) <= 1e-4, (g, l)"
+# An adapter made for another model names the tensor and its file.
+"$verl" logprobs --model "$golden" --lora "$root/tests/fixtures/lora/qwen3" --input "$work/lora_in.jsonl" > /dev/null 2> "$work/err_lora.txt"
+check "logprobs --lora wrong base exits 1" test $? -eq 1
+check "logprobs --lora wrong base names the file" grep -q "adapter_model.safetensors: tensor 'base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight' has shape" "$work/err_lora.txt"
 
 # generate: n samples per input line, in order, greedy decoding is deterministic.
 printf '{"messages": [{"role": "user", "content": "What is 12 + 30?"}]}\n{"prompt_tokens": [510, 88, 89]}\n' > "$work/in.jsonl"

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <span>
 
+#include "core/buffer.h"
 #include "core/dump.h"
 #include "core/error.h"
 #include "ops/cpu/ops.h"
@@ -30,12 +31,58 @@ void Backend::norm(float* y, float* rstd, const float* x, const float* w, int64_
   ops::rmsnorm_forward(y, rstd, x, w, rows, n, static_cast<float>(c_.rms_norm_eps));
 }
 
+template <class P>
+void attach_lora(LayerTensors<P>& t, const LoraWeights& lora, int l, P base) {
+  auto add = [&](LoraProjection<P>& p, LoraTarget target) {
+    const int i = static_cast<int>(target);
+    const int ia = lora.a[static_cast<size_t>(l)][i], ib = lora.b[static_cast<size_t>(l)][i];
+    if (ia < 0) return;
+    auto& s = p.seg[static_cast<size_t>(p.count++)];
+    s.a = base + lora.layout.params[ia].offset;
+    s.b = base + lora.layout.params[ib].offset;
+    s.col0 = lora.base_row0(target);
+    s.cols = lora.out_features(target);
+    p.r = lora.rank();
+    p.scale = lora.scale();
+  };
+  add(t.lora_qkv, LoraTarget::Q);
+  add(t.lora_qkv, LoraTarget::K);
+  add(t.lora_qkv, LoraTarget::V);
+  add(t.lora_o, LoraTarget::O);
+  add(t.lora_gu, LoraTarget::Gate);
+  add(t.lora_gu, LoraTarget::Up);
+  add(t.lora_down, LoraTarget::Down);
+}
+template void attach_lora(LayerTensors<const float*>&, const LoraWeights&, int, const float*);
+template void attach_lora(LayerTensors<float*>&, const LoraWeights&, int, float*);
+
 void Backend::project(float* y, const float* x, const float* w, const float* b, int64_t T,
-                      int64_t K, int64_t N) const {
-  if (paged_) {
-    ops::linear_forward_invariant(y, x, w, b, T, K, N);
-  } else {
-    ops::linear_forward(y, x, w, b, T, K, N);
+                      int64_t K, int64_t N, const LoraProjection<const float*>& lora) const {
+  // The training context's matmul, or the rollout's batch-invariant one (so the adapters keep
+  // the rollout batch-invariant too).
+  auto matmul = [&](float* out, const float* in, const float* m, const float* bias, int64_t k,
+                    int64_t n) {
+    if (paged_) {
+      ops::linear_forward_invariant(out, in, m, bias, T, k, n);
+    } else {
+      ops::linear_forward(out, in, m, bias, T, k, n);
+    }
+  };
+  matmul(y, x, w, b, K, N);
+  if (lora.count == 0 || T <= 0) return;
+  // PEFT: result = base(x) + lora_B(lora_A(x)) * scaling, per segment.
+  const int64_t r = lora.r;
+  for (int s = 0; s < lora.count; ++s) {
+    const auto& seg = lora.seg[static_cast<size_t>(s)];
+    float* xa = grow(lora_scratch_, T * (r + seg.cols));
+    float* xab = xa + T * r;
+    matmul(xa, x, seg.a, nullptr, K, r);
+    matmul(xab, xa, seg.b, nullptr, r, seg.cols);
+    for (int64_t t = 0; t < T; ++t) {
+      float* yr = y + t * N + seg.col0;
+      const float* d = xab + t * seg.cols;
+      for (int64_t j = 0; j < seg.cols; ++j) yr[j] += d[j] * lora.scale;
+    }
   }
 }
 
@@ -68,11 +115,11 @@ void Backend::attention(int64_t layer, float* out, float* lse, const float* q, c
 void Backend::ffn(int64_t layer, float* out, float* gu, float* act, const float* xn,
                   const LayerWeights& w, int64_t T) const {
   const int64_t C = c_.hidden_size, F = c_.intermediate_size;
-  project(gu, xn, w.wgu, w.bgu, T, C, 2 * F);
+  project(gu, xn, w.wgu, w.bgu, T, C, 2 * F, w.lora_gu);
   dump(gu, "gate_up", layer, {T, 2 * F});
   ops::swiglu_forward(act, gu, T, F);
   dump(act, "act", layer, {T, F});
-  project(out, act, w.wdown, w.bdown, T, F, C);
+  project(out, act, w.wdown, w.bdown, T, F, C, w.lora_down);
 }
 
 void Backend::norm_backward(float* d_x, float* d_w, const float* d_y, const float* x,
@@ -81,9 +128,35 @@ void Backend::norm_backward(float* d_x, float* d_w, const float* d_y, const floa
 }
 
 void Backend::project_backward(float* d_x, float* d_w, float* d_b, const float* d_y, const float* x,
-                               const float* w, int64_t T, int64_t K, int64_t N) const {
+                               const float* w, int64_t T, int64_t K, int64_t N,
+                               const LoraProjection<const float*>& lora,
+                               const LoraProjection<float*>& d_lora) const {
   VERL_CHECK(!paged_, "the rollout's forward has no backward");
   ops::linear_backward(d_x, d_w, d_b, d_y, x, w, T, K, N);
+  if (lora.count == 0 || T <= 0) return;
+  VERL_CHECK(d_lora.count == 0 || d_lora.count == lora.count,
+             "project_backward: {} adapter gradients for {} adapters", d_lora.count, lora.count);
+  // With g = scale * d_y[:, segment] and xa = x A^T (recomputed, not kept):
+  //   d_B += g^T xa;  d_xa = g B;  d_A += d_xa^T x;  d_x += d_xa A.
+  const int64_t r = lora.r;
+  for (int s = 0; s < lora.count; ++s) {
+    const auto& seg = lora.seg[static_cast<size_t>(s)];
+    float* d_a = d_lora.count ? d_lora.seg[static_cast<size_t>(s)].a : nullptr;
+    float* d_b_lora = d_lora.count ? d_lora.seg[static_cast<size_t>(s)].b : nullptr;
+    if (d_x == nullptr && d_a == nullptr && d_b_lora == nullptr) continue;
+    float* xa = grow(lora_scratch_, T * (2 * r + seg.cols));
+    float* d_xa = xa + T * r;
+    float* g = d_xa + T * r;
+    ops::linear_forward(xa, x, seg.a, nullptr, T, K, r);
+    for (int64_t t = 0; t < T; ++t) {
+      const float* dy = d_y + t * N + seg.col0;
+      float* gr = g + t * seg.cols;
+      for (int64_t j = 0; j < seg.cols; ++j) gr[j] = dy[j] * lora.scale;
+    }
+    std::fill(d_xa, d_xa + T * r, 0.0f);
+    ops::linear_backward(d_xa, d_b_lora, nullptr, g, xa, seg.b, T, r, seg.cols);
+    ops::linear_backward(d_x, d_a, nullptr, d_xa, x, seg.a, T, K, r);
+  }
 }
 
 void Backend::rope_backward(float* d_x, const Tokens& t, int64_t heads) const {
@@ -106,9 +179,9 @@ void Backend::ffn_backward(float* d_xn, const LayerGrads& g, const float* d_out,
   const int64_t C = c_.hidden_size, F = c_.intermediate_size;
   float* d_act = scratch;  // [T, F], then d_gu [T, 2F]; zeroed by the caller
   float* d_gu = d_act + T * F;
-  project_backward(d_act, g.wdown, g.bdown, d_out, act, w.wdown, T, F, C);
+  project_backward(d_act, g.wdown, g.bdown, d_out, act, w.wdown, T, F, C, w.lora_down, g.lora_down);
   ops::swiglu_backward(d_gu, d_act, gu, T, F);
-  project_backward(d_xn, g.wgu, g.bgu, d_gu, xn, w.wgu, T, C, 2 * F);
+  project_backward(d_xn, g.wgu, g.bgu, d_gu, xn, w.wgu, T, C, 2 * F, w.lora_gu, g.lora_gu);
 }
 
 void Backend::dump(const float* x, std::string_view name, int64_t layer,

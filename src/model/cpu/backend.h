@@ -5,11 +5,14 @@
 // rollout (batch-invariant matmuls, attention over the paged KV cache, no dumps).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <initializer_list>
 #include <string_view>
+#include <vector>
 
 #include "model/config.h"
+#include "model/lora.h"
 #include "model/weights.h"
 
 namespace verl::model::cpu {
@@ -37,13 +40,31 @@ struct PagedKv {
   int64_t max_blocks_per_seq = 0;
 };
 
+// The LoRA adapters of one projection y[T, N] = x[T, K] W^T (model/lora.h): segment s adds
+// scale * (x A_s^T) B_s^T to the output columns [col0, col0 + cols), A_s [r, K], B_s [cols, r].
+// A fused projection carries one segment per adapted HF module (q, k, v rows of wqkv; gate, up
+// rows of wgu). P = const float* for the adapters, float* for their gradients; count 0: none.
+template <class P>
+struct LoraProjection {
+  struct Segment {
+    P a = nullptr, b = nullptr;
+    int64_t col0 = 0, cols = 0;
+  };
+  std::array<Segment, 3> seg{};
+  int count = 0;
+  int64_t r = 0;
+  float scale = 0.0f;
+};
+
 // One layer's parameters (P = const float*) or their gradients (P = float*); null where the
-// layer recipe has no such piece.
+// layer recipe has no such piece. The lora_* members are the layer's adapters (or their
+// gradients), empty without LoRA.
 template <class P>
 struct LayerTensors {
   P attn_norm = nullptr, wqkv = nullptr, bqkv = nullptr, q_norm = nullptr, k_norm = nullptr;
   P wo = nullptr, bo = nullptr, mlp_norm = nullptr, wgu = nullptr, bgu = nullptr;
   P wdown = nullptr, bdown = nullptr;
+  LoraProjection<P> lora_qkv, lora_o, lora_gu, lora_down;
 };
 using LayerWeights = LayerTensors<const float*>;
 using LayerGrads = LayerTensors<float*>;
@@ -55,9 +76,18 @@ LayerTensors<P> layer_tensors(const ParamLayout& lay, int l, P base, int64_t bas
   auto at = [&](int i) -> P {
     return i >= 0 ? base + (lay.params[i].offset - base_offset) : nullptr;
   };
-  return {at(p.attn_norm), at(p.wqkv),     at(p.bqkv), at(p.q_norm), at(p.k_norm), at(p.wo),
-          at(p.bo),        at(p.mlp_norm), at(p.wgu),  at(p.bgu),    at(p.wdown),  at(p.bdown)};
+  LayerTensors<P> t;
+  t.attn_norm = at(p.attn_norm), t.wqkv = at(p.wqkv), t.bqkv = at(p.bqkv);
+  t.q_norm = at(p.q_norm), t.k_norm = at(p.k_norm), t.wo = at(p.wo), t.bo = at(p.bo);
+  t.mlp_norm = at(p.mlp_norm), t.wgu = at(p.wgu), t.bgu = at(p.bgu);
+  t.wdown = at(p.wdown), t.bdown = at(p.bdown);
+  return t;
 }
+
+// Adds to `t` layer l's adapters of `lora` whose flat buffer (LoraWeights::layout) is at `base`:
+// the adapters themselves (P = const float*) or their gradients (P = float*).
+template <class P>
+void attach_lora(LayerTensors<P>& t, const LoraWeights& lora, int l, P base);
 
 class Backend {
  public:
@@ -70,10 +100,11 @@ class Backend {
 
   // HF LlamaRMSNorm over `rows` rows of n; rstd [rows] is kept for the backward.
   void norm(float* y, float* rstd, const float* x, const float* w, int64_t rows, int64_t n) const;
-  // y[T, N] = x[T, K] w[N, K]^T (+ b): the one matmul entry of a layer (a LoRA adapter or a
-  // quantised weight goes here, not in the callers).
+  // y[T, N] = x[T, K] w[N, K]^T (+ b) (+ the LoRA adapters' scale * (x A^T) B^T): the one
+  // matmul entry of a layer (adapters or a quantised weight go here, not in the callers). The
+  // base product is computed exactly as without adapters and the adapters' part added after.
   void project(float* y, const float* x, const float* w, const float* b, int64_t T, int64_t K,
-               int64_t N) const;
+               int64_t N, const LoraProjection<const float*>& lora = {}) const;
   // RoPE in place on x[T, heads, D] at the tokens' positions.
   void rope(float* x, const Tokens& t, int64_t heads) const;
   // Causal GQA attention of layer `layer`: q[T,H,D], k/v[T,Hkv,D] -> out[T,H,D]. Training keeps
@@ -90,8 +121,12 @@ class Backend {
   // except rope_backward, which rotates d_x in place.
   void norm_backward(float* d_x, float* d_w, const float* d_y, const float* x, const float* w,
                      const float* rstd, int64_t rows, int64_t n) const;
+  // With adapters, d_lora's A and B gradients accumulate and d_x gets the adapters' part too; a
+  // null d_w / d_b (a frozen base) skips the base's gradients.
   void project_backward(float* d_x, float* d_w, float* d_b, const float* d_y, const float* x,
-                        const float* w, int64_t T, int64_t K, int64_t N) const;
+                        const float* w, int64_t T, int64_t K, int64_t N,
+                        const LoraProjection<const float*>& lora = {},
+                        const LoraProjection<float*>& d_lora = {}) const;
   void rope_backward(float* d_x, const Tokens& t, int64_t heads) const;
   void attention_backward(float* d_q, float* d_k, float* d_v, const float* d_out, const float* q,
                           const float* k, const float* v, const float* out, const float* lse,
@@ -113,6 +148,8 @@ class Backend {
   const float* inv_freq_;
   bool paged_ = false;  // false: training (packed attention, plain matmuls, dumps)
   PagedKv kv_;
+  // x A^T and the adapters' other intermediates, grown to the largest projection and reused.
+  mutable std::vector<float> lora_scratch_;
 };
 
 }  // namespace verl::model::cpu

@@ -80,8 +80,19 @@ Tokens tokens_of(const PackedBatch& b) {
 
 }  // namespace
 
-Decoder::Decoder(const Weights& w) : w_(w), inv_freq_(rope_inv_freq(w.config)) {
+Decoder::Decoder(const Weights& w, const LoraWeights* lora)
+    : w_(w), lora_(lora), inv_freq_(rope_inv_freq(w.config)) {
   const ParamLayout& lay = w.layout;
+  if (lora) {
+    const ModelConfig &c = w.config, &lc = lora->base;
+    VERL_CHECK(c.num_hidden_layers == lc.num_hidden_layers && c.hidden_size == lc.hidden_size &&
+                   c.intermediate_size == lc.intermediate_size && c.q_dim() == lc.q_dim() &&
+                   c.kv_dim() == lc.kv_dim(),
+               "the LoRA adapter was made for a model of {} layers, hidden {}, intermediate {}; "
+               "the base model has {}, {}, {}",
+               lc.num_hidden_layers, lc.hidden_size, lc.intermediate_size, c.num_hidden_layers,
+               c.hidden_size, c.intermediate_size);
+  }
   auto to_range = [](ParamRange r) { return Range{r.begin, r.end}; };
   embed_ = to_range(range_of(lay, {lay.embed}));
   final_norm_ = to_range(range_of(lay, {lay.final_norm}));
@@ -92,6 +103,12 @@ Decoder::Decoder(const Weights& w) : w_(w), inv_freq_(rope_inv_freq(w.config)) {
     layers_.push_back(to_range(range_of(lay, {p.attn_norm, p.wqkv, p.bqkv, p.q_norm, p.k_norm, p.wo,
                                               p.bo, p.mlp_norm, p.wgu, p.bgu, p.wdown, p.bdown})));
   }
+}
+
+LayerWeights Decoder::layer_weights(int l, const float* base, int64_t base_offset) const {
+  LayerWeights w = layer_tensors(w_.layout, l, base, base_offset);
+  if (lora_) attach_lora(w, *lora_, l, lora_->data.data());
+  return w;
 }
 
 void Decoder::layer_forward(const Backend& be, int l, const Tokens& t, LayerActivations& a,
@@ -105,7 +122,7 @@ void Decoder::layer_forward(const Backend& be, int l, const Tokens& t, LayerActi
   be.dump(a.xn1.data(), "attn_norm", l, {T, C});
   // The fused qkv projection goes through att's buffer (free until attention runs).
   float* qkv = grow(a.att, std::max(T * Q3, T * qd));
-  be.project(qkv, a.xn1.data(), w.wqkv, w.bqkv, T, C, Q3);
+  be.project(qkv, a.xn1.data(), w.wqkv, w.bqkv, T, C, Q3, w.lora_qkv);
   float* q = grow(c.qk_norm ? a.q_pre : a.q, T * qd);
   float* k = grow(c.qk_norm ? a.k_pre : a.k, T * kvd);
   float* v = grow(a.v, T * kvd);
@@ -127,7 +144,7 @@ void Decoder::layer_forward(const Backend& be, int l, const Tokens& t, LayerActi
   be.attention(l, a.att.data(), grow(a.lse, T * H), a.q.data(), a.k.data(), a.v.data(), t);
   be.dump(a.att.data(), "attn", l, {T, qd});
   float* x_mid = grow(a.x_mid, T * C);
-  be.project(x_mid, a.att.data(), w.wo, tp ? nullptr : w.bo, T, qd, C);
+  be.project(x_mid, a.att.data(), w.wo, tp ? nullptr : w.bo, T, qd, C, w.lora_o);
   if (tp) reduce_partial(*tp, x_mid, w.bo, T, C);
   add_inplace(x_mid, a.x_in.data(), T * C);
   be.dump(x_mid, "attn_res", l, {T, C});
@@ -149,7 +166,7 @@ void Decoder::forward_layer(int l, const PackedBatch& b, LayerActivations& a, fl
   VERL_CHECK(static_cast<int64_t>(a.x_in.size()) >= b.num_tokens() * w_.config.hidden_size,
              "forward_layer: x_in holds {} values for {} tokens", a.x_in.size(), b.num_tokens());
   layer_forward(Backend::training(w_.config, inv_freq_.data()), l, tokens_of(b), a, x_out,
-                layer_tensors(w_.layout, l, w_.data.data(), int64_t{0}));
+                layer_weights(l, w_.data.data(), int64_t{0}));
 }
 
 void Decoder::forward(const PackedBatch& b, Activations& acts, const ForwardOptions& opt,
@@ -177,7 +194,7 @@ void Decoder::forward(const PackedBatch& b, Activations& acts, const ForwardOpti
     rd.prefetch(l + 1 < L ? layers_[l + 1] : final_norm_);
     float* x_out = l + 1 < L ? grow(acts.layers[l + 1].x_in, T * C) : grow(acts.x_final, T * C);
     layer_forward(be, static_cast<int>(l), t, acts.layers[l], x_out,
-                  layer_tensors(lay, static_cast<int>(l), wl, layers_[l].begin));
+                  layer_weights(static_cast<int>(l), wl, layers_[l].begin));
     rd.release(layers_[l]);
   }
   const float* wn = rd.acquire(final_norm_);
@@ -247,7 +264,7 @@ void Decoder::forward_step(const Tokens& t, const PagedKv& kv, std::span<const i
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const int il = static_cast<int>(l);
     layer_forward(be, il, t, ws.layer, grow(ws.x_out, T * C),
-                  layer_tensors(lay, il, w_.data.data(), int64_t{0}), group);
+                  layer_weights(il, w_.data.data(), int64_t{0}), group);
     std::swap(ws.layer.x_in, ws.x_out);  // the output is the next layer's input
   }
   if (S == 0) return;
@@ -293,7 +310,7 @@ void Decoder::layer_backward(const Backend& be, int l, const Tokens& t, LayerAct
   be.norm_backward(d_x, g.mlp_norm, d_xn, a.x_mid.data(), w.mlp_norm, a.rstd2.data(), T, C);
   // Attention branch. Now d_x = dL/dx_mid, also the residual part of dL/dx_in.
   float* d_att = zeroed(s.d_att, T * qd);
-  be.project_backward(d_att, g.wo, g.bo, d_x, a.att.data(), w.wo, T, qd, C);
+  be.project_backward(d_att, g.wo, g.bo, d_x, a.att.data(), w.wo, T, qd, C, w.lora_o, g.lora_o);
   float* d_q = zeroed(s.d_q, T * qd);
   float* d_k = zeroed(s.d_k, T * kvd);
   float* d_v = zeroed(s.d_v, T * kvd);
@@ -318,33 +335,43 @@ void Decoder::layer_backward(const Backend& be, int l, const Tokens& t, LayerAct
     std::copy(d_v + i * kvd, d_v + (i + 1) * kvd, row + qd + kvd);
   }
   d_xn = zeroed(s.d_xn, T * C);
-  be.project_backward(d_xn, g.wqkv, g.bqkv, d_qkv, a.xn1.data(), w.wqkv, T, C, Q3);
+  be.project_backward(d_xn, g.wqkv, g.bqkv, d_qkv, a.xn1.data(), w.wqkv, T, C, Q3, w.lora_qkv,
+                      g.lora_qkv);
   be.norm_backward(d_x, g.attn_norm, d_xn, a.x_in.data(), w.attn_norm, a.rstd1.data(), T, C);
 }
 
 void Decoder::backward(const PackedBatch& b, Activations& acts, const float* d_logprob,
                        const float* d_entropy, const float* d_out, float* grads,
-                       const ForwardOptions& opt, GradSink* sink, WeightSource* source) const {
+                       const ForwardOptions& opt, GradSink* sink, WeightSource* source,
+                       const LoraGrads& lora_grads) const {
   const ModelConfig& c = w_.config;
   const ParamLayout& lay = w_.layout;
   const int64_t T = b.num_tokens(), B = b.num_seqs(), C = c.hidden_size, V = c.vocab_size;
   const int64_t NL = c.num_labels;
   VERL_CHECK(acts.T == T, "backward called with a batch of {} tokens after a forward of {}", T,
              acts.T);
-  VERL_CHECK(sink != nullptr || grads != nullptr, "backward: neither a gradient buffer nor a sink");
+  const bool frozen = lora_grads.base_frozen;
+  VERL_CHECK(sink != nullptr || grads != nullptr || frozen,
+             "backward: neither a gradient buffer nor a sink");
+  VERL_CHECK(lora_grads.grads == nullptr || lora_ != nullptr,
+             "backward: adapter gradients asked of a decoder without LoRA adapters");
   const Backend be = Backend::training(c, inv_freq_.data());
   const Tokens t = tokens_of(b);
   const RangeReader rd(w_, source);
   // Each range's gradient view: the sink's, or the whole buffer's slice.
-  auto open = [&](const Range& r) { return sink ? sink->open(r.begin, r.end) : grads + r.begin; };
+  // A frozen base writes no gradient: every view is null (the ops skip null gradients).
+  auto open = [&](const Range& r) -> float* {
+    if (frozen) return nullptr;
+    return sink ? sink->open(r.begin, r.end) : grads + r.begin;
+  };
   auto ready = [&](const Range& r) {
-    if (sink) sink->ready(r.begin, r.end);
+    if (sink && !frozen) sink->ready(r.begin, r.end);
   };
   // A tied LM head's range is the embedding's, final only after the embedding's backward.
   const bool tied = c.head == HeadKind::CausalLM && w_.lm_head_param() == lay.embed;
   float* head_base = open(head_);
   auto G = [&](int i, float* base, const Range& r) {
-    return i >= 0 ? base + (lay.params[i].offset - r.begin) : nullptr;
+    return i >= 0 && base ? base + (lay.params[i].offset - r.begin) : nullptr;
   };
   const int64_t L = c.num_hidden_layers;
 
@@ -391,8 +418,9 @@ void Decoder::backward(const PackedBatch& b, Activations& acts, const float* d_l
     const int il = static_cast<int>(l);
     const float* wl = rd.acquire(r);
     if (l > 0) rd.prefetch(layers_[l - 1]);
-    layer_backward(be, il, t, acts.layers[l], acts, d_x, layer_tensors(lay, il, wl, r.begin),
-                   layer_tensors(lay, il, open(r), r.begin));
+    LayerGrads g = frozen ? LayerGrads{} : layer_tensors(lay, il, open(r), r.begin);
+    if (lora_grads.grads) attach_lora(g, *lora_, il, lora_grads.grads);
+    layer_backward(be, il, t, acts.layers[l], acts, d_x, layer_weights(il, wl, r.begin), g);
     rd.release(r);
     ready(r);
   }

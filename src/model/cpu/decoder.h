@@ -13,6 +13,7 @@
 #include "model/batch.h"
 #include "model/cpu/backend.h"
 #include "model/grad_sink.h"
+#include "model/lora.h"
 #include "model/tp.h"
 #include "model/weight_source.h"
 #include "model/weights.h"
@@ -39,6 +40,14 @@ struct Activations {
   std::vector<float> d_x, d_xn, d_big, d_att, d_q, d_k, d_v, d_qkv, scratch;
 };
 
+// The adapter side of a backward by a decoder with LoRA adapters: their gradients accumulate into
+// `grads` (LoraWeights::layout; null: not wanted), and with `base_frozen` no base gradient is
+// written (LoRA training; backward's `grads` and `sink` may then be null).
+struct LoraGrads {
+  float* grads = nullptr;
+  bool base_frozen = false;
+};
+
 struct ForwardOptions {
   float temperature = 1.0f;     // logits are divided by this before log-softmax (verl's rollout T)
   int64_t lm_head_chunk = 256;  // tokens per chunk of the fused LM head
@@ -56,7 +65,9 @@ struct StepWorkspace {
 
 class Decoder {
  public:
-  explicit Decoder(const Weights& w);
+  // With `lora`, every projection it adapts adds its adapter (training forward and backward, and
+  // the rollout's step); both objects must outlive the decoder.
+  explicit Decoder(const Weights& w, const LoraWeights* lora = nullptr);
 
   // ---- training (and the trainer's log-prob passes) ----
   // Runs the model over `batch`, filling the head's outputs and saved activations in `acts`. With
@@ -73,7 +84,7 @@ class Decoder {
   void backward(const PackedBatch& batch, Activations& acts, const float* d_logprob,
                 const float* d_entropy, const float* d_out, float* grads,
                 const ForwardOptions& opt = {}, GradSink* sink = nullptr,
-                WeightSource* source = nullptr) const;
+                WeightSource* source = nullptr, const LoraGrads& lora_grads = {}) const;
   // Layer l alone over `batch`: reads a.x_in ([T, C], set by the caller), writes x_out [T, C] and
   // keeps the layer's activations in `a` (the inputs of its linear layers: GPTQ's calibration,
   // model/quantize.cpp). Weights from weights().data.
@@ -92,6 +103,7 @@ class Decoder {
                     float* logits, StepWorkspace& ws, const TpContext* tp = nullptr) const;
 
   const Weights& weights() const { return w_; }
+  const LoraWeights* lora() const { return lora_; }
   const std::vector<float>& inv_freq() const { return inv_freq_; }
 
  private:
@@ -109,7 +121,10 @@ class Decoder {
   // into `g`; `s` lends the backward scratch.
   void layer_backward(const Backend& be, int l, const Tokens& t, LayerActivations& a,
                       Activations& s, float* d_x, const LayerWeights& w, const LayerGrads& g) const;
+  // Layer l's weights inside a range at `base` from element `base_offset`, with its adapters.
+  LayerWeights layer_weights(int l, const float* base, int64_t base_offset) const;
   const Weights& w_;
+  const LoraWeights* lora_ = nullptr;
   std::vector<float> inv_freq_;
   Range embed_, final_norm_,
       head_;  // head_: the LM head (the embedding when tied) or the score head
