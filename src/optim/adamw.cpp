@@ -8,6 +8,7 @@
 #include "core/fault.h"
 #include "core/timer.h"
 #include "dist/communicator.h"
+#include "optim/strategy.h"
 #include "optim/train_state.h"
 
 namespace verl::optim {
@@ -44,11 +45,18 @@ void check_same_weights(TrainState& state, dist::Communicator& comm) {
 }  // namespace
 
 double AdamW::step(TrainState& state, float lr, dist::Communicator& comm) const {
+  AllReduceAtStep whole(state);
+  return step(state, whole, lr, comm);
+}
+
+double AdamW::step(TrainState& state, Strategy& strategy, float lr,
+                   dist::Communicator& comm) const {
   VERL_CHECK(state.trainable(), "AdamW::step: the state is forward-only (a reference policy)");
-  const std::optional<LightweightConfig>& lw = state.lightweight();
-  if (lw && !state.sync_due()) {  // an interval's step without a sync: its gradients wait
-    state.defer_grads();
-    state.count_sync_call(true);
+  VERL_CHECK(&strategy.state() == &state, "internal: AdamW::step over another state's strategy");
+  const std::optional<LightweightConfig>& lw = strategy.lightweight();
+  if (lw && !strategy.sync_due()) {  // an interval's step without a sync: its gradients wait
+    strategy.defer_grads();
+    strategy.count_sync_call(true);
     return 0.0;
   }
   // Data parallel: each rank's loss carries dp_size x the global normaliser (core_algos.h AggNorm),
@@ -58,18 +66,19 @@ double AdamW::step(TrainState& state, float lr, dist::Communicator& comm) const 
   const double world = comm.world_size() * static_cast<double>(lw ? lw->interval : 1);
   if (comm.distributed()) {  // all-reduce, or reduce-scatter (ZeRO); or what backward started
     Timer t;
-    state.reduce_grads(comm);
-    state.sync_stats().seconds += t.seconds();
+    strategy.reduce_grads(comm);
+    strategy.sync_stats().seconds += t.seconds();
   }
-  state.count_sync_call(false);
+  strategy.count_sync_call(false);
   double sq = state.grad_sum_squares();
   if (!state.whole()) sq = comm.sum(sq);  // each rank holds a shard's gradients
   double norm = std::sqrt(sq) / world;
   // Tests make an update's norm NaN (VERL_FAULT_INJECT=grad_norm:<update>:nan) to reach the skip.
   if (fault_requested("grad_norm", state.steps(), "nan")) norm = std::nan("");
   if (!std::isfinite(norm)) return norm;  // every rank sees the same norm: all skip together
+  strategy.drop_full_weights();           // ZeRO-3: a gathered whole copy is stale after the update
   state.adamw_update(cfg_, lr, clip_scale(norm, cfg_.grad_clip) / static_cast<float>(world));
-  if (!state.whole()) state.gather_weights(comm);
+  if (!state.whole()) strategy.gather_weights(comm);
   if (lw) check_same_weights(state, comm);
   return norm;
 }

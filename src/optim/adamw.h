@@ -1,7 +1,8 @@
 // The one optimizer: AdamW (torch.optim.AdamW) with torch.nn.utils.clip_grad_norm_ over a flat
-// TrainState on either device, as verl's FSDP workers run it: gradients summed over the
-// data-parallel ranks, one global L2 norm, clipping folded into the update, a non-finite norm
-// skips the step, the learning rate from the schedule.
+// TrainState on either device and the parallel strategy composed onto it (optim/strategy.h), as
+// verl's FSDP workers run it: gradients summed over the data-parallel ranks, one global L2 norm,
+// clipping folded into the update, a non-finite norm skips the step, the learning rate from the
+// schedule.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,7 @@ class Communicator;
 namespace verl::optim {
 
 class TrainState;
+class Strategy;
 
 struct AdamWConfig {
   float lr = 1e-6f;  // verl's actor default
@@ -40,9 +42,12 @@ class AdamW {
   float lr_at(int64_t global_step) const {
     return static_cast<float>(cfg_.lr * schedule_.multiplier(global_step));
   }
-  // Sums the state's gradients over `comm`'s ranks, takes the global norm, clips to
-  // cfg.grad_clip and applies one update with learning rate `lr`. Returns the norm before
-  // clipping; a non-finite norm skips the update (as verl does) and is returned as is.
+  // Sums the state's gradients over `comm`'s ranks as `strategy` does (whole, bucketed, sharded,
+  // compressed), takes the global norm, clips to cfg.grad_clip and applies one update of the
+  // state's shard with learning rate `lr`. Returns the norm before clipping; a non-finite norm
+  // skips the update (as verl does) and is returned as is.
+  double step(TrainState& state, Strategy& strategy, float lr, dist::Communicator& comm) const;
+  // The same with the whole gradient all-reduced at the step (optim::AllReduceAtStep).
   double step(TrainState& state, float lr, dist::Communicator& comm) const;
 
   const AdamWConfig& config() const { return cfg_; }

@@ -192,7 +192,7 @@ void ActorWorker::update(const Experience& exp, metrics::Metrics& m, int64_t ste
         const std::vector<float> d_lp = mb.scatter(out.d_log_prob),
                                  d_ent = mb.scatter(out.d_entropy);
         // Without an entropy bonus d_entropy is all zeros: pass null, which both models skip.
-        actor.state().prepare_backward(last);
+        actor.strategy().prepare_backward(last);
         actor.backward(d_lp.data(),
                        lc.entropy_coeff == 0 || d_ent.empty() ? nullptr : d_ent.data());
         const double share =

@@ -71,7 +71,7 @@ void CriticWorker::update(const Experience& exp, metrics::Metrics& m, int64_t st
             {bm, L}, vpreds, rows(exp.returns, micro, L), rows(exp.values, micro, L), mask,
             cfg_.critic_cliprange_value, cfg_.critic_loss_agg_mode, norm);
         const std::vector<float> d_v = mb.scatter(out.d_vpreds);
-        critic.state().prepare_backward(last);
+        critic.strategy().prepare_backward(last);
         critic.backward_values(d_v.data());
         vf_loss += out.vf_loss;
         vf_clipfrac += out.vf_clipfrac * std::accumulate(mask.begin(), mask.end(), 0.0) /

@@ -25,19 +25,27 @@ void require_trainable(PolicyModel& p, const char* what) {
 class CpuPolicy final : public PolicyModel {
  public:
   CpuPolicy(model::Weights w, const PolicyOptions& opts)
-      : PolicyModel(opts.optim), state_(std::move(w), opts.trainable), tf_(state_.weights()) {}
+      : PolicyModel(opts.optim),
+        state_(std::move(w), opts.trainable),
+        strategy_(std::make_unique<optim::AllReduceAtStep>(state_)),
+        tf_(state_.weights()) {}
   CpuPolicy(const CpuPolicy&) = delete;  // tf_ refers to state_'s weights
   CpuPolicy& operator=(const CpuPolicy&) = delete;
 
   Device device() const override { return Device::Cpu; }
-  const model::ModelConfig& config() const override { return state_.config(); }
+  const model::ModelConfig& config() const override { return state_.weights().config; }
   optim::TrainState& state() override { return state_; }
+  optim::Strategy& strategy() override { return *strategy_; }
+  void set_strategy(std::unique_ptr<optim::Strategy> strategy) override {
+    VERL_CHECK(&strategy->state() == &state_, "internal: a strategy over another model's state");
+    strategy_ = std::move(strategy);
+  }
 
   void forward(const model::PackedBatch& batch, float temperature, std::vector<float>& logprob,
                std::vector<float>* entropy, bool for_backward = true) override {
     (void)for_backward;  // the CPU model keeps the same activations either way
     fo_.temperature = temperature;
-    tf_.forward(batch, acts_, fo_, state_.weight_source());
+    tf_.forward(batch, acts_, fo_, strategy_->weight_source());
     batch_ = batch;  // backward needs it; a copy of T ints, small beside the activations
     // The activation buffers keep the size of the largest batch seen: take the first T.
     const int64_t T = batch.num_tokens();
@@ -48,11 +56,11 @@ class CpuPolicy final : public PolicyModel {
   void backward(const float* d_logprob, const float* d_entropy) override {
     require_trainable(*this, "backward");
     tf_.backward(batch_, acts_, d_logprob, d_entropy, nullptr, state_.grads(), fo_,
-                 state_.grad_sink(), state_.weight_source());
+                 strategy_->grad_sink(), strategy_->weight_source());
   }
 
   void forward_values(const model::PackedBatch& batch, std::vector<float>& values) override {
-    tf_.forward(batch, acts_, fo_, state_.weight_source());
+    tf_.forward(batch, acts_, fo_, strategy_->weight_source());
     batch_ = batch;
     if (tf_.weights().config.head == model::HeadKind::SequenceClassification) {
       // A reward model: its score stands at each sequence's last token, the rest is zero.
@@ -67,8 +75,8 @@ class CpuPolicy final : public PolicyModel {
 
   void backward_values(const float* d_values) override {
     require_trainable(*this, "backward_values");
-    tf_.backward(batch_, acts_, nullptr, nullptr, d_values, state_.grads(), fo_, state_.grad_sink(),
-                 state_.weight_source());
+    tf_.backward(batch_, acts_, nullptr, nullptr, d_values, state_.grads(), fo_,
+                 strategy_->grad_sink(), strategy_->weight_source());
   }
 
   void release_activations() override { acts_ = model::Activations{}; }
@@ -77,7 +85,8 @@ class CpuPolicy final : public PolicyModel {
 
  private:
   optim::CpuTrainState state_;
-  model::Transformer tf_;  // holds a reference to state_'s weights
+  std::unique_ptr<optim::Strategy> strategy_;  // over state_: declared after it, destroyed before
+  model::Transformer tf_;                      // holds a reference to state_'s weights
   model::Activations acts_;
   model::ForwardOptions fo_;
   model::PackedBatch batch_;
@@ -93,16 +102,17 @@ void PolicyModel::zero_grad() {
 double PolicyModel::optimizer_step(float lr, dist::Communicator& comm) {
   require_trainable(*this, "optimizer_step");
   opt_host_ = AdamWState{};  // a checkpoint's download is out of date now; free it
-  return optimizer_.step(state(), lr, comm);
+  return optimizer_.step(state(), strategy(), lr, comm);
 }
 
 const AdamWState& PolicyModel::optimizer_state() {
   require_trainable(*this, "optimizer_state");
-  opt_host_ = state().download_optimizer_state();
+  opt_host_ = strategy().download_optimizer_state();
   return opt_host_;
 }
 
 void PolicyModel::restore(std::vector<float> weights, AdamWState opt) {
+  strategy().drop_full_weights();  // ZeRO-3: a gathered whole copy would be stale
   state().upload(weights, &opt);
   opt_host_ = AdamWState{};
   on_restore(weights);

@@ -3,8 +3,9 @@
 // GPU (model::cuda::CudaTransformer, bf16 compute), as trainer.device picks. A policy is three
 // parts that live apart: the model (forward/backward over weights and gradients it is handed), the
 // flat training state (optim/train_state.h: master weights, gradients, moments; on the GPU also
-// the bf16 copy) and the one optimizer over it (optim::AdamW). The rollout engine and checkpoints
-// read host copies of the weights.
+// the bf16 copy) with the parallel strategy composed onto it (optim/strategy.h: data parallelism,
+// ZeRO, LightweightSync), and the one optimizer over both (optim::AdamW). The rollout engine and
+// checkpoints read host copies of the weights.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +22,7 @@
 #include "model/quantize.h"
 #include "model/weights.h"
 #include "optim/adamw.h"
+#include "optim/strategy.h"
 #include "optim/train_state.h"
 #include "rollout/scheduler.h"
 #include "rollout/step_runner.h"
@@ -97,6 +99,10 @@ class PolicyModel {
   double optimizer_step(float lr, dist::Communicator& comm);
   // The flat training state this model computes with.
   virtual optim::TrainState& state() = 0;
+  // The parallel strategy over state() (AllReduceAtStep until set_strategy gives another): the
+  // model's gradient sink and weight source, the step's reduction, ZeRO-3's reshard, the carry.
+  virtual optim::Strategy& strategy() = 0;
+  virtual void set_strategy(std::unique_ptr<optim::Strategy> strategy) = 0;
   // Frees what forward() kept for backward, between phases (the CUDA arena is planned once and
   // stays).
   virtual void release_activations() {}

@@ -16,6 +16,7 @@
 #include "model/cuda/transformer.h"
 #include "ops/cuda/device.h"
 #include "optim/cuda/train_state.h"
+#include "optim/strategy.h"
 #include "rollout/cuda/model_runner.h"
 #include "trainer/policy_model.h"
 
@@ -101,10 +102,10 @@ class CudaPolicy final : public PolicyModel {
     tf_ = std::make_unique<model::cuda::CudaTransformer>(
         session_.ctx(), host_.config, layout, state_->weights_bf16(),
         opts.trainable ? state_->grads() : nullptr, co);
+    strategy_ = std::make_unique<optim::AllReduceAtStep>(*state_);
     if (opts.trainable) {  // data parallelism reduces each finished range while backward goes on
-      optim::cuda::CudaTrainState* st = state_.get();
       tf_->set_grad_ready_hook(
-          [st](const model::cuda::GradRange& r) { st->grads_ready(r.begin, r.end); });
+          [this](const model::cuda::GradRange& r) { strategy_->grads_ready(r.begin, r.end); });
     }
     // The device state (or its pinned host part) is the weights now: no host copy until weights()
     // is asked for one (checkpoints, a CPU rollout), which a 7B model's host memory cannot spare
@@ -119,6 +120,12 @@ class CudaPolicy final : public PolicyModel {
   Device device() const override { return Device::Cuda; }
   const model::ModelConfig& config() const override { return host_.config; }
   optim::TrainState& state() override { return *state_; }
+  optim::Strategy& strategy() override { return *strategy_; }
+  void set_strategy(std::unique_ptr<optim::Strategy> strategy) override {
+    VERL_CHECK(&strategy->state() == state_.get(),
+               "internal: a strategy over another model's state");
+    strategy_ = std::move(strategy);
+  }
 
   void forward(const model::PackedBatch& batch, float temperature, std::vector<float>& logprob,
                std::vector<float>* entropy, bool for_backward = true) override {
@@ -227,6 +234,7 @@ class CudaPolicy final : public PolicyModel {
   Numerics numerics_;
   std::unique_ptr<model::cuda::QuantizedLinears> quant_;  // a quantised model's linear matrices
   std::unique_ptr<optim::cuda::CudaTrainState> state_;
+  std::unique_ptr<optim::Strategy> strategy_;  // over state_: declared after it, destroyed before
   std::unique_ptr<model::cuda::CudaTransformer> tf_;
 };
 

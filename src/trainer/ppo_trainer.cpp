@@ -531,11 +531,11 @@ void PpoTrainer::resume() {
   if (critic_) critic_->model().restore(std::move(critic_weights->data), std::move(critic_opt));
   // LightweightSync: each rank's carry (the gradient it still owes) and the interval's phase.
   auto restore_carry = [&](PolicyModel& p, const char* part) {
-    optim::TrainState& st = p.state();
+    optim::Strategy& st = p.strategy();
     if (!st.lightweight() || !st.lightweight()->needs_carry()) return;
     const std::string from = (std::filesystem::path(dir) / part).string();
     std::optional<SyncCarry> c =
-        load_sync_carry(from, st.numel(), comm_->world_size(), comm_->rank());
+        load_sync_carry(from, p.state().numel(), comm_->world_size(), comm_->rank());
     if (!c) {
       if (comm_->rank() == 0)
         log::warn(
@@ -579,11 +579,11 @@ std::string PpoTrainer::save() {
   auto part = [&](PolicyModel& p, const CheckpointContents& contents) {
     Part out;
     optim::TrainState& st = p.state();
-    out.carry = st.download_carry();  // LightweightSync: every rank's own (checkpoint.h)
-    out.ms.sync_calls = st.sync_calls();
+    out.carry = p.strategy().download_carry();  // LightweightSync: every rank's own (checkpoint.h)
+    out.ms.sync_calls = p.strategy().sync_calls();
     out.ms.optimizer = contents.optimizer;
     if (!st.whole()) {
-      if (out.ms.optimizer) out.opt = st.download_optimizer_shard();
+      if (out.ms.optimizer) out.opt = st.download_optimizer_state();  // this rank's shard
       out.ms.shard = st.shard();
       out.ms.shard_numel = st.numel();
     } else if (lead && out.ms.optimizer) {

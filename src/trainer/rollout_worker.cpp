@@ -219,9 +219,9 @@ TokenPipeline RolloutWorker::pipeline_plan(bool old_log_prob) const {
   // ZeRO-3 model gathers its weights with collectives: those passes run after generation.
   PolicyModel& actor = actor_.model();
   p.old_log_prob =
-      old_log_prob && device_ == Device::Cpu && actor.state().weight_source() == nullptr;
+      old_log_prob && device_ == Device::Cpu && actor.strategy().weight_source() == nullptr;
   p.ref = actor_.ref() != nullptr;
-  p.values = critic_ != nullptr && critic_->model().state().weight_source() == nullptr;
+  p.values = critic_ != nullptr && critic_->model().strategy().weight_source() == nullptr;
   // One micro-batch fits every pass: the smallest of their token budgets and sequence counts.
   const auto take = [&](bool on, const ForwardBatching& fb, const PolicyModel& model) {
     if (!on) return;

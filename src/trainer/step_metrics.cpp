@@ -62,8 +62,8 @@ std::pair<size_t, size_t> MemoryRecorder::host_state_bytes() const {
   size_t state = 0, gather = 0;
   for (PolicyModel* p : models_) {
     if (!p) continue;
-    state += p->state().host_bytes();
-    gather += p->state().take_peak_gather_bytes();
+    state += p->state().host_bytes() + p->strategy().host_bytes();
+    gather += p->strategy().take_peak_gather_bytes();
   }
   return {state, gather};
 }
@@ -233,9 +233,9 @@ void add_sync_metrics(const std::vector<PolicyModel*>& trained, metrics::Metrics
   for (PolicyModel* p : trained) {
     if (!p) continue;
     if (first) {
-      sync = p->state().take_sync_stats();
+      sync = p->strategy().take_sync_stats();
     } else {
-      sync.add(p->state().take_sync_stats());
+      sync.add(p->strategy().take_sync_stats());
     }
     first = false;
   }
@@ -244,7 +244,7 @@ void add_sync_metrics(const std::vector<PolicyModel*>& trained, metrics::Metrics
   first = true;
   for (PolicyModel* p : trained) {
     if (!p) continue;
-    const optim::GatherStats c = p->state().take_gather_stats();
+    const optim::GatherStats c = p->strategy().take_gather_stats();
     if (first) {
       gather = c;
     } else {

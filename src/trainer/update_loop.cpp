@@ -105,18 +105,23 @@ void compute_log_probs(PolicyModel& policy, const Experience& exp, const Forward
 }
 
 FullWeights::FullWeights(PolicyModel& p, int64_t bucket)
-    : st_(p.state()), held_(!st_.has_full_weights()) {
-  if (held_) st_.gather_full_weights(bucket);
+    : strategy_(p.strategy()), held_(!p.state().has_full_weights()) {
+  if (held_) strategy_.gather_full_weights(bucket);
 }
 
 FullWeights::~FullWeights() {
-  if (held_) st_.drop_full_weights();
+  if (held_) strategy_.drop_full_weights();
 }
 
 void setup_data_parallel(const UpdateKeys& u, const std::optional<optim::LightweightConfig>& lw,
                          PolicyModel& model, dist::Communicator& comm) {
   const char* key = u.zero_stage_key.c_str();
   const int64_t stage = u.zero_stage;
+  // The strategy for (device, stage, LightweightSync); unsupported combinations are refused there.
+  optim::StrategyConfig sc;
+  sc.zero_stage = static_cast<int>(stage);
+  sc.lightweight = lw;
+  sc.zero_stage_key = key;
   if (comm.world_size() == 1) {
     if (stage > 0)
       log::warn("{}={}: one rank has nothing to shard; the whole optimizer state stays here", key,
@@ -124,8 +129,7 @@ void setup_data_parallel(const UpdateKeys& u, const std::optional<optim::Lightwe
     // A one-rank NCCL communicator still reduces (through NCCL): its buckets go as with more, and
     // LightweightSync compresses them (what one GPU can show of it).
     if (comm.distributed()) {
-      model.state().enable_data_parallel(comm, 0);
-      if (lw) model.state().use_lightweight_sync(*lw);
+      model.set_strategy(optim::make_strategy(model.state(), comm, sc));
     } else if (lw) {
       log::warn(
           "trainer.gradient_sync_method=lightweight: one rank sends no gradients; the update uses "
@@ -134,16 +138,9 @@ void setup_data_parallel(const UpdateKeys& u, const std::optional<optim::Lightwe
     }
     return;
   }
-  optim::TrainState& st = model.state();
-  st.enable_data_parallel(comm, static_cast<int>(stage));
+  model.set_strategy(optim::make_strategy(model.state(), comm, sc));
+  const optim::TrainState& st = model.state();
   if (lw) {
-    VERL_CHECK(stage < 2,
-               "trainer.gradient_sync_method=lightweight with {}={}: LightweightSync compresses "
-               "each rank's "
-               "whole gradient (its top-k and carry), which ZeRO-{} does not keep; use {}=1 "
-               "(sharded moments) or 0",
-               key, stage, stage, key);
-    st.use_lightweight_sync(*lw);
     const std::string_view model_key(key);
     log::info(
         "LightweightSync for {}: top_k {}, {} values, a sync every {} optimizer step(s), error "
@@ -207,7 +204,7 @@ UpdateLoopResult run_update_loop(const Experience& exp, PolicyModel& model, floa
       // LightweightSync's interval: a step that only kept its gradients for the next sync has no
       // norm.
       ++r.updates;
-      if (!model.state().step_deferred()) {
+      if (!model.strategy().step_deferred()) {
         r.grad_norm_sum += gnorm;
         ++r.applied;
         if (!std::isfinite(gnorm)) ++r.skipped;

@@ -72,11 +72,11 @@ class FullWeights {
   FullWeights& operator=(const FullWeights&) = delete;
 
  private:
-  optim::TrainState& st_;
+  optim::Strategy& strategy_;
   bool held_;
 };
 
-// Data parallelism for a trained model (optim/train_state.h): gradients reduced in buckets during
+// Data parallelism for a trained model (optim/strategy.h): gradients reduced in buckets during
 // backward, with ZeRO stage u.zero_stage (1: this rank keeps its shard of the AdamW moments; 2:
 // also only its shard of the gradients) and LightweightSync when `lightweight` is given. One rank
 // has nothing to shard: a warning says the key changes nothing.
@@ -109,7 +109,7 @@ struct UpdateLoopResult {
 
 // One micro-batch's forward, loss and backward, with the mini-batch's global normalisers in
 // `norm` (micro-batching then changes nothing but float reassociation). `last`: the mini-batch's
-// last micro-batch, whose backward starts the gradient reduction (TrainState::prepare_backward).
+// last micro-batch, whose backward starts the gradient reduction (Strategy::prepare_backward).
 using MicroStep = std::function<void(const PackedResponses& mb, const AggNorm& norm, bool last)>;
 
 // Epochs x mini-batches x micro-batches: gradients accumulate over a mini-batch's micro-batches,

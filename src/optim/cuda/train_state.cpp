@@ -6,10 +6,8 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "dist/communicator.h"
 #include "ops/cuda/glue.h"
-#include "optim/cuda/carry.h"
-#include "optim/cuda/sparse_sync.h"
+#include "optim/cuda/strategy.h"
 
 namespace verl::optim::cuda {
 
@@ -53,7 +51,13 @@ std::vector<float> CudaTrainState::SplitBuffer::download() const {
 
 CudaTrainState::CudaTrainState(const ops::cuda::CudaContext& ctx, const model::Weights& w,
                                bool trainable, const OffloadConfig& offload)
-    : TrainState(w.config, w.layout, trainable), ctx_(ctx), offload_(offload) {
+    : CudaTrainState(ctx, w.layout, w.data, trainable, offload) {}
+
+CudaTrainState::CudaTrainState(const ops::cuda::CudaContext& ctx, const model::ParamLayout& layout,
+                               const std::vector<float>& init, bool trainable,
+                               const OffloadConfig& offload)
+    : TrainState(layout, trainable), ctx_(ctx), offload_(offload) {
+  register_cuda_data_parallel();  // make_strategy builds a GPU state's strategy from here on
   const int64_t n = numel();
   if (!sleeps()) wbf_ = DeviceBuffer<bf16>(static_cast<size_t>(n));
   if (trainable_) {
@@ -77,7 +81,7 @@ CudaTrainState::CudaTrainState(const ops::cuda::CudaContext& ctx, const model::W
       stage_ = DeviceBuffer<float>(static_cast<size_t>(kSlots * 3 * std::min(offload.bucket, n)));
     }
   }
-  upload(w.data, nullptr);
+  upload(init, nullptr);
 }
 
 CudaTrainState::~CudaTrainState() {
@@ -158,88 +162,13 @@ void CudaTrainState::stream_offloaded(int64_t begin, int64_t end, unsigned parts
     VERL_CUDA_CHECK(cudaStreamWaitEvent(ctx_.stream, slot_free_[s]));
 }
 
+void CudaTrainState::synchronize() {
+  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+}
+
 void CudaTrainState::zero_grad() {
   require_trainable("zero_grad");
   grads_.zero(ctx_.stream);
-}
-
-void CudaTrainState::all_reduce_grads(dist::Communicator& comm) {
-  require_trainable("all_reduce_grads");
-  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));  // the backward's gradients are complete
-  sync_stats_.add_all_reduce(comm.world_size(), static_cast<int64_t>(grads_.size()));
-  comm.all_reduce(grads_.data(), grads_.size(), dist::DataType::F32, dist::ReduceOp::Sum,
-                  dist::Place::device(ctx_.stream));
-}
-
-void CudaTrainState::enable_data_parallel(dist::Communicator& comm, int zero_stage) {
-  require_trainable("enable_data_parallel");
-  TrainState::enable_data_parallel(comm, zero_stage);  // refuses stages 1 and 2 by name
-  dp_ = &comm;
-}
-
-void CudaTrainState::use_lightweight_sync(const LightweightConfig& cfg) {
-  require_trainable("use_lightweight_sync");
-  VERL_CHECK(dp_ != nullptr, "use_lightweight_sync: enable_data_parallel first");
-  check_lightweight_config(cfg);
-  lw_ = cfg;
-  if (cfg.needs_carry()) {
-    carry_ = DeviceBuffer<float>(static_cast<size_t>(numel()));
-    carry_.zero(ctx_.stream);
-  }
-  scratch_ = DeviceBuffer<uint8_t>(sparse_scratch_bytes(numel()));
-}
-
-void CudaTrainState::start_sparse(int64_t begin, int64_t end) {
-  const int world = dp_->world_size();
-  SparseBucket b{begin, end, sparse_layout(end - begin, lw_->top_k, lw_->values)};
-  DeviceBuffer<uint8_t>& buf = messages_[begin];
-  const size_t bytes = b.layout.bytes;
-  if (buf.size() != bytes * static_cast<size_t>(world))
-    buf = DeviceBuffer<uint8_t>(bytes * static_cast<size_t>(world));
-  uint8_t* mine = buf.data() + bytes * static_cast<size_t>(dp_->rank());
-  sparse_compress(ctx_, grads_.data() + begin, carry_.size() > 0 ? carry_.data() + begin : nullptr,
-                  lw_->error_feedback, b.layout, mine, scratch_.data());
-  pending_.push_back(dp_->start_all_gather(mine, buf.data(), bytes, dist::DataType::U8,
-                                           dist::Place::device(ctx_.stream)));
-  sync_stats_.add_all_gather(world, bytes, end - begin);
-  sparse_.push_back(b);
-}
-
-void CudaTrainState::finish_sparse() {
-  for (auto& p : pending_) p->wait();
-  pending_.clear();
-  // Every rank's decoded message added in rank order into the bucket: the same sum everywhere.
-  for (const SparseBucket& b : sparse_) {
-    float* out = grads_.data() + b.begin;
-    VERL_CUDA_CHECK(
-        cudaMemsetAsync(out, 0, static_cast<size_t>(b.end - b.begin) * sizeof(float), ctx_.stream));
-    const uint8_t* all = messages_.at(b.begin).data();
-    for (int r = 0; r < dp_->world_size(); ++r)
-      sparse_accumulate(ctx_, all + b.layout.bytes * static_cast<size_t>(r), b.layout, out);
-  }
-  sparse_.clear();
-}
-
-void CudaTrainState::defer_grads() {
-  VERL_CHECK(carry_.size() > 0, "defer_grads: no LightweightSync carry");
-  add_into(ctx_, carry_.data(), grads_.data(), numel());
-}
-
-std::vector<float> CudaTrainState::download_carry() const {
-  return carry_.size() > 0 ? carry_.download() : std::vector<float>{};
-}
-
-void CudaTrainState::upload_carry(const std::vector<float>& carry, int64_t calls) {
-  VERL_CHECK(carry.empty() || carry_.size() == 0 || static_cast<int64_t>(carry.size()) == numel(),
-             "restore: a LightweightSync carry of {} floats for a model of {} parameters",
-             carry.size(), numel());
-  if (carry_.size() > 0) {
-    if (carry.empty())
-      carry_.zero(ctx_.stream);
-    else
-      carry_.upload(carry);
-  }
-  sync_calls_ = calls;
 }
 
 uint64_t CudaTrainState::weights_digest() {
@@ -257,35 +186,6 @@ uint64_t CudaTrainState::weights_digest() {
   uint64_t bits;
   std::memcpy(&bits, &sq, sizeof(bits));
   return bits;
-}
-
-void CudaTrainState::grads_ready(int64_t begin, int64_t end) {
-  if (!armed_ || end <= begin) return;
-  if (lw_) {
-    started_ = true;
-    start_sparse(begin, end);
-    while (!pending_.empty() && pending_.front()->test()) pending_.pop_front();
-    return;
-  }
-  sync_stats_.add_all_reduce(dp_->world_size(), end - begin);
-  started_ = true;
-  pending_.push_back(dp_->start_all_reduce(grads_.data() + begin, static_cast<size_t>(end - begin),
-                                           dist::DataType::F32, dist::ReduceOp::Sum,
-                                           dist::Place::device(ctx_.stream)));
-  while (!pending_.empty() && pending_.front()->test()) pending_.pop_front();
-}
-
-void CudaTrainState::reduce_grads(dist::Communicator& comm) {
-  armed_ = false;
-  if (lw_) {
-    if (!started_) start_sparse(0, numel());  // the whole buffer as one bucket
-    started_ = false;
-    return finish_sparse();
-  }
-  if (!started_) return all_reduce_grads(comm);  // nothing started during backward
-  started_ = false;
-  for (auto& p : pending_) p->wait();  // the update below reads every bucket's sum
-  pending_.clear();
 }
 
 double CudaTrainState::grad_sum_squares() {

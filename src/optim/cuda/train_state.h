@@ -1,23 +1,20 @@
-// The training state on the GPU (optim/train_state.h): fp32 master weights, gradients and AdamW
-// moments as device buffers in the layout's order, plus the bf16 compute copy that the GPU model
-// (model/cuda/transformer.h) and the GPU rollout runner (rollout/cuda/model_runner.h) read by
-// pointer; the fused AdamW kernel updates the master weights and rewrites the bf16 copy in one
-// pass. A forward-only state (the reference policy) keeps the bf16 copy alone. With an offload
+// The training state's storage on the GPU (optim/train_state.h): fp32 master weights, gradients
+// and AdamW moments as device buffers in the layout's order, plus the bf16 compute copy that the
+// GPU model (model/cuda/transformer.h) and the GPU rollout runner (rollout/cuda/model_runner.h)
+// read by pointer; the fused AdamW kernel updates the master weights and rewrites the bf16 copy in
+// one pass. A forward-only state (the reference policy) keeps the bf16 copy alone. With an offload
 // config (optim/train_state.h) the tail of the master weights and of the moments lives in pinned
 // host memory and passes through device staging slots in buckets: copies up on one stream, the
 // same AdamW kernel on the compute stream, copies down on a third, so the copies of one bucket
-// overlap the update of the next; the result is bitwise the resident run's.
+// overlap the update of the next; the result is bitwise the resident run's. Data parallelism is
+// the strategy's (optim/cuda/strategy.h).
 #pragma once
 
-#include <deque>
 #include <functional>
-#include <map>
-#include <memory>
 #include <vector>
 
 #include "ops/cuda/device.h"
 #include "ops/cuda/ops_cuda.h"
-#include "optim/sparse_sync.h"
 #include "optim/train_state.h"
 
 namespace verl::optim::cuda {
@@ -28,6 +25,9 @@ class CudaTrainState final : public TrainState {
   // a forward-only state). Work is enqueued on ctx.stream; the constructor waits for it.
   CudaTrainState(const ops::cuda::CudaContext& ctx, const model::Weights& w, bool trainable,
                  const OffloadConfig& offload = {});
+  // A state over any flat layout (an adapter's), started at `init` (layout.total floats).
+  CudaTrainState(const ops::cuda::CudaContext& ctx, const model::ParamLayout& layout,
+                 const std::vector<float>& init, bool trainable, const OffloadConfig& offload = {});
   ~CudaTrainState() override;
   CudaTrainState(const CudaTrainState&) = delete;
   CudaTrainState& operator=(const CudaTrainState&) = delete;
@@ -38,23 +38,11 @@ class CudaTrainState final : public TrainState {
   float* grads() override { return grads_.data(); }
   float* exp_avg() override { return m_.dev.data(); }
   float* exp_avg_sq() override { return v_.dev.data(); }
+  // Collectives on the gradients run on the compute stream, after the enqueued backward.
+  dist::Place place() const override { return dist::Place::device(ctx_.stream); }
+  void synchronize() override;
   void zero_grad() override;
-  void all_reduce_grads(dist::Communicator& comm) override;
-  // Stage 0 only: each range the GPU backward finishes (grads_ready) is all-reduced on the
-  // communicator's stream beside the rest of the backward, on the last micro-batch of a step.
-  void enable_data_parallel(dist::Communicator& comm, int zero_stage) override;
-  void prepare_backward(bool last_micro_batch) override {
-    armed_ = dp_ != nullptr && last_micro_batch && sync_due();
-  }
-  // LightweightSync: each finished range is compressed on the compute stream (sparse_sync.h) and
-  // its message all-gathered on the communicator's stream; the step decodes the W messages.
-  void use_lightweight_sync(const LightweightConfig& cfg) override;
-  void defer_grads() override;
-  std::vector<float> download_carry() const override;
-  void upload_carry(const std::vector<float>& carry, int64_t calls) override;
   uint64_t weights_digest() override;  // the bits of the master weights' sum of squares
-  void grads_ready(int64_t begin, int64_t end) override;
-  void reduce_grads(dist::Communicator& comm) override;
   double grad_sum_squares() override;  // synchronises: the norm decides the clip scale
   void adamw_update(const AdamWConfig& cfg, float lr, float grad_scale) override;
   std::vector<float> download_weights() const override;
@@ -108,21 +96,6 @@ class CudaTrainState final : public TrainState {
   ops::cuda::DeviceBuffer<ops::cuda::bf16> wbf_;
   ops::cuda::PinnedBuffer<uint16_t> wbf_host_;  // a sleeping forward-only state's weights
   ops::cuda::DeviceBuffer<double> norm_;
-  dist::Communicator* dp_ = nullptr;  // set by enable_data_parallel
-  bool armed_ = false, started_ = false;
-  std::deque<std::unique_ptr<dist::PendingCollective>> pending_;  // this step's started buckets
-  // LightweightSync: the carry (numel floats, or none), the compression scratch, each bucket's
-  // gathered messages (by its first element; kept across steps) and this step's buckets.
-  ops::cuda::DeviceBuffer<float> carry_;
-  ops::cuda::DeviceBuffer<uint8_t> scratch_;
-  std::map<int64_t, ops::cuda::DeviceBuffer<uint8_t>> messages_;
-  struct SparseBucket {
-    int64_t begin = 0, end = 0;
-    SparseLayout layout;
-  };
-  std::vector<SparseBucket> sparse_;
-  void start_sparse(int64_t begin, int64_t end);
-  void finish_sparse();
   // Offload: the copy streams, the staging slots (kSlots x 3 parts x bucket floats) and each slot's
   // events (its pieces are up; the kernel and the copies home are done).
   static constexpr int kSlots = 3;
