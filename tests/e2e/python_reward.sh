@@ -60,6 +60,14 @@ check "... naming the key and what there is" grep -qF "algorithm.gdpo_reward_key
 train gdpo_rule algorithm.adv_estimator=gdpo "algorithm.gdpo_reward_keys=[acc]"
 check "GDPO without a reward function is refused" grep -qF "algorithm.adv_estimator=gdpo reads its reward components (acc)" "$work/gdpo_rule.log"
 
+# verl's straight-through KL loss (kl_loss_type=k3+) loads and trains with the Python reward.
+train k3plus custom_reward_function.path="$py" actor_rollout_ref.actor.use_kl_loss=true actor_rollout_ref.actor.kl_loss_type=k3+
+check "kl_loss_type=k3+ trains" python3 - "$work" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(f"{sys.argv[1]}/k3plus/metrics.jsonl")]
+assert len(rows) == 2 and rows[1]["actor/kl_loss"] > 0, [r.get("actor/kl_loss") for r in rows]
+PY
+
 train crash custom_reward_function.path="$py" custom_reward_function.name=crash_on_odd_index
 check "a raising function's run goes on" test $? -eq 0
 check "its rows fail by name" grep -qF "the reward function failed: ValueError: odd rows fail here" "$work/crash.log"
