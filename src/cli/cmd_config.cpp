@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/io.h"
 #include "config/config.h"
 #include "core/error.h"
 
@@ -15,6 +16,7 @@ struct Opts {
   std::vector<std::string> args;
   bool docs = false, json = false;
   std::string defaults;
+  HydraConfigFlags hydra;
 };
 
 int run(const Opts& o) {
@@ -26,14 +28,15 @@ int run(const Opts& o) {
     std::cout << config::docs_markdown(*schema);
     return 0;
   }
-  // The first argument without '=' is the config file; everything else is an override.
-  std::string path;
+  // The first argument without '=' is the config file (or Hydra's --config-path/--config-name,
+  // as verl train and verl sft take them); everything else is an override.
+  std::string positional;
   std::vector<std::string> overrides;
   for (size_t i = 0; i < o.args.size(); ++i) {
     const std::string& a = o.args[i];
     bool is_override = a.find('=') != std::string::npos || a.rfind("~", 0) == 0;
     if (!is_override && i == 0) {
-      path = a;
+      positional = a;
     } else {
       VERL_CHECK(is_override,
                  "argument '{}': expected key=value (only the first argument may be a config file)",
@@ -41,6 +44,11 @@ int run(const Opts& o) {
       overrides.push_back(a);
     }
   }
+  const bool sft = o.defaults.find("sft_trainer") != std::string::npos;
+  const std::string path =
+      resolve_config_file(positional, o.hydra,
+                          sft ? std::vector<std::string>{"sft_trainer", "sft_trainer_engine"}
+                              : std::vector<std::string>{"ppo_trainer", "_generated_ppo_trainer"});
   config::Config cfg = config::load_config(path, overrides, lo);
   if (o.json)
     std::cout << cfg.to_json().dump(2) << "\n";
@@ -58,6 +66,7 @@ Command reg("config",
               app.add_flag("--json", o->json, "print JSON instead of YAML");
               app.add_option("--defaults", o->defaults,
                              "defaults file (default: configs/ppo_trainer.yaml)");
+              add_hydra_flags(app, o->hydra);
               return [o] { return run(*o); };
             });
 

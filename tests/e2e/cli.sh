@@ -167,6 +167,12 @@ check "unknown --config-name names the flag" grep -q -- "--config-name nope with
   trainer.total_training_steps=1 trainer.val_before_train=false trainer.save_freq=-1 trainer.test_freq=-1 \
   trainer.logger=[jsonl] trainer.default_local_dir="$work/hydra/run" > /dev/null 2>&1)
 check "--config-path DIR --config-name NAME.yaml trains" test -s "$work/hydra/run/metrics.jsonl"
+# `verl config` takes the same pair (the multi-turn examples launch with it).
+"$verl" config --config-path "$work/hydra" --config-name demo_port trainer.total_training_steps=3 > "$work/hydra_cfg.yaml" 2>&1
+check "verl config --config-path/--config-name loads DIR/NAME.yaml" grep -q "total_training_steps: 3" "$work/hydra_cfg.yaml"
+check "... with the file's values" grep -q "train_batch_size: 32" "$work/hydra_cfg.yaml"
+"$verl" config --config-path "$work/hydra" --config-name nope > /dev/null 2> "$work/err_hydra_cfg.txt"
+check "verl config: unknown --config-name names the flag" grep -q -- "--config-name nope with --config-path" "$work/err_hydra_cfg.txt"
 
 # ---- hostile inputs (issue 24): each is an error naming what is wrong, exit 1, never a crash ----
 quick="trainer.device=cpu data.train_batch_size=4 actor_rollout_ref.actor.ppo_mini_batch_size=4 actor_rollout_ref.rollout.n=2 data.max_response_length=8 trainer.val_before_train=false trainer.save_freq=-1 trainer.test_freq=-1 trainer.logger=[jsonl] trainer.total_training_steps=1 data.val_files=null"
