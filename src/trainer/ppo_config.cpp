@@ -395,13 +395,17 @@ PpoConfig PpoConfig::read(const config::Config& cfg, int world, bool distributed
     rw.overlong.log = cfg.get<bool>(ob + "log");
     rw.overlong.len = cfg.get<int64_t>(ob + "len");
     rw.overlong.penalty_factor = cfg.get<double>(ob + "penalty_factor");
+    rw.overlong.max_resp_len =
+        cfg.get<std::optional<int64_t>>("reward_model.reward_kwargs.max_resp_len")
+            .value_or(d.max_response_length);
     if (rw.overlong.enable) {
       // verl's DAPORewardManager asserts the same (and divides by len).
       VERL_CHECK(rw.reward_manager == "dapo",
                  "{}enable=true needs reward_model.reward_manager=dapo", ob);
-      VERL_CHECK(rw.overlong.len >= 1 && rw.overlong.len <= d.max_response_length,
-                 "{}len={} must be within 1..data.max_response_length ({})", ob, rw.overlong.len,
-                 d.max_response_length);
+      VERL_CHECK(rw.overlong.len >= 1 && rw.overlong.len <= rw.overlong.max_resp_len,
+                 "{}len={} must be within 1..{} (the response length the penalty counts from: "
+                 "reward_model.reward_kwargs.max_resp_len, else data.max_response_length)",
+                 ob, rw.overlong.len, rw.overlong.max_resp_len);
     }
     auto& fg = alg.filter_groups;
     fg.enable = cfg.get<bool>("algorithm.filter_groups.enable");

@@ -135,6 +135,7 @@ struct RewardKeys {
     bool enable = false, log = false;
     int64_t len = 0;
     double penalty_factor = 0;
+    int64_t max_resp_len = 0;  // reward_kwargs.max_resp_len, else data.max_response_length
   } overlong;
   // custom_reward_function.command, or the Python bridge's command for .path + .name (then
   // `python` is set too: the trainer checks that it imports before the first step)

@@ -32,7 +32,7 @@ class DapoRewardManager final : public RewardManager {
     if (!ob.enable) return static_cast<float>(score);
     // The penalty grows linearly over the last `len` tokens before max_resp_len, reaching
     // -penalty_factor there; shorter responses get 0.
-    const double expected = static_cast<double>(cfg_.data.max_response_length - ob.len);
+    const double expected = static_cast<double>(ob.max_resp_len - ob.len);
     const double exceed = static_cast<double>(exp.response[b].size()) - expected;
     const double penalty = std::min(-exceed / static_cast<double>(ob.len) * ob.penalty_factor, 0.0);
     exp.overlong_reward[b] = static_cast<float>(penalty);

@@ -5,6 +5,7 @@
 // bypass) runs and reports rollout_corr/* metrics.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -109,6 +110,26 @@ TEST(Dapo, OverlongPenaltyIsVerlsLinearRamp) {
               -0.5 * m["response_length/mean"].get<double>() / 24.0, 1e-6);
   EXPECT_EQ(m["reward_extra/overlong/mean"].get<double>(), 1.0);
   EXPECT_FALSE(m.contains("train/num_gen_batches"));
+}
+
+TEST(Dapo, NewerVerlSpellingWithMaxRespLen) {
+  // verl's reward.reward_kwargs.overlong_buffer_cfg.* and max_resp_len: the penalty counts from
+  // max_resp_len 40 with len 24, so a response of l <= 24 tokens gets -(l - 16) / 24 * 0.5 when
+  // l > 16, else 0 (the demo's responses are at most data.max_response_length = 24 tokens).
+  const std::string out = fresh_dir("overlong_kwargs");
+  PpoTrainer t(
+      dapo_config(out, {"algorithm.filter_groups.enable=false",
+                        "reward.reward_kwargs.overlong_buffer_cfg.enable=true",
+                        "reward.reward_kwargs.overlong_buffer_cfg.len=24",
+                        "reward.reward_kwargs.overlong_buffer_cfg.penalty_factor=0.5",
+                        "reward.reward_kwargs.overlong_buffer_cfg.log=true",
+                        "reward.reward_kwargs.max_resp_len=40", "trainer.total_training_steps=1"}));
+  t.fit();
+  const nlohmann::json m = last_metrics(out);
+  const double worst = m["reward_extra/overlong_reward/min"].get<double>();
+  EXPECT_NEAR(worst, std::min(-(m["response_length/max"].get<double>() - 16) / 24 * 0.5, 0.0),
+              1e-6);
+  EXPECT_GE(worst, -(24.0 - 16) / 24 * 0.5 - 1e-6);
 }
 
 TEST(Dapo, FilterGroupsKeepsOneSampleGroups) {
