@@ -52,6 +52,19 @@ class DapoRewardManager final : public RewardManager {
   }
 };
 
+// verl's GDPORewardManager: the naive manager, whose reward function also finds the run's
+// experiment_name in extra_info.
+class GdpoRewardManager final : public RewardManager {
+ public:
+  using RewardManager::RewardManager;
+
+  nlohmann::json extra_info(const data::Sample& s) const override {
+    nlohmann::json e = s.extra_info.is_object() ? s.extra_info : nlohmann::json::object();
+    e["experiment_name"] = cfg_.trainer.experiment_name;
+    return e;
+  }
+};
+
 std::map<std::string, RewardManager::Factory>& registry() {
   static std::map<std::string, RewardManager::Factory> r = {
       {"naive",
@@ -63,11 +76,10 @@ std::map<std::string, RewardManager::Factory>& registry() {
           const tokenizer::Tokenizer& t) -> std::unique_ptr<RewardManager> {
          return std::make_unique<DapoRewardManager>(c, d, t);
        }},
-      // verl's GDPORewardManager: the naive manager, whose reward function also finds the run's
-      // experiment_name in extra_info (score_all).
       {"gdpo",
-       [](const PpoConfig& c, Device d, const tokenizer::Tokenizer& t) {
-         return std::make_unique<RewardManager>(c, d, t);
+       [](const PpoConfig& c, Device d,
+          const tokenizer::Tokenizer& t) -> std::unique_ptr<RewardManager> {
+         return std::make_unique<GdpoRewardManager>(c, d, t);
        }},
   };
   return r;
@@ -246,11 +258,7 @@ void RewardManager::score_all(Experience& exp, int64_t step) {
   for (int64_t b = 0; b < exp.B; ++b) {
     const data::Sample& s = *exp.sample[b];
     rows[b] = {s.data_source, tok_.decode(exp.response[b], true), s.ground_truth_json,
-               s.extra_info};
-    if (cfg_.reward.reward_manager == "gdpo") {
-      if (!rows[b].extra_info.is_object()) rows[b].extra_info = nlohmann::json::object();
-      rows[b].extra_info["experiment_name"] = cfg_.trainer.experiment_name;
-    }
+               extra_info(s)};
   }
   reward::CommandBatchResult r = command_->score(rows);
   failed_rows_ = static_cast<int64_t>(r.errors.size());

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,9 @@ class RewardManager {
   // reward_extra/* metrics of the step (verl's reward_extra_info): the numbers a reward command
   // or Python reward returned beside the score, and its failed rows (reward/failed_rows).
   virtual void add_extra_metrics(const Experience& exp, metrics::Metrics& m) const;
+  // What a reward command or Python reward receives as a row's extra_info: the sample's own by
+  // default (the gdpo manager adds the run's experiment_name).
+  virtual nlohmann::json extra_info(const data::Sample& s) const { return s.extra_info; }
 
   // Whether rows are scored as they finish (trainer.actor_reward_parallel; a command scores the
   // whole batch, and an offloaded reward model would upload its weights for every forward).

@@ -11,6 +11,7 @@
 
 #include "core/dtype.h"
 #include "dist/communicator.h"
+#include "model/arch/arch.h"
 #include "optim/adamw.h"
 #include "optim/cuda/train_state.h"
 #include "optim/strategy.h"
@@ -23,9 +24,9 @@ namespace {
 
 model::ParamLayout two_tensors() {
   model::ParamLayout l;
-  l.params.push_back(model::ParamInfo{"a", {7, 19}, 0, 133});
-  l.params.push_back(model::ParamInfo{"b", {257}, 133, 257});
-  l.total = 390;
+  model::arch::LayoutBuilder b(l);
+  b.add("a", {7, 19});
+  b.add("b", {257});
   return l;
 }
 

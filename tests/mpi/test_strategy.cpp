@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "dist/mpi_communicator.h"
+#include "model/arch/arch.h"
 #include "optim/adamw.h"
 #include "optim/strategy.h"
 #include "optim/train_state.h"
@@ -26,9 +27,9 @@ dist::MpiCommunicator& comm() {
 // Two tensors: "a" [3, 5] and "b" [8], 23 elements (an odd count: the last shard is padded).
 model::ParamLayout two_tensors() {
   model::ParamLayout l;
-  l.params.push_back(model::ParamInfo{"a", {3, 5}, 0, 15});
-  l.params.push_back(model::ParamInfo{"b", {8}, 15, 8});
-  l.total = 23;
+  model::arch::LayoutBuilder b(l);
+  b.add("a", {3, 5});
+  b.add("b", {8});
   return l;
 }
 
@@ -86,6 +87,17 @@ void backward(Strategy& s, int k, bool last) {
   }
 }
 
+// kSteps optimizer steps of two micro-batches each, the gradients through the strategy.
+void train(TrainState& st, Strategy& s) {
+  const AdamW opt(optim_config());
+  for (int k = 0; k < kSteps; ++k) {
+    st.zero_grad();
+    backward(s, k, false);
+    backward(s, k, true);
+    opt.step(st, s, optim_config().lr, comm());
+  }
+}
+
 TEST(DataParallelStrategy, EveryZeroStageEqualsOneProcess) {
   const int world = comm().world_size();
   if (world == 1) GTEST_SKIP() << "run under mpirun -np 2";
@@ -97,13 +109,7 @@ TEST(DataParallelStrategy, EveryZeroStageEqualsOneProcess) {
     std::unique_ptr<Strategy> s = make_strategy(st, comm(), cfg);
     EXPECT_EQ(s->zero_stage(), stage);
     EXPECT_EQ(st.whole(), stage == 0) << "stage " << stage;
-    const AdamW opt(optim_config());
-    for (int k = 0; k < kSteps; ++k) {
-      st.zero_grad();
-      backward(*s, k, false);
-      backward(*s, k, true);
-      opt.step(st, *s, optim_config().lr, comm());
-    }
+    train(st, *s);
     s->gather_full_weights(/*bucket=*/7);  // ZeRO-3: the shards gathered; else nothing to do
     const std::vector<float> got = st.download_weights();
     s->drop_full_weights();
@@ -129,13 +135,7 @@ TEST(DataParallelStrategy, LosslessLightweightSyncEqualsOneProcess) {
   cfg.lightweight->values = SyncValues::F32;
   std::unique_ptr<Strategy> s = make_strategy(st, comm(), cfg);
   ASSERT_TRUE(s->lightweight().has_value());
-  const AdamW opt(optim_config());
-  for (int k = 0; k < kSteps; ++k) {
-    st.zero_grad();
-    backward(*s, k, false);
-    backward(*s, k, true);
-    opt.step(st, *s, optim_config().lr, comm());
-  }
+  train(st, *s);
   EXPECT_EQ(s->sync_calls(), kSteps);
   const std::vector<float> got = st.download_weights();
   for (size_t i = 0; i < want.size(); ++i) EXPECT_FLOAT_EQ(got[i], want[i]) << "element " << i;

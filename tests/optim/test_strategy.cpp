@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dist/communicator.h"
+#include "model/arch/arch.h"
 #include "optim/adamw.h"
 #include "optim/strategy.h"
 #include "optim/train_state.h"
@@ -19,9 +20,9 @@ namespace {
 // Two tensors: "a" [2, 3] and "b" [4], 10 elements.
 model::ParamLayout two_tensors() {
   model::ParamLayout l;
-  l.params.push_back(model::ParamInfo{"a", {2, 3}, 0, 6});
-  l.params.push_back(model::ParamInfo{"b", {4}, 6, 4});
-  l.total = 10;
+  model::arch::LayoutBuilder b(l);
+  b.add("a", {2, 3});
+  b.add("b", {4});
   return l;
 }
 
