@@ -16,9 +16,11 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/error.h"
 #include "core/numerics.h"
 #include "dist/communicator.h"
 #include "model/batch.h"
+#include "model/lora.h"
 #include "model/quantize.h"
 #include "model/weights.h"
 #include "optim/adamw.h"
@@ -66,6 +68,11 @@ struct PolicyOptions {
   // dequantised values). Shared so that copies of the options stay cheap; the policy holds it
   // only while it uploads.
   std::shared_ptr<const std::vector<model::QuantizedLayer>> quantized;
+  // LoRA (model/lora.h): the adapters this model applies, starting from these values. A trainable
+  // model then trains the adapters only: state() is over lora->layout (fp32 master weights,
+  // gradients and AdamW moments of the adapters) and the base weights handed to make_policy are
+  // frozen (on CUDA kept in bf16 only: no fp32 master, gradients or moments). null: no adapters.
+  std::shared_ptr<const model::LoraWeights> lora;
 };
 
 class PolicyModel {
@@ -113,8 +120,18 @@ class PolicyModel {
   virtual void sleep() {}
 
   // Host copy of the weights for the rollout engine and checkpoints. On CUDA an optimizer step
-  // makes it stale and the next call downloads the fp32 master weights once.
+  // makes it stale and the next call downloads the fp32 master weights once. With LoRA these are
+  // the frozen base weights (lora() holds the adapters).
   virtual const model::Weights& weights() = 0;
+  // LoRA: host copy of the adapters at their current values (on CUDA downloaded when a step made
+  // it stale), for checkpoints, export and the CPU rollout; null without adapters.
+  virtual const model::LoraWeights* lora() { return nullptr; }
+  // LoRA: false runs the base model alone until switched back (the reference policy inside the
+  // actor, verl's ref_in_actor: no second copy of the weights); log-prob passes only, backward
+  // refuses. A model without adapters accepts only true.
+  virtual void set_adapters_enabled(bool on) {
+    VERL_CHECK(on, "internal: this model has no LoRA adapters to switch off");
+  }
   // AdamW state for checkpoints (trainable only; on CUDA downloaded by each call).
   const AdamWState& optimizer_state();
   // Resume: replaces the weights (layout order) and, for a trainable model, the AdamW state.
