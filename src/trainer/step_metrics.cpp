@@ -240,6 +240,12 @@ void add_sync_metrics(const std::vector<PolicyModel*>& trained, metrics::Metrics
     first = false;
   }
   m.set("perf/grad_sync_bytes", sync.bytes);
+  // The layout's ZeRO stage as the strategy runs it (0 on one rank), beside parallel/dp.
+  for (PolicyModel* p : trained)
+    if (p) {
+      m.set("parallel/zero_stage", static_cast<double>(p->strategy().zero_stage()));
+      break;
+    }
   // ZeRO-3: the weight gathers of the step's passes (bytes this rank sent, seconds it waited).
   first = true;
   for (PolicyModel* p : trained) {

@@ -37,6 +37,7 @@ constexpr double kH200HbmBytesPerSecond = 4.8e12;  // H200 HBM3e peak (NVIDIA sp
 struct RolloutOpts {
   std::string shape = "qwen2.5-0.5b";
   std::string model;
+  int64_t layers = 0;  // > 0: the shape with this many layers
   int64_t prompts = 256;
   int32_t n = 1;
   int32_t prompt_len = 256;
@@ -76,7 +77,8 @@ int run_bench_rollout(const RolloutOpts& o) {
     const BenchShape* s = find_bench_shape(o.shape);
     VERL_CHECK(s != nullptr, "bench-rollout: unknown --shape '{}' (known: {})", o.shape,
                bench_shape_names());
-    w = bench_random_weights(bench_shape_config(*s), o.seed);
+    VERL_CHECK(o.layers >= 0, "bench-rollout: --layers {} must be >= 1", o.layers);
+    w = bench_random_weights(bench_shape_config(*s, o.layers), o.seed);
     name = o.shape;
   }
   const model::ModelConfig cfg = w.config;
@@ -143,6 +145,7 @@ int run_bench_rollout(const RolloutOpts& o) {
       {"bench", "rollout"},
       {"device", cuda_device_name()},
       {"model", name},
+      {"layers", cfg.num_hidden_layers},
       {"params", layout.total},
       {"prompts", o.prompts},
       {"n", o.n},
@@ -234,6 +237,8 @@ Action add_rollout_flags(CLI::App& app) {
                  "model shape with random N(0, 0.02) weights: " + bench_shape_names() +
                      " (default qwen2.5-0.5b)");
   app.add_option("--model", o->model, "HF model directory instead of --shape");
+  app.add_option("--layers", o->layers,
+                 "--shape with this many decoder layers (per-layer timings)");
   app.add_option("--prompts", o->prompts, "prompts (default 256)");
   app.add_option("--n", o->n, "samples per prompt (default 1)");
   app.add_option("--prompt-len", o->prompt_len, "tokens per prompt (default 256)");

@@ -38,14 +38,19 @@ struct BenchShape {
   const char* name;
   int64_t vocab, hidden, layers, heads, kv_heads, intermediate;
   bool tied;
+  bool llama = false;  // a Llama causal LM (no q/k/v bias, eps 1e-5) with this RoPE theta
+  double rope_theta = 1000000.0;
 };
 
-// Keep in step with SHAPES in tools/bench_train_hf.py.
+// The Qwen2 shapes are kept in step with SHAPES in tools/bench_train_hf.py.
 inline constexpr BenchShape kBenchShapes[] = {
     {"tiny", 8192, 384, 6, 6, 2, 1024, true},
     {"qwen2.5-0.5b", 151936, 896, 24, 14, 2, 4864, true},
     {"qwen2.5-1.5b", 151936, 1536, 28, 12, 2, 8960, true},
     {"qwen2.5-7b", 152064, 3584, 28, 28, 4, 18944, false},
+    // The seed's scaling runs (docs/scaling.md): Meta's Llama-3-8B and Llama-2-13B configs.
+    {"llama3-8b", 128256, 4096, 32, 32, 8, 14336, false, true, 500000.0},
+    {"llama2-13b", 32000, 5120, 40, 40, 40, 13824, false, true, 10000.0},
 };
 
 // nullptr when `name` is not a known shape.
@@ -65,8 +70,20 @@ inline std::string bench_shape_names() {
   return out;
 }
 
-inline model::ModelConfig bench_shape_config(const BenchShape& s) {
-  return qwen2_shape(s.vocab, s.hidden, s.layers, s.heads, s.kv_heads, s.intermediate, s.tied);
+// `layers` > 0 replaces the shape's layer count (per-layer timings: docs/scaling.md).
+inline model::ModelConfig bench_shape_config(const BenchShape& s, int64_t layers = 0) {
+  model::ModelConfig c = qwen2_shape(s.vocab, s.hidden, layers > 0 ? layers : s.layers, s.heads,
+                                     s.kv_heads, s.intermediate, s.tied);
+  if (s.llama) {
+    c.architecture = "LlamaForCausalLM";
+    c.model_type = "llama";
+    c.family = model::Family::Llama;
+    c.attention_bias = false;
+    c.rms_norm_eps = 1e-5;
+    c.max_position_embeddings = 8192;
+  }
+  c.rope_theta = s.rope_theta;
+  return c;
 }
 
 // Random weights for a benchmark model: matrices N(0, 0.02) from Philox (independent of the thread

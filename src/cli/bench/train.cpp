@@ -39,6 +39,7 @@ namespace {
 struct TrainOpts {
   std::string shape, model, device = "cuda";
   int64_t batch = 8, seq = 1024, lm_head_chunk = 4096;
+  int64_t layers = 0;  // > 0: the shape with this many layers
   int steps = 10, warmup = 2;
   float lr = 1e-5f;
   double peak_tflops = 800.0;
@@ -60,6 +61,8 @@ void validate(const TrainOpts& o) {
   VERL_CHECK(o.device == "cuda" || o.device == "cpu", "--device must be cuda or cpu, got '{}'",
              o.device);
   VERL_CHECK(o.model.empty() || o.shape.empty(), "--shape and --model exclude each other");
+  VERL_CHECK(o.layers >= 0 && (o.layers == 0 || o.model.empty()),
+             "--layers {}: a layer count >= 1 for a --shape (not with --model)", o.layers);
   VERL_CHECK(!o.model.empty() || o.shape.empty() || find_bench_shape(o.shape) != nullptr,
              "--shape '{}' is not a known shape; choose one of {} (or --model DIR)", o.shape,
              bench_shape_names());
@@ -214,7 +217,7 @@ int run_train(TrainOpts o) {
                "--model {}: bench train needs a causal LM, but config.json has {}", o.model,
                w.config.architecture);
   } else {
-    w = bench_random_weights(bench_shape_config(*find_bench_shape(o.shape)), 1);
+    w = bench_random_weights(bench_shape_config(*find_bench_shape(o.shape), o.layers), 1);
   }
   const model::ModelConfig c = w.config;
   const int64_t params = w.layout.total;
@@ -247,6 +250,7 @@ int run_train(TrainOpts o) {
       {"shape", o.model.empty() ? nlohmann::json(o.shape) : nlohmann::json(nullptr)},
       {"model", o.model.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.model)},
       {"params", params},
+      {"layers", c.num_hidden_layers},
       {"batch", o.batch},
       {"seq", o.seq},
       {"tokens_per_step", T},
@@ -293,6 +297,8 @@ Command reg("bench",
                                 "model shape with random N(0, 0.02) weights: " +
                                     bench_shape_names() + " (default qwen2.5-0.5b)");
               train->add_option("--model", o->model, "HF model directory instead of --shape");
+              train->add_option("--layers", o->layers,
+                                "--shape with this many decoder layers (per-layer timings)");
               train->add_option("--batch", o->batch, "sequences per step (default 8)");
               train->add_option("--seq", o->seq, "tokens per sequence (default 1024)");
               train->add_option("--steps", o->steps, "timed steps (default 10)");
