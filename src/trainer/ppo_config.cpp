@@ -444,7 +444,9 @@ PpoConfig PpoConfig::read(const config::Config& cfg, int world, bool distributed
         cfg.get<bool>(rc + "rollout_is_batch_normalize"),
         cfg.get<std::optional<std::string>>(rc + "rollout_rs"),
         cfg.get<std::optional<std::string>>(rc + "rollout_rs_threshold"),
-        cfg.get<bool>(rc + "bypass_mode"), cfg.get<std::string>(rc + "loss_type"));
+        cfg.get<bool>(rc + "bypass_mode"), cfg.get<std::string>(rc + "loss_type"),
+        cfg.get<std::optional<double>>(rc + "rollout_rs_threshold_lower"),
+        cfg.get<std::optional<double>>(rc + "rollout_token_veto_threshold"));
     VERL_CHECK(alg.rollout_correction.bypass_mode || alg.rollout_correction.loss_type == "ppo_clip",
                "{}loss_type={} applies to bypass mode only; set {}bypass_mode=true", rc,
                alg.rollout_correction.loss_type, rc);

@@ -337,6 +337,30 @@ void rejection(const Masked& mk, const std::vector<double>& lr, const RolloutCor
   for (int64_t i = 0; i < n; ++i) new_mask[i] = static_cast<float>(mk.mask[i] * combined[i]);
 }
 
+// verl's January per-token veto (rollout_corr_helper.py before 97eac9048): a row with any response
+// token whose unclamped lr is below log(threshold) is rejected whole.
+void token_veto(const Masked& mk, const std::vector<double>& lr, double threshold,
+                std::vector<float>& new_mask, std::map<std::string, double>& m) {
+  const Shape s = mk.s;
+  const double log_veto = std::log(threshold);
+  double vetoed = 0, catastrophic = 0;
+  for (int64_t b = 0; b < s.batch; ++b) {
+    bool any = false;
+    for (int64_t j = 0; j < s.length; ++j) {
+      const int64_t i = b * s.length + j;
+      if (mk.mask[i] != 0 && lr[i] < log_veto) {
+        any = true;
+        catastrophic += 1;
+      }
+    }
+    if (!any) continue;
+    vetoed += 1;
+    for (int64_t j = 0; j < s.length; ++j) new_mask[b * s.length + j] = 0.0f;
+  }
+  m["rollout_is_veto_fraction"] = vetoed / static_cast<double>(std::max<int64_t>(1, s.batch));
+  m["rollout_is_catastrophic_token_fraction"] = catastrophic / mk.count();
+}
+
 // compute_offpolicy_metrics.
 void offpolicy_metrics(const Masked& mk, std::span<const float> old, std::span<const float> rollout,
                        std::map<std::string, double>& m) {
@@ -388,9 +412,39 @@ RolloutCorrectionConfig parse_rollout_correction(
     const std::optional<std::string>& rollout_is, double rollout_is_threshold,
     bool rollout_is_batch_normalize, const std::optional<std::string>& rollout_rs,
     const std::optional<std::string>& rollout_rs_threshold, bool bypass_mode,
-    const std::string& loss_type) {
+    const std::string& loss_type, std::optional<double> rollout_rs_threshold_lower,
+    std::optional<double> rollout_token_veto_threshold) {
   const std::string k = "algorithm.rollout_correction.";
   RolloutCorrectionConfig c;
+  if (rollout_token_veto_threshold) {
+    VERL_CHECK(std::isfinite(*rollout_token_veto_threshold) && *rollout_token_veto_threshold > 0,
+               "{}rollout_token_veto_threshold must be a positive number or null, got {}", k,
+               *rollout_token_veto_threshold);
+    c.token_veto_threshold = rollout_token_veto_threshold;
+  }
+  // verl's January names: a ratio band [lower, upper] on one statistic.
+  static const std::map<std::string, std::string> kJanuary = {
+      {"token", "token_k1"}, {"sequence", "seq_sum_k1"}, {"geometric", "seq_mean_k1"}};
+  if (rollout_rs && kJanuary.count(*rollout_rs)) {
+    VERL_CHECK(rollout_rs_threshold.has_value(), "{}rollout_rs={} needs {}rollout_rs_threshold", k,
+               *rollout_rs, k);
+    const double upper = parse_positive(*rollout_rs_threshold, *rollout_rs);
+    const double lower = rollout_rs_threshold_lower.value_or(1.0 / upper);
+    VERL_CHECK(std::isfinite(lower) && lower > 0 && lower < upper,
+               "{}rollout_rs_threshold_lower must be a positive number below "
+               "rollout_rs_threshold ({}), got {}",
+               k, upper, lower);
+    RolloutCorrectionConfig rest = parse_rollout_correction(
+        rollout_is, rollout_is_threshold, rollout_is_batch_normalize, std::nullopt, std::nullopt,
+        bypass_mode, loss_type, std::nullopt, rollout_token_veto_threshold);
+    rest.rollout_rs.push_back({kJanuary.at(*rollout_rs), 1.0 / upper, 1.0 / lower});
+    return rest;
+  }
+  VERL_CHECK(!rollout_rs_threshold_lower,
+             "{}rollout_rs_threshold_lower goes with verl's January rollout_rs names (token, "
+             "sequence, geometric); with {} give the band as 'lower_upper' in "
+             "{}rollout_rs_threshold",
+             k, rollout_rs ? "rollout_rs=" + *rollout_rs : std::string("rollout_rs=null"), k);
   if (rollout_is) {
     VERL_CHECK(*rollout_is == "token" || *rollout_is == "sequence",
                "{}rollout_is must be token, sequence or null, got '{}'", k, *rollout_is);
@@ -467,6 +521,7 @@ RolloutCorrectionOutput compute_rollout_correction(Shape s, std::span<const floa
   } else {
     out.response_mask.assign(response_mask.begin(), response_mask.end());
   }
+  if (cfg.token_veto_threshold) token_veto(mk, lr, *cfg.token_veto_threshold, out.response_mask, m);
   offpolicy_metrics(mk, old_log_prob, rollout_log_prob, m);
   for (auto& [key, v] : m) out.metrics["rollout_corr/" + key] = v;
   return out;

@@ -31,19 +31,30 @@ struct RolloutCorrectionConfig {
   std::vector<RolloutRsOption> rollout_rs;  // empty: no rejection
   bool bypass_mode = false;                 // old_log_prob := the rollout's log-probs
   std::string loss_type = "ppo_clip";       // bypass mode's loss: ppo_clip | reinforce
-  // Weights or rejection asked for (without them verl still reports the diagnostics).
-  bool corrects() const { return rollout_is.has_value() || !rollout_rs.empty(); }
+  // verl's January rollout_token_veto_threshold: a sequence holding any response token whose
+  // ratio pi_train / pi_rollout is below it is rejected whole, after rollout_rs.
+  std::optional<double> token_veto_threshold;
+  // Weights, rejection or a veto asked for (without them verl still reports the diagnostics).
+  bool corrects() const {
+    return rollout_is.has_value() || !rollout_rs.empty() || token_veto_threshold.has_value();
+  }
 };
 
 // Parses the keys as verl does: rollout_rs is a comma list (duplicates dropped) of token_k1..3,
 // seq_sum_k1..3, seq_mean_k1..3, seq_max_k2..3; rollout_rs_threshold one spec shared by all or one
 // per option, "lower_upper" or a number for k1 (lower = 1 / upper), a number for k2 / k3. Errors
 // name the algorithm.rollout_correction.* key.
+// verl's January 2026 spelling (rollout_corr_helper.py before verl commit 97eac9048) is read too:
+// rollout_rs token | sequence | geometric kept the ratio exp(lr) of each token, of the sequence's
+// sum or of its mean within [rollout_rs_threshold_lower (default 1 / upper), rollout_rs_threshold];
+// as -lr is k1, that is token_k1 / seq_sum_k1 / seq_mean_k1 within [1 / upper, 1 / lower]. And
+// rollout_token_veto_threshold (token_veto_threshold above).
 RolloutCorrectionConfig parse_rollout_correction(
     const std::optional<std::string>& rollout_is, double rollout_is_threshold,
     bool rollout_is_batch_normalize, const std::optional<std::string>& rollout_rs,
     const std::optional<std::string>& rollout_rs_threshold, bool bypass_mode,
-    const std::string& loss_type);
+    const std::string& loss_type, std::optional<double> rollout_rs_threshold_lower = std::nullopt,
+    std::optional<double> rollout_token_veto_threshold = std::nullopt);
 
 struct RolloutCorrectionOutput {
   std::vector<float>
@@ -55,8 +66,9 @@ struct RolloutCorrectionOutput {
 // verl's compute_rollout_correction_and_rejection_mask with old_log_prob the training policy's:
 // token IS weights exp(clamp(lr, +-20)), sequence ones exp(clamp(sum_t lr, +-20)) on every token
 // of the row, metrics taken before truncation at rollout_is_threshold, then (batch_normalize)
-// divided by their mean; rejection per option (all must pass); and the off-policy metrics (kl,
-// k3_kl, ppl, log_ppl_diff, chi2). At least one response token is required.
+// divided by their mean; rejection per option (all must pass); the veto (rollout_corr/
+// rollout_is_veto_fraction, rollout_is_catastrophic_token_fraction); and the off-policy metrics
+// (kl, k3_kl, ppl, log_ppl_diff, chi2). At least one response token is required.
 RolloutCorrectionOutput compute_rollout_correction(Shape s, std::span<const float> old_log_prob,
                                                    std::span<const float> rollout_log_prob,
                                                    std::span<const float> response_mask,

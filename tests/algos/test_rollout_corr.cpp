@@ -122,6 +122,48 @@ TEST(RolloutCorrection, RejectionTokenAndSequence) {
                              {"rollout_rs_seq_mean_k3_seq_std", 0.03831032909704732}});
 }
 
+// verl's January spelling (rollout_corr_helper.py before verl commit 97eac9048): rollout_rs token |
+// sequence | geometric keeps the ratio exp(lr) of each token / exp(sum lr) / exp(mean lr) within
+// [rollout_rs_threshold_lower, rollout_rs_threshold]; rollout_token_veto_threshold rejects a whole
+// sequence holding a token with exp(lr) below it. Hand checks on lr = [[0.2, 0, -1], [0, -1]].
+TEST(RolloutCorrection, JanuarySpellingRatioBandsAndVeto) {
+  auto jan = [](std::optional<std::string> rs, const std::string& upper,
+                std::optional<double> lower, std::optional<double> veto) {
+    return parse_rollout_correction({}, 2.0, false, rs, upper, false, "ppo_clip", lower, veto);
+  };
+  // An asymmetric band tells the ratio from its reciprocal: [0.3, 1.1] rejects e^0.2 = 1.22 and
+  // keeps e^-1 = 0.37 (the band read on -lr would do the opposite).
+  RolloutCorrectionOutput o =
+      compute_rollout_correction(kShape, kOld, kRollout, kMask, jan("token", "1.1", 0.3, {}));
+  EXPECT_EQ(o.response_mask, (std::vector<float>{0, 1, 1, 1, 1, 0}));
+  // sequence: exp(-0.8) = 0.449 kept, exp(-1) = 0.368 rejected by [0.4, 2].
+  o = compute_rollout_correction(kShape, kOld, kRollout, kMask, jan("sequence", "2", 0.4, {}));
+  EXPECT_EQ(o.response_mask, (std::vector<float>{1, 1, 1, 0, 0, 0}));
+  // geometric: exp(-0.267) = 0.766 kept, exp(-0.5) = 0.607 rejected by [0.7, 1.5].
+  o = compute_rollout_correction(kShape, kOld, kRollout, kMask, jan("geometric", "1.5", 0.7, {}));
+  EXPECT_EQ(o.response_mask, (std::vector<float>{1, 1, 1, 0, 0, 0}));
+  // Without a lower bound it is 1 / upper: [0.5, 2] on tokens rejects both e^-1.
+  o = compute_rollout_correction(kShape, kOld, kRollout, kMask, jan("token", "2", {}, {}));
+  EXPECT_EQ(o.response_mask, (std::vector<float>{1, 1, 0, 1, 0, 0}));
+  // The veto at 0.5 (log 0.5 = -0.69 > -1) rejects both rows whole; at 0.3 none.
+  o = compute_rollout_correction(kShape, kOld, kRollout, kMask, jan(std::nullopt, "2", {}, 0.5));
+  EXPECT_EQ(o.response_mask, (std::vector<float>(6, 0.0f)));
+  expect_metrics(o.metrics, {{"rollout_is_veto_fraction", 1.0},
+                             {"rollout_is_catastrophic_token_fraction", 0.4}});
+  expect_metrics(o.metrics, kOffPolicy);
+  o = compute_rollout_correction(kShape, kOld, kRollout, kMask, jan(std::nullopt, "2", {}, 0.3));
+  EXPECT_EQ(o.response_mask, kMask);
+  expect_metrics(o.metrics, {{"rollout_is_veto_fraction", 0.0},
+                             {"rollout_is_catastrophic_token_fraction", 0.0}});
+  // With a band: a veto that catches nothing leaves the band's mask, one that does rejects the
+  // rows.
+  o = compute_rollout_correction(kShape, kOld, kRollout, kMask, jan("token", "1.1", 0.3, 0.3));
+  EXPECT_EQ(o.response_mask, (std::vector<float>{0, 1, 1, 1, 1, 0}));
+  o = compute_rollout_correction(kShape, kOld, kRollout, kMask, jan("token", "1.1", 0.3, 0.5));
+  EXPECT_EQ(o.response_mask, (std::vector<float>(6, 0.0f)));
+  EXPECT_TRUE(jan(std::nullopt, "2", {}, 0.5).corrects());
+}
+
 TEST(RolloutCorrection, ConfigErrorsNameTheKey) {
   auto msg = [](auto f) {
     try {
@@ -142,6 +184,16 @@ TEST(RolloutCorrection, ConfigErrorsNameTheKey) {
   EXPECT_NE(msg([] {
               config({}, 2, false, "token_k1,token_k2,seq_sum_k3", "1,2");
             }).find("one threshold"),
+            std::string::npos);
+  auto jan = [](std::optional<std::string> rs, std::optional<double> lower,
+                std::optional<double> veto) {
+    parse_rollout_correction({}, 2, false, rs, "2", false, "ppo_clip", lower, veto);
+  };
+  EXPECT_NE(msg([&] { jan("token_k1", 0.5, {}); }).find("rollout_rs_threshold_lower goes with"),
+            std::string::npos);
+  EXPECT_NE(msg([&] { jan("token", 3.0, {}); }).find("rollout_rs_threshold_lower must be"),
+            std::string::npos);
+  EXPECT_NE(msg([&] { jan({}, {}, -1.0); }).find("rollout_token_veto_threshold"),
             std::string::npos);
   // A k1 bound alone is the upper one; the lower is its reciprocal. Duplicates are dropped.
   const RolloutCorrectionConfig c = config({}, 2, false, "token_k1, token_k1", "4");

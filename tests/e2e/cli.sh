@@ -433,14 +433,15 @@ for f in "$scripts"/*.txt; do
 done
 echo "verl scripts: $accepted of $total accepted"
 check "at least 90% of verl's scripts are accepted ($accepted of $total)" test $((accepted * 10)) -ge $((total * 9))
-# Six of them train 2 steps on the demo model, sizes shrunk by overrides appended after the script's.
+# Seven of them train 2 steps on the demo model, sizes shrunk by overrides appended after the script's.
 shrink=(data.train_files="[$root/assets/demo/train.jsonl]" data.val_files="[$root/assets/demo/val.jsonl]"
   data.train_batch_size=4 data.max_prompt_length=32 data.max_response_length=24
   actor_rollout_ref.actor.ppo_mini_batch_size=4 actor_rollout_ref.rollout.n=2 trainer.total_training_steps=2
   trainer.device=cpu trainer.n_gpus_per_node=1 trainer.nnodes=1 trainer.val_before_train=false
   trainer.test_freq=-1 trainer.save_freq=-1 trainer.logger=[jsonl])
 for name in grpo_trainer__run_qwen3_8b_fsdp ppo_trainer__run_qwen3_8b_fsdp rloo_trainer__run_qwen3_8b_fsdp \
-  reinforce_plus_plus_trainer__run_qwen3_8b_fsdp gpg_trainer__run_qwen3_8b_fsdp gdpo_trainer__run_qwen3_8b_fsdp; do
+  reinforce_plus_plus_trainer__run_qwen3_8b_fsdp gpg_trainer__run_qwen3_8b_fsdp gdpo_trainer__run_qwen3_8b_fsdp \
+  jan2026__rollout_correction__run_with_rollout_corr; do
   mapfile -t args < <(script_args "$scripts/$name.txt" "$root/assets/demo/train.jsonl")
   out=$work/verl_scripts/$name
   (cd "$root" && "$verl" train "${args[@]}" "${shrink[@]}" trainer.default_local_dir="$out" > "$work/$name.log" 2>&1)
@@ -451,6 +452,18 @@ assert [r['step'] for r in rows] == [1, 2], rows
 assert all(0.0 <= r['critic/score/mean'] <= 1.0 for r in rows), rows
 print('$name: critic/score/mean', [r['critic/score/mean'] for r in rows])"
 done
+# The January rollout-correction spelling with values: a ratio band and the per-token veto.
+name=jan2026__rollout_correction__run_with_rollout_corr
+mapfile -t args < <(script_args "$scripts/$name.txt" "$root/assets/demo/train.jsonl")
+out=$work/verl_scripts/${name}_veto
+rc_keys=(algorithm.rollout_correction.rollout_rs=token algorithm.rollout_correction.rollout_rs_threshold=2.0
+  algorithm.rollout_correction.rollout_rs_threshold_lower=0.5 algorithm.rollout_correction.rollout_token_veto_threshold=1e-4)
+(cd "$root" && "$verl" train "${args[@]}" "${shrink[@]}" "${rc_keys[@]}" trainer.default_local_dir="$out" > "$work/${name}_veto.log" 2>&1)
+check "January rollout_rs_threshold_lower and rollout_token_veto_threshold train 2 steps" python3 -c "
+import json
+rows = [json.loads(l) for l in open('$out/metrics.jsonl')]
+assert [r['step'] for r in rows] == [1, 2], rows
+assert all(r['rollout_corr/rollout_is_veto_fraction'] == 0.0 and 'rollout_corr/rollout_rs_token_k1_masked_fraction' in r for r in rows), rows"
 # And the multi-turn SFT script trains 2 steps with `verl sft`.
 name=sft__multiturn__run_qwen2_5_0_5b_fsdp
 mapfile -t args < <(script_args "$scripts/$name.txt" "$root/assets/demo/sft.jsonl")
