@@ -132,6 +132,48 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return d;
 }
 
+// The view's bookkeeping (host only, runs without a GPU): each layer's gradient range is exactly
+// its adapters' tensors, the ranges tile the layout in layer order (data parallelism reduces them
+// as backward finishes each layer), and a layer without adapters has an empty range.
+TEST(LoraCudaView, LayerRangesTileTheAdapterLayout) {
+  const model::Weights w = model::Weights::load(kGolden + "qwen3");
+  model::LoraConfig cfg = all_linear(4, 8.0);
+  const model::LoraWeights all = model::LoraWeights::create(w.config, cfg);
+  cfg.target_modules = model::ModuleMatch::parse(nlohmann::json::array({"q_proj", "down_proj"}),
+                                                 "target_modules", true);
+  cfg.exclude_modules =
+      model::ModuleMatch::parse("model\\.layers\\.0\\..*", "exclude_modules", false);
+  const model::LoraWeights some = model::LoraWeights::create(w.config, cfg);
+  for (const model::LoraWeights* lw : {&all, &some}) {
+    const CudaLora view(*lw);
+    EXPECT_EQ(view.rank(), 4);
+    EXPECT_FLOAT_EQ(view.scale(), 2.0f);
+    EXPECT_EQ(view.numel(), lw->layout.total);
+    ASSERT_EQ(view.num_layers(), w.config.num_hidden_layers);
+    int64_t at = 0;
+    for (int l = 0; l < view.num_layers(); ++l) {
+      const auto [begin, end] = view.layer_range(l);
+      int64_t own = 0;
+      for (int t = 0; t < model::kNumLoraTargets; ++t) {
+        for (int i : {lw->a[static_cast<size_t>(l)][t], lw->b[static_cast<size_t>(l)][t]}) {
+          if (i < 0) continue;
+          const model::ParamInfo& p = lw->layout.params[static_cast<size_t>(i)];
+          EXPECT_GE(p.offset, begin);
+          EXPECT_LE(p.offset + p.numel, end);
+          own += p.numel;
+        }
+      }
+      EXPECT_EQ(begin, at) << "layer " << l;
+      EXPECT_EQ(end - begin, own) << "layer " << l;
+      at = end;
+    }
+    EXPECT_EQ(at, lw->layout.total);
+  }
+  EXPECT_EQ(CudaLora(some).layer_range(0).first, CudaLora(some).layer_range(0).second);
+  EXPECT_EQ(CudaLora(all).layer_range(1).second - CudaLora(all).layer_range(1).first,
+            all.layout.total / w.config.num_hidden_layers);
+}
+
 class LoraCudaFamilies : public CudaTest, public ::testing::WithParamInterface<std::string> {};
 
 // Forward log-probs and entropies, every adapter gradient (frozen base) and every base gradient
