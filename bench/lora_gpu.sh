@@ -19,12 +19,16 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=bench/peer_lib.sh
 . "$root/bench/peer_lib.sh"
-# grpo_lib.sh calls $verl directly: a wrapper puts the binary's folder first on its library path
-# (as peer_lib.sh's run_verl does), and only on its own.
+VERL=$(cd "$(dirname "$VERL")" && pwd)/$(basename "$VERL")  # the runs change directory
+# grpo_lib.sh calls $verl directly: a wrapper puts the binary's folder (as peer_lib.sh's run_verl
+# does) and a ../lib beside it (tools/gpu_bundle.sh --unpack's out/gpu/lib) first on its library
+# path, and only on its own (the peer's torch keeps the system's libraries).
 verl=$work/verl
+libs=$(dirname "$VERL")
+[ -d "$libs/../lib" ] && libs="$libs:$(cd "$libs/../lib" && pwd)"
 # shellcheck disable=SC2016  # the wrapper expands them
-printf '#!/bin/sh\nLD_LIBRARY_PATH="%s:${LD_LIBRARY_PATH:-}" exec "%s" "$@"\n' "$(dirname "$VERL")" \
-  "$VERL" > "$verl" && chmod +x "$verl"
+printf '#!/bin/sh\nLD_LIBRARY_PATH="%s:${LD_LIBRARY_PATH:-}" exec "%s" "$@"\n' "$libs" "$VERL" \
+  > "$verl" && chmod +x "$verl"
 python=$PYTHON
 # shellcheck source=bench/grpo_lib.sh
 . "$root/bench/grpo_lib.sh"
