@@ -21,10 +21,19 @@ tools/bench_train_hf.py's default). Memory per phase: torch.cuda.max_memory_allo
 phase (peak_memory_bytes) and cudaMemGetInfo total - free at its end (device_used_bytes, the
 measure verl.cpp reports under both keys).
 
-Needs only torch and transformers:
+--lora RANK: the HF + PEFT peer of verl's LoRA GRPO (actor_rollout_ref.model.lora_rank, lora_alpha,
+target_modules=all-linear): peft.LoraConfig(r=RANK, lora_alpha=--lora-alpha (2 RANK), all-linear,
+no dropout) on the bf16 base; only the adapters train (PEFT keeps them in fp32), and --ref's
+reference is the base with the adapters switched off (disable_adapter, verl's ref_in_actor), not a
+copy. --recompute turns on gradient checkpointing (non-reentrant), the peer of
+actor_rollout_ref.model.enable_gradient_checkpointing.
+
+Needs torch and transformers (and peft for --lora):
   /opt/torch/.venv/bin/python3 tools/bench_grpo_hf.py --shape qwen2.5-0.5b [--ref]
+  /opt/torch/.venv/bin/python3 tools/bench_grpo_hf.py --shape qwen3-8b --lora 64 --ref --recompute
 """
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -35,6 +44,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_train_hf import SHAPES, build_model, positive_int  # noqa: E402  (the same shapes and init)
 
 PHASES = ("gen", "old_log_prob", "ref", "adv", "update_actor")
+# Qwen3 shapes (q/k norm, head_dim 128), built here: vocab, hidden, layers, heads, kv heads, head
+# dim, intermediate, tied (Qwen3-8B's config.json).
+QWEN3_SHAPES = {"qwen3-8b": (151936, 4096, 36, 32, 8, 128, 12288, False)}
 CLIP_RATIO = 0.2
 KL_COEF = 0.001
 
@@ -42,8 +54,8 @@ KL_COEF = 0.001
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shape", choices=list(SHAPES), help="random N(0, 0.02) weights of this shape "
-                   "(default qwen2.5-0.5b)")
+    p.add_argument("--shape", choices=list(SHAPES) + list(QWEN3_SHAPES),
+                   help="random N(0, 0.02) weights of this shape (default qwen2.5-0.5b)")
     p.add_argument("--model", help="HF model directory (its weights) instead of --shape")
     p.add_argument("--prompts", type=positive_int, default=32, help="prompts per step (32)")
     p.add_argument("--n", type=int, default=8, help="samples per prompt, the GRPO group (8)")
@@ -56,6 +68,12 @@ def parse_args(argv):
                    help="token budget of a log-prob / update micro-batch (8192)")
     p.add_argument("--ref", action="store_true", help="a frozen reference model: ref log-probs "
                    "and the k3 KL loss (coef 0.001)")
+    p.add_argument("--lora", type=int, default=0, metavar="RANK",
+                   help="PEFT LoRA of this rank on all linear layers; only the adapters train")
+    p.add_argument("--lora-alpha", type=float, default=None,
+                   help="LoRA alpha (default 2 x RANK, verl's lora_alpha=128 at rank 64)")
+    p.add_argument("--recompute", action="store_true",
+                   help="gradient checkpointing (non-reentrant) in the update")
     p.add_argument("--lr", type=float, default=1e-6)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
@@ -75,7 +93,36 @@ def parse_args(argv):
                 f"--new-tokens = {seq} tokens")
     if a.lr < 0:
         p.error(f"--lr must be >= 0, got {a.lr}")
+    if a.lora < 0:
+        p.error(f"--lora must be a rank >= 1 (0: off), got {a.lora}")
+    if a.lora_alpha is None:
+        a.lora_alpha = 2.0 * a.lora
+    elif not a.lora:
+        p.error("--lora-alpha needs --lora RANK")
     return a
+
+
+def build_qwen3(a, torch, transformers, dtype):
+    """Random N(0, 0.02) weights of a Qwen3 shape, built on the device in `dtype`."""
+    vocab, hidden, layers, heads, kv_heads, head_dim, inter, tied = QWEN3_SHAPES[a.shape]
+    cfg = transformers.Qwen3Config(
+        vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
+        intermediate_size=inter, tie_word_embeddings=tied, rms_norm_eps=1e-6,
+        max_position_embeddings=40960,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+        use_sliding_window=False, initializer_range=0.02, use_cache=False,
+        attn_implementation="sdpa")
+    on_device = (torch.device(a.device) if hasattr(torch.device, "__enter__")
+                 else contextlib.nullcontext())
+    prev = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with on_device:
+            model = transformers.Qwen3ForCausalLM(cfg)
+    finally:
+        torch.set_default_dtype(prev)
+    return model.to(a.device)
 
 
 def main(argv):
@@ -91,23 +138,41 @@ def main(argv):
            f"{torch.__version__}", "device": a.device, "shape": a.shape, "model": a.model,
            "prompts": G, "n": n, "sequences": B, "prompt_len": P, "new_tokens": R,
            "micro_tokens": a.micro_tokens, "micro_batches": -(-B // rows_per_micro),
-           "ref": a.ref, "steps": a.steps, "warmup": a.warmup, "lr": a.lr}
+           "ref": a.ref, "steps": a.steps, "warmup": a.warmup, "lr": a.lr,
+           "lora_rank": a.lora, "lora_alpha": a.lora_alpha if a.lora else None,
+           "recompute": a.recompute}
     if cuda and not torch.cuda.is_available():
         out["error"] = "--device cuda: torch sees no CUDA device"
         print(json.dumps(out))
         return 1
     torch.manual_seed(a.seed)
     try:
-        model = build_model(a, torch, transformers, torch.bfloat16)
+        if a.shape in QWEN3_SHAPES:
+            model = build_qwen3(a, torch, transformers, torch.bfloat16)
+        else:
+            model = build_model(a, torch, transformers, torch.bfloat16)
         cfg = model.config
         vocab = cfg.vocab_size
-        params = list(model.parameters())
-        n_params = sum(p.numel() for p in params)
+        n_params = sum(p.numel() for p in model.parameters())
+        if a.recompute:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         ref_model = None
-        if a.ref:
+        base_off = contextlib.nullcontext  # the reference pass's context (LoRA: adapters off)
+        if a.lora:
+            import peft
+            out["impl"] += f" peft {peft.__version__}"
+            lcfg = peft.LoraConfig(r=a.lora, lora_alpha=a.lora_alpha, target_modules="all-linear",
+                                   lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
+            model = peft.get_peft_model(model, lcfg)
+            if a.ref:
+                ref_model = model  # the base alone under disable_adapter(): no second copy
+                base_off = model.disable_adapter
+        elif a.ref:
             ref_model = copy.deepcopy(model).eval()
             for p in ref_model.parameters():
                 p.requires_grad_(False)
+        params = [p for p in model.parameters() if p.requires_grad]
+        out["trainable_params"] = sum(p.numel() for p in params)
         opt = torch.optim.AdamW(params, lr=a.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
                                 **({"fused": True} if cuda else {}))
         # build_model turned the KV cache off (a training model); generate needs it.
@@ -159,10 +224,10 @@ def main(argv):
                 state["seqs"] = seqs
                 m["output_tokens"] = (seqs.shape[1] - P) * B
 
-            def do_logprobs(mdl, key):
+            def do_logprobs(mdl, key, ctx=contextlib.nullcontext):
                 def fn():
                     mdl.eval()
-                    with torch.no_grad():
+                    with torch.no_grad(), ctx():
                         state[key] = torch.cat([response_logprobs(mdl, state["seqs"][s])
                                                 for s in micro_batches()])
                 return fn
@@ -211,7 +276,7 @@ def main(argv):
             phase("gen", do_gen)
             phase("old_log_prob", do_logprobs(model, "old"))
             if ref_model is not None:
-                phase("ref", do_logprobs(ref_model, "ref"))
+                phase("ref", do_logprobs(ref_model, "ref", base_off))
             phase("adv", do_adv)
             phase("update_actor", do_update)
             m["step_s"] = time.perf_counter() - t0

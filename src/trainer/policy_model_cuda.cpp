@@ -3,7 +3,9 @@
 // runs there; the host keeps a copy of the weights for the CPU rollout engine and checkpoints,
 // downloaded only when a step made it stale. A quantised forward-only model (PolicyOptions::
 // quantized) keeps its layers' linear matrices quantised on the device and the rest in the bf16
-// state. Compiled to nothing without VERL_HAVE_CUDA (policy_model.cpp then has the stub).
+// state. With LoRA (PolicyOptions::lora) the base is a forward-only bf16 state and the adapters
+// are the training state. Compiled to nothing without VERL_HAVE_CUDA (policy_model.cpp then has
+// the stub).
 #ifdef VERL_HAVE_CUDA
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/cuda/lora.h"
 #include "model/cuda/quantized_linears.h"
 #include "model/cuda/transformer.h"
 #include "ops/cuda/device.h"
@@ -56,12 +59,14 @@ model::Weights without_linear_matrices(const model::Weights& w) {
 std::unique_ptr<rollout::StepRunner> rollout_runner(
     const ops::cuda::CudaContext& ctx, const model::ModelConfig& cfg,
     const model::ParamLayout& layout, const ops::cuda::bf16* w,
-    const rollout::SchedulerConfig& sched, const RolloutRunnerOptions& opts, Numerics numerics) {
+    const rollout::SchedulerConfig& sched, const RolloutRunnerOptions& opts, Numerics numerics,
+    const model::cuda::CudaLora* lora) {
   rollout::cuda::CudaRunnerOptions ro;
   ro.kv_blocks = sched.num_blocks;
   ro.gpu_memory_utilization = opts.gpu_memory_utilization;
   ro.enforce_eager = opts.enforce_eager;
   ro.numerics = numerics;
+  ro.lora = lora;
   return std::make_unique<rollout::cuda::CudaModelRunner>(ctx, cfg, layout, w, sched, ro);
 }
 
@@ -74,6 +79,9 @@ class CudaPolicy final : public PolicyModel {
                opts.max_tokens, opts.max_seqs);
     model::ParamLayout layout = host_.layout;  // of the bf16 weights the model reads
     if (opts.quantized != nullptr) {
+      VERL_CHECK(opts.lora == nullptr,
+                 "LoRA adapters over quantised linear layers are not supported on the GPU; the "
+                 "adapted model keeps its base in bf16");
       VERL_CHECK(!opts.trainable &&
                      static_cast<int64_t>(opts.quantized->size()) == host_.config.num_hidden_layers,
                  "internal: quantised linear layers ({} for {} layers) are for forward-only models",
@@ -86,11 +94,37 @@ class CudaPolicy final : public PolicyModel {
       layout = rest.layout;
       state_ =
           std::make_unique<optim::cuda::CudaTrainState>(session_.ctx(), rest, false, opts.offload);
+    } else if (opts.lora != nullptr) {
+      const model::LoraWeights& lw = *opts.lora;
+      const model::ModelConfig &c = host_.config, &lc = lw.base;
+      VERL_CHECK(c.num_hidden_layers == lc.num_hidden_layers && c.hidden_size == lc.hidden_size &&
+                     c.intermediate_size == lc.intermediate_size && c.q_dim() == lc.q_dim() &&
+                     c.kv_dim() == lc.kv_dim(),
+                 "the LoRA adapter was made for a model of {} layers, hidden {}, intermediate {}; "
+                 "the base model has {}, {}, {}",
+                 lc.num_hidden_layers, lc.hidden_size, lc.intermediate_size, c.num_hidden_layers,
+                 c.hidden_size, c.intermediate_size);
+      // The frozen base in bf16 alone (a reference policy's state: no fp32 master, gradients or
+      // moments), the adapters as the training state (fp32 master, gradients, moments and the
+      // bf16 copy the model reads). The offload config goes to the state that has one: the
+      // adapters' optimizer state when training, else the base's weights (param_offload).
+      base_ = std::make_unique<optim::cuda::CudaTrainState>(
+          session_.ctx(), host_, false, opts.trainable ? optim::OffloadConfig{} : opts.offload);
+      state_ = std::make_unique<optim::cuda::CudaTrainState>(
+          session_.ctx(), lw.layout, lw.data, opts.trainable,
+          opts.trainable ? opts.offload : optim::OffloadConfig{});
+      lora_host_ = lw;
+      lora_ = std::make_unique<model::cuda::CudaLora>(lw);
+      base_->wake();
     } else {
       state_ = std::make_unique<optim::cuda::CudaTrainState>(session_.ctx(), host_, opts.trainable,
                                                              opts.offload);
     }
     state_->wake();  // a sleeping state is planned with its weights present
+    if (lora_) {
+      lora_->set_weights(state_->weights_bf16());
+      lora_->set_grads(opts.trainable ? state_->grads() : nullptr);
+    }
     model::cuda::CudaTransformerOptions co;
     co.max_tokens = opts.max_tokens;
     co.max_seqs = opts.max_seqs;
@@ -99,9 +133,11 @@ class CudaPolicy final : public PolicyModel {
     co.recompute = opts.trainable && opts.recompute;
     co.numerics = opts.numerics;
     co.quantized = quant_.get();
+    co.lora = lora_.get();
+    // With LoRA the base's gradients are never formed (a frozen base, no weight-gradient GEMMs).
     tf_ = std::make_unique<model::cuda::CudaTransformer>(
-        session_.ctx(), host_.config, layout, state_->weights_bf16(),
-        opts.trainable ? state_->grads() : nullptr, co);
+        session_.ctx(), host_.config, layout, base_weights(),
+        opts.trainable && !lora_ ? state_->grads() : nullptr, co);
     strategy_ = std::make_unique<optim::AllReduceAtStep>(*state_);
     if (opts.trainable) {  // data parallelism reduces each finished range while backward goes on
       tf_->set_grad_ready_hook(
@@ -147,24 +183,44 @@ class CudaPolicy final : public PolicyModel {
 
   void wake() override {
     state_->wake();
+    if (base_) base_->wake();
     if (quant_) quant_->wake(session_.ctx().stream);
-    tf_->set_weights(state_->weights_bf16());
+    if (lora_) lora_->set_weights(state_->weights_bf16());
+    tf_->set_weights(base_weights());
   }
   void sleep() override {
     state_->sleep();
+    if (base_) base_->sleep();
     if (quant_) quant_->sleep(session_.ctx().stream);
   }
 
-  // The host copy is fresh while no optimizer step ran since it was downloaded.
+  // The host copy is fresh while no optimizer step ran since it was downloaded. With LoRA it is
+  // the frozen base as the GPU holds it (bf16 values), downloaded once.
   const model::Weights& weights() override {
     VERL_CHECK(!quant_,
                "a quantised model on the GPU keeps no full-precision copy of its linear layers "
                "(model/cuda/quantized_linears.h); its weights cannot be read back");
-    if (host_steps_ != state_->steps()) {
-      host_.data = state_->download_weights();
-      host_steps_ = state_->steps();
+    optim::cuda::CudaTrainState& w = base_ ? *base_ : *state_;
+    if (host_steps_ != w.steps()) {
+      host_.data = w.download_weights();
+      host_steps_ = w.steps();
     }
     return host_;
+  }
+
+  // The adapters' fp32 master weights (their training state), downloaded when a step (or a
+  // restore) made the host copy stale.
+  const model::LoraWeights* lora() override {
+    if (!lora_) return nullptr;
+    if (lora_steps_ != state_->steps()) {
+      lora_host_.data = state_->download_weights();
+      lora_steps_ = state_->steps();
+    }
+    return &lora_host_;
+  }
+  void set_adapters_enabled(bool on) override {
+    VERL_CHECK(on || lora_, "internal: this model has no LoRA adapters to switch off");
+    if (lora_) lora_->set_enabled(on);
   }
 
   std::unique_ptr<rollout::StepRunner> make_rollout_runner(
@@ -172,27 +228,38 @@ class CudaPolicy final : public PolicyModel {
     VERL_CHECK(
         !quant_,
         "internal: the GPU rollout runs on a trained policy's bf16 weights, not a quantised model");
-    return rollout_runner(session_.ctx(), host_.config, host_.layout, state_->weights_bf16(), sched,
-                          opts, numerics_);
+    return rollout_runner(session_.ctx(), host_.config, host_.layout, base_weights(), sched, opts,
+                          numerics_, lora_.get());
   }
 
-  // The bf16 weights copied on this policy's stream (after the work already queued on it, such as
-  // the last update's AdamW) into a buffer that the snapshot's own session reads.
+  // The bf16 weights that the update rewrites (all of them, or with LoRA the adapters alone)
+  // copied on this policy's stream (after the work already queued on it, such as the last
+  // update's AdamW) into a buffer that the snapshot's own session reads. A LoRA snapshot reads the
+  // frozen base in place: it must not outlive the policy.
   class Snapshot final : public RolloutSnapshot {
    public:
     Snapshot(const ops::cuda::CudaContext& from, const model::Weights& host,
-             const ops::cuda::bf16* w, Numerics numerics)
+             const ops::cuda::bf16* w, int64_t n, Numerics numerics,
+             const ops::cuda::bf16* base = nullptr, const model::cuda::CudaLora* lora = nullptr)
         : config_(host.config),
           layout_(host.layout),
           numerics_(numerics),
-          w_(static_cast<size_t>(host.layout.total)) {
+          w_(static_cast<size_t>(n)),
+          base_(base) {
       VERL_CUDA_CHECK(
           cudaMemcpyAsync(w_.data(), w, w_.bytes(), cudaMemcpyDeviceToDevice, from.stream));
       VERL_CUDA_CHECK(cudaStreamSynchronize(from.stream));
+      if (lora != nullptr) {
+        lora_ = std::make_unique<model::cuda::CudaLora>(*lora);
+        lora_->set_weights(w_.data());
+        lora_->set_grads(nullptr);
+        lora_->set_enabled(true);
+      }
     }
     std::unique_ptr<rollout::StepRunner> make_rollout_runner(
         const rollout::SchedulerConfig& sched, const RolloutRunnerOptions& opts) override {
-      return rollout_runner(session_.ctx(), config_, layout_, w_.data(), sched, opts, numerics_);
+      return rollout_runner(session_.ctx(), config_, layout_, base_ ? base_ : w_.data(), sched,
+                            opts, numerics_, lora_.get());
     }
 
    private:
@@ -201,17 +268,22 @@ class CudaPolicy final : public PolicyModel {
     Numerics numerics_;
     ops::cuda::CudaSession session_;
     ops::cuda::DeviceBuffer<ops::cuda::bf16> w_;
+    const ops::cuda::bf16* base_;                  // LoRA: the policy's frozen base
+    std::unique_ptr<model::cuda::CudaLora> lora_;  // LoRA: the adapters' view over w_
   };
   std::unique_ptr<RolloutSnapshot> rollout_snapshot() override {
-    VERL_CHECK(state_->weights_bf16() != nullptr,
+    VERL_CHECK(state_->weights_bf16() != nullptr && base_weights() != nullptr,
                "rollout_snapshot: the policy's weights are asleep");
-    return std::make_unique<Snapshot>(session_.ctx(), host_, state_->weights_bf16(), numerics_);
+    return std::make_unique<Snapshot>(session_.ctx(), host_, state_->weights_bf16(),
+                                      state_->numel(), numerics_, base_ ? base_weights() : nullptr,
+                                      lora_.get());
   }
 
   int64_t max_tokens() const override { return tf_->options().max_tokens; }
   int64_t max_seqs() const override { return tf_->options().max_seqs; }
   size_t device_bytes() const override {
-    return state_->device_bytes() + tf_->device_bytes() + (quant_ ? quant_->device_bytes() : 0);
+    return state_->device_bytes() + (base_ ? base_->device_bytes() : 0) + tf_->device_bytes() +
+           (quant_ ? quant_->device_bytes() : 0);
   }
   void synchronize() override { session_.synchronize(); }
   void set_profiling(bool on) override { tf_->set_profiling(on); }
@@ -223,6 +295,10 @@ class CudaPolicy final : public PolicyModel {
   // As after construction: no host copy kept (weights() downloads one when asked).
   void on_restore(std::vector<float>& weights) override {
     (void)weights;
+    if (lora_) {  // the adapters were restored; the frozen base is as it was
+      lora_steps_ = -1;
+      return;
+    }
     std::vector<float>().swap(host_.data);
     host_steps_ = -1;
   }
@@ -232,7 +308,18 @@ class CudaPolicy final : public PolicyModel {
   model::Weights host_;             // config, layout and the host copy of the weights
   int64_t host_steps_ = 0;          // state_->steps() when host_.data was filled (-1: never)
   Numerics numerics_;
+  // The bf16 weights the model's base reads: the frozen base's (LoRA) or the training state's.
+  const ops::cuda::bf16* base_weights() const {
+    return base_ ? base_->weights_bf16() : state_->weights_bf16();
+  }
+
   std::unique_ptr<model::cuda::QuantizedLinears> quant_;  // a quantised model's linear matrices
+  // LoRA: the frozen base (forward-only bf16 state), the adapters' host copy (refreshed when
+  // lora_steps_ != state_->steps()) and the device view the model and the rollout read.
+  std::unique_ptr<optim::cuda::CudaTrainState> base_;
+  model::LoraWeights lora_host_;
+  int64_t lora_steps_ = 0;
+  std::unique_ptr<model::cuda::CudaLora> lora_;
   std::unique_ptr<optim::cuda::CudaTrainState> state_;
   std::unique_ptr<optim::Strategy> strategy_;  // over state_: declared after it, destroyed before
   std::unique_ptr<model::cuda::CudaTransformer> tf_;

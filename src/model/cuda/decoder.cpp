@@ -28,6 +28,14 @@ CudaDecoder::CudaDecoder(const CudaContext& ctx, const model::ModelConfig& cfg,
   // The stronger of the context's and the options' modes (Fast < MatchTrainer < BatchInvariant).
   ctx_.numerics = std::max(ctx_.numerics, opts_.numerics);
   const QuantizedLinears* qs = opts_.quantized;
+  if (opts_.lora != nullptr) {
+    VERL_CUDA_REQUIRE(qs == nullptr,
+                      "CudaDecoder: LoRA adapters run on bf16 base weights, not a "
+                      "quantised set");
+    VERL_CUDA_REQUIRE(opts_.lora->num_layers() == cfg_.num_hidden_layers,
+                      "CudaDecoder: an adapter of " + std::to_string(opts_.lora->num_layers()) +
+                          " layers for a model of " + std::to_string(cfg_.num_hidden_layers));
+  }
   if (qs == nullptr) return;
   VERL_CUDA_REQUIRE(qs->num_layers() == cfg_.num_hidden_layers,
                     "CudaDecoder: " + std::to_string(qs->num_layers()) +
@@ -56,15 +64,31 @@ void CudaDecoder::embed(const DecoderStep& s, bf16* x) const {
 }
 
 void CudaDecoder::project(const DecoderStep& s, bf16* y, const bf16* x, int w,
-                          const QuantMatrixView* q, int b, int64_t K, int64_t N) const {
+                          const QuantMatrixView* q, int b, int64_t K, int64_t N, int l,
+                          LoraSite site) const {
   if (q == nullptr) {
     linear_forward(ctx_, y, x, weight(w), weight(b), s.T, K, N);
+    // PEFT: base(x) (its bias included), then the adapters added (none while switched off).
+    if (opts_.lora != nullptr) opts_.lora->forward(ctx_, l, site, y, x, s.T, K, N, s.lora_u);
     return;
   }
   VERL_CUDA_REQUIRE(q->codes != nullptr,
                     "CudaDecoder: the quantised matrices are asleep (wake them first)");
   quant_linear_forward(ctx_, y, x, *q, weight(b), s.T, K, N, s.quant_scratch, QuantPath::Auto,
                        opts_.quant_fused_max_tokens);
+}
+
+void CudaDecoder::project_backward(const DecoderStep& s, const LayerGradBufs& g, bf16* d_x,
+                                   float* grads, const bf16* d_y, const bf16* x, int w, int b,
+                                   int64_t K, int64_t N, int l, LoraSite site) const {
+  const auto G = [&](int i) {
+    return grads != nullptr && i >= 0 ? grads + layout_.params[i].offset : nullptr;
+  };
+  mark(s, Section::GemmBwd);
+  linear_backward(ctx_, d_x, G(w), G(b), d_y, x, weight(w), s.T, K, N, /*accumulate_dx=*/false);
+  if (opts_.lora != nullptr) {
+    opts_.lora->backward(ctx_, l, site, d_x, d_y, x, s.T, K, N, s.lora_u, g.d_lora_u);
+  }
 }
 
 void CudaDecoder::layer_forward(const DecoderStep& s, int l, LayerActs& a, const bf16* x_in,
@@ -91,7 +115,7 @@ void CudaDecoder::layer_forward(const DecoderStep& s, int l, LayerActs& a, const
     add_rmsnorm_forward(ctx_, a.xn1, nullptr, x_out, a.y, weight(p.attn_norm), T, C, eps);
   }
   mark(s, Section::QkvProj);
-  project(s, s.qkv, a.xn1, p.wqkv, ql ? &ql->wqkv : nullptr, p.bqkv, C, Q3);
+  project(s, s.qkv, a.xn1, p.wqkv, ql ? &ql->wqkv : nullptr, p.bqkv, C, Q3, l, LoraSite::Qkv);
   mark(s, Section::QkRope);
   if (kv != nullptr) {
     // One kernel: [Qwen3: q/k norm], RoPE, q out, k and v into the cache at the slot mapping.
@@ -118,7 +142,8 @@ void CudaDecoder::layer_forward(const DecoderStep& s, int l, LayerActs& a, const
   mark(s, Section::Attention);
   attention(s, l, a);
   mark(s, Section::OProj);
-  project(s, kv != nullptr ? a.y : a.x_mid, a.att, p.wo, ql ? &ql->wo : nullptr, p.bo, qd, C);
+  project(s, kv != nullptr ? a.y : a.x_mid, a.att, p.wo, ql ? &ql->wo : nullptr, p.bo, qd, C, l,
+          LoraSite::O);
   if (kv != nullptr) {
     mark(s, Section::MlpNorm);
     add_rmsnorm_forward(ctx_, a.xn2, nullptr, x_out, a.y, weight(p.mlp_norm), T, C, eps);
@@ -131,13 +156,14 @@ void CudaDecoder::layer_forward(const DecoderStep& s, int l, LayerActs& a, const
 
   // Feed-forward block: dense SwiGLU (a mixture of experts would route here).
   mark(s, Section::GateUp);
-  project(s, a.gu, a.xn2, p.wgu, ql ? &ql->wgu : nullptr, p.bgu, C, 2 * F);
+  project(s, a.gu, a.xn2, p.wgu, ql ? &ql->wgu : nullptr, p.bgu, C, 2 * F, l, LoraSite::Gu);
   mark(s, Section::Swiglu);
   swiglu_forward(ctx_, a.act, a.gu, T, F);
   if (!full) return;
   mark(s, Section::Down);
   // Paged: the output waits in y for the next norm.
-  project(s, kv != nullptr ? a.y : x_out, a.act, p.wdown, ql ? &ql->wdown : nullptr, p.bdown, F, C);
+  project(s, kv != nullptr ? a.y : x_out, a.act, p.wdown, ql ? &ql->wdown : nullptr, p.bdown, F, C,
+          l, LoraSite::Down);
   if (kv != nullptr) return;
   mark(s, Section::Residual);
   add_inplace(ctx_, x_out, a.x_mid, T * C);
@@ -157,7 +183,10 @@ void CudaDecoder::layer_backward(const DecoderStep& s, int l, const LayerActs& a
   const int64_t T = s.T, B = s.B, C = cfg_.hidden_size, F = cfg_.intermediate_size;
   const int64_t H = cfg_.num_attention_heads, Hkv = cfg_.num_key_value_heads, D = cfg_.head_dim;
   const int64_t qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
-  const auto G = [&](int i) { return i >= 0 ? grads + layout_.params[i].offset : nullptr; };
+  // A frozen base (null grads, LoRA training) writes no base gradient at all.
+  const auto G = [&](int i) {
+    return grads != nullptr && i >= 0 ? grads + layout_.params[i].offset : nullptr;
+  };
   const auto W = [&](int i) { return weight(i); };
   auto zero = [&](void* ptr, size_t bytes) {
     mark(s, Section::MemsetBwd);
@@ -165,21 +194,15 @@ void CudaDecoder::layer_backward(const DecoderStep& s, int l, const LayerActs& a
   };
 
   // MLP branch. On entry d_x = dL/dx_out, also the residual part of dL/dx_mid.
-  mark(s, Section::GemmBwd);
-  linear_backward(ctx_, g.d_act, G(p.wdown), G(p.bdown), g.d_x, a.act, W(p.wdown), T, F, C,
-                  /*accumulate_dx=*/false);
+  project_backward(s, g, g.d_act, grads, g.d_x, a.act, p.wdown, p.bdown, F, C, l, LoraSite::Down);
   mark(s, Section::ElementwiseBwd);
   swiglu_backward(ctx_, g.d_gu, g.d_act, a.gu, T, F, /*accumulate=*/false);
-  mark(s, Section::GemmBwd);
-  linear_backward(ctx_, g.d_xn, G(p.wgu), G(p.bgu), g.d_gu, a.xn2, W(p.wgu), T, C, 2 * F,
-                  /*accumulate_dx=*/false);
+  project_backward(s, g, g.d_xn, grads, g.d_gu, a.xn2, p.wgu, p.bgu, C, 2 * F, l, LoraSite::Gu);
   mark(s, Section::NormBwd);
   rmsnorm_backward(ctx_, g.d_x, G(p.mlp_norm), g.d_xn, a.x_mid, W(p.mlp_norm), a.rstd2, T, C);
 
   // Attention branch. Now d_x = dL/dx_mid, also the residual part of dL/dx_in.
-  mark(s, Section::GemmBwd);
-  linear_backward(ctx_, g.d_att, G(p.wo), G(p.bo), g.d_x, a.att, W(p.wo), T, qd, C,
-                  /*accumulate_dx=*/false);
+  project_backward(s, g, g.d_att, grads, g.d_x, a.att, p.wo, p.bo, qd, C, l, LoraSite::O);
   zero(g.d_q, T * qd * sizeof(float));
   zero(g.d_k, T * kvd * sizeof(float));
   zero(g.d_v, T * kvd * sizeof(float));
@@ -203,9 +226,8 @@ void CudaDecoder::layer_backward(const DecoderStep& s, int l, const LayerActs& a
   } else {
     rope_backward_pack_qkv(ctx_, d_qkv, g.d_q, g.d_k, g.d_v, s.positions, s.inv_freq, T, H, Hkv, D);
   }
-  mark(s, Section::GemmBwd);
-  linear_backward(ctx_, g.d_xn, G(p.wqkv), G(p.bqkv), d_qkv, a.xn1, W(p.wqkv), T, C, qd + 2 * kvd,
-                  /*accumulate_dx=*/false);
+  project_backward(s, g, g.d_xn, grads, d_qkv, a.xn1, p.wqkv, p.bqkv, C, qd + 2 * kvd, l,
+                   LoraSite::Qkv);
   mark(s, Section::NormBwd);
   rmsnorm_backward(ctx_, g.d_x, G(p.attn_norm), g.d_xn, x_in, W(p.attn_norm), a.rstd1, T, C);
 }

@@ -7,7 +7,9 @@
 //   x_mid = x + project(att, Wo) (+ bo);  xn2 = rmsnorm(x_mid)
 //   x_out = x_mid + ffn(xn2)  (dense: project(silu(g) * u, Wdown), g|u = project(xn2, Wgu))
 // then the final norm and the LM head (logits for given rows, or log-probs of targets). A layer's
-// backward (the trainer's) sits beside its forward.
+// backward (the trainer's) sits beside its forward. project is the one matmul entry: the base GEMM
+// (bf16 or a quantised set) plus, with LoRA, the adapters' GEMMs (model/cuda/lora.h), the same in
+// both contexts.
 //
 // The decoder holds no device memory: every buffer is the caller's (its arena), so the paged step
 // stays capturable (no allocation, no host sync, no host branch on data that changes between
@@ -21,6 +23,7 @@
 
 #include "core/numerics.h"
 #include "model/config.h"
+#include "model/cuda/lora.h"
 #include "model/cuda/quantized_linears.h"
 #include "model/weights.h"
 #include "ops/cuda/device.h"
@@ -71,6 +74,9 @@ struct CudaDecoderOptions {
   // At most this many tokens take the fused quantised kernel; more dequantise into the step's
   // quant_scratch and run cuBLASLt.
   int64_t quant_fused_max_tokens = ops::cuda::kQuantFusedMaxTokens;
+  // LoRA adapters on the projections (model/cuda/lora.h), applied while lora->active(); the
+  // caller's, alive while forwards run. Not with a quantised set.
+  const CudaLora* lora = nullptr;
 };
 
 // The paged KV cache of a rollout step and how its attention runs. The cache holds per layer K and
@@ -102,6 +108,7 @@ struct DecoderStep {
   const float* inv_freq = nullptr;      // [D/2] RoPE frequencies (model::rope_inv_freq)
   bf16* qkv = nullptr;                  // [T, qd + 2 kvd] scratch: the fused projection
   bf16* quant_scratch = nullptr;   // a dequantised matrix (quantised sets over the fused limit)
+  bf16* lora_u = nullptr;          // [T, r] scratch of the adapters' x A^T (with LoRA)
   const PagedKv* paged = nullptr;  // null: packed varlen attention over the step's own k, v
   ops::cuda::SectionTimer* timer = nullptr;  // profiling (null: off)
   const SectionNames* names = nullptr;
@@ -125,6 +132,7 @@ struct LayerGradBufs {
   float *d_q = nullptr, *d_k = nullptr, *d_v = nullptr;  // [T, qd], [T, kvd] x 2, accumulated
   // Qwen3's q/k norm: the rotated gradients in bf16 and the gradients before the norm.
   bf16 *d_q_bf = nullptr, *d_k_bf = nullptr, *d_qpre = nullptr, *d_kpre = nullptr;
+  bf16* d_lora_u = nullptr;  // [T, r] the adapters' d_u (with LoRA)
 };
 
 class CudaDecoder {
@@ -154,7 +162,8 @@ class CudaDecoder {
                      bool full = true) const;
   // Packed: layer l's backward over the activations a its forward kept (x_in: the layer's input;
   // the step's qkv scratch holds d_qkv). On entry g.d_x = dL/dx_out, on return dL/dx_in; the
-  // parameters' gradients accumulate into `grads` (fp32, the layout's order).
+  // parameters' gradients accumulate into `grads` (fp32, the layout's order; null: a frozen base,
+  // whose weight-gradient GEMMs are skipped) and the adapters' into their own (CudaLora).
   void layer_backward(const DecoderStep& s, int l, const LayerActs& a, const bf16* x_in,
                       const LayerGradBufs& g, float* grads) const;
   // Packed: h [T, C] = rmsnorm(x) with its rstd [T].
@@ -181,10 +190,16 @@ class CudaDecoder {
                      bf16* gx, bf16* gy, bf16* h, float* logits) const;
 
  private:
-  // y [T, N] = x [T, K] W^T (+ b): the one matmul entry of the layers. bf16 cuBLASLt over the
-  // weights, or the quantised matrix q of the layer's set.
+  // y [T, N] = x [T, K] W^T (+ b) (+ layer l's adapters on `site`): the one matmul entry of the
+  // layers. bf16 cuBLASLt over the weights, or the quantised matrix q of the layer's set.
   void project(const DecoderStep& s, bf16* y, const bf16* x, int w,
-               const ops::cuda::QuantMatrixView* q, int b, int64_t K, int64_t N) const;
+               const ops::cuda::QuantMatrixView* q, int b, int64_t K, int64_t N, int l,
+               LoraSite site) const;
+  // Its backward: d_x [T, K] = d_y W (overwritten) plus the adapters' part; the base's d_W and
+  // d_b into `grads` (skipped when null), the adapters' gradients into theirs.
+  void project_backward(const DecoderStep& s, const LayerGradBufs& g, bf16* d_x, float* grads,
+                        const bf16* d_y, const bf16* x, int w, int b, int64_t K, int64_t N, int l,
+                        LoraSite site) const;
   void attention(const DecoderStep& s, int l, LayerActs& a) const;
   void mark(const DecoderStep& s, Section section) const {
     if (s.timer != nullptr && s.names != nullptr) {

@@ -70,9 +70,9 @@ CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::ModelConfi
       cfg_(cfg),
       layout_(layout),
       opts_(options),
-      decoder_(
-          ctx, cfg, layout, weights,
-          CudaDecoderOptions{options.numerics, options.quantized, options.quant_fused_max_tokens}),
+      decoder_(ctx, cfg, layout, weights,
+               CudaDecoderOptions{options.numerics, options.quantized,
+                                  options.quant_fused_max_tokens, options.lora}),
       max_tokens_(options.max_tokens),
       max_seqs_(options.max_seqs),
       chunk_(options.lm_head_chunk <= 0 || options.lm_head_chunk > options.max_tokens
@@ -87,7 +87,9 @@ CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::ModelConfi
   VERL_CUDA_REQUIRE(max_tokens > 0 && max_seqs > 0,
                     "CudaTransformer: max_tokens and max_seqs must be positive");
   VERL_CUDA_REQUIRE(w_ != nullptr, "CudaTransformer: no weights");
-  VERL_CUDA_REQUIRE((g_ != nullptr) == opts_.trainable,
+  // A trainable model writes gradients: the base's, or with LoRA the adapters' (a frozen base).
+  const bool lora_grads = opts_.lora != nullptr && opts_.lora->grads() != nullptr;
+  VERL_CUDA_REQUIRE(opts_.trainable ? g_ != nullptr || lora_grads : g_ == nullptr,
                     opts_.trainable ? "CudaTransformer: a trainable model needs its gradients"
                                     : "CudaTransformer: a forward-only model takes no gradients");
   lm_param_ = layout_.lm_head >= 0 ? layout_.lm_head : layout_.embed;
@@ -165,7 +167,9 @@ CudaTransformer::CudaTransformer(const CudaContext& ctx, const model::ModelConfi
     if (NL > 0) take(values_, T * NL);
     if (qs != nullptr && T > opts_.quant_fused_max_tokens)
       take(quant_scratch_, qs->max_matrix_elems());
+    if (opts_.lora != nullptr) take(lora_u_, T * opts_.lora->rank());
     if (!opts_.trainable) return;  // the rest is for backward
+    if (opts_.lora != nullptr) take(d_lora_u_, T * opts_.lora->rank());
     if (NL > 0) take(d_values_, T * NL);
     if (keep_probs) take(lm_probs_, T * cfg_.vocab_size);
     take(d_lp_, T);
@@ -244,6 +248,7 @@ DecoderStep CudaTransformer::step() const {
   s.inv_freq = inv_freq_.data();
   s.qkv = qkv_;
   s.quant_scratch = quant_scratch_;
+  s.lora_u = lora_u_;
   s.timer = timer_.get();
   s.names = &kSections;
   return s;
@@ -279,6 +284,7 @@ void CudaTransformer::forward(const model::PackedBatch& b, float temperature, bo
   for (int64_t l = 0; l < L; ++l) layer_forward(static_cast<int>(l));
   decoder_.final_norm(st, h_final_, rstd_final_, x_[L]);
   backward_ready_ = for_backward;
+  adapters_off_ = opts_.lora != nullptr && !opts_.lora->enabled();
   if (cfg_.head != model::HeadKind::CausalLM) {
     // Token classification: every token's values. Sequence classification (a reward model) is
     // the same head read at each sequence's last token (values_at_last_tokens).
@@ -353,6 +359,10 @@ void CudaTransformer::check_backward(model::HeadKind head, const char* what) con
   VERL_CUDA_REQUIRE(T_ > 0, std::string("CudaTransformer::") + what + " before a forward");
   VERL_CUDA_REQUIRE(backward_ready_, std::string("CudaTransformer::") + what +
                                          ": the last forward ran with for_backward = false");
+  VERL_CUDA_REQUIRE(!adapters_off_ && (opts_.lora == nullptr || opts_.lora->enabled()),
+                    std::string("CudaTransformer::") + what +
+                        ": the LoRA adapters are switched off (the base alone is for log-prob "
+                        "passes)");
 }
 
 void CudaTransformer::backward_values(const float* d_values) {
@@ -428,17 +438,26 @@ void CudaTransformer::backward_trunk(const bf16* d_h) {
   // adds to it above).
   const auto param_begin = [&](int i) { return layout_.params[i].offset; };
   const int64_t head_begin = param_begin(layout_.final_norm);
-  grads_ready(head_begin, layout_.total, -1);
+  // A frozen base under LoRA: the gradients are the adapters', one range per layer.
+  const bool frozen = g_ == nullptr;
+  if (!frozen) grads_ready(head_begin, layout_.total, -1);
   for (int64_t l = L - 1; l >= 0; --l) {
     if (opts_.recompute) layer_forward(static_cast<int>(l), /*full=*/false);
     layer_backward(static_cast<int>(l));
+    if (frozen) {
+      const auto [begin, end] = opts_.lora->layer_range(static_cast<int>(l));
+      grads_ready(begin, end, static_cast<int>(l));
+      continue;
+    }
     const int64_t end = l + 1 < L ? param_begin(layout_.layers[l + 1].attn_norm) : head_begin;
     grads_ready(param_begin(layout_.layers[l].attn_norm), end, static_cast<int>(l));
   }
-  mark("embedding_bwd");
-  embedding_backward(ctx_, G(layout_.embed), d_x_, tokens_, T, C, V);
-  grads_ready(param_begin(layout_.embed),
-              param_begin(layout_.embed) + layout_.params[layout_.embed].numel, -1);
+  if (!frozen) {
+    mark("embedding_bwd");
+    embedding_backward(ctx_, G(layout_.embed), d_x_, tokens_, T, C, V);
+    grads_ready(param_begin(layout_.embed),
+                param_begin(layout_.embed) + layout_.params[layout_.embed].numel, -1);
+  }
   mark("other");
 }
 
@@ -456,6 +475,7 @@ void CudaTransformer::layer_backward(int l) {
   g.d_k_bf = d_k_bf_;
   g.d_qpre = d_qpre_;
   g.d_kpre = d_kpre_;
+  g.d_lora_u = d_lora_u_;
   decoder_.layer_backward(step(), l, bufs(l), x_[l], g, g_);
 }
 

@@ -76,13 +76,19 @@ struct CudaTransformerOptions {
   // kernel, more dequantise into a bf16 scratch of one matrix (planned in the arena when
   // max_tokens is above it) and run cuBLASLt.
   int64_t quant_fused_max_tokens = ops::cuda::kQuantFusedMaxTokens;
+  // LoRA (model/cuda/lora.h): the adapters every projection adds while lora->active(), the
+  // caller's, alive while the model runs. A trainable model then may take null base gradients (a
+  // frozen base: backward writes only the adapters' gradients, lora->grads(), and skips the base's
+  // weight-gradient GEMMs); its gradient-ready ranges are then the adapter layout's, per layer.
+  const CudaLora* lora = nullptr;
 };
 
 class CudaTransformer {
  public:
   // `cfg` must be a causal LM or a token-classification model (a critic). `weights`: bf16, flat in
   // `layout` order, alive and unchanged while the model runs; `grads`: fp32, same layout, required
-  // when options.trainable (backward accumulates into it), else null.
+  // when options.trainable (backward accumulates into it) unless LoRA adapters train over a frozen
+  // base (options.lora), else null.
   CudaTransformer(const CudaContext& ctx, const model::ModelConfig& cfg,
                   const model::ParamLayout& layout, const bf16* weights, float* grads,
                   const CudaTransformerOptions& options);
@@ -142,7 +148,8 @@ class CudaTransformer {
 
  private:
   const bf16* W(int i) const { return i >= 0 ? w_ + layout_.params[i].offset : nullptr; }
-  float* G(int i) { return i >= 0 ? g_ + layout_.params[i].offset : nullptr; }
+  // Null for a frozen base (LoRA over null base gradients).
+  float* G(int i) { return g_ != nullptr && i >= 0 ? g_ + layout_.params[i].offset : nullptr; }
   LayerActs& bufs(int l) { return layers_[opts_.trainable && !opts_.recompute ? l : 0]; }
   // The decoder's view of the last forward's batch (the arena's metadata and scratch).
   DecoderStep step() const;
@@ -167,6 +174,7 @@ class CudaTransformer {
   int64_t max_tokens_, max_seqs_, chunk_;
   int64_t T_ = 0, B_ = 0;
   bool backward_ready_ = false;  // the last forward kept what backward needs
+  bool adapters_off_ = false;    // the last forward ran with the LoRA adapters switched off
   float temperature_ = 1.0f;
 
   const bf16* w_ = nullptr;  // the caller's weights and gradients
@@ -196,6 +204,7 @@ class CudaTransformer {
   float *logprob_head_ = nullptr, *entropy_head_ = nullptr, *d_lp_head_ = nullptr,
         *d_ent_head_ = nullptr;
   bf16* quant_scratch_ = nullptr;  // a dequantised matrix (quantised models over the fused limit)
+  bf16 *lora_u_ = nullptr, *d_lora_u_ = nullptr;  // [T, r] adapter scratch (with LoRA)
   void* lm_scratch_ = nullptr;
   size_t lm_scratch_bytes_ = 0;
   std::unique_ptr<ops::cuda::SectionTimer> timer_;  // null unless profiling

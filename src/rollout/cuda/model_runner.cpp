@@ -17,6 +17,15 @@ namespace verl::rollout::cuda {
 using namespace ops::cuda;  // the kernels' wrappers and device memory
 namespace {
 
+// The runner's own view of the caller's adapters, switched on (null: none).
+std::unique_ptr<model::cuda::CudaLora> own_lora(const model::cuda::CudaLora* lora) {
+  if (lora == nullptr) return nullptr;
+  auto view = std::make_unique<model::cuda::CudaLora>(*lora);
+  view->set_enabled(true);
+  view->set_grads(nullptr);
+  return view;
+}
+
 constexpr size_t kAlign = 256;
 size_t round_up(size_t x) {
   return (x + kAlign - 1) / kAlign * kAlign;
@@ -53,7 +62,9 @@ CudaModelRunner::CudaModelRunner(const CudaContext& ctx, const model::ModelConfi
                                  const CudaRunnerOptions& options)
     : ctx_(ctx),
       cfg_(cfg),
-      decoder_(ctx, cfg, layout, weights, model::cuda::CudaDecoderOptions{options.numerics}),
+      lora_(own_lora(options.lora)),
+      decoder_(ctx, cfg, layout, weights,
+               model::cuda::CudaDecoderOptions{.numerics = options.numerics, .lora = lora_.get()}),
       sched_(sched),
       opts_(options) {
   // The stronger of the context's and the options' modes (Fast < MatchTrainer < BatchInvariant).
@@ -63,6 +74,8 @@ CudaModelRunner::CudaModelRunner(const CudaContext& ctx, const model::ModelConfi
   VERL_CHECK(cfg_.head == model::HeadKind::CausalLM,
              "CudaModelRunner: the rollout needs a causal LM, got {}", cfg_.architecture);
   VERL_CHECK(weights != nullptr, "CudaModelRunner: no weights");
+  VERL_CHECK(lora_ == nullptr || lora_->weights() != nullptr,
+             "CudaModelRunner: LoRA adapters with no weights");
   VERL_CHECK(sched_.max_num_seqs > 0 && sched_.max_num_batched_tokens > 0 &&
                  sched_.max_model_len > 0 && sched_.block_size > 0,
              "CudaModelRunner: max_num_seqs {}, max_num_batched_tokens {}, max_model_len {} and "
@@ -152,6 +165,7 @@ size_t CudaModelRunner::carve(DeviceArena* arena) {
   take(att_, T * qd);
   take(gu_, T * 2 * F);
   take(act_, T * F);
+  if (lora_) take(lora_u_, T * lora_->rank());
   take(rows_, S * C);
   take(rows_y_, S * C);
   take(hn_, S * C);
@@ -293,6 +307,7 @@ void CudaModelRunner::forward(int64_t T, int64_t B, int64_t S, const PagedAttent
                                     .cu_seqlens = d_cu_,
                                     .inv_freq = inv_freq_,
                                     .qkv = qkv_,
+                                    .lora_u = lora_u_,
                                     .paged = &kv,
                                     .timer = timer_.get(),
                                     .names = &kSections};

@@ -29,6 +29,7 @@
 #include "core/numerics.h"
 #include "model/config.h"
 #include "model/cuda/decoder.h"
+#include "model/cuda/lora.h"
 #include "model/weights.h"
 #include "ops/cuda/device.h"
 #include "ops/cuda/ops_cuda.h"
@@ -78,6 +79,11 @@ struct CudaRunnerOptions {
   //   step's temperature, which must be the same for every sample of a step (0, greedy, scores
   //   at 1). Slower than the default kernels.
   Numerics numerics = Numerics::Fast;
+  // LoRA: the adapters every projection adds (unmerged: two small GEMMs per adapted module,
+  // model/cuda/lora.h), read where they live (the policy's adapter training state, updated in
+  // place by the optimizer, so the runner sees each step's adapters without a copy). The runner
+  // keeps its own view, switched on: a captured graph bakes the adapters in.
+  const model::cuda::CudaLora* lora = nullptr;
 };
 
 // Counts of what the steps did (cheap integers, kept always; tests check them): the runner's
@@ -165,7 +171,8 @@ class CudaModelRunner final : public rollout::StepRunner {
 
   CudaContext ctx_;
   model::ModelConfig cfg_;
-  model::cuda::CudaDecoder decoder_;  // the layer math over the weights
+  std::unique_ptr<model::cuda::CudaLora> lora_;  // the adapters' view (null: none)
+  model::cuda::CudaDecoder decoder_;             // the layer math over the weights
   rollout::SchedulerConfig sched_;
   CudaRunnerOptions opts_;
   std::vector<float> inv_freq_host_;  // uploaded again whenever the scratch is taken again
@@ -179,6 +186,7 @@ class CudaModelRunner final : public rollout::StepRunner {
   bf16 *x_ = nullptr, *y_ = nullptr, *xn_ = nullptr, *qkv_ = nullptr, *q_ = nullptr,
        *att_ = nullptr, *gu_ = nullptr, *act_ = nullptr, *rows_ = nullptr, *rows_y_ = nullptr,
        *hn_ = nullptr;
+  bf16* lora_u_ = nullptr;  // [T, r] the adapters' x A^T
   float *logits_ = nullptr, *inv_freq_ = nullptr;
   void *attn_ws_ = nullptr, *sample_ws_ = nullptr;
   // Per-step metadata: one device block mirroring one pinned host block byte for byte, so a step
