@@ -210,8 +210,6 @@ RolloutWorker::RolloutWorker(const PpoConfig& cfg, Device device, ActorWorker& a
 void RolloutWorker::add_layout_metrics(metrics::Metrics& m) const {
   m.set("parallel/rollout_tp", static_cast<double>(tp_));
   m.set("parallel/dp", static_cast<double>(dp_));
-  // The actor's ZeRO stage as run (0 when one rank has nothing to shard).
-  m.set("parallel/zero_stage", static_cast<double>(actor_.model().strategy().zero_stage()));
 }
 
 TokenPipeline RolloutWorker::pipeline_plan(bool old_log_prob) const {

@@ -104,7 +104,7 @@ class RolloutWorker {
   // The generation layout: ranks a group (tensor parallel) and groups (data parallel).
   int64_t tensor_parallel() const { return tp_; }
   int64_t data_parallel() const { return dp_; }
-  // parallel/rollout_tp, parallel/dp and parallel/zero_stage (the actor's).
+  // parallel/rollout_tp and parallel/dp.
   void add_layout_metrics(metrics::Metrics& m) const;
 
  private:
