@@ -13,8 +13,21 @@
 #   2. weak scaling of `verl bench grpo-step` (the trainer's own step) at a fixed per-GPU batch
 #      (32 prompts x 8 a rank) for each SHAPES entry at 1, 2, 4, ... NP GPUs: step time,
 #      efficiency (step at 1 / step at N), timing_s/grad_sync's share, throughput per GPU;
-#   3. LightweightSync against the dense all-reduce at each rank count (bench/lightweight_sync_cuda.sh).
-# Prints one JSON line per result; logs under WORK.
+#   3. LightweightSync against the dense all-reduce at each rank count (bench/lightweight_sync_cuda.sh);
+#   4. `zero`: the TP x DP x ZeRO sweep (issue 43). For each DP in DPS (default NP) and each stage in
+#      ZERO_STAGES (default "0 1 2 3"), 3 GRPO steps of the demo config (or the model the overrides
+#      name) at DP ranks: the per-step metrics of each stage against ZeRO 0 at the same DP (REL), the
+#      layout in the metrics (parallel/dp, parallel/zero_stage), and a table of each rank's device
+#      memory by phase (perf/device_memory_rank_peak_gib/<phase>: this process's allocations, the
+#      per-rank figure where ranks share a GPU) beside `verl doctor --config`'s RunPlan for the same
+#      layout less the CUDA context, every phase but gen within PLAN_REL (default 0.15); ZeRO-3 is
+#      checked to be refused by key (not built on the GPU yet). Then ZeRO-1 saved at DP ranks resumes
+#      at DP/2 ranks with ZeRO-2 (the moments re-split) and its step 3 is compared with ZeRO 0's.
+#      TP in TPS (default 1) is the sweep's third axis: the GPU rollout has no tensor parallelism
+#      yet, so TP > 1 prints a refusal line and runs nothing.
+#        NP=2 PARTS=zero bench/multi_gpu_cuda.sh        (2 ranks sharing one GPU)
+#        NP=4 DPS="2 4" PARTS=zero bench/multi_gpu_cuda.sh
+# Prints one JSON line per result (and PASS/FAIL per zero check); logs under WORK.
 #
 #   bench/multi_gpu_cuda.sh [key=value ...]     (the overrides go to the benchmark runs)
 #
@@ -22,8 +35,9 @@
 # nvidia-smi lists), SHAPES (default "qwen2.5-0.5b qwen2.5-1.5b"), STEPS (default 3), WORK (default
 # out/multi_gpu_cuda), PARTS (default "correct scale sync"), DEVICE (default cuda; cpu dry-runs the
 # correctness part's plumbing on a machine without GPUs, with NP set).
-# Not covered yet (refused by name by the trainer): ZeRO-3 and ZeRO 1/2 of the CUDA training state
-# (the CPU state has them, tests/e2e/zero3.sh), so the 7B rows of the issue (ZeRO-3) cannot run.
+# Not covered yet (refused by name by the trainer): ZeRO-3 of the CUDA training state (the CPU state
+# has it, tests/e2e/zero3.sh), so the 7B rows of the issue (ZeRO-3) cannot run; ZeRO 1 and 2 with an
+# offloaded GPU state.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 verl=${VERL:-$root/build/bin/verl}
@@ -77,6 +91,125 @@ for k in keys:
         ok = ok and d <= rel
 print(json.dumps({"check": name, "ok": ok, "tolerance_rel": rel, "max_rel_diff": worst}))
 PY
+}
+
+# verdict JSON: PASS or FAIL from the line's "ok", then the line (the zero part's self-check).
+verdict() {
+  "$python" -c 'import json, sys
+line = sys.argv[1]
+try:
+    ok = json.loads(line).get("ok") is True
+except ValueError:
+    ok = False
+print(("PASS " if ok else "FAIL ") + line)' "$1"
+}
+
+# memory_table NAME RUN_DIR DOCTOR_LOG: each phase's measured per-rank peak (rank 0's metrics at
+# step 2, perf/device_memory_rank_peak_gib) beside the doctor's RunPlan figure less the CUDA
+# context (what no allocator counts); ok when every phase but gen is within PLAN_REL.
+memory_table() {
+  "$python" - "$1" "$2" "$3" "${PLAN_REL:-0.15}" <<'PY'
+import json, re, sys
+name, run, doctor, rel = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+GiB, context = 1024.0 ** 3, 0.5  # MemoryPlan::context: 512 MiB
+def size(text):
+    v, unit = text.split()
+    return float(v) / (1024.0 if unit == "MiB" else 1.0)
+step = {}
+try:
+    for line in open(run + "/metrics.jsonl"):
+        r = json.loads(line)
+        if r.get("step") == 2:
+            step.update(r)
+except OSError:
+    pass
+measured = {k.rsplit("/", 1)[1]: v for k, v in step.items() if k.startswith("perf/device_memory_rank_peak_gib/")}
+plan, found = {}, ""
+try:
+    for line in open(doctor):
+        if "gpu memory" in line and "estimated peak" in line:
+            found = line
+except OSError:
+    pass
+s = r"[\d.]+ [MG]iB"
+m = re.search(r"gen (" + s + r") \(KV cache " + s + r"\)(.*?), the other phases (" + s + r")", found)
+if m:
+    other = size(m.group(3))
+    listed = {k: size(v) for k, v in re.findall(r", (\w+) (" + s + r")", m.group(2))}
+    plan = {p: listed.get(p, other) for p in measured}
+    plan["gen"] = size(m.group(1))
+rows, ok = {}, bool(measured) and bool(plan)
+for p, v in sorted(measured.items()):
+    want = plan.get(p)
+    alloc = None if want is None else want - context
+    d = None if alloc is None else (alloc - v) / max(v, 1e-9)
+    rows[p] = {"measured_gib": round(v, 3), "planned_gib": None if alloc is None else round(alloc, 3),
+               "rel_diff": None if d is None else round(d, 3)}
+    if p != "gen" and (d is None or abs(d) > rel):
+        ok = False
+out = {"check": name, "ok": ok, "tolerance_rel": rel, "per_rank_gib_by_phase": rows,
+       "layout": {k: step.get(k) for k in ("parallel/dp", "parallel/zero_stage", "parallel/rollout_tp")}}
+if not found:
+    out["error"] = "no gpu memory line from verl doctor --config"
+print(json.dumps(out))
+PY
+}
+
+# zero_sweep [overrides...]: the TP x DP x ZeRO sweep of the header (part 4).
+zero_sweep() {
+  local dp z tp dir line
+  for tp in ${TPS:-1}; do
+    if [ "$tp" != 1 ]; then
+      verdict "{\"check\": \"TP $tp\", \"ok\": false, \"refused\": \"the GPU rollout has no tensor parallelism yet (issue 43); the trainer runs TP 1 and says so\"}"
+      continue
+    fi
+    for dp in ${DPS:-$np}; do
+      for z in ${ZERO_STAGES:-0 1 2 3}; do
+        dir=$work/zero_dp${dp}_z$z
+        rm -rf "$dir"
+        if demo "$dp" "$dir" trainer.total_training_steps=3 trainer.save_freq=2 actor_rollout_ref.actor.zero_stage="$z" "$@"; then
+          [ "$z" = 0 ] || verdict "$(compare "ZeRO-$z = ZeRO-0 at $dp ranks" "$work/zero_dp${dp}_z0" "$dir" 1,2,3)"
+          if [ "$device" = cpu ]; then  # CPU ranks: no device memory to table (the plumbing dry run)
+            echo "SKIP {\"check\": \"memory by phase, ZeRO-$z at $dp ranks\", \"skipped\": \"DEVICE=cpu\"}"
+            continue
+          fi
+          (cd "$root" && mpirun --allow-run-as-root --oversubscribe -np "$dp" -x OMP_NUM_THREADS=1 "$verl" doctor \
+            --config configs/demo.yaml "${common[@]}" trainer.n_gpus_per_node="$dp" trainer.default_local_dir="$dir" \
+            actor_rollout_ref.actor.zero_stage="$z" "$@") > "$dir.doctor" 2>&1
+          line=$(memory_table "memory by phase, ZeRO-$z at $dp ranks (rank 0)" "$dir" "$dir.doctor")
+          verdict "$line"
+        elif [ "$z" = 3 ]; then
+          # Not built on the GPU: refused before any step, naming the key.
+          if grep -q "actor_rollout_ref.actor.zero_stage=3 on trainer.device=cuda" "$dir.log"; then
+            verdict "{\"check\": \"ZeRO-3 at $dp ranks refused by key\", \"ok\": true, \"note\": \"ZeRO-3 of the GPU state is not built yet (issue 43)\"}"
+          else
+            verdict "{\"check\": \"ZeRO-3 at $dp ranks\", \"ok\": false, \"error\": \"$(grep -m1 -i error "$dir.log" | tr -d '"\\' | cut -c1-300)\"}"
+          fi
+        else
+          verdict "{\"check\": \"ZeRO-$z at $dp ranks\", \"ok\": false, \"error\": \"$(grep -m1 -i error "$dir.log" | tr -d '"\\' | cut -c1-300)\"}"
+        fi
+      done
+      # ZeRO-1's checkpoint after step 2 (optimizer shards of dp ranks) resumed at dp/2 ranks with
+      # ZeRO-2: step 3 against ZeRO 0's at dp ranks (the global batch does not depend on the ranks).
+      local half=$((dp / 2)) src=$work/zero_dp${dp}_z1
+      [ "$half" -ge 1 ] && [ -d "$src/global_step_2" ] || {
+        verdict "{\"check\": \"ZeRO-1 at $dp ranks resumed at $half\", \"ok\": false, \"error\": \"no checkpoint at $src/global_step_2\"}"
+        continue
+      }
+      dir=$work/zero_resume_${dp}_to_$half
+      rm -rf "$dir"
+      cp -r "$src" "$dir"
+      rm -rf "$dir/global_step_3"
+      echo 2 > "$dir/latest_checkpointed_iteration.txt"
+      : > "$dir/metrics.jsonl"
+      if demo "$half" "$dir" trainer.total_training_steps=3 trainer.save_freq=-1 trainer.resume_mode=auto \
+        actor_rollout_ref.actor.zero_stage=2 "$@"; then
+        verdict "$(compare "ZeRO-1 at $dp ranks saved, resumed at $half with ZeRO-2" "$work/zero_dp${dp}_z0" "$dir" 3)"
+      else
+        verdict "{\"check\": \"ZeRO-1 at $dp ranks resumed at $half\", \"ok\": false, \"error\": \"$(grep -m1 -i error "$dir.log" | tr -d '"\\' | cut -c1-300)\"}"
+      fi
+    done
+  done
 }
 
 for part in ${PARTS:-correct scale sync}; do
@@ -152,6 +285,9 @@ PY
         n=$((n * 2))
       done
       ;;
-    *) echo "multi_gpu_cuda.sh: unknown part $part (correct, scale, sync)" >&2; exit 2 ;;
+    zero)
+      zero_sweep "$@"
+      ;;
+    *) echo "multi_gpu_cuda.sh: unknown part $part (correct, scale, sync, zero)" >&2; exit 2 ;;
   esac
 done

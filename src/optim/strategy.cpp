@@ -52,9 +52,9 @@ std::unique_ptr<Strategy> make_strategy(TrainState& st, dist::Communicator& comm
   // but there is nothing to shard.
   const int stage = comm.world_size() == 1 ? 0 : cfg.zero_stage;
   VERL_CHECK(stage >= 0 && stage <= 3, "{}={}: 0, 1, 2 or 3", key, stage);
-  VERL_CHECK(st.device() == Device::Cpu || stage == 0,
-             "{}={} on trainer.device={}: the GPU training state has no ZeRO sharding yet "
-             "(issue 43); use {}=0",
+  VERL_CHECK(st.device() == Device::Cpu || stage <= 2,
+             "{}={} on trainer.device={}: the GPU training state has ZeRO 1 and 2 but no ZeRO-3 "
+             "yet (issue 43: its bf16 weights would be gathered layer by layer); use {}=2",
              key, stage, to_string(st.device()), key);
   if (cfg.lightweight) {
     VERL_CHECK(stage < 2,
@@ -76,7 +76,7 @@ std::unique_ptr<Strategy> make_strategy(TrainState& st, dist::Communicator& comm
   VERL_CHECK(build != nullptr,
              "internal: no data-parallel strategy registered for trainer.device={}",
              to_string(st.device()));
-  return build(st, comm, cfg.lightweight);
+  return build(st, comm, stage, cfg);
 }
 
 }  // namespace verl::optim

@@ -132,15 +132,16 @@ struct StrategyConfig {
 // AllReduceAtStep (nothing to sync); otherwise data parallelism on st's device with buckets
 // reduced during backward, ZeRO at cfg.zero_stage (one rank has nothing to shard: stage 0) and
 // LightweightSync when asked. A combination the device has no strategy for is refused, naming the
-// keys.
+// keys (on the GPU: ZeRO-3, and ZeRO with an offloaded state).
 std::unique_ptr<Strategy> make_strategy(TrainState& st, dist::Communicator& comm,
                                         const StrategyConfig& cfg);
 
 namespace detail {
 // The GPU's data-parallel strategy lives in optim/cuda (which links this library, not the other
 // way round): a CUDA state registers its builder when it is made.
-using DataParallelBuilder = std::unique_ptr<Strategy> (*)(
-    TrainState& st, dist::Communicator& comm, const std::optional<LightweightConfig>& lw);
+// `stage` is the ZeRO stage make_strategy settled on (0 for one rank); `cfg` names the keys.
+using DataParallelBuilder = std::unique_ptr<Strategy> (*)(TrainState& st, dist::Communicator& comm,
+                                                          int stage, const StrategyConfig& cfg);
 void register_data_parallel(Device device, DataParallelBuilder build);
 }  // namespace detail
 

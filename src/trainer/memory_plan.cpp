@@ -25,6 +25,7 @@ constexpr int64_t kLmHeadChunk = 4096;         // PolicyOptions::lm_head_chunk
 constexpr int64_t kOffloadBucket = int64_t{8} << 20;  // optim::OffloadConfig::bucket, elements
 constexpr int kOffloadSlots = 3;                      // CudaTrainState's staging slots
 constexpr int64_t kQuantFusedMaxTokens = 32;          // ops/cuda/quant_linear.h
+constexpr int64_t kZeroSlack = 4096;  // CudaTrainState::kZeroSlack: the gradients' spare floats
 
 double round_up(double bytes) {
   return std::ceil(bytes / kAlign) * kAlign;
@@ -68,8 +69,15 @@ ModelMemory model_memory(const std::string& role, const ModelPlanInputs& in) {
     const auto master_host = static_cast<double>(offloaded_elems(in.offload_params, n));
     const auto moments_host = static_cast<double>(offloaded_elems(in.offload_optimizer, n));
     m.master = 4.0 * (p - master_host);
-    m.grads = 4.0 * p;  // every backward accumulates into them: never offloaded
+    // Every backward accumulates into the whole buffer (never offloaded, allocated padded).
+    m.grads = 4.0 * static_cast<double>(n + kZeroSlack);
     m.moments = 8.0 * (p - moments_host);
+    if (in.dp > 1 && in.zero_stage >= 1) {  // this rank's shard: the first ranks' are the largest
+      const auto chunk = static_cast<double>((n + in.dp - 1) / in.dp);
+      m.master = 4.0 * chunk * in.dp;
+      m.moments = 8.0 * chunk;
+      if (in.zero_stage >= 2) m.grads += 4.0 * chunk;
+    }
     m.host = 4.0 * master_host + 8.0 * moments_host;
     if (master_host > 0 || moments_host > 0)
       m.staging = 4.0 * kOffloadSlots * 3 * static_cast<double>(std::min(kOffloadBucket, n));
@@ -162,6 +170,7 @@ MemoryPlan plan_memory(const MemoryPlanInputs& in) {
   if (in.reference) plan.models.push_back(model_memory("reference", *in.reference));
   if (in.critic) plan.models.push_back(model_memory("critic", *in.critic));
   if (in.reward_model) plan.models.push_back(model_memory("reward model", *in.reward_model));
+  plan.context = kContextBytes;
   plan.runtime = kContextBytes + kWorkspaceBytes * static_cast<double>(plan.models.size());
   plan.resident = plan.runtime;
   for (const ModelMemory& m : plan.models) plan.resident += m.resident();
@@ -227,6 +236,8 @@ MemoryPlanInputs memory_plan_inputs(const PpoConfig& cfg, const RunPlan& run,
   in.actor.recompute = cfg.actor.gradient_checkpointing;
   in.actor.offload_params = actor_offload.params;
   in.actor.offload_optimizer = actor_offload.optimizer;
+  in.actor.dp = cfg.world;
+  in.actor.zero_stage = static_cast<int>(cfg.actor.zero_stage);
   sized(in.actor, run.actor_plan);
 
   if (run.ref) {
@@ -250,6 +261,8 @@ MemoryPlanInputs memory_plan_inputs(const PpoConfig& cfg, const RunPlan& run,
     c.recompute = cfg.critic.gradient_checkpointing;
     c.offload_params = cfg.critic.offload.param_offload ? 1.0 : 0.0;
     c.offload_optimizer = cfg.critic.offload.optimizer_offload.value_or(false) ? 1.0 : 0.0;
+    c.dp = cfg.world;
+    c.zero_stage = static_cast<int>(cfg.critic.zero_stage);
     sized(c, run.critic_plan);
     in.critic = c;
   }

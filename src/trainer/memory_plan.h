@@ -30,6 +30,12 @@ struct ModelPlanInputs {
   // (optim::OffloadConfig). Forward only: params > 0 keeps the bf16 weights on the host between
   // the model's passes (param_offload).
   double offload_params = 0, offload_optimizer = 0;
+  // Trainable: the data-parallel ranks and the ZeRO stage (optim/cuda/strategy.h). With dp > 1,
+  // stage 1 keeps the moments of a shard of ceil(params / dp) elements, stage 2 also that shard's
+  // reduced gradients beside the whole buffer the backward writes; the master weights stay whole
+  // (padded to dp x the shard). ZeRO-3 is refused on the GPU (issue 43) and planned as stage 2.
+  int dp = 1;
+  int zero_stage = 0;
   int quantization_bits = 16;  // forward only: 8 or 4 keeps the linear layers' codes
   int64_t quantization_group = 128;
 };
@@ -75,10 +81,11 @@ struct PhaseMemory {
 struct MemoryPlan {
   std::vector<ModelMemory> models;  // actor first
   double runtime = 0;               // the CUDA context and each model's cuBLASLt workspace
-  double resident = 0;              // runtime + every model's resident bytes: in use between phases
-  double runner_scratch = 0;        // the rollout runner's activations and logits (gen only)
-  int64_t kv_blocks_wanted = 0;     // blocks that hold every sequence of the step at once
-  int64_t kv_blocks = 0;            // blocks the cache gets (capped by gpu_memory_utilization)
+  double context = 0;   // the CUDA context's share of runtime: the one part no allocator counts
+  double resident = 0;  // runtime + every model's resident bytes: in use between phases
+  double runner_scratch = 0;     // the rollout runner's activations and logits (gen only)
+  int64_t kv_blocks_wanted = 0;  // blocks that hold every sequence of the step at once
+  int64_t kv_blocks = 0;         // blocks the cache gets (capped by gpu_memory_utilization)
   double kv_block_bytes = 0, kv_cache = 0;
   // gpu_memory_utilization x the device - what is in use when the cache is sized (resident +
   // runner scratch); <= 0: the rollout cannot start. Unset when the device memory is unknown.

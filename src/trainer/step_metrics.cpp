@@ -92,10 +92,16 @@ void MemoryRecorder::record(metrics::Metrics& m, const char* phase, size_t track
   // count (the CUDA context, cuBLASLt's and NCCL's own memory: in use minus tracked, taken as
   // constant through the phase), and never below what was seen in use.
   const size_t untracked = in_use - std::min(in_use, tracked_device_memory());
-  size_t peak = untracked + std::max(tracked_peak, take_tracked_device_peak());
+  const size_t tracked = std::max(tracked_peak, take_tracked_device_peak());
+  size_t peak = untracked + tracked;
   if (gen) peak = std::max(peak, gen_device_bytes_);  // the decode graphs' pools are untracked
   m.set(std::string("perf/device_memory_peak_gib/") + phase,
         static_cast<double>(std::max(peak, in_use)) / kGiB);
+  // This process's own allocations at the phase's peak (the CUDA context left out): one rank's
+  // figure where ranks share a GPU, whose in-use count is every rank's (RunPlan's per-rank plan
+  // minus MemoryPlan::context).
+  m.set(std::string("perf/device_memory_rank_peak_gib/") + phase,
+        static_cast<double>(tracked) / kGiB);
 }
 
 void ProbsDiff::add(const std::vector<float>& rollout, const std::vector<float>& old,

@@ -209,3 +209,50 @@ TEST(MemoryPlan, ArenaFollowsRecomputationAndTraining) {
   // docs/benchmarks.md (2026-12-02): recomputation held 6.8 GiB less at the 0.5B shape.
   EXPECT_NEAR((kept - recomputed) / kGiB, 6.8, kTolerance * 6.8);
 }
+
+// ZeRO on the GPU state (optim/cuda/strategy.h), per rank at 4 data-parallel ranks: stage 1 keeps
+// the moments of a quarter (rounded up) and the master weights padded to 4 quarters; stage 2 adds
+// the shard's reduced gradients beside the whole buffer the backward writes; one rank shards
+// nothing. The lead checks these against perf/device_memory_rank_peak_gib of
+// bench/multi_gpu_cuda.sh's zero part within 15%.
+TEST(MemoryPlan, ZeroStagesShardTheActorStatePerRank) {
+  const std::string yaml = kRoot + "/configs/examples/grpo_qwen2_5_0_5b_h200.yaml";
+  auto actor_of = [&](int world, int stage, trainer::MemoryPlan* out) {
+    const config::Config cfg =
+        config::load_config(yaml, {"actor_rollout_ref.actor.zero_stage=" + std::to_string(stage)});
+    const trainer::PpoConfig pc = trainer::PpoConfig::read(cfg, world, world > 1);
+    trainer::RunPlan run = trainer::RunPlan::from(pc);
+    *out = run.estimate_memory(pc, shape("qwen2.5-0.5b"), std::nullopt, std::nullopt, kH200);
+    EXPECT_EQ(run.memory_inputs->actor.dp, world);
+    EXPECT_EQ(run.memory_inputs->actor.zero_stage, stage);
+    return out->models[0];
+  };
+  trainer::MemoryPlan p0, p1, p2, one;
+  const trainer::ModelMemory z0 = actor_of(4, 0, &p0), z1 = actor_of(4, 1, &p1),
+                             z2 = actor_of(4, 2, &p2), alone = actor_of(1, 1, &one);
+  const int64_t n = z0.params;
+  ASSERT_GT(n, 400'000'000);  // Qwen2.5-0.5B: 494 M parameters
+  const auto p = static_cast<double>(n), chunk = static_cast<double>((n + 3) / 4);
+  const double grads = 4.0 * (p + 4096);  // CudaTrainState's padded gradient buffer
+  EXPECT_EQ(z0.master, 4.0 * p);
+  EXPECT_EQ(z0.moments, 8.0 * p);
+  EXPECT_EQ(z0.grads, grads);
+  EXPECT_EQ(z1.master, 16.0 * chunk);
+  EXPECT_EQ(z1.moments, 8.0 * chunk);
+  EXPECT_EQ(z1.grads, grads);
+  EXPECT_EQ(z2.moments, 8.0 * chunk);
+  EXPECT_EQ(z2.grads, grads + 4.0 * chunk);
+  EXPECT_EQ(alone.moments, 8.0 * p);  // one rank: nothing to shard
+  // Every phase of a rank holds the state: each moves by the state's difference alone
+  // (ZeRO-1 saves 3/4 of the 3.7 GiB of moments, less the master's padding of 0-3 floats).
+  const double saved1 = 8.0 * (p - chunk) - 4.0 * (4.0 * chunk - p);
+  EXPECT_NEAR(saved1 / kGiB, 2.76, 0.01);
+  for (size_t i = 0; i < p0.phases.size(); ++i) {
+    SCOPED_TRACE(p0.phases[i].phase);
+    EXPECT_EQ(p1.phases[i].phase, p0.phases[i].phase);
+    if (p0.phases[i].phase == "gen") continue;  // the KV cache takes what the state leaves
+    EXPECT_DOUBLE_EQ(p0.phases[i].bytes - p1.phases[i].bytes, saved1);
+    EXPECT_DOUBLE_EQ(p2.phases[i].bytes - p1.phases[i].bytes, 4.0 * chunk);
+  }
+  EXPECT_EQ(p0.context, 512.0 * 1024 * 1024);
+}

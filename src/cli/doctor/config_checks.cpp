@@ -593,7 +593,15 @@ void check_gpu_memory(Report& r, const config::Config& cfg, const Machine& m, bo
   const std::string rc =
       recompute ? "recompute on (one more forward per layer in backward, for less update memory)"
                 : "recompute off (every layer's activations kept through backward)";
-  const std::string found = fmt::format("estimated peak {} in {} of {}: {}; {}",
+  // Data parallel: the figures are one rank's, with the actor's ZeRO shard (RunPlan's layout).
+  std::string layout;
+  if (in.actor.dp > 1) {
+    layout =
+        fmt::format(" per rank (dp {}, actor_rollout_ref.actor.zero_stage={}{})", in.actor.dp,
+                    in.actor.zero_stage,
+                    in.actor.zero_stage >= 3 ? ", planned as 2: ZeRO-3 is refused on the GPU" : "");
+  }
+  const std::string found = fmt::format("estimated peak{} {} in {} of {}: {}; {}", layout,
                                         size_of(peak.bytes), peak.phase, size_of(gpu), phases, rc);
 
   const int64_t sequences = in.rollout.sequences;

@@ -1,6 +1,10 @@
-// Data parallelism over the GPU storage: the stage-0 overlapped all-reduce and LightweightSync
-// (optim/cuda/strategy.h).
+// Data parallelism over the GPU storage: the stage-0 overlapped all-reduce, ZeRO 1 and 2, and
+// LightweightSync (optim/cuda/strategy.h).
 #include "optim/cuda/strategy.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "optim/cuda/carry.h"
@@ -10,10 +14,20 @@ namespace verl::optim::cuda {
 
 using ops::cuda::DeviceBuffer;
 
-CudaDataParallel::CudaDataParallel(CudaTrainState& st, dist::Communicator& comm,
+CudaDataParallel::CudaDataParallel(CudaTrainState& st, dist::Communicator& comm, int stage,
                                    const std::optional<LightweightConfig>& lw)
     : Strategy(st), gpu_(st), comm_(comm) {
   VERL_CHECK(st.trainable(), "data parallelism: the state is forward-only (a reference policy)");
+  VERL_CHECK(stage >= 0 && stage <= 2, "zero_stage {} on the GPU state: 0, 1 or 2", stage);
+  VERL_CHECK(!lw || stage < 2, "LightweightSync needs each rank's whole gradient (ZeRO stage {})",
+             stage);
+  if (stage >= 1) {
+    const int64_t world = comm.world_size(), n = st.numel();
+    chunk_ = (n + world - 1) / world;
+    st.set_shard(ShardSpec{std::min(n, comm.rank() * chunk_),
+                           std::min(n, (comm.rank() + 1) * chunk_), chunk_, comm.world_size(),
+                           stage});
+  }
   if (!lw) return;
   check_lightweight_config(*lw);
   lw_ = lw;
@@ -80,14 +94,34 @@ void CudaDataParallel::upload_carry(const std::vector<float>& carry, int64_t cal
   sync_calls_ = calls;
 }
 
+void CudaDataParallel::reduce_range(int64_t begin, int64_t end) {
+  const ops::cuda::CudaContext& ctx = gpu_.ctx();
+  float* g = gpu_.grads();
+  sync_stats_.add_all_reduce(comm_.world_size(), end - begin);
+  comm_.all_reduce(g + begin, static_cast<size_t>(end - begin), dist::DataType::F32,
+                   dist::ReduceOp::Sum, dist::Place::device(ctx.stream));
+  const ShardSpec& sh = gpu_.shard();
+  const int64_t lo = std::max(begin, sh.begin), hi = std::min(end, sh.end);
+  if (hi > lo) add_into(ctx, gpu_.shard_grads() + (lo - sh.begin), g + lo, hi - lo);
+  // The next micro-batch's backward accumulates this range afresh.
+  VERL_CUDA_CHECK(
+      cudaMemsetAsync(g + begin, 0, static_cast<size_t>(end - begin) * sizeof(float), ctx.stream));
+}
+
 void CudaDataParallel::grads_ready(int64_t begin, int64_t end) {
-  if (!armed_ || end <= begin) return;
+  if (end <= begin) return;
+  if (zero_stage() == 2) {  // every micro-batch, as the CPU GradSync's stage 2
+    started_ = true;
+    return reduce_range(begin, end);
+  }
+  if (!armed_) return;
   if (lw_) {
     started_ = true;
     start_sparse(begin, end);
     while (!pending_.empty() && pending_.front()->test()) pending_.pop_front();
     return;
   }
+  if (zero_stage() == 1) return;  // the whole buffer is reduce-scattered at the step, in place
   sync_stats_.add_all_reduce(comm_.world_size(), end - begin);
   started_ = true;
   pending_.push_back(comm_.start_all_reduce(gpu_.grads() + begin, static_cast<size_t>(end - begin),
@@ -103,6 +137,20 @@ void CudaDataParallel::reduce_grads(dist::Communicator& comm) {
     started_ = false;
     return finish_sparse();
   }
+  if (zero_stage() == 2) {
+    // A backward that reported no ranges (a model without the hook): the whole buffer as one.
+    if (!started_) reduce_range(0, gpu_.numel());
+    started_ = false;
+    return;
+  }
+  if (zero_stage() == 1) {
+    // The padded buffer's block r (this rank's shard) receives the sum over ranks, in place.
+    sync_stats_.add_reduce_to_owners(comm.world_size(), chunk_ * comm.world_size());
+    float* g = gpu_.grads();
+    comm.reduce_scatter(g, g + comm.rank() * chunk_, static_cast<size_t>(chunk_),
+                        dist::DataType::F32, dist::ReduceOp::Sum, gpu_.place());
+    return;
+  }
   // Nothing started during backward: the whole buffer at once.
   if (!started_) return all_reduce_whole_grads(gpu_, comm, sync_stats_);
   started_ = false;
@@ -110,10 +158,50 @@ void CudaDataParallel::reduce_grads(dist::Communicator& comm) {
   pending_.clear();
 }
 
+void CudaDataParallel::gather_weights(dist::Communicator& comm) {
+  if (zero_stage() == 0) return;
+  // Every rank's updated shard of the (padded) master weights, in place; then the bf16 copy of the
+  // whole, rounded as the update rounds its own shard.
+  const ops::cuda::CudaContext& ctx = gpu_.ctx();
+  float* w = gpu_.master();
+  comm.all_gather(w + comm.rank() * chunk_, w, static_cast<size_t>(chunk_), dist::DataType::F32,
+                  dist::Place::device(ctx.stream));
+  gpu_.round_weights_bf16();
+}
+
+AdamWState CudaDataParallel::download_optimizer_state() const {
+  AdamWState mine = st_.download_optimizer_state();
+  if (zero_stage() == 0) return mine;
+  // Sharded: every rank's moments gathered on the host (a collective), as the CPU strategy does.
+  AdamWState whole;
+  whole.step = mine.step;
+  for (auto [part, out] :
+       {std::pair{&mine.exp_avg, &whole.exp_avg}, std::pair{&mine.exp_avg_sq, &whole.exp_avg_sq}}) {
+    std::vector<float> all(static_cast<size_t>(chunk_ * comm_.world_size()), 0.0f);
+    std::copy(part->begin(), part->end(), all.begin() + comm_.rank() * chunk_);
+    comm_.all_gather(all.data() + comm_.rank() * chunk_, all.data(), static_cast<size_t>(chunk_),
+                     dist::DataType::F32);
+    all.resize(static_cast<size_t>(st_.numel()));
+    *out = std::move(all);
+  }
+  return whole;
+}
+
 namespace {
-std::unique_ptr<Strategy> build(TrainState& st, dist::Communicator& comm,
-                                const std::optional<LightweightConfig>& lw) {
-  return std::make_unique<CudaDataParallel>(static_cast<CudaTrainState&>(st), comm, lw);
+std::unique_ptr<Strategy> build(TrainState& st, dist::Communicator& comm, int stage,
+                                const StrategyConfig& cfg) {
+  auto& gpu = static_cast<CudaTrainState&>(st);
+  if (stage > 0 && gpu.offload().any()) {
+    // The offload keys beside the zero_stage key (actor_rollout_ref.actor. or critic.).
+    const std::string& key = cfg.zero_stage_key;
+    const std::string role = key.substr(0, key.rfind('.') + 1);
+    VERL_FAIL(
+        "{}={} with an offloaded GPU state ({}fsdp_config.param_offload / optimizer_offload{}): "
+        "the GPU state's ZeRO shards are not offloaded yet; turn the offload off or use {}=0",
+        key, stage, role,
+        role == "actor_rollout_ref.actor." ? " / actor_rollout_ref.actor_offload_ratio" : "", key);
+  }
+  return std::make_unique<CudaDataParallel>(gpu, comm, stage, cfg.lightweight);
 }
 }  // namespace
 

@@ -30,10 +30,13 @@ void CudaTrainState::SplitBuffer::allocate(int64_t n, int64_t resident_elems) {
   host = ops::cuda::PinnedBuffer<float>(static_cast<size_t>(n - resident));
 }
 
+// The device part may be longer than `resident` (ZeRO's padding to world x chunk): only the
+// resident elements are the buffer's.
 void CudaTrainState::SplitBuffer::upload(const std::vector<float>& x) {
-  VERL_CHECK(x.size() == dev.size() + host.size(), "internal: {} floats into a buffer of {}",
-             x.size(), dev.size() + host.size());
-  if (dev.size() > 0) ops::cuda::copy_to_device(dev.data(), x.data(), dev.bytes());
+  const auto n = static_cast<size_t>(resident) + host.size();
+  VERL_CHECK(x.size() == n, "internal: {} floats into a buffer of {}", x.size(), n);
+  if (resident > 0)
+    ops::cuda::copy_to_device(dev.data(), x.data(), static_cast<size_t>(resident) * sizeof(float));
   if (host.size() > 0) std::memcpy(host.data(), x.data() + resident, host.bytes());
 }
 
@@ -43,8 +46,9 @@ void CudaTrainState::SplitBuffer::zero(cudaStream_t stream) {
 }
 
 std::vector<float> CudaTrainState::SplitBuffer::download() const {
-  std::vector<float> x(dev.size() + host.size());
-  if (dev.size() > 0) ops::cuda::copy_to_host(x.data(), dev.data(), dev.bytes());
+  std::vector<float> x(static_cast<size_t>(resident) + host.size());
+  if (resident > 0)
+    ops::cuda::copy_to_host(x.data(), dev.data(), static_cast<size_t>(resident) * sizeof(float));
   if (host.size() > 0) std::memcpy(x.data() + resident, host.data(), host.bytes());
   return x;
 }
@@ -65,7 +69,7 @@ CudaTrainState::CudaTrainState(const ops::cuda::CudaContext& ctx, const model::P
     master_.allocate(n, n - offloaded_elems(offload.params, n));
     m_.allocate(n, n - offloaded_elems(offload.optimizer, n));
     v_.allocate(n, m_.resident);
-    grads_ = DeviceBuffer<float>(static_cast<size_t>(n));
+    grads_ = DeviceBuffer<float>(static_cast<size_t>(n + kZeroSlack));
     norm_ = DeviceBuffer<double>(1);
     grads_.zero(ctx_.stream);
     m_.zero(ctx_.stream);
@@ -97,8 +101,8 @@ CudaTrainState::~CudaTrainState() {
 }
 
 size_t CudaTrainState::device_bytes() const {
-  return master_.device_bytes() + grads_.bytes() + m_.device_bytes() + v_.device_bytes() +
-         wbf_.bytes() + norm_.bytes() + stage_.bytes();
+  return master_.device_bytes() + grads_.bytes() + shard_grads_.bytes() + m_.device_bytes() +
+         v_.device_bytes() + wbf_.bytes() + norm_.bytes() + stage_.bytes();
 }
 
 size_t CudaTrainState::host_bytes() const {
@@ -106,7 +110,8 @@ size_t CudaTrainState::host_bytes() const {
 }
 
 int64_t CudaTrainState::first_offloaded() const {
-  if (!trainable_) return numel();
+  // A sharded state has no offload (set_shard refuses it); its moments hold the shard only.
+  if (!trainable_ || shard_.stage > 0) return numel();
   return std::min({master_.resident, m_.resident, v_.resident});
 }
 
@@ -169,6 +174,51 @@ void CudaTrainState::synchronize() {
 void CudaTrainState::zero_grad() {
   require_trainable("zero_grad");
   grads_.zero(ctx_.stream);
+  shard_grads_.zero(ctx_.stream);
+}
+
+float* CudaTrainState::shard_grads() {
+  return shard_.stage == 2 ? shard_grads_.data() : grads_.data() + shard_.begin;
+}
+
+void CudaTrainState::round_weights_bf16() {
+  require_trainable("round_weights_bf16");
+  VERL_CHECK(master_.resident == numel(), "internal: the bf16 copy of an offloaded master");
+  ops::cuda::convert(ctx_, wbf_.data(), master_.dev.data(), numel());
+}
+
+void CudaTrainState::set_shard(const ShardSpec& spec) {
+  require_trainable("set_shard");
+  VERL_CHECK(shard_.stage == 0, "internal: the training state is sharded already");
+  VERL_CHECK(spec.stage >= 1 && spec.stage <= 2 && spec.chunk > 0 &&
+                 spec.chunk * spec.world >= numel() && spec.begin <= spec.end &&
+                 spec.end <= numel() && spec.chunk * spec.world <= numel() + kZeroSlack,
+             "internal: a ZeRO-{} shard [{}, {}) of chunks of {} x {} ranks for {} elements of "
+             "the GPU state (stages 1 and 2, at most {} ranks)",
+             spec.stage, spec.begin, spec.end, spec.chunk, spec.world, numel(), kZeroSlack);
+  VERL_CHECK(!offload_.any(),
+             "internal: ZeRO-{} of an offloaded GPU state (the strategy's factory refuses it)",
+             spec.stage);
+  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  shard_ = spec;
+  const int64_t n = numel(), padded = spec.chunk * spec.world;
+  // The master weights padded to world x chunk: the all-gather after the update writes in place.
+  DeviceBuffer<float> master(static_cast<size_t>(padded));
+  VERL_CUDA_CHECK(cudaMemcpyAsync(master.data(), master_.dev.data(), n * sizeof(float),
+                                  cudaMemcpyDeviceToDevice, ctx_.stream));
+  VERL_CUDA_CHECK(cudaMemsetAsync(master.data() + n, 0, (padded - n) * sizeof(float), ctx_.stream));
+  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
+  master_.dev = std::move(master);
+  // Moments of the shard only (a fresh state: resume uploads its slice after this).
+  m_.allocate(spec.size(), spec.size());
+  v_.allocate(spec.size(), spec.size());
+  m_.zero(ctx_.stream);
+  v_.zero(ctx_.stream);
+  if (spec.stage == 2) {
+    shard_grads_ = DeviceBuffer<float>(static_cast<size_t>(spec.chunk));
+    shard_grads_.zero(ctx_.stream);
+  }
+  VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));
 }
 
 uint64_t CudaTrainState::weights_digest() {
@@ -190,7 +240,7 @@ uint64_t CudaTrainState::weights_digest() {
 
 double CudaTrainState::grad_sum_squares() {
   require_trainable("grad_sum_squares");
-  ops::cuda::sum_squares(ctx_, norm_.data(), grads_.data() + shard_.begin, shard_.size());
+  ops::cuda::sum_squares(ctx_, norm_.data(), shard_grads(), shard_.size());
   double sq = 0;
   VERL_CUDA_CHECK(
       cudaMemcpyAsync(&sq, norm_.data(), sizeof(double), cudaMemcpyDeviceToHost, ctx_.stream));
@@ -201,6 +251,13 @@ double CudaTrainState::grad_sum_squares() {
 void CudaTrainState::adamw_update(const AdamWConfig& cfg, float lr, float grad_scale) {
   require_trainable("adamw_update");
   ++steps_;
+  if (shard_.stage > 0) {  // ZeRO: the shard's elements, its moments from their first element
+    const int64_t b = shard_.begin;
+    ops::cuda::adamw_step(ctx_, master_.dev.data() + b, wbf_.data() + b, shard_grads(),
+                          m_.dev.data(), v_.dev.data(), shard_.size(), lr, cfg.beta1, cfg.beta2,
+                          cfg.eps, cfg.weight_decay, steps_, grad_scale);
+    return;
+  }
   const auto update = [&](float* const* p, int64_t begin, int64_t n) {
     ops::cuda::adamw_step(ctx_, p[0], wbf_.data() + begin, grads_.data() + begin, p[1], p[2], n, lr,
                           cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, steps_, grad_scale);
@@ -252,8 +309,16 @@ void CudaTrainState::upload(const std::vector<float>& weights, const AdamWState*
                        });
     }
     if (opt != nullptr) {
-      m_.upload(opt->exp_avg);
-      v_.upload(opt->exp_avg_sq);
+      if (shard_.stage > 0 && static_cast<int64_t>(opt->exp_avg.size()) == numel()) {
+        // A whole checkpoint's moments (or another world size's, re-split): this rank's slice.
+        const auto b = opt->exp_avg.begin() + shard_.begin,
+                   bsq = opt->exp_avg_sq.begin() + shard_.begin;
+        m_.upload(std::vector<float>(b, b + shard_.size()));
+        v_.upload(std::vector<float>(bsq, bsq + shard_.size()));
+      } else {
+        m_.upload(opt->exp_avg);
+        v_.upload(opt->exp_avg_sq);
+      }
       steps_ = opt->step;
     }
     VERL_CUDA_CHECK(cudaStreamSynchronize(ctx_.stream));

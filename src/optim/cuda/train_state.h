@@ -7,7 +7,8 @@
 // host memory and passes through device staging slots in buckets: copies up on one stream, the
 // same AdamW kernel on the compute stream, copies down on a third, so the copies of one bucket
 // overlap the update of the next; the result is bitwise the resident run's. Data parallelism is
-// the strategy's (optim/cuda/strategy.h).
+// the strategy's (optim/cuda/strategy.h); ZeRO 1 and 2 narrow the moments (and stage 2 the
+// gradients the update reads) to this rank's shard (set_shard).
 #pragma once
 
 #include <functional>
@@ -35,6 +36,8 @@ class CudaTrainState final : public TrainState {
   Device device() const override { return Device::Cuda; }
   // The device-resident part of each (all of it without offload).
   float* master() override { return master_.dev.data(); }
+  // The whole gradient buffer the model's backward accumulates into (its pointer never changes:
+  // the model keeps it). ZeRO-2's reduced shard is shard_grads().
   float* grads() override { return grads_.data(); }
   float* exp_avg() override { return m_.dev.data(); }
   float* exp_avg_sq() override { return v_.dev.data(); }
@@ -48,6 +51,17 @@ class CudaTrainState final : public TrainState {
   std::vector<float> download_weights() const override;
   AdamWState download_optimizer_state() const override;
   void upload(const std::vector<float>& weights, const AdamWState* opt) override;
+  // ZeRO 1 and 2 (stage 3 and an offloaded state are refused by the strategy's factory): the
+  // moments keep the shard's elements; the master weights and the gradient buffer stay whole,
+  // padded to world x chunk so that the reduce-scatter and the all-gather run in place; stage 2
+  // adds the shard's reduced gradients (chunk floats), which the update reads.
+  void set_shard(const ShardSpec& spec) override;
+  // The gradients the update and the norm read: the shard's elements of the whole buffer (stage 0
+  // and 1), or stage 2's reduced shard (chunk floats for elements [rank chunk, ...)).
+  float* shard_grads();
+  // The bf16 compute copy rewritten from the whole master weights (after ZeRO's all-gather of the
+  // updated shards), rounded as the update rounds: enqueued on the compute stream.
+  void round_weights_bf16();
 
   // The bf16 compute copy, flat in layout order: what the model's forward/backward and the
   // rollout read (the buffer adamw_update writes; no copy). Null while asleep.
@@ -92,13 +106,18 @@ class CudaTrainState final : public TrainState {
   ops::cuda::CudaContext ctx_;
   OffloadConfig offload_;
   SplitBuffer master_, m_, v_;
-  ops::cuda::DeviceBuffer<float> grads_;
+  ops::cuda::DeviceBuffer<float> grads_;  // numel + kZeroSlack floats (the padding stays zero)
+  ops::cuda::DeviceBuffer<float> shard_grads_;  // ZeRO-2: the shard's reduced gradients
   ops::cuda::DeviceBuffer<ops::cuda::bf16> wbf_;
   ops::cuda::PinnedBuffer<uint16_t> wbf_host_;  // a sleeping forward-only state's weights
   ops::cuda::DeviceBuffer<double> norm_;
   // Offload: the copy streams, the staging slots (kSlots x 3 parts x bucket floats) and each slot's
   // events (its pieces are up; the kernel and the copies home are done).
   static constexpr int kSlots = 3;
+  // The gradient buffer's spare floats: ZeRO pads the layout to world x chunk, fewer than world
+  // elements more, and the model keeps the buffer's address, so it is allocated padded once (for
+  // up to this many ranks) rather than reallocated when a strategy shards it.
+  static constexpr int64_t kZeroSlack = 4096;
   cudaStream_t up_ = nullptr, down_ = nullptr;
   ops::cuda::DeviceBuffer<float> stage_;
   cudaEvent_t up_done_[kSlots] = {}, slot_free_[kSlots] = {}, computed_[kSlots] = {};

@@ -20,45 +20,10 @@
 #include "dist/cuda/staged_communicator.h"
 #include "dist/launch.h"
 #include "dist/mpi_communicator.h"
+#include "world.h"
 
 namespace verl::dist {
 namespace {
-
-void cuda_ok(cudaError_t err, const char* what) {
-  if (err != cudaSuccess)
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
-}
-
-// The process's communicator and GPU: the local rank's device (round robin, so ranks share it), a
-// stream of its own. Destroyed at exit, which finalises MPI.
-struct World {
-  World() {
-    int n = 0;
-    gpus = cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-    if (gpus > 0) {
-      cuda_ok(cudaSetDevice(detect_launch().local_rank % gpus), "set device");
-      cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-    }
-    comm = make_staged_communicator(std::make_unique<MpiCommunicator>(/*timeout_s=*/60));
-  }
-  int gpus = 0;
-  cudaStream_t stream = nullptr;
-  std::unique_ptr<Communicator> comm;
-};
-
-World& world() {
-  static World w;
-  return w;
-}
-Communicator& comm() {
-  return *world().comm;
-}
-Place dev() {
-  return Place::device(world().stream);
-}
-
-#define SKIP_WITHOUT_GPU() \
-  if (world().gpus == 0) GTEST_SKIP() << "no CUDA device"
 
 // A device copy of a host vector, read back whole.
 template <class T>
