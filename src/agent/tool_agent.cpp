@@ -174,6 +174,7 @@ void ToolAgentLoop::turn_ended(int64_t request, int32_t sample, std::span<const 
       prompts_.size(), n_);
   TrajectoryInfo& info = infos_[static_cast<size_t>(request * n_ + sample)];
   ++info.assistant_turns;
+  info.reported = static_cast<int64_t>(output.size());
   rollout::Continuation end{request, sample, {}, true};
   auto finish = [&] {
     std::lock_guard<std::mutex> lock(mu_);
@@ -216,6 +217,12 @@ void ToolAgentLoop::turn_ended(int64_t request, int32_t sample, std::span<const 
     done_cv_.notify_all();
   });
   work_cv_.notify_one();
+}
+
+void ToolAgentLoop::trajectory_done(int64_t request, int32_t sample, int64_t output_len) {
+  TrajectoryInfo& info = infos_[static_cast<size_t>(request * n_ + sample)];
+  if (output_len > info.reported) ++info.assistant_turns;
+  info.reported = output_len;
 }
 
 void ToolAgentLoop::poll(std::vector<rollout::Continuation>& out, bool wait) {

@@ -53,6 +53,7 @@ struct TrajectoryInfo {
   int32_t tool_calls = 0, tool_errors = 0;
   double tool_reward = 0.0;  // sum of the tools' own rewards (verl's tool_rewards)
   int64_t turn_start = 0;    // output index where the current assistant turn began
+  int64_t reported = 0;      // output length at the last turn_ended()
   int32_t num_turns() const { return assistant_turns + user_turns + 1; }
 };
 
@@ -76,6 +77,9 @@ class ToolAgentLoop final : public rollout::TurnHandler {
 
   void turn_ended(int64_t request, int32_t sample, std::span<const int32_t> output) override;
   void poll(std::vector<rollout::Continuation>& out, bool wait) override;
+  // The engine finished the trajectory with `output_len` tokens: a last assistant turn cut by
+  // the length limit (never reported as ended) counts as a turn, as verl counts it.
+  void trajectory_done(int64_t request, int32_t sample, int64_t output_len);
 
   const TrajectoryInfo& info(int64_t request, int32_t sample) const {
     return infos_[static_cast<size_t>(request * n_ + sample)];

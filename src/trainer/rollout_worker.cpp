@@ -479,6 +479,7 @@ void RolloutWorker::generate(const std::vector<data::Sample>& samples, int64_t f
       traj[b].loss_mask.assign(static_cast<size_t>(len), 1.0f);  // every token is the model's own
       traj[b].segments = {Segment{0, len, true}};
     } else {
+      agent_->trajectory_done(c.request, c.sample, len);
       // Multi-turn: tool turns are context, not trained on (loss mask 0), one segment a turn.
       traj[b].loss_mask.assign(c.generated.begin(), c.generated.end());
       traj[b].segments.clear();

@@ -180,6 +180,13 @@ TEST(ToolAgent, TurnLimitsAndSingleTurnRowsEndTrajectories) {
   EXPECT_TRUE(ks[0].end);
   EXPECT_EQ(loop.info(0, 0).num_turns(), 4);
   EXPECT_EQ(loop.info(1, 0).num_turns(), 2);  // verl's single-turn loop reports 2
+  loop.trajectory_done(0, 0, static_cast<int64_t>(out.size()));  // ended where it was reported
+  EXPECT_EQ(loop.info(0, 0).num_turns(), 4);
+  // A turn cut by the length limit is never reported as ended; it still counts.
+  loop.begin({AgentPrompt{}}, 1);
+  loop.trajectory_done(0, 0, 17);
+  EXPECT_EQ(loop.info(0, 0).assistant_turns, 1);
+  EXPECT_EQ(loop.info(0, 0).num_turns(), 2);
 }
 
 // Emits each sequence's scripted turns token by token (no model): sequence i of the batch reads

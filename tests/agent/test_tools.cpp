@@ -98,7 +98,8 @@ TEST(Tools, Calculator) {
 }
 
 TEST(ToolConfig, VerlsGsm8kToolConfigLoadsAndPythonClassesAreRefused) {
-  const Toolbox box = Toolbox::load(kFixtures + "verl_scripts/gsm8k_tool_config.yaml");
+  const Toolbox box =
+      Toolbox::load(kFixtures + "verl_scripts/multiturn/config/tool_config/gsm8k_tool_config.yaml");
   ASSERT_EQ(box.tools().size(), 1u);
   EXPECT_EQ(box.tools()[0]->name(), "calc_gsm8k_reward");
   EXPECT_NE(dynamic_cast<Gsm8kTool*>(box.find("calc_gsm8k_reward")), nullptr);
