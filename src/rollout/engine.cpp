@@ -163,6 +163,7 @@ std::vector<Completion> Engine::generate(const std::vector<Request>& requests,
   stats_.prompt_tokens_without_sharing = st.prompt_tokens_without_sharing();
   stats_.output_tokens = 0;
   for (const auto& c : out) stats_.output_tokens += static_cast<int64_t>(c.tokens.size());
+  stats_.output_tokens -= st.appended_tokens;  // sampled tokens only (tool turns are appended)
   stats_.preemptions = st.num_preemptions;
   stats_.appended_tokens = st.appended_tokens;
   stats_.kv_reused_tokens = st.kv_reused_tokens;
