@@ -179,6 +179,8 @@ const ScheduledBatch& Scheduler::schedule() {
         n = static_cast<int32_t>(fit);
         continue;
       }
+      // Paused samples (waiting for their tools) give their KV up before a running one does.
+      if (evict_paused()) continue;
       Sequence* victim = running_.back();
       preempt(victim);
       preempted = true;

@@ -206,5 +206,57 @@ TEST(MultiTurn, TrajectoryDoesNotDependOnItsBatch) {
   }
 }
 
+// Continuations one a poll (tools finishing at different times), so samples stay paused while
+// others run.
+class OneAtATime final : public TurnHandler {
+ public:
+  void turn_ended(int64_t request, int32_t sample, std::span<const int32_t>) override {
+    int32_t& t = turns_[{request, sample}];
+    Continuation k{request, sample, {}, t >= 2};
+    if (!k.end)
+      for (int32_t i = 0; i < 6; ++i) k.append.push_back((5 * i + t + 3) % 50);
+    ++t;
+    ready_.push_back(std::move(k));
+  }
+  void poll(std::vector<Continuation>& out, bool wait) override {
+    EXPECT_TRUE(!wait || !ready_.empty());
+    if (ready_.empty()) return;
+    out.push_back(std::move(ready_.front()));
+    ready_.erase(ready_.begin());
+  }
+
+ private:
+  std::map<std::pair<int64_t, int32_t>, int32_t> turns_;
+  std::vector<Continuation> ready_;
+};
+
+TEST(MultiTurn, PausedSamplesUnderMemoryPressureReplayExactly) {
+  model::Weights w = model::Weights::load(kGolden + "qwen2");
+  std::vector<Request> reqs = requests(w.config.vocab_size);
+  for (Request& r : reqs) r.params.max_tokens = 60;
+  auto run = [&](int32_t blocks, int64_t* preemptions) {
+    EngineConfig cfg = config();
+    cfg.scheduler.num_blocks = blocks;
+    Engine engine(w, cfg);
+    OneAtATime turns;
+    GenerateHooks hooks;
+    hooks.turns = &turns;
+    std::vector<Completion> out = engine.generate(reqs, hooks);
+    *preemptions = engine.stats().preemptions;
+    return out;
+  };
+  int64_t roomy = 0, tight = 0;
+  const std::vector<Completion> a = run(512, &roomy);
+  const std::vector<Completion> b = run(24, &tight);  // 96 tokens: one trajectory at a time
+  EXPECT_EQ(roomy, 0);
+  EXPECT_GT(tight, 0);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].tokens, b[i].tokens) << i;
+    EXPECT_EQ(a[i].logprobs, b[i].logprobs) << i;
+    EXPECT_EQ(a[i].generated, b[i].generated) << i;
+  }
+}
+
 }  // namespace
 }  // namespace verl::rollout
