@@ -279,6 +279,7 @@ void RolloutWorker::add_agent_metrics(metrics::Metrics& m) {
   m.set("tool_calls/count", static_cast<double>(calls));
   m.set("tool_calls/errors", static_cast<double>(errors));
   m.set("tool_calls/per_trajectory", static_cast<double>(calls) * per);
+  agent_totals_ = AgentTotals{};
 }
 
 void RolloutWorker::add_layout_metrics(metrics::Metrics& m) const {
@@ -499,9 +500,10 @@ void RolloutWorker::generate(const std::vector<data::Sample>& samples, int64_t f
     engine.generate(reqs, hooks);
   }
   exp.runner_stats = engine.runner_stats();
-  if (agent_) {
+  // The step's totals add up over its generate() calls (DAPO's dynamic sampling makes several)
+  // until add_agent_metrics reports them; validation's are not the step's.
+  if (agent_ && !validation) {
     AgentTotals& t = agent_totals_;
-    t = AgentTotals{};
     for (size_t i = 0; i < samples.size(); ++i)
       for (int32_t j = 0; j < static_cast<int32_t>(n); ++j) {
         const agent::TrajectoryInfo& info = agent_->info(static_cast<int64_t>(i), j);
@@ -512,9 +514,15 @@ void RolloutWorker::generate(const std::vector<data::Sample>& samples, int64_t f
         t.tool_reward += info.tool_reward;
         ++t.trajectories;
       }
-    t.tools = agent_->tool_stats();
-    t.appended = engine.stats().appended_tokens;
-    t.kv_reused = engine.stats().kv_reused_tokens;
+    for (const auto& [name, st] : agent_->tool_stats()) {
+      agent::ToolStats& into = t.tools[name];
+      into.calls += st.calls;
+      into.errors += st.errors;
+      into.seconds += st.seconds;
+      into.max_seconds = std::max(into.max_seconds, st.max_seconds);
+    }
+    t.appended += engine.stats().appended_tokens;
+    t.kv_reused += engine.stats().kv_reused_tokens;
   }
   // Device memory with the rollout's KV cache still held (the gen phase's peak), then the cache is
   // given back before the log-prob and update phases.

@@ -113,9 +113,9 @@ class RolloutWorker {
   int64_t data_parallel() const { return dp_; }
   // parallel/rollout_tp and parallel/dp.
   void add_layout_metrics(metrics::Metrics& m) const;
-  // Multi-turn (rollout.multi_turn.enable): the last generate()'s num_turns/{min,max,mean}, tool
-  // calls, errors and latency per tool, and the prefill KV reuse saved; summed over the ranks (a
-  // collective: every rank calls it). Nothing when multi-turn is off.
+  // Multi-turn (rollout.multi_turn.enable): the training generate() calls' num_turns/{min,max,
+  // mean}, tool calls, errors and latency per tool, and the prefill KV reuse saved since the last
+  // call, over every rank (a collective: every rank calls it). Nothing when multi-turn is off.
   void add_agent_metrics(metrics::Metrics& m);
   bool multi_turn() const { return agent_ != nullptr; }
 
@@ -139,7 +139,7 @@ class RolloutWorker {
     double tool_reward = 0;
     std::map<std::string, agent::ToolStats> tools;
   };
-  AgentTotals agent_totals_;  // the last generate()'s
+  AgentTotals agent_totals_;  // since the last add_agent_metrics()
 };
 
 }  // namespace verl::trainer
