@@ -208,6 +208,11 @@ void RLDataset::add_row(const nlohmann::ordered_json& row, const std::string& fi
   } else {
     r.extra_info = nlohmann::json::object();
   }
+  // verl's agent_name column (the agent loop of the row: single_turn_agent, tool_agent).
+  if (auto an = row.find("agent_name"); an != row.end() && !an->is_null()) {
+    VERL_CHECK(an->is_string(), "{}: 'agent_name' must be a string, got {}", at, type_of(*an));
+    r.agent_name = an->get<std::string>();
+  }
   rows_.push_back(std::move(r));
 }
 
@@ -358,6 +363,7 @@ Sample RLDataset::get(int64_t i) const {
   }
   s.reward_model = r.reward_model;
   s.extra_info = r.extra_info;
+  s.agent_name = r.agent_name;
   return s;
 }
 

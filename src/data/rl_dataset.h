@@ -67,6 +67,7 @@ struct Sample {
   nlohmann::json ground_truth_json;  // reward_model.ground_truth as written
   nlohmann::json reward_model;       // the whole reward_model object (style, ground_truth, ...)
   nlohmann::json extra_info;         // {} when the row has none
+  std::string agent_name;            // the row's agent loop ("" when it names none)
 };
 
 struct DatasetStats {
@@ -109,6 +110,7 @@ class RLDataset {
     nlohmann::ordered_json messages;
     std::string data_source, ability;
     nlohmann::json reward_model, ground_truth, extra_info;
+    std::string agent_name;
   };
   RLDataset(const tokenizer::Tokenizer& tok, const DatasetOptions& opts)
       : tok_(&tok), opts_(opts) {}

@@ -72,6 +72,7 @@ std::vector<Completion> Engine::generate(const std::vector<Request>& requests,
       // A sample's randomness is named by (request seed, sample index) alone, not by where the
       // request sits in this call, so a rollout replays whatever else is batched with it.
       seqs.back()->set_rng_stream(static_cast<uint64_t>(i));
+      seqs.back()->pause_on_stop = hooks.turns != nullptr;
       group.push_back(seqs.back().get());
     }
     sched.add_group(group);
@@ -85,7 +86,37 @@ std::vector<Completion> Engine::generate(const std::vector<Request>& requests,
     c.tokens.assign(s->output_tokens().begin(), s->output_tokens().end());
     c.logprobs.assign(s->output_logprobs().begin(), s->output_logprobs().end());
     c.finish_reason = s->finish_reason;
+    if (hooks.turns) c.generated.assign(s->output_generated().begin(), s->output_generated().end());
     if (hooks.on_finish) hooks.on_finish(c);
+  };
+  // Multi-turn: the agent loop's continuations of paused samples, appended (or ended) between
+  // steps. A continuation that would pass max_tokens or max_model_len ends the trajectory.
+  std::vector<Continuation> ready;
+  auto take_continuations = [&](bool wait) {
+    ready.clear();
+    hooks.turns->poll(ready, wait);
+    for (const Continuation& k : ready) {
+      VERL_CHECK(k.request >= 0 && k.request < static_cast<int64_t>(requests.size()) &&
+                     k.sample >= 0 && k.sample < requests[k.request].n,
+                 "agent loop continued request {} sample {}, which this generate() does not hold",
+                 k.request, k.sample);
+      Sequence* s = seqs[first_of[k.request] + k.sample].get();
+      VERL_CHECK(s->status == SequenceStatus::Paused,
+                 "agent loop continued request {} sample {}, which is {}, not paused", k.request,
+                 k.sample, to_string(s->status));
+      const int64_t after = s->num_output_tokens() + static_cast<int64_t>(k.append.size());
+      const bool fits =
+          after < s->params().max_tokens &&
+          s->num_tokens() + static_cast<int64_t>(k.append.size()) < sched_cfg_.max_model_len;
+      for (int32_t t : k.append)
+        VERL_CHECK(t >= 0 && t < vocab_, "agent loop appended token {} outside [0, {})", t, vocab_);
+      if (k.end || k.append.empty() || !fits) {
+        sched.finish(s, k.end || k.append.empty() ? FinishReason::Stop : FinishReason::Length);
+        complete(s);
+      } else {
+        sched.resume(s, k.append);
+      }
+    }
   };
 
   std::vector<int32_t> tokens;
@@ -97,6 +128,10 @@ std::vector<Completion> Engine::generate(const std::vector<Request>& requests,
     ~EndGenerate() { r->end_generate(); }
   } end_generate{runner_};
   while (sched.has_unfinished()) {
+    if (hooks.turns && sched.num_paused() > 0) {
+      take_continuations(/*wait=*/!sched.has_runnable());
+      if (!sched.has_runnable()) continue;
+    }
     const ScheduledBatch& batch = sched.schedule();
     VERL_CHECK(!batch.empty(), "rollout scheduler made no progress with {} sequences waiting",
                sched.num_waiting());
@@ -111,6 +146,8 @@ std::vector<Completion> Engine::generate(const std::vector<Request>& requests,
       }
     }
     for (Sequence* s : sched.postprocess(batch, tokens, logprobs)) complete(s);
+    for (Sequence* s : sched.turn_ended())
+      hooks.turns->turn_ended(s->group_id(), s->index_in_group(), s->output_tokens());
     if (hooks.stop) {
       for (Sequence* s : batch.sample_seqs) {
         if (s->status == SequenceStatus::Running && hooks.stop(s->group_id(), s->output_tokens())) {
@@ -126,7 +163,10 @@ std::vector<Completion> Engine::generate(const std::vector<Request>& requests,
   stats_.prompt_tokens_without_sharing = st.prompt_tokens_without_sharing();
   stats_.output_tokens = 0;
   for (const auto& c : out) stats_.output_tokens += static_cast<int64_t>(c.tokens.size());
+  stats_.output_tokens -= st.appended_tokens;  // sampled tokens only (tool turns are appended)
   stats_.preemptions = st.num_preemptions;
+  stats_.appended_tokens = st.appended_tokens;
+  stats_.kv_reused_tokens = st.kv_reused_tokens;
   stats_.seconds = timer.seconds();
   return out;
 }

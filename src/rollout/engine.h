@@ -40,6 +40,33 @@ struct Completion {
   std::vector<int32_t> tokens;  // generated tokens (stop token included when it ended the sample)
   std::vector<float> logprobs;  // log-prob of each generated token at the sampling temperature
   FinishReason finish_reason = FinishReason::None;
+  // Multi-turn: 1 on tokens the model sampled, 0 on appended ones (tool turns; their log-prob
+  // is 0). Empty when the engine ran without a TurnHandler (every token is the model's).
+  std::vector<uint8_t> generated;
+};
+
+// What an agent loop hands back for a paused sample: tokens to append before it continues, or
+// the end of its trajectory.
+struct Continuation {
+  int64_t request = 0;
+  int32_t sample = 0;
+  std::vector<int32_t> append;  // rendered tool/user turn plus the next generation prompt
+  bool end = false;             // finish the sample (finish reason "stop") instead
+};
+
+// The agent loop's side of a multi-turn generate(). Every sample pauses at its stop tokens
+// instead of finishing; its KV cache stays while the handler works (tools run on the handler's
+// threads while the engine keeps decoding the other samples), and the continuation's tokens are
+// prefilled onto the cached prefix: no re-prefill of the context.
+class TurnHandler {
+ public:
+  virtual ~TurnHandler() = default;
+  // On the engine's thread, the moment a sample's turn ends at a stop token; `output`: all its
+  // output tokens so far (the turn's last token included). The handler answers later, by poll().
+  virtual void turn_ended(int64_t request, int32_t sample, std::span<const int32_t> output) = 0;
+  // Appends the continuations ready now to `out`; with `wait`, nothing else can run, so it
+  // blocks until at least one is ready.
+  virtual void poll(std::vector<Continuation>& out, bool wait) = 0;
 };
 
 // Optional callbacks of generate().
@@ -51,11 +78,16 @@ struct GenerateHooks {
   // Stop strings: called with a sample's generated tokens after each new token; returning true
   // ends the sample there with finish reason StopString.
   std::function<bool(int64_t request, std::span<const int32_t> output)> stop;
+  // Multi-turn rollouts (the agent loop); null: single-turn.
+  TurnHandler* turns = nullptr;
 };
 
 struct EngineStats {
   int64_t steps = 0, prompt_tokens_computed = 0, prompt_tokens_without_sharing = 0;
   int64_t output_tokens = 0, preemptions = 0;
+  // Multi-turn: tokens appended to paused samples (prefilled onto their cached prefix), and the
+  // cached prefix those prefills did not recompute (the prefill KV reuse saved).
+  int64_t appended_tokens = 0, kv_reused_tokens = 0;
   double seconds = 0;
 };
 

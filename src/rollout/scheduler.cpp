@@ -179,6 +179,8 @@ const ScheduledBatch& Scheduler::schedule() {
         n = static_cast<int32_t>(fit);
         continue;
       }
+      // Paused samples (waiting for their tools) give their KV up before a running one does.
+      if (evict_paused()) continue;
       Sequence* victim = running_.back();
       preempt(victim);
       preempted = true;
@@ -206,7 +208,9 @@ const ScheduledBatch& Scheduler::schedule() {
     const int32_t watermark = alone ? 0 : watermark_blocks_;
     // No shrinking to the memory left here (unlike running sequences): a chunk admitted into a
     // nearly full pool would soon be preempted again.
-    if (!blocks_.can_allocate(*head, n, watermark)) break;
+    if (!blocks_.can_allocate(*head, n, watermark) &&
+        !(alone && evict_paused() && blocks_.can_allocate(*head, n, 0)))
+      break;
     waiting_.pop_front();
     head->status = SequenceStatus::Running;
     running_.push_back(head);
@@ -269,6 +273,37 @@ void Scheduler::build_metadata() {
   }
 }
 
+bool Scheduler::evict_paused() {
+  bool freed = false;
+  for (Sequence* p : paused_) {
+    if (p->block_table.empty()) continue;
+    ++stats_.num_preemptions;
+    stats_.preempted_tokens += p->num_computed_tokens;
+    ++p->num_preemptions;
+    blocks_.free(*p);
+    freed = true;
+  }
+  return freed;
+}
+
+void Scheduler::resume(Sequence* seq, std::span<const int32_t> tokens) {
+  VERL_CHECK(!awaiting_postprocess_,
+             "scheduler: resume() of sequence {} while a step awaits postprocess()", seq->id());
+  VERL_CHECK(seq->status == SequenceStatus::Paused,
+             "scheduler: resume() of sequence {}, which is {}, not paused", seq->id(),
+             to_string(seq->status));
+  VERL_CHECK(seq->num_tokens() + static_cast<int64_t>(tokens.size()) < config_.max_model_len,
+             "scheduler: resuming sequence {} with {} tokens would pass max_model_len {}",
+             seq->id(), tokens.size(), config_.max_model_len);
+  std::erase(paused_, seq);
+  stats_.appended_tokens += static_cast<int64_t>(tokens.size());
+  stats_.kv_reused_tokens += seq->num_computed_tokens;
+  seq->append_context(tokens);
+  seq->status = SequenceStatus::Waiting;
+  // First in line: its prefix is cached, and a trajectory mid-way should finish before new ones.
+  waiting_.push_front(seq);
+}
+
 void Scheduler::finish(Sequence* seq, FinishReason reason) {
   VERL_CHECK(!awaiting_postprocess_,
              "scheduler: finish() of sequence {} while a step awaits postprocess()", seq->id());
@@ -284,6 +319,8 @@ void Scheduler::finish(Sequence* seq, FinishReason reason) {
   }
   if (seq->status == SequenceStatus::Running) {
     std::erase(running_, seq);
+  } else if (seq->status == SequenceStatus::Paused) {
+    std::erase(paused_, seq);
   } else if (auto w = std::find(waiting_.begin(), waiting_.end(), seq); w != waiting_.end()) {
     waiting_.erase(w);
   } else {
@@ -324,6 +361,7 @@ const std::vector<Sequence*>& Scheduler::postprocess(const ScheduledBatch& batch
              tokens.size());
   awaiting_postprocess_ = false;
   finished_.clear();
+  turn_ended_.clear();
   for (const ScheduledItem& it : batch.items) it.seq->num_computed_tokens += it.num_new_tokens;
   for (size_t s = 0; s < tokens.size(); ++s) {
     Sequence* seq = batch.sample_seqs[s];
@@ -339,16 +377,21 @@ const std::vector<Sequence*>& Scheduler::postprocess(const ScheduledBatch& batch
                    ? FinishReason::Stop
                    : FinishReason::Length;
     }
-    if (reason != FinishReason::None) {
+    if (reason == FinishReason::Stop && seq->pause_on_stop && p.is_stop_token(tok)) {
+      seq->status = SequenceStatus::Paused;  // its KV stays for the next turn
+      turn_ended_.push_back(seq);
+      paused_.push_back(seq);
+    } else if (reason != FinishReason::None) {
       seq->status = SequenceStatus::Finished;
       seq->finish_reason = reason;
       blocks_.free(*seq);
       finished_.push_back(seq);
     }
   }
-  if (!finished_.empty()) {
-    std::erase_if(running_,
-                  [](const Sequence* s) { return s->status == SequenceStatus::Finished; });
+  if (!finished_.empty() || !turn_ended_.empty()) {
+    std::erase_if(running_, [](const Sequence* s) {
+      return s->status == SequenceStatus::Finished || s->status == SequenceStatus::Paused;
+    });
   }
   return finished_;
 }

@@ -80,6 +80,10 @@ struct SchedulerStats {
   int64_t num_block_copies = 0;
   int64_t num_preemptions = 0;
   int64_t preempted_tokens = 0;  // computed KV thrown away by preemption (computed again later)
+  // Multi-turn: tokens appended to paused sequences, and the KV they kept (the prefix a
+  // re-prefill of the whole context would have computed again).
+  int64_t appended_tokens = 0;
+  int64_t kv_reused_tokens = 0;
   int64_t prompt_tokens_without_sharing() const {
     return prompt_tokens_computed + prompt_tokens_shared;
   }
@@ -108,7 +112,18 @@ class Scheduler {
   // sets the reason, and drops it from the queues. Call between postprocess() and schedule().
   void finish(Sequence* seq, FinishReason reason);
 
-  bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+  // Multi-turn. postprocess() pauses a sequence with pause_on_stop at a stop token instead of
+  // finishing it (its blocks stay); turn_ended() lists those paused this step. resume() appends
+  // `tokens` (a tool response) and queues it: the next prefill computes only the new tokens (and
+  // the stop token whose KV a decode would have written). finish() ends a paused one. Call both
+  // between postprocess() and schedule().
+  const std::vector<Sequence*>& turn_ended() const { return turn_ended_; }
+  void resume(Sequence* seq, std::span<const int32_t> tokens);
+
+  bool has_unfinished() const { return !waiting_.empty() || !running_.empty() || !paused_.empty(); }
+  // Something can run now (not only paused sequences waiting for their tools).
+  bool has_runnable() const { return !waiting_.empty() || !running_.empty(); }
+  size_t num_paused() const { return paused_.size(); }
   size_t num_waiting() const;  // sequences not running (group members not yet forked included)
   size_t num_running() const { return running_.size(); }
   const SchedulerConfig& config() const { return config_; }
@@ -121,6 +136,8 @@ class Scheduler {
   void schedule_item(Sequence* seq, int32_t n);
   void preempt(Sequence* victim);
   void build_metadata();
+  // Frees the KV of paused sequences (they re-prefill when resumed) so a waiting head fits.
+  bool evict_paused();
   int32_t seats_taken() const;
 
   SchedulerConfig config_;
@@ -136,6 +153,8 @@ class Scheduler {
   ScheduledBatch batch_;
   bool awaiting_postprocess_ = false;  // a planned step must be postprocessed before the next
   std::vector<Sequence*> finished_;
+  std::vector<Sequence*> turn_ended_;
+  std::vector<Sequence*> paused_;  // holding their blocks until resumed or finished
   SchedulerStats stats_;
 };
 

@@ -30,6 +30,8 @@ std::string_view to_string(SequenceStatus s) {
       return "running";
     case SequenceStatus::Finished:
       return "finished";
+    case SequenceStatus::Paused:
+      return "paused";
   }
   return "unknown";
 }
@@ -66,11 +68,19 @@ Sequence::Sequence(int64_t id, std::vector<int32_t> prompt, SamplingParams param
   // Reserve the whole generation up front so appends in the decode loop never reallocate.
   tokens_.reserve(tokens_.size() + static_cast<size_t>(params_.max_tokens));
   if (params_.logprobs) logprobs_.reserve(static_cast<size_t>(params_.max_tokens));
+  generated_.reserve(static_cast<size_t>(params_.max_tokens));
 }
 
 void Sequence::append_token(int32_t token, float logprob) {
   tokens_.push_back(token);
   if (params_.logprobs) logprobs_.push_back(logprob);
+  generated_.push_back(1);
+}
+
+void Sequence::append_context(std::span<const int32_t> tokens) {
+  tokens_.insert(tokens_.end(), tokens.begin(), tokens.end());
+  if (params_.logprobs) logprobs_.insert(logprobs_.end(), tokens.size(), 0.0f);
+  generated_.insert(generated_.end(), tokens.size(), 0);
 }
 
 }  // namespace verl::rollout

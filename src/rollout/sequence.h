@@ -30,7 +30,8 @@ struct SamplingParams {
   bool is_stop_token(int32_t token) const;
 };
 
-enum class SequenceStatus : uint8_t { Waiting, Running, Finished };
+// Paused: a multi-turn sample whose turn ended; it keeps its KV blocks while its tool runs.
+enum class SequenceStatus : uint8_t { Waiting, Running, Finished, Paused };
 
 // Why a sequence finished. Stop strings are matched by the engine (it owns the tokenizer); it
 // sets StopString itself. New reasons go at the end so stored values stay meaningful.
@@ -65,6 +66,9 @@ class Sequence {
     return {tokens_.data() + num_prompt_, tokens_.size() - static_cast<size_t>(num_prompt_)};
   }
   std::span<const float> output_logprobs() const { return logprobs_; }
+  // 1 where the output token was sampled by the model, 0 where it was appended (a tool's or a
+  // user's turn in a multi-turn rollout); one entry per output token.
+  std::span<const uint8_t> output_generated() const { return generated_; }
   int64_t num_tokens() const { return static_cast<int64_t>(tokens_.size()); }
   int64_t num_prompt_tokens() const { return num_prompt_; }
   int64_t num_output_tokens() const { return num_tokens() - num_prompt_; }
@@ -72,6 +76,10 @@ class Sequence {
 
   // Appends a generated token (and its log-prob when params().logprobs).
   void append_token(int32_t token, float logprob);
+  // Appends tokens the model did not sample (a tool response rendered by the chat template): they
+  // join the output with log-prob 0 and generated 0, and their KV is computed by the next prefill
+  // chunk; the KV already computed stays (the agent loop's token-in/token-out).
+  void append_context(std::span<const int32_t> tokens);
 
   // --- State owned by the scheduler and block manager; read-only for everyone else. ---
   SequenceStatus status = SequenceStatus::Waiting;
@@ -81,6 +89,8 @@ class Sequence {
   // Tokens whose KV is already in the cache (positions [0, num_computed_tokens)).
   int64_t num_computed_tokens = 0;
   int32_t num_preemptions = 0;
+  // Multi-turn: a stop token pauses the sequence (status Paused, blocks kept) instead of ending it.
+  bool pause_on_stop = false;
 
  private:
   int64_t id_, group_id_;
@@ -90,6 +100,7 @@ class Sequence {
   std::vector<int32_t> tokens_;
   int64_t num_prompt_;
   std::vector<float> logprobs_;
+  std::vector<uint8_t> generated_;
 };
 
 }  // namespace verl::rollout

@@ -201,6 +201,32 @@ PpoConfig PpoConfig::read(const config::Config& cfg, int world, bool distributed
       r.length_dist.cap = cfg.get<std::optional<int64_t>>(k + "cap");
     }
   }
+  {
+    MultiTurnKeys& m = r.multi_turn;
+    const std::string k = rol + "multi_turn.";
+    m.enable = cfg.get<bool>(k + "enable");
+    const auto path = [](std::optional<std::string> p) {
+      return p ? std::optional<std::string>(data::expand_user(*p)) : std::nullopt;
+    };
+    m.tool_config_path = path(cfg.get<std::optional<std::string>>(k + "tool_config_path"));
+    m.prompt_tool_config_path = path(cfg.get<std::optional<std::string>>("data.tool_config_path"));
+    m.max_assistant_turns = cfg.get<std::optional<int64_t>>(k + "max_assistant_turns").value_or(0);
+    m.max_user_turns = cfg.get<std::optional<int64_t>>(k + "max_user_turns").value_or(0);
+    m.max_parallel_calls = cfg.get<int64_t>(k + "max_parallel_calls");
+    m.max_tool_response_length = cfg.get<int64_t>(k + "max_tool_response_length");
+    m.tool_response_truncate_side = cfg.get<std::string>(k + "tool_response_truncate_side");
+    m.format = cfg.get<std::string>(k + "format");
+    m.num_workers = cfg.get<int64_t>(rol + "agent.num_workers");
+    // Left at its default, rows naming no agent loop run the tool agent when multi-turn is on
+    // with tools (what verl's multi-turn GSM8K example meant: its rows name none).
+    const std::string dal = rol + "agent.default_agent_loop";
+    m.default_tool_agent = cfg.get<std::string>(dal) == "tool_agent" ||
+                           (cfg.origin(dal) == "defaults" && m.enable && m.tool_config_path);
+    VERL_CHECK(!m.enable || m.tool_config_path || !m.default_tool_agent,
+               "{}enable with agent.default_agent_loop=tool_agent needs {}tool_config_path (the "
+               "tools to offer)",
+               k, k);
+  }
   r.numerics = numerics_from_flags(cfg.get<bool>(rol + "batch_invariant"),
                                    cfg.get<bool>(rol + "match_trainer_numerics"));
   {

@@ -98,8 +98,21 @@ struct LengthDistKeys {
   std::optional<int64_t> cap;
 };
 
+// actor_rollout_ref.rollout.multi_turn.* and agent.* (the tool agent loop, docs/agent.md).
+struct MultiTurnKeys {
+  bool enable = false;
+  std::optional<std::string> tool_config_path;         // user-expanded
+  std::optional<std::string> prompt_tool_config_path;  // data.tool_config_path (the prompt's tools)
+  int64_t max_assistant_turns = 0, max_user_turns = 0;  // 0: no limit (null)
+  int64_t max_parallel_calls = 1, max_tool_response_length = 256;
+  std::string tool_response_truncate_side = "middle", format = "hermes";
+  int64_t num_workers = 8;
+  bool default_tool_agent = false;  // agent.default_agent_loop == tool_agent
+};
+
 struct RolloutKeys {
   SamplingKeys train, val;
+  MultiTurnKeys multi_turn;
   int64_t response_length = 0, prompt_length = 0;
   std::optional<int64_t> max_model_len;  // null: prompt_length + response_length
   bool ignore_eos = false;

@@ -52,6 +52,9 @@ PpoTrainer::PpoTrainer(const config::Config& cfg)
   const bool rule_rewards = !cfg_.reward.command;
   auto dataset_options = [&](bool validation) {
     data::DatasetOptions o = data::DatasetOptions::from_config(cfg_.raw, validation);
+    // verl's dataset renders the prompts with the tools of data.tool_config_path.
+    if (const auto& mt = cfg_.rollout.multi_turn; mt.enable && mt.prompt_tool_config_path)
+      o.chat_template_kwargs["tools"] = agent::Toolbox::load(*mt.prompt_tool_config_path).schemas();
     if (rule_rewards)
       o.check_reward_inputs = [](const std::string& ds, const nlohmann::json& gt) {
         reward::check_reward_inputs(ds, gt);
@@ -107,7 +110,7 @@ PpoTrainer::PpoTrainer(const config::Config& cfg)
         db.communication_sensitivity);
   }
   rollout_ = std::make_unique<RolloutWorker>(cfg_, device_, *actor_, critic_.get(), *reward_,
-                                             memory_, std::move(eos_ids), *comm_);
+                                             memory_, std::move(eos_ids), *comm_, tok_.get());
   if (cfg_.algorithm.filter_groups.enable)
     dynamic_sampling_ = std::make_unique<DynamicSampling>(cfg_, *rollout_);
   if (cfg_.trainer.one_step_off_policy)
@@ -197,6 +200,7 @@ bool PpoTrainer::reward(const data::Batch& batch, Experience& exp, metrics::Stag
                      generation_rows(*tok_, exp), *comm_);
   add_rollout_metrics(exp, tok_->vocab_size(), *comm_, m);
   rollout_->add_layout_metrics(m);
+  rollout_->add_agent_metrics(m);
   // verl's _balance_batch: the ranks swap rows so each holds a similar workload for the passes
   // and updates that follow (one rank has nothing to balance).
   if (comm_->world_size() > 1 && cfg_.trainer.balance_batch) {

@@ -2,7 +2,10 @@
 // completions streamed to the reward scorer and the token pipeline, then the step's rows.
 #include "trainer/rollout_worker.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <optional>
 #include <utility>
@@ -11,6 +14,7 @@
 #include "core/fault.h"
 #include "core/log.h"
 #include "core/rng.h"
+#include "data/rl_dataset.h"
 #include "rollout/engine.h"
 #include "rollout/kv_sizing.h"
 
@@ -180,7 +184,8 @@ std::vector<float> TokenPipeline::matrix(const std::vector<std::vector<float>>& 
 
 RolloutWorker::RolloutWorker(const PpoConfig& cfg, Device device, ActorWorker& actor,
                              CriticWorker* critic, RewardManager& reward, MemoryRecorder& memory,
-                             std::vector<int32_t> eos_ids, dist::Communicator& comm)
+                             std::vector<int32_t> eos_ids, dist::Communicator& comm,
+                             const tokenizer::Tokenizer* tok)
     : cfg_(cfg),
       device_(device),
       actor_(actor),
@@ -188,7 +193,8 @@ RolloutWorker::RolloutWorker(const PpoConfig& cfg, Device device, ActorWorker& a
       reward_(reward),
       memory_(memory),
       eos_ids_(std::move(eos_ids)),
-      tp_(cfg.rollout.tensor_parallel) {
+      tp_(cfg.rollout.tensor_parallel),
+      comm_(&comm) {
   std::string note = cfg.rollout.tensor_parallel_note;
   if (tp_ > 1 && device_ == Device::Cuda) {
     note = fmt::format(
@@ -205,6 +211,75 @@ RolloutWorker::RolloutWorker(const PpoConfig& cfg, Device device, ActorWorker& a
   if (comm.rank() == 0)
     log::info("rollout layout: tensor parallel {} x data parallel {} over {} rank(s){}", tp_, dp_,
               comm.world_size(), note.empty() ? "" : " (" + note + ")");
+  if (const MultiTurnKeys& mt = cfg.rollout.multi_turn; mt.enable) {
+    const std::string k = "actor_rollout_ref.rollout.multi_turn.";
+    VERL_CHECK(tok != nullptr, "{}enable: the rollout needs the tokenizer to read tool calls", k);
+    VERL_CHECK(tp_ == 1,
+               "{}enable with rollout.tensor_model_parallel_size={}: multi-turn rollouts run "
+               "with tensor parallel size 1",
+               k, tp_);
+    agent::check_tool_format(mt.format);
+    tools_ = std::make_unique<agent::Toolbox>(
+        mt.tool_config_path ? agent::Toolbox::load(*mt.tool_config_path) : agent::Toolbox());
+    agent::MultiTurnConfig ac;
+    ac.max_assistant_turns = mt.max_assistant_turns;
+    ac.max_user_turns = mt.max_user_turns;
+    ac.max_parallel_calls = mt.max_parallel_calls;
+    ac.max_tool_response_length = mt.max_tool_response_length;
+    ac.tool_response_truncate_side = mt.tool_response_truncate_side;
+    ac.num_workers = mt.num_workers;
+    agent_ = std::make_unique<agent::ToolAgentLoop>(
+        *tools_, *tok, ac, data::DatasetOptions::from_config(cfg.raw).chat_template_kwargs);
+    if (comm.rank() == 0)
+      log::info("multi-turn rollouts: {} tool(s) ({}), rows without agent_name run {}",
+                tools_->tools().size(), fmt::join(tools_->names(), ", "),
+                mt.default_tool_agent ? "tool_agent" : "single_turn_agent");
+  }
+}
+
+RolloutWorker::~RolloutWorker() = default;
+
+void RolloutWorker::add_agent_metrics(metrics::Metrics& m) {
+  if (!agent_) return;
+  dist::Communicator& c = *comm_;
+  const AgentTotals& t = agent_totals_;
+  // Every collective runs on every rank, in this order (a rank may have no trajectories).
+  const int64_t n = c.sum(t.trajectories);
+  const int64_t lo = -c.max(t.trajectories ? -t.turns_min : INT64_MIN + 1);
+  const int64_t hi = c.max(t.trajectories ? t.turns_max : 0);
+  const double turns = static_cast<double>(c.sum(t.turns_sum));
+  const double reward = c.sum(t.tool_reward);
+  const double per = n > 0 ? 1.0 / static_cast<double>(n) : 0.0;
+  m.set("num_turns/min", n > 0 ? static_cast<double>(lo) : 0.0);
+  m.set("num_turns/max", static_cast<double>(hi));
+  m.set("num_turns/mean", turns * per);
+  m.set("rollout/appended_tokens", static_cast<double>(c.sum(t.appended)));
+  m.set("rollout/prefill_tokens_saved", static_cast<double>(c.sum(t.kv_reused)));
+  m.set("tool_calls/reward_mean", reward * per);
+  // Every rank reports the same names (the tools, then calls that named none of them).
+  std::vector<std::string> names = tools_->names();
+  names.push_back("<invalid>");
+  int64_t calls = 0, errors = 0;
+  for (const std::string& name : names) {
+    const auto it = t.tools.find(name);
+    const agent::ToolStats s = it == t.tools.end() ? agent::ToolStats{} : it->second;
+    const int64_t nc = c.sum(s.calls), ne = c.sum(s.errors);
+    const double secs = c.sum(s.seconds);
+    const std::string key = name == "<invalid>" ? "tool_calls/invalid" : "tool_calls/" + name;
+    const int64_t max_us = c.max(static_cast<int64_t>(s.max_seconds * 1e6));
+    m.set(key + "/count", static_cast<double>(nc));
+    m.set(key + "/errors", static_cast<double>(ne));
+    if (name != "<invalid>") {
+      m.set(key + "/latency_mean_s", nc ? secs / static_cast<double>(nc) : 0.0);
+      m.set(key + "/latency_max_s", static_cast<double>(max_us) * 1e-6);
+    }
+    calls += nc;
+    errors += ne;
+  }
+  m.set("tool_calls/count", static_cast<double>(calls));
+  m.set("tool_calls/errors", static_cast<double>(errors));
+  m.set("tool_calls/per_trajectory", static_cast<double>(calls) * per);
+  agent_totals_ = AgentTotals{};
 }
 
 void RolloutWorker::add_layout_metrics(metrics::Metrics& m) const {
@@ -372,6 +447,24 @@ void RolloutWorker::generate(const std::vector<data::Sample>& samples, int64_t f
                                                actor_.temperature());
   }
   rollout::GenerateHooks hooks;
+  if (agent_) {
+    // Each prompt's agent loop (its agent_name, else agent.default_agent_loop) and tool kwargs.
+    std::vector<agent::AgentPrompt> prompts(samples.size());
+    for (size_t i = 0; i < samples.size(); ++i) {
+      const data::Sample& s = samples[i];
+      const std::string& name = s.agent_name;
+      VERL_CHECK(name.empty() || name == "tool_agent" || name == "single_turn_agent",
+                 "{}:{}: agent_name '{}' is not an agent loop verl.cpp runs (tool_agent, "
+                 "single_turn_agent)",
+                 s.file, s.line, name);
+      prompts[i].tool_agent =
+          name.empty() ? rk.multi_turn.default_tool_agent : name == "tool_agent";
+      if (s.extra_info.is_object() && s.extra_info.contains("tools_kwargs"))
+        prompts[i].tools_kwargs = s.extra_info["tools_kwargs"];
+    }
+    agent_->begin(std::move(prompts), static_cast<int32_t>(n));
+    hooks.turns = agent_.get();
+  }
   hooks.on_finish = [&](const rollout::Completion& c) {
     fault_point("gen", step);  // tests make generation fail while rewards are scored
     const int64_t i = c.request - mine;
@@ -383,8 +476,21 @@ void RolloutWorker::generate(const std::vector<data::Sample>& samples, int64_t f
     exp.finish_reason[b] = std::string(rollout::to_string(c.finish_reason));
     const int64_t len = static_cast<int64_t>(c.tokens.size());
     traj[b].logprobs = c.logprobs;
-    traj[b].loss_mask.assign(static_cast<size_t>(len), 1.0f);  // every token is the model's own
-    traj[b].segments = {Segment{0, len, true}};
+    if (c.generated.empty()) {
+      traj[b].loss_mask.assign(static_cast<size_t>(len), 1.0f);  // every token is the model's own
+      traj[b].segments = {Segment{0, len, true}};
+    } else {
+      agent_->trajectory_done(c.request, c.sample, len);
+      // Multi-turn: tool turns are context, not trained on (loss mask 0), one segment a turn.
+      traj[b].loss_mask.assign(c.generated.begin(), c.generated.end());
+      traj[b].segments.clear();
+      for (int64_t j = 0; j < len; ++j) {
+        const bool g = c.generated[static_cast<size_t>(j)] != 0;
+        if (traj[b].segments.empty() || traj[b].segments.back().generated != g)
+          traj[b].segments.push_back(Segment{j, j, g});
+        traj[b].segments.back().end = j + 1;
+      }
+    }
     if (scorer)
       scorer->push(b);  // the observers read the row after this, through their queues' locks
     if (piper) piper->push(b);
@@ -394,6 +500,30 @@ void RolloutWorker::generate(const std::vector<data::Sample>& samples, int64_t f
     engine.generate(reqs, hooks);
   }
   exp.runner_stats = engine.runner_stats();
+  // The step's totals add up over its generate() calls (DAPO's dynamic sampling makes several)
+  // until add_agent_metrics reports them; validation's are not the step's.
+  if (agent_ && !validation) {
+    AgentTotals& t = agent_totals_;
+    for (size_t i = 0; i < samples.size(); ++i)
+      for (int32_t j = 0; j < static_cast<int32_t>(n); ++j) {
+        const agent::TrajectoryInfo& info = agent_->info(static_cast<int64_t>(i), j);
+        const int64_t turns = info.num_turns();
+        t.turns_min = t.trajectories ? std::min(t.turns_min, turns) : turns;
+        t.turns_max = std::max(t.turns_max, turns);
+        t.turns_sum += turns;
+        t.tool_reward += info.tool_reward;
+        ++t.trajectories;
+      }
+    for (const auto& [name, st] : agent_->tool_stats()) {
+      agent::ToolStats& into = t.tools[name];
+      into.calls += st.calls;
+      into.errors += st.errors;
+      into.seconds += st.seconds;
+      into.max_seconds = std::max(into.max_seconds, st.max_seconds);
+    }
+    t.appended += engine.stats().appended_tokens;
+    t.kv_reused += engine.stats().kv_reused_tokens;
+  }
   // Device memory with the rollout's KV cache still held (the gen phase's peak), then the cache is
   // given back before the log-prob and update phases.
   memory_.end_of_gen();

@@ -6,10 +6,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <vector>
 
+#include "agent/tool_agent.h"
 #include "data/rl_dataset.h"
 #include "dist/communicator.h"
 #include "metrics/metrics.h"
@@ -20,6 +22,10 @@
 #include "trainer/ppo_config.h"
 #include "trainer/reward_manager.h"
 #include "trainer/step_metrics.h"
+
+namespace verl::tokenizer {
+class Tokenizer;
+}
 
 namespace verl::trainer {
 
@@ -89,7 +95,8 @@ class RolloutWorker {
   // a slice of the model (model/tp.h), and each keeps its own prompts' rows.
   RolloutWorker(const PpoConfig& cfg, Device device, ActorWorker& actor, CriticWorker* critic,
                 RewardManager& reward, MemoryRecorder& memory, std::vector<int32_t> eos_ids,
-                dist::Communicator& comm);
+                dist::Communicator& comm, const tokenizer::Tokenizer* tok = nullptr);
+  ~RolloutWorker();
 
   // Samples the prompts' responses (rollout.n each; validation: val_kwargs; greedy: one greedy
   // response per prompt) and scores them. `first_index`: the global index of samples[0] in the
@@ -106,6 +113,11 @@ class RolloutWorker {
   int64_t data_parallel() const { return dp_; }
   // parallel/rollout_tp and parallel/dp.
   void add_layout_metrics(metrics::Metrics& m) const;
+  // Multi-turn (rollout.multi_turn.enable): the training generate() calls' num_turns/{min,max,
+  // mean}, tool calls, errors and latency per tool, and the prefill KV reuse saved since the last
+  // call, over every rank (a collective: every rank calls it). Nothing when multi-turn is off.
+  void add_agent_metrics(metrics::Metrics& m);
+  bool multi_turn() const { return agent_ != nullptr; }
 
  private:
   const PpoConfig& cfg_;
@@ -117,6 +129,17 @@ class RolloutWorker {
   std::vector<int32_t> eos_ids_;
   int64_t tp_ = 1, dp_ = 1;
   std::unique_ptr<dist::Communicator> tp_comm_;  // this rank's generation group (tp_ > 1)
+  dist::Communicator* comm_;
+  // Multi-turn: the tools and the agent loop the engine hands finished turns to.
+  std::unique_ptr<agent::Toolbox> tools_;
+  std::unique_ptr<agent::ToolAgentLoop> agent_;
+  struct AgentTotals {
+    int64_t trajectories = 0, turns_min = 0, turns_max = 0, turns_sum = 0;
+    int64_t appended = 0, kv_reused = 0;
+    double tool_reward = 0;
+    std::map<std::string, agent::ToolStats> tools;
+  };
+  AgentTotals agent_totals_;  // since the last add_agent_metrics()
 };
 
 }  // namespace verl::trainer

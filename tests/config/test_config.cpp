@@ -107,8 +107,9 @@ TEST(ConfigSchema, EveryKeyDocumentedAndTyped) {
   EXPECT_TRUE(s->at("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu").nullable);
   EXPECT_TRUE(s->at("trainer.actor_reward_parallel").ours);
   EXPECT_FALSE(s->at("trainer.total_epochs").ours);
-  EXPECT_EQ(s->at("actor_rollout_ref.rollout.multi_turn.enable").support,
-            Support::Unsupported);                                               // inherited
+  EXPECT_EQ(s->at("actor_rollout_ref.rollout.agent.custom_async_server.path").support,
+            Support::Unsupported);  // inherited
+  EXPECT_EQ(s->at("actor_rollout_ref.rollout.multi_turn.enable").support, Support::Supported);
   EXPECT_EQ(s->at("actor_rollout_ref.rollout.mode").support, Support::Ignored);  // own mark wins
   EXPECT_EQ(s->at("actor_rollout_ref.actor.profiler.enable").support,
             Support::Ignored);  // profiling: warned
@@ -382,9 +383,13 @@ TEST(ConfigErrors, UnsupportedVerlKeysRejectedByName) {
              "actor_rollout_ref.model.lora_rank is a verl key that verl.cpp does not support yet");
   EXPECT_HAS(m, "default (0), got 8");
   // Inherited from an unsupported section.
-  m = test::expected_error_of(
-      [] { load({}, "actor_rollout_ref:\n  rollout:\n    multi_turn:\n      enable: true\n"); });
-  EXPECT_HAS(m, "user.yaml:4: actor_rollout_ref.rollout.multi_turn.enable is a verl key");
+  m = test::expected_error_of([] {
+    load({},
+         "actor_rollout_ref:\n  rollout:\n    agent:\n      custom_async_server:\n        "
+         "path: x.py\n");
+  });
+  EXPECT_HAS(m,
+             "user.yaml:5: actor_rollout_ref.rollout.agent.custom_async_server.path is a verl key");
   // Set to the default, an unsupported key is fine (full verl configs list every key).
   Config c = load({"actor_rollout_ref.model.lora_rank=0",
                    "actor_rollout_ref.actor.ulysses_sequence_parallel_size=1"});
