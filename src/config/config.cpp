@@ -197,10 +197,19 @@ class Loader {
   size_t index(const KeySpec& k) const { return static_cast<size_t>(&k - schema_->keys().data()); }
 
   void merge_map(const YAML::Node& map, const std::string& prefix, const OriginFn& origin_of) {
+    // YAML forbids a key twice in one mapping, yet yaml-cpp keeps both: the second would win
+    // unseen (a pasted block overriding an earlier one), so it is a problem naming both places.
+    std::map<std::string, std::string> seen;
     for (const auto& kv : map) {
       const std::string key = kv.first.Scalar();
       const std::string path = prefix.empty() ? key : prefix + "." + key;
       const std::string origin = origin_of(kv.first);
+      if (auto [it, fresh] = seen.emplace(key, origin); !fresh) {
+        problems_.push_back(
+            fmt::format("{}: {} appears twice in one mapping (first at {}); keep one", origin, path,
+                        it->second));
+        continue;
+      }
       if (key == "_target_") continue;  // a Python class name in verl's dataclass configs
       if (prefix.empty() && (key == "defaults" || key == "hydra")) {
         log::warn("{}: ignoring the top-level '{}' key (Hydra composition is not used by verl.cpp)",
