@@ -526,6 +526,26 @@ void emit(YAML::Emitter& out, const Json& v) {
 
 }  // namespace
 
+bool is_location_key(const std::string& path) {
+  const std::string name = path.substr(path.rfind('.') + 1);
+  auto ends = [&](std::string_view tail) {
+    return name.size() >= tail.size() &&
+           name.compare(name.size() - tail.size(), tail.size(), tail.data(), tail.size()) == 0;
+  };
+  return name == "path" || name == "tokenizer" || name == "input_tokenizer" || ends("_path") ||
+         ends("_dir") || ends("_file") || ends("_files");
+}
+
+std::vector<std::pair<std::string, std::string>> Config::rank_comparable_values() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  const auto& keys = schema_->keys();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!keys[i].is_leaf() || is_location_key(keys[i].path)) continue;
+    out.emplace_back(keys[i].path, values_[i].dump());
+  }
+  return out;
+}
+
 Json Config::to_json() const {
   Json root = Json::object();
   for (const auto& top : schema_->top_level()) root[top] = raw_value(top);

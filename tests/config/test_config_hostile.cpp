@@ -76,5 +76,25 @@ TEST(ConfigHostile, IntegersPast64BitsAndNearestChoice) {
   EXPECT_HAS(m, "did you mean 'grpo'?");
 }
 
+// What the ranks of a job compare at start (dist/agreement.h): every value, less the keys naming
+// files and directories, which may differ per node; reading them marks nothing as read.
+TEST(ConfigHostile, RankComparableValuesLeaveOutLocations) {
+  Config c = load({"actor_rollout_ref.actor.optim.lr=2e-6", "trainer.default_local_dir=/x"});
+  c.clear_reads();
+  const auto items = c.rank_comparable_values();
+  auto find = [&](const std::string& key) -> std::string {
+    for (const auto& [k, v] : items)
+      if (k == key) return v;
+    return "(absent)";
+  };
+  EXPECT_EQ(find("actor_rollout_ref.actor.optim.lr"), "2e-06");
+  EXPECT_EQ(find("data.seed"), "null");
+  EXPECT_EQ(find("trainer.default_local_dir"), "(absent)");
+  EXPECT_EQ(find("actor_rollout_ref.model.path"), "(absent)");
+  EXPECT_EQ(find("data.train_files"), "(absent)");
+  EXPECT_EQ(find("data.tokenizer"), "(absent)");
+  EXPECT_TRUE(c.read_keys().empty());
+}
+
 }  // namespace
 }  // namespace verl::config

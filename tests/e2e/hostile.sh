@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Hostile input, third round (issue 41), end to end on the demo model: strangers on MASTER_PORT
+# while a 2-rank TCP job starts (an HTTP client and a silent connection at rank 0; an echo service
+# where rank 1 expects rank 0), ranks started with different configurations (mpirun's MPMD `:`
+# gives rank 1 its own lr), a rank whose trainer.default_local_dir is another directory (the
+# checkpoint is not published), NaN where a number must be finite, model-writing commands over an
+# existing directory, and the messages of the poor-message list.
+# Usage: hostile.sh VERL_BINARY REPO_ROOT WORK_DIR
+set -uo pipefail
+verl=$1 root=$2 work=$3
+rm -rf "$work" && mkdir -p "$work"
+# shellcheck source=tests/e2e/lib.sh
+. "$root/tests/e2e/lib.sh"
+common=("${demo_dp[@]}" trainer.total_training_steps=1 trainer.test_freq=-1)
+demo="$root/assets/demo/model"
+# has FILE TEXT: FILE holds TEXT (fixed string).
+has() { grep -qF -- "$2" "$1"; }
+
+# --- 1. The TCP bootstrap with strangers on MASTER_PORT -----------------------------------------
+# Rank 0 starts; an HTTP client asks it for /health and is refused (named in rank 0's log); a
+# silent connection stays open; then rank 1 joins and the job trains its step.
+port=$((20000 + $$ % 20000))
+tcp_rank() {
+  RANK=$1 WORLD_SIZE=2 LOCAL_RANK=$1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
+    timeout 300 "$verl" train "$root/configs/demo.yaml" "${common[@]}" trainer.n_gpus_per_node=2 \
+    trainer.default_local_dir="$work/tcp" trainer.save_freq=-1 > "$work/tcp.$1.log" 2>&1
+}
+tcp_rank 0 &
+pid0=$!
+python3 - "$port" "$work/strangers.ready" > "$work/strangers.log" 2>&1 <<'PY' &
+import socket, sys, time
+port = int(sys.argv[1])
+def connect():
+    for _ in range(600):
+        try:
+            return socket.create_connection(("127.0.0.1", port))
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit("rank 0 never listened")
+http = connect()
+http.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+http.settimeout(30)
+print("http client closed by rank 0:", http.recv(100) == b"")
+silent = connect()
+open(sys.argv[2], "w").close()  # rank 1 may come now
+silent.settimeout(120)
+print("silent connection closed by rank 0:", silent.recv(100) == b"")
+PY
+spid=$!
+for _ in $(seq 1200); do [ -e "$work/strangers.ready" ] && break; sleep 0.05; done  # strangers first
+tcp_rank 1
+rc1=$?
+wait $pid0
+rc0=$?
+wait $spid
+check "TCP job with strangers on MASTER_PORT trains (rc $rc0 $rc1)" test "$rc0$rc1" = 00
+check "rank 0 names the HTTP client it refused" has "$work/tcp.0.log" "it is not a verl rank (it sent 'GET /health HTTP/1.1"
+check "the strangers are closed, not served" has "$work/strangers.log" "silent connection closed by rank 0: True"
+check "the step was trained" test -s "$work/tcp/metrics.jsonl"
+
+# Rank 1 whose MASTER_PORT is an echo service: named, not read as collective sizes.
+python3 - "$work/echo.port" > /dev/null 2>&1 <<'PY' &
+import socket, sys
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(1)
+open(sys.argv[1], "w").write(str(s.getsockname()[1]))
+c, _ = s.accept()
+c.settimeout(30)
+while True:
+    b = c.recv(4096)
+    if not b:
+        break
+    c.sendall(b)
+PY
+epid=$!
+for _ in $(seq 100); do [ -s "$work/echo.port" ] && break; sleep 0.05; done
+RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$(cat "$work/echo.port") OMP_NUM_THREADS=1 timeout 120 \
+  "$verl" train "$root/configs/demo.yaml" "${common[@]}" trainer.n_gpus_per_node=2 \
+  trainer.default_local_dir="$work/echo" > "$work/echo.log" 2>&1
+check "a rank at an echo service exits 1" test $? -eq 1
+check "the echo service is named" has "$work/echo.log" "is not rank 0 of a verl job: it sent this rank's own hello back (an echo service?)"
+kill "$epid" 2> /dev/null
+wait "$epid" 2> /dev/null
+
+# --- 2. Ranks that run different configurations -------------------------------------------------
+# mpirun's MPMD form gives rank 1 its own arguments: here another learning rate. mpmd LOG DIR0
+# DIR1 [rank 1's overrides]: both ranks also take the overrides in the array `both`.
+both=()
+mpmd() {
+  local log=$1 dir0=$2 dir1=$3
+  shift 3
+  timeout 300 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 \
+    -np 1 "$verl" train "$root/configs/demo.yaml" "${common[@]}" trainer.n_gpus_per_node=2 \
+    trainer.default_local_dir="$dir0" "${both[@]}" : \
+    -np 1 "$verl" train "$root/configs/demo.yaml" "${common[@]}" trainer.n_gpus_per_node=2 \
+    trainer.default_local_dir="$dir1" "${both[@]}" "$@" > "$log" 2>&1
+}
+mpmd "$work/lr.log" "$work/lr" "$work/lr" actor_rollout_ref.actor.optim.lr=2e-4
+check "a rank with another lr stops the job" test $? -ne 0
+check "the differing key is named with each rank's value" has "$work/lr.log" \
+  "actor_rollout_ref.actor.optim.lr: 0.0001 on rank 0, 0.0002 on rank 1"
+check "nothing was trained" test ! -e "$work/lr/metrics.jsonl"
+mpmd "$work/n.log" "$work/n" "$work/n" actor_rollout_ref.rollout.n=2 data.seed=5
+check "another rollout.n and data.seed: both named" bash -c "grep -qF 'actor_rollout_ref.rollout.n: 4 on rank 0, 2 on rank 1' '$work/n.log' && grep -qF 'data.seed: null on rank 0, 5 on rank 1' '$work/n.log'"
+
+# --- 3. A rank whose trainer.default_local_dir is another directory -----------------------------
+# ZeRO-1: each rank writes its own optimizer shard. Rank 1's lands in its own directory, so rank 0
+# must not publish global_step_1 (nor move the tracker) without it.
+both=(actor_rollout_ref.actor.zero_stage=1 trainer.save_freq=1)
+mpmd "$work/ckpt.log" "$work/ckpt0" "$work/ckpt1"
+check "a checkpoint missing a rank's shard stops the job" test $? -ne 0
+check "the rank, its directory and the file are named" has "$work/ckpt.log" \
+  "checkpoint step 1 not published: rank 1 wrote actor/optim_world_size_2_rank_1.safetensors into $work/ckpt1/.tmp_global_step_1"
+check "no checkpoint published" test ! -e "$work/ckpt0/global_step_1"
+check "no tracker written" test ! -e "$work/ckpt0/latest_checkpointed_iteration.txt"
+
+# --- 4. NaN where a number must be finite --------------------------------------------------------
+"$verl" train "$root/configs/demo.yaml" "${common[@]}" trainer.default_local_dir="$work/nan" \
+  actor_rollout_ref.actor.optim.lr=.nan > "$work/nan.log" 2>&1
+check "lr=.nan exits 1" test $? -eq 1
+check "lr=.nan is named" has "$work/nan.log" "actor_rollout_ref.actor.optim.lr = .nan is not a finite number"
+check "lr=.nan trains nothing" test ! -e "$work/nan/metrics.jsonl"
+
+echo "hostile: $pass passed, $fail failed"
+[ "$fail" = 0 ]
