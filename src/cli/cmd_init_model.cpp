@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "cli/command.h"
+#include "cli/output_dir.h"
 #include "core/error.h"
 #include "core/file.h"
 #include "core/log.h"
@@ -23,6 +24,7 @@ struct Opts {
   std::string config, tokenizer, out;
   uint64_t seed = 0;
   float std = 0.02f;
+  bool overwrite = false;
 };
 
 int run(const Opts& o) {
@@ -40,9 +42,11 @@ int run(const Opts& o) {
                "vocab_size to at least {}",
                o.config, w.config.vocab_size, tokens, o.tokenizer, tokens);
   }
+  OutputDir out(o.out, o.overwrite);
   w.init_random(o.seed, o.std);
-  w.save(o.out);
-  if (!o.tokenizer.empty()) model::copy_tokenizer_files(o.tokenizer, o.out);
+  w.save(out.staging());
+  if (!o.tokenizer.empty()) model::copy_tokenizer_files(o.tokenizer, out.staging());
+  out.commit();
   log::info("wrote {} ({} parameters, seed {})", o.out, w.layout.total, o.seed);
   return 0;
 }
@@ -56,6 +60,7 @@ Command reg("init-model", "Create an HF model directory with random weights from
               app.add_option("--out", o->out, "output directory")->required();
               app.add_option("--seed", o->seed);
               app.add_option("--std", o->std, "std of the normal init of matrices");
+              add_overwrite_flag(app, o->overwrite);
               return [o] { return run(*o); };
             });
 

@@ -122,5 +122,27 @@ check "lr=.nan exits 1" test $? -eq 1
 check "lr=.nan is named" has "$work/nan.log" "actor_rollout_ref.actor.optim.lr = .nan is not a finite number"
 check "lr=.nan trains nothing" test ! -e "$work/nan/metrics.jsonl"
 
+# --- 5. Model-writing commands over an existing directory ----------------------------------------
+"$verl" init-model --config "$demo/config.json" --tokenizer "$demo" --out "$work/m" --seed 1 > /dev/null 2>&1
+check "init-model writes a new directory" test -s "$work/m/model.safetensors"
+sum=$(md5sum < "$work/m/model.safetensors")
+"$verl" init-model --config "$demo/config.json" --out "$work/m" --seed 2 > /dev/null 2> "$work/ow.err"
+check "init-model over a model exits 1" test $? -eq 1
+check "init-model names the target and --overwrite" has "$work/ow.err" \
+  "--out $work/m is not empty (it holds config.json, model.safetensors, tokenizer.json, tokenizer_config.json): pass --overwrite"
+check "the model is untouched" test "$(md5sum < "$work/m/model.safetensors")" = "$sum"
+"$verl" init-model --config "$demo/config.json" --out "$work/m" --seed 2 --overwrite > /dev/null 2>&1
+check "--overwrite replaces it" test "$(md5sum < "$work/m/model.safetensors")" != "$sum"
+check "--overwrite leaves no stale tokenizer files" test ! -e "$work/m/tokenizer.json"
+check "no staging directory is left" bash -c "! ls -a '$work' | grep -q '^\.m\.'"
+"$verl" convert --model "$demo" --out "$work/m" > /dev/null 2> "$work/cv.err"
+check "convert over a model exits 1 naming it" has "$work/cv.err" "--out $work/m is not empty"
+mkdir -p "$work/empty"
+"$verl" convert --model "$demo" --out "$work/empty" > /dev/null 2>&1
+check "convert into an empty directory writes it" test -s "$work/empty/model.safetensors"
+mkdir -p "$work/ck/actor" && cp -r "$demo" "$work/ck/actor/huggingface"
+"$verl" export "$work/ck" "$work/empty" > /dev/null 2> "$work/ex.err"
+check "export over a model exits 1 naming it" has "$work/ex.err" "the output directory $work/empty is not empty"
+
 echo "hostile: $pass passed, $fail failed"
 [ "$fail" = 0 ]
