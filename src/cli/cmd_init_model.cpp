@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <new>
+#include <optional>
 #include <sstream>
 
 #include "cli/command.h"
@@ -30,8 +32,20 @@ struct Opts {
 int run(const Opts& o) {
   VERL_CHECK(std::isfinite(o.std) && o.std >= 0, "--std must be a finite number >= 0, got {}",
              o.std);
-  model::Weights w = model::Weights::from_config(
-      model::parse_model_config(read_file(o.config, "--config"), o.config));
+  const model::ModelConfig mc =
+      model::parse_model_config(read_file(o.config, "--config"), o.config);
+  std::optional<model::Weights> built;
+  try {
+    built.emplace(model::Weights::from_config(mc));
+  } catch (const std::bad_alloc&) {
+    // Not the KV-cache budget main() suspects: the model itself is too large for this machine.
+    VERL_FAIL(
+        "--config {}: a model of hidden_size {}, intermediate_size {}, {} layers and "
+        "vocab_size {} does not fit in this machine's memory (fp32 weights); check those "
+        "fields",
+        o.config, mc.hidden_size, mc.intermediate_size, mc.num_hidden_layers, mc.vocab_size);
+  }
+  model::Weights& w = *built;
   if (!o.tokenizer.empty()) {
     // A token without an embedding row could never be encoded nor sampled; more rows than tokens
     // (a padded embedding) are fine.

@@ -4,7 +4,10 @@
 # where rank 1 expects rank 0), ranks started with different configurations (mpirun's MPMD `:`
 # gives rank 1 its own lr), a rank whose trainer.default_local_dir is another directory (the
 # checkpoint is not published), NaN where a number must be finite, model-writing commands over an
-# existing directory, and the messages of the poor-message list.
+# existing directory, and the messages of the poor-message list (an unknown subcommand, `verl
+# train` without a config, RANK without WORLD_SIZE, MASTER_PORT=abc or 0, a duplicated YAML key,
+# grpoo, a 20-digit integer, doctor on a directory and on a reward model whose tokenizer outgrows
+# it, an init-model config too large for the machine).
 # Usage: hostile.sh VERL_BINARY REPO_ROOT WORK_DIR
 set -uo pipefail
 verl=$1 root=$2 work=$3
@@ -143,6 +146,55 @@ check "convert into an empty directory writes it" test -s "$work/empty/model.saf
 mkdir -p "$work/ck/actor" && cp -r "$demo" "$work/ck/actor/huggingface"
 "$verl" export "$work/ck" "$work/empty" > /dev/null 2> "$work/ex.err"
 check "export over a model exits 1 naming it" has "$work/ex.err" "the output directory $work/empty is not empty"
+
+# --- 6. Messages that used to mislead or say nothing ---------------------------------------------
+# err NAME TEXT COMMAND...: COMMAND exits 1 and its output holds TEXT.
+err() {
+  local name=$1 text=$2
+  shift 2
+  "$@" > "$work/msg.txt" 2>&1
+  local rc=$?
+  check "$name exits 1 (rc $rc)" test "$rc" -eq 1
+  check "$name: '$text'" has "$work/msg.txt" "$text"
+}
+err "an unknown subcommand" "'trian' is not a verl subcommand (did you mean 'train'?)" "$verl" trian
+err "verl train without a config" "no config file given, and actor_rollout_ref.model.path is verl's placeholder default" \
+  "$verl" train trainer.total_epochs=1
+err "RANK without WORLD_SIZE" "RANK=0 is set but WORLD_SIZE is not" env RANK=0 "$verl" train "$root/configs/demo.yaml" "${common[@]}"
+err "MASTER_PORT=abc" "MASTER_PORT='abc' is not a TCP port: a number in 1..65535" \
+  env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=abc "$verl" train "$root/configs/demo.yaml" "${common[@]}"
+err "MASTER_PORT=0" "MASTER_PORT='0' is not a TCP port" \
+  env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=0 "$verl" train "$root/configs/demo.yaml" "${common[@]}"
+printf 'trainer:\n  total_epochs: 2\n  total_epochs: 3\n' > "$work/dup.yaml"
+err "a key twice in a YAML file" "dup.yaml:3: trainer.total_epochs appears twice in one mapping (first at $work/dup.yaml:2)" \
+  "$verl" config "$work/dup.yaml"
+err "adv_estimator=grpoo" "did you mean 'grpo'?" "$verl" config algorithm.adv_estimator=grpoo
+err "a 20-digit integer" "data.seed = 12345678901234567890 is an integer too large for 64 bits" \
+  "$verl" config data.seed=12345678901234567890
+(cd "$root" && "$verl" doctor --config configs/demo.yaml data.train_files="[$root/assets/demo]") > "$work/doc_dir.txt" 2>&1
+check "doctor calls a directory a directory" has "$work/doc_dir.txt" "$root/assets/demo: a directory, not a data file"
+# A reward model whose tokenizer has more ids than its embedding rows: doctor FAILs naming both.
+python3 - "$demo/config.json" "$work/rm_small.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c.update(architectures=["Qwen2ForSequenceClassification"], num_labels=1, vocab_size=64)
+json.dump(c, open(sys.argv[2], "w"))
+PY
+"$verl" init-model --config "$work/rm_small.json" --out "$work/rm_small" > /dev/null 2>&1
+cp "$demo"/tokenizer*.json "$work/rm_small/"
+(cd "$root" && "$verl" doctor --config configs/demo.yaml reward_model.enable=true reward_model.model.path="$work/rm_small") > "$work/doc_rm.txt" 2>&1
+check "doctor FAILs a reward model whose tokenizer outgrows it" grep -qE \
+  "^FAIL  reward_model.model.input_tokenizer .*rm_small/tokenizer.json has [0-9]+ token ids, but the reward model's config.json vocab_size is 64" "$work/doc_rm.txt"
+# A model too large for the machine is named as such, not as a KV-cache budget (a 4 GB address
+# space makes the allocation fail at once).
+python3 - "$demo/config.json" "$work/huge.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c.update(hidden_size=65536, intermediate_size=262144, num_hidden_layers=512, num_attention_heads=512, num_key_value_heads=512)
+json.dump(c, open(sys.argv[2], "w"))
+PY
+err "an oversized init-model config" "does not fit in this machine's memory (fp32 weights)" \
+  bash -c 'ulimit -v 4000000; exec "$0" init-model --config "$1" --out "$2"' "$verl" "$work/huge.json" "$work/huge"
 
 echo "hostile: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -34,6 +34,8 @@ constexpr int64_t kLongRun = 20;  // steps: past this, per-step checkpoints and 
 std::optional<int64_t> count_rows(const std::string& given) {
   const std::string path = data::expand_user(given);
   std::error_code ec;
+  VERL_CHECK(!fs::is_directory(path, ec),
+             "{}: a directory, not a data file (list its .parquet / .jsonl / .json files)", path);
   VERL_CHECK(fs::is_regular_file(path, ec), "{}: no such file", path);
   if (path.ends_with(".parquet")) return data::ParquetFile::open(path).num_rows();
   if (!path.ends_with(".jsonl")) return std::nullopt;
@@ -433,6 +435,18 @@ void check_reward_input(Report& r, const config::Config& cfg) {
     return;
   }
   try {
+    // A token id past the reward model's embedding rows fails only after the first rollout.
+    const int64_t ids = tokenizer::Tokenizer::load(rm.string()).vocab_size();
+    const int64_t rows = model::load_model_config(rm.string()).vocab_size;
+    if (ids > rows) {
+      r.fail(key,
+             fmt::format("{}/tokenizer.json has {} token ids, but the reward model's config.json "
+                         "vocab_size is {}: ids past it have no embedding row",
+                         rm.string(), ids, rows),
+             "give the reward model the tokenizer it was trained with, or a config.json whose "
+             "vocab_size covers the tokenizer");
+      return;
+    }
     const bool same_vocab = read_file((rm / "tokenizer.json").string(), "reward model tokenizer") ==
                             read_file((policy / "tokenizer.json").string(), "policy tokenizer");
     const auto template_of = [](const std::filesystem::path& dir) {
