@@ -173,6 +173,9 @@ err "a 20-digit integer" "data.seed = 12345678901234567890 is an integer too lar
   "$verl" config data.seed=12345678901234567890
 (cd "$root" && "$verl" doctor --config configs/demo.yaml data.train_files="[$root/assets/demo]") > "$work/doc_dir.txt" 2>&1
 check "doctor calls a directory a directory" has "$work/doc_dir.txt" "$root/assets/demo: a directory, not a data file"
+(cd "$root" && "$verl" doctor --config configs/demo.yaml data.max_response_length=200) > "$work/doc_len.txt" 2>&1
+check "doctor warns of lengths past max_position_embeddings" grep -qE \
+  "^WARN  data.max_response_length .*= 232 tokens; the model's max_position_embeddings is 128" "$work/doc_len.txt"
 # A reward model whose tokenizer has more ids than its embedding rows: doctor FAILs naming both.
 python3 - "$demo/config.json" "$work/rm_small.json" <<'PY'
 import json, sys

@@ -215,6 +215,28 @@ std::optional<model::ModelConfig> check_model(Report& r, const config::Config& c
   }
 }
 
+// data.max_prompt_length + data.max_response_length against the model's max_position_embeddings:
+// past it the rollout generates on at positions the model never saw, without a word.
+void check_sequence_length(Report& r, const config::Config& cfg,
+                           const std::optional<model::ModelConfig>& mc) {
+  if (!mc || mc->max_position_embeddings <= 0) return;
+  const std::string key = "data.max_response_length";
+  const int64_t prompt = cfg.get<int64_t>("data.max_prompt_length"),
+                response = cfg.get<int64_t>(key), total = prompt + response;
+  const std::string found = fmt::format(
+      "data.max_prompt_length {} + {} {} = {} tokens; the model's "
+      "max_position_embeddings is {}",
+      prompt, key, response, total, mc->max_position_embeddings);
+  if (total > mc->max_position_embeddings) {
+    r.warn(key, found + ": positions past it are outside what the model was trained on",
+           fmt::format("keep the two at most {} tokens together, or use a model with a longer "
+                       "context",
+                       mc->max_position_embeddings));
+  } else {
+    r.pass(key, found);
+  }
+}
+
 // Whether the run trains on the GPU: trainer.device, resolved as core/device.h does.
 bool check_device(Report& r, const config::Config& cfg, const Machine& m) {
   const std::string key = "trainer.device";
@@ -645,6 +667,7 @@ void check_config(Report& r, const config::Config& cfg, const std::string& sourc
   const bool on_cuda = check_device(r, cfg, m);
   int64_t params = 0;
   const auto mc = check_model(r, cfg, &params);
+  check_sequence_length(r, cfg, mc);
   const DataFiles train =
       check_files(r, "data.train_files", cfg.get<std::vector<std::string>>("data.train_files"));
   if (auto val = cfg.get<std::optional<std::vector<std::string>>>("data.val_files"))
