@@ -28,7 +28,7 @@ int run(const Opts& o) {
   config::LoadOptions lo;
   lo.defaults_path =
       (fs::path(config::default_config_path()).parent_path() / "sft_trainer.yaml").string();
-  config::Config cfg = config::load_config(path, overrides, lo);
+  config::Config cfg = load_run_config(path, overrides, lo);
   std::string final_dir;
   try {
     final_dir = trainer::run_sft(cfg);

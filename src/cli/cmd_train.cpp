@@ -20,7 +20,7 @@ int run(const Opts& o) {
   auto [positional, overrides] = split_config_args(o.args);
   const std::string path =
       resolve_config_file(positional, o.hydra, {"ppo_trainer", "_generated_ppo_trainer"});
-  config::Config cfg = config::load_config(path, overrides);
+  config::Config cfg = load_run_config(path, overrides);
   // verl's defaults name a model nobody has (~/models/deepseek-llm-7b-chat): without a config or a
   // model override that is the first thing to fail, so say what is missing instead.
   VERL_CHECK(

@@ -99,8 +99,11 @@ mpmd() {
     -np 1 "$verl" train "$root/configs/demo.yaml" "${common[@]}" trainer.n_gpus_per_node=2 \
     trainer.default_local_dir="$dir1" "${both[@]}" "$@" > "$log" 2>&1
 }
+both=(trainer.logger=[jsonl,wandb])  # a config warning, printed by rank 0 alone
 mpmd "$work/lr.log" "$work/lr" "$work/lr" actor_rollout_ref.actor.optim.lr=2e-4
 check "a rank with another lr stops the job" test $? -ne 0
+check "a config warning is printed once, by rank 0" test "$(grep -c "entry 'wandb' is not available" "$work/lr.log")" = 1
+both=()
 check "the differing key is named with each rank's value" has "$work/lr.log" \
   "actor_rollout_ref.actor.optim.lr: 0.0001 on rank 0, 0.0002 on rank 1"
 check "nothing was trained" test ! -e "$work/lr/metrics.jsonl"
@@ -188,6 +191,10 @@ cp "$demo"/tokenizer*.json "$work/rm_small/"
 (cd "$root" && "$verl" doctor --config configs/demo.yaml reward_model.enable=true reward_model.model.path="$work/rm_small") > "$work/doc_rm.txt" 2>&1
 check "doctor FAILs a reward model whose tokenizer outgrows it" grep -qE \
   "^FAIL  reward_model.model.input_tokenizer .*rm_small/tokenizer.json has [0-9]+ token ids, but the reward model's config.json vocab_size is 64" "$work/doc_rm.txt"
+# The same for the policy: a tokenizer with more ids than the model's rows is named up front.
+(cd "$root" && "$verl" doctor --config configs/demo.yaml actor_rollout_ref.model.path="$work/rm_small") > "$work/doc_tok.txt" 2>&1
+check "doctor FAILs a policy whose tokenizer outgrows it" grep -qE \
+  "^FAIL  data.tokenizer .*rm_small: [0-9]+ token ids; the model's vocab_size is 64" "$work/doc_tok.txt"
 # A model too large for the machine is named as such, not as a KV-cache budget (a 4 GB address
 # space makes the allocation fail at once).
 python3 - "$demo/config.json" "$work/huge.json" <<'PY'

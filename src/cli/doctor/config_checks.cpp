@@ -215,6 +215,31 @@ std::optional<model::ModelConfig> check_model(Report& r, const config::Config& c
   }
 }
 
+// The policy's tokenizer (data.tokenizer, else the model's directory) against the model's
+// vocab_size: an id past the embedding rows fails mid-run as an out-of-range token.
+void check_tokenizer(Report& r, const config::Config& cfg,
+                     const std::optional<model::ModelConfig>& mc) {
+  if (!mc) return;
+  const std::string key = "data.tokenizer";
+  const auto set = cfg.get<std::optional<std::string>>(key);
+  const std::string dir =
+      data::expand_user(set ? *set : cfg.get<std::string>("actor_rollout_ref.model.path"));
+  try {
+    const int64_t ids = tokenizer::Tokenizer::load(dir).vocab_size();
+    const std::string found =
+        fmt::format("{}: {} token ids; the model's vocab_size is {}", dir, ids, mc->vocab_size);
+    if (ids > mc->vocab_size) {
+      r.fail(key, found + ": ids past it have no embedding row",
+             "use the tokenizer the model was trained with (data.tokenizer), or a model whose "
+             "config.json vocab_size covers it");
+    } else {
+      r.pass(key, found);
+    }
+  } catch (const std::exception& e) {
+    r.fail(key, message_of(e), "point data.tokenizer (or the model directory) at tokenizer.json");
+  }
+}
+
 // data.max_prompt_length + data.max_response_length against the model's max_position_embeddings:
 // past it the rollout generates on at positions the model never saw, without a word.
 void check_sequence_length(Report& r, const config::Config& cfg,
@@ -667,6 +692,7 @@ void check_config(Report& r, const config::Config& cfg, const std::string& sourc
   const bool on_cuda = check_device(r, cfg, m);
   int64_t params = 0;
   const auto mc = check_model(r, cfg, &params);
+  check_tokenizer(r, cfg, mc);
   check_sequence_length(r, cfg, mc);
   const DataFiles train =
       check_files(r, "data.train_files", cfg.get<std::vector<std::string>>("data.train_files"));
