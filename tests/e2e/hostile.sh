@@ -163,6 +163,8 @@ err() {
 err "an unknown subcommand" "'trian' is not a verl subcommand (did you mean 'train'?)" "$verl" trian
 err "verl train without a config" "no config file given, and actor_rollout_ref.model.path is verl's placeholder default" \
   "$verl" train trainer.total_epochs=1
+err "verl sft without a config" "no config file given, and model.partial_pretrain is the placeholder default" \
+  "$verl" sft trainer.total_epochs=1
 err "RANK without WORLD_SIZE" "RANK=0 is set but WORLD_SIZE is not" env RANK=0 "$verl" train "$root/configs/demo.yaml" "${common[@]}"
 err "MASTER_PORT=abc" "MASTER_PORT='abc' is not a TCP port: a number in 1..65535" \
   env RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=abc "$verl" train "$root/configs/demo.yaml" "${common[@]}"
