@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/output_dir.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "model/hf_files.h"
@@ -16,6 +17,7 @@ namespace {
 
 struct Opts {
   std::string model, lora, out, dtype = "float32";
+  bool overwrite = false;
 };
 
 int run(const Opts& o) {
@@ -23,10 +25,12 @@ int run(const Opts& o) {
   namespace fs = std::filesystem;
   VERL_CHECK(fs::weakly_canonical(o.out) != fs::weakly_canonical(o.model),
              "--out must differ from --model ({})", o.model);
+  OutputDir out(o.out, o.overwrite);
   model::Weights w = model::Weights::load(o.model);
   if (!o.lora.empty()) w = model::LoraWeights::load(o.lora, w.config).merged(w);
-  w.save(o.out, t);
-  model::copy_tokenizer_files(o.model, o.out);
+  w.save(out.staging(), t);
+  model::copy_tokenizer_files(o.model, out.staging());
+  out.commit();
   log::info("wrote {} ({} parameters, {})", o.out, w.layout.total, o.dtype);
   return 0;
 }
@@ -38,6 +42,7 @@ Command reg("convert", "Load an HF model directory and save it again (dtype, sha
               app.add_option("--out", o->out, "output directory")->required();
               app.add_option("--lora", o->lora, "PEFT LoRA adapter directory to merge in");
               app.add_option("--dtype", o->dtype, "float32 | bfloat16 | float16");
+              add_overwrite_flag(app, o->overwrite);
               return [o] { return run(*o); };
             });
 

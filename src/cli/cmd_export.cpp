@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/output_dir.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "model/hf_files.h"
@@ -16,6 +17,7 @@ namespace fs = std::filesystem;
 
 struct Opts {
   std::string ckpt, out, dtype = "float32";
+  bool overwrite = false;
 };
 
 int run(const Opts& o) {
@@ -27,9 +29,11 @@ int run(const Opts& o) {
       "{}: not a checkpoint (expected actor/huggingface/config.json, as under global_step_N)",
       o.ckpt);
   const DType t = model::parse_save_dtype(o.dtype);
+  OutputDir out(o.out, o.overwrite, "the output directory");
   model::Weights w = model::Weights::load(src.string());
-  w.save(o.out, t);
-  model::copy_tokenizer_files(src.string(), o.out);
+  w.save(out.staging(), t);
+  model::copy_tokenizer_files(src.string(), out.staging());
+  out.commit();
   log::info("exported {} to {}", src.string(), o.out);
   return 0;
 }
@@ -40,6 +44,7 @@ Command reg("export", "Write a checkpoint's actor as an HF model directory",
               app.add_option("ckpt", o->ckpt, "checkpoint directory (global_step_N)")->required();
               app.add_option("out", o->out, "output directory")->required();
               app.add_option("--dtype", o->dtype, "float32 | bfloat16 | float16");
+              add_overwrite_flag(app, o->overwrite);
               return [o] { return run(*o); };
             });
 

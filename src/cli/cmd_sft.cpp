@@ -28,7 +28,13 @@ int run(const Opts& o) {
   config::LoadOptions lo;
   lo.defaults_path =
       (fs::path(config::default_config_path()).parent_path() / "sft_trainer.yaml").string();
-  config::Config cfg = config::load_config(path, overrides, lo);
+  config::Config cfg = load_run_config(path, overrides, lo);
+  // As `verl train`: the default model is a placeholder; say so rather than fail on it.
+  VERL_CHECK(
+      !path.empty() || cfg.origin("model.partial_pretrain") != "defaults",
+      "verl sft: no config file given, and model.partial_pretrain is the placeholder "
+      "default {}; run `verl sft CONFIG.yaml [key=value ...]` or set the key (or model.path)",
+      cfg.get<std::string>("model.partial_pretrain"));
   std::string final_dir;
   try {
     final_dir = trainer::run_sft(cfg);

@@ -4,6 +4,7 @@
 #include "cli/command.h"
 #include "cli/io.h"
 #include "config/config.h"
+#include "core/error.h"
 #include "dist/mpi_communicator.h"
 #include "trainer/ppo_trainer.h"
 
@@ -19,7 +20,15 @@ int run(const Opts& o) {
   auto [positional, overrides] = split_config_args(o.args);
   const std::string path =
       resolve_config_file(positional, o.hydra, {"ppo_trainer", "_generated_ppo_trainer"});
-  config::Config cfg = config::load_config(path, overrides);
+  config::Config cfg = load_run_config(path, overrides);
+  // verl's defaults name a model nobody has (~/models/deepseek-llm-7b-chat): without a config or a
+  // model override that is the first thing to fail, so say what is missing instead.
+  VERL_CHECK(
+      !path.empty() || cfg.origin("actor_rollout_ref.model.path") != "defaults",
+      "verl train: no config file given, and actor_rollout_ref.model.path is verl's "
+      "placeholder default {}; run `verl train CONFIG.yaml [key=value ...]` (configs/demo.yaml "
+      "is a small one) or set the key",
+      cfg.get<std::string>("actor_rollout_ref.model.path"));
   try {
     trainer::PpoTrainer trainer(cfg);
     trainer.fit();

@@ -7,6 +7,8 @@
 #include "core/error.h"
 #include "core/file.h"
 #include "core/json_depth.h"
+#include "core/log.h"
+#include "dist/launch.h"
 
 namespace verl::cli {
 
@@ -151,6 +153,20 @@ std::string resolve_config_file(const std::string& positional, const HydraConfig
       "give the directory holding {}.yaml with --config-path, or the file as CONFIG",
       flags.name, flags.path.empty() ? "" : " with --config-path " + flags.path,
       fmt::join(builtin_names, ", "), name);
+}
+
+config::Config load_run_config(const std::string& path, const std::vector<std::string>& overrides,
+                               const config::LoadOptions& opts) {
+  const log::Level was = log::level();
+  if (dist::detect_launch().rank != 0 && was < log::Level::Error) log::set_level(log::Level::Error);
+  try {
+    config::Config cfg = config::load_config(path, overrides, opts);
+    log::set_level(was);
+    return cfg;
+  } catch (...) {
+    log::set_level(was);
+    throw;
+  }
 }
 
 }  // namespace verl::cli

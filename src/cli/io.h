@@ -10,7 +10,15 @@
 #include <utility>
 #include <vector>
 
+#include "config/config.h"
+
 namespace verl::cli {
+
+// config::load_config for a training run (`verl train`, `verl sft`). A rank other than 0 of a
+// launched job loads it without printing the config's warnings: every rank loads the same
+// configuration (the ranks check that at start), so rank 0's copy of each is enough.
+config::Config load_run_config(const std::string& path, const std::vector<std::string>& overrides,
+                               const config::LoadOptions& opts = {});
 
 // Lines of `path` ("-": stdin), skipping blank ones. `option` names the flag in open errors.
 class InputLines {

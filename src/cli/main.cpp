@@ -3,8 +3,10 @@
 #include <exception>
 #include <map>
 #include <new>
+#include <string>
 
 #include "cli/command.h"
+#include "config/schema.h"
 #include "core/error.h"
 #include "core/signals.h"
 
@@ -33,6 +35,28 @@ int main(int argc, char** argv) {
   for (const verl::cli::Command* c : verl::cli::commands()) {
     CLI::App* sub = app.add_subcommand(c->name, c->description);
     actions[sub] = c->setup(*sub);
+  }
+  // CLI11 calls a mistyped subcommand an argument it did not expect; name it and the nearest one.
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string given = argv[1];
+    std::string names, near;
+    size_t best = 3;
+    bool known = false;
+    for (const verl::cli::Command* c : verl::cli::commands()) {
+      known = known || c->name == given;
+      names += (names.empty() ? "" : ", ") + c->name;
+      if (const size_t d = verl::config::edit_distance(c->name, given); d < best) {
+        best = d;
+        near = c->name;
+      }
+    }
+    if (!known) {
+      std::fprintf(stderr,
+                   "error: '%s' is not a verl subcommand%s; the subcommands: %s (verl --help)\n",
+                   given.c_str(), near.empty() ? "" : (" (did you mean '" + near + "'?)").c_str(),
+                   names.c_str());
+      return 1;
+    }
   }
   try {
     app.parse(argc, argv);

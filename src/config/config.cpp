@@ -197,10 +197,19 @@ class Loader {
   size_t index(const KeySpec& k) const { return static_cast<size_t>(&k - schema_->keys().data()); }
 
   void merge_map(const YAML::Node& map, const std::string& prefix, const OriginFn& origin_of) {
+    // YAML forbids a key twice in one mapping, yet yaml-cpp keeps both: the second would win
+    // unseen (a pasted block overriding an earlier one), so it is a problem naming both places.
+    std::map<std::string, std::string> seen;
     for (const auto& kv : map) {
       const std::string key = kv.first.Scalar();
       const std::string path = prefix.empty() ? key : prefix + "." + key;
       const std::string origin = origin_of(kv.first);
+      if (auto [it, fresh] = seen.emplace(key, origin); !fresh) {
+        problems_.push_back(
+            fmt::format("{}: {} appears twice in one mapping (first at {}); keep one", origin, path,
+                        it->second));
+        continue;
+      }
       if (key == "_target_") continue;  // a Python class name in verl's dataclass configs
       if (prefix.empty() && (key == "defaults" || key == "hydra")) {
         log::warn("{}: ignoring the top-level '{}' key (Hydra composition is not used by verl.cpp)",
@@ -516,6 +525,26 @@ void emit(YAML::Emitter& out, const Json& v) {
 }
 
 }  // namespace
+
+bool is_location_key(const std::string& path) {
+  const std::string name = path.substr(path.rfind('.') + 1);
+  auto ends = [&](std::string_view tail) {
+    return name.size() >= tail.size() &&
+           name.compare(name.size() - tail.size(), tail.size(), tail.data(), tail.size()) == 0;
+  };
+  return name == "path" || name == "tokenizer" || name == "input_tokenizer" || ends("_path") ||
+         ends("_dir") || ends("_file") || ends("_files");
+}
+
+std::vector<std::pair<std::string, std::string>> Config::rank_comparable_values() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  const auto& keys = schema_->keys();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!keys[i].is_leaf() || is_location_key(keys[i].path)) continue;
+    out.emplace_back(keys[i].path, values_[i].dump());
+  }
+  return out;
+}
 
 Json Config::to_json() const {
   Json root = Json::object();

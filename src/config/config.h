@@ -44,6 +44,10 @@ class Config {
   // override. Interpolations that referred to it are not recomputed.
   void set(const std::string& key, const Json& v, const std::string& origin = "program");
 
+  // Every leaf as (path, JSON text) in schema order, for checking that the ranks of a job loaded
+  // the same configuration; less the keys naming a file-system location (is_location_key), which
+  // may differ per node (mount points, node-local copies). Reads nothing (see was_read).
+  std::vector<std::pair<std::string, std::string>> rank_comparable_values() const;
   std::string to_yaml() const;  // resolved config; loading it back gives the same config
   Json to_json() const;         // nested object in file order
   const Schema& schema() const { return *schema_; }
@@ -79,6 +83,9 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 Config load_config_string(const std::string& yaml, const std::string& name,
                           const std::vector<std::string>& overrides = {},
                           const LoadOptions& opts = {});
+
+// A key naming a file or directory (path, tokenizer, *_path, *_dir, *_file, *_files).
+bool is_location_key(const std::string& path);
 
 // Markdown reference of every key (docs/config.md is this output).
 std::string docs_markdown(const Schema& schema);

@@ -158,6 +158,13 @@ const char* expected_text(Type t) {
   return "?";
 }
 
+// Digits with an optional sign: an integer, whatever its size.
+bool is_integer_text(const std::string& s) {
+  const size_t start = !s.empty() && (s[0] == '+' || s[0] == '-') ? 1 : 0;
+  return s.size() > start && std::all_of(s.begin() + static_cast<std::ptrdiff_t>(start), s.end(),
+                                         [](char c) { return c >= '0' && c <= '9'; });
+}
+
 std::string node_text(const YAML::Node& n) {
   if (n.IsScalar()) return is_quoted(n) ? "'" + n.Scalar() + "'" : n.Scalar();
   return show(generic(n));
@@ -210,6 +217,9 @@ Json convert_node(const YAML::Node& n, const KeySpec& spec, const std::string& o
     case Type::Int:
       if (scalar) {
         if (auto i = parse_int(text)) return *i;
+        if (is_integer_text(text))
+          raise(fmt::format("{}: {} = {} is an integer too large for 64 bits", origin, spec.path,
+                            text));
       }
       wrong_type(spec, origin, node_text(n));
     case Type::Float:
@@ -325,8 +335,12 @@ void check_value(const Json& v, const KeySpec& spec, const std::string& origin) 
     }
     if (!spec.choices.empty() && !has(spec.choices)) {
       std::string hint;
+      size_t best = 3;  // the nearest choice within two edits ("grpoo" is grpo, not rloo)
       for (const auto& c : spec.choices) {
-        if (edit_distance(c, t) <= 2) hint = fmt::format(" (did you mean '{}'?)", c);
+        if (const size_t d = edit_distance(c, t); d < best) {
+          best = d;
+          hint = fmt::format(" (did you mean '{}'?)", c);
+        }
       }
       raise(fmt::format("{}: {} = {} is not allowed; allowed values: {}{}", origin, spec.path, t,
                         fmt::join(spec.choices, ", "), hint));
@@ -336,6 +350,19 @@ void check_value(const Json& v, const KeySpec& spec, const std::string& origin) 
     for (const auto& e : v) check_one(scalar_text(e));
   } else if (v.is_primitive()) {
     check_one(scalar_text(v));
+  }
+  // NaN compares false with every bound, so it would pass the range check below; and no key
+  // (rates, coefficients, ratios, lengths) means anything at NaN or infinity.
+  auto finite = [&](const Json& x, const std::string& where) {
+    if (x.is_number_float() && !std::isfinite(x.get<double>()))
+      raise(fmt::format("{}: {} = {} is not a finite number; {} expects {}", origin, where,
+                        scalar_text(x), spec.path,
+                        spec.min || spec.max ? "a finite value in its range" : "a finite number"));
+  };
+  if (v.is_array()) {
+    for (size_t i = 0; i < v.size(); ++i) finite(v[i], fmt::format("{}[{}]", spec.path, i));
+  } else {
+    finite(v, spec.path);
   }
   if (v.is_number() && (spec.min || spec.max)) {
     double x = v.get<double>();

@@ -50,20 +50,61 @@ LaunchInfo detect_launch() {
       take(info, "srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")) {
     return info;
   }
+  // One of the pair alone is a launch script's slip, not a single process: say so rather than run
+  // one process where several were meant (WORLD_SIZE=1 alone is one process either way).
+  const int rank = env_int("RANK"), world = env_int("WORLD_SIZE");
+  VERL_CHECK(!(rank >= 0 && world < 0),
+             "RANK={} is set but WORLD_SIZE is not: a torchrun-style launch sets both (and "
+             "MASTER_ADDR, MASTER_PORT); unset RANK to run one process",
+             rank);
+  VERL_CHECK(!(world > 1 && rank < 0),
+             "WORLD_SIZE={} is set but RANK is not: a torchrun-style launch sets both (and "
+             "MASTER_ADDR, MASTER_PORT); unset WORLD_SIZE to run one process",
+             world);
   take(info, "torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK");
   return info;
+}
+
+std::string job_id() {
+  for (const char* name : {"VERL_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"}) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') continue;
+    const std::string id = v;
+    VERL_CHECK(id.size() <= 31,
+               "{}='{}' is over 31 characters; the TCP handshake carries the job "
+               "id in 31 (set VERL_JOB_ID to a shorter one)",
+               name, id);
+    return id;
+  }
+  return "";
+}
+
+int master_port() {
+  const char* v = std::getenv("MASTER_PORT");
+  if (v == nullptr || *v == '\0') return -1;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  VERL_CHECK(end != v && *end == '\0' && x >= 1 && x <= 65535,
+             "MASTER_PORT='{}' is not a TCP port: a number in 1..65535, free on rank 0's host (0 "
+             "would let the system pick one, which the other ranks could not know)",
+             v);
+  return static_cast<int>(x);
 }
 
 std::unique_ptr<Communicator> make_communicator(const LaunchInfo& info, double timeout_s) {
   if (info.world_size == 1) return std::make_unique<SingleProcess>();
   if (info.launcher == "torchrun") {
     const char* addr = std::getenv("MASTER_ADDR");
-    const int port = env_int("MASTER_PORT");
+    const int port = master_port();
     VERL_CHECK(addr != nullptr && *addr != '\0' && port > 0,
-               "launched with torchrun-style variables (RANK={}, WORLD_SIZE={}) but MASTER_ADDR / "
-               "MASTER_PORT are not set: rank 0's address and a free port, the same on every rank",
-               info.rank, info.world_size);
-    return std::make_unique<TcpCommunicator>(info.rank, info.world_size, addr, port, timeout_s);
+               "launched with torchrun-style variables (RANK={}, WORLD_SIZE={}) but {} not set: "
+               "rank 0's address and a free port, the same on every rank",
+               info.rank, info.world_size,
+               addr == nullptr || *addr == '\0'
+                   ? (port > 0 ? "MASTER_ADDR is" : "MASTER_ADDR / MASTER_PORT are")
+                   : "MASTER_PORT is");
+    return std::make_unique<TcpCommunicator>(info.rank, info.world_size, addr, port, timeout_s,
+                                             job_id());
   }
   auto comm = std::make_unique<MpiCommunicator>(timeout_s);
   VERL_CHECK(comm->rank() == info.rank && comm->world_size() == info.world_size,

@@ -20,8 +20,17 @@ struct LaunchInfo {
   int rank = 0, world_size = 1, local_rank = 0;
 };
 
-// Reads the launcher's environment variables (never starts MPI).
+// Reads the launcher's environment variables (never starts MPI). RANK without WORLD_SIZE (or
+// WORLD_SIZE > 1 without RANK) is an Error naming both.
 LaunchInfo detect_launch();
+
+// The job's identity in the TCP handshake: VERL_JOB_ID, else torchrun's TORCHELASTIC_RUN_ID, else
+// Slurm's SLURM_JOB_ID, else "" (the job is then told apart by MASTER_PORT and the world size
+// alone). Every rank of a job must see the same one.
+std::string job_id();
+
+// MASTER_PORT as a TCP port (1..65535), or -1 when unset; anything else is an Error naming it.
+int master_port();
 
 // The communicator for `info`: SingleProcess for one rank, TcpCommunicator for torchrun-style
 // variables, MpiCommunicator otherwise, its collectives bounded by `timeout_s`

@@ -8,14 +8,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <thread>
 #include <utility>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "dist/deadline.h"
 
 namespace verl::dist {
@@ -120,6 +123,62 @@ int listen_on(int port, int backlog) {
   return s.release();
 }
 
+// The bootstrap's two messages, 64 bytes each. A peer says who it is (Hello, kRankMagic); the hub
+// answers with its verdict (kHubMagic): a different magic each way, so that a service echoing the
+// hello back is told from rank 0. `job` names the job (dist/launch.h's job_id), `session` is rank
+// 0's nonce, which a split's members carry so that its hub admits only ranks of this job.
+constexpr char kRankMagic[8] = {'v', 'e', 'r', 'l', 'r', 'a', 'n', 'k'};
+constexpr char kHubMagic[8] = {'v', 'e', 'r', 'l', '-', 'h', 'u', 'b'};
+constexpr uint32_t kProtocolVersion = 2;  // 2: the handshake and the framed collective stream
+
+struct Hello {
+  char magic[8];
+  uint32_t version;
+  int32_t rank, world;
+  uint32_t status;  // the hub's verdict (Verdict); 0 in a peer's hello
+  uint64_t session;
+  char job[32];
+};
+static_assert(sizeof(Hello) == 64);
+
+enum Verdict : uint32_t { kAdmitted = 0, kOtherJob, kOtherVersion, kOtherWorld, kBadRank };
+
+Hello make_hello(const char (&magic)[8], int rank, int world, uint64_t session,
+                 const std::string& job) {
+  Hello h{};
+  std::memcpy(h.magic, magic, sizeof(h.magic));
+  h.version = kProtocolVersion;
+  h.rank = rank;
+  h.world = world;
+  h.session = session;
+  std::memcpy(h.job, job.data(), std::min(job.size(), sizeof(h.job) - 1));
+  return h;
+}
+
+std::string job_text(const Hello& h) {
+  const std::string j(h.job, strnlen(h.job, sizeof(h.job)));
+  return j.empty() ? "(no job id)" : "'" + j + "'";
+}
+
+// The first bytes a stranger sent, printable, for the message that names it.
+std::string shown_bytes(const char* p, size_t n) {
+  std::string out;
+  for (size_t i = 0; i < std::min<size_t>(n, 24); ++i) {
+    const unsigned char c = static_cast<unsigned char>(p[i]);
+    out += c >= 32 && c < 127 ? static_cast<char>(c) : '.';
+  }
+  return out;
+}
+
+std::string peer_address(int fd) {
+  sockaddr_in a{};
+  socklen_t len = sizeof(a);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return "an unknown address";
+  char ip[INET_ADDRSTRLEN] = "?";
+  inet_ntop(AF_INET, &a.sin_addr, ip, sizeof(ip));
+  return fmt::format("{}:{}", ip, ntohs(a.sin_port));
+}
+
 // Why forming a star failed; empty when it did not. `timed_out` tells a peer that never came from
 // one that said something wrong.
 struct JoinError {
@@ -127,42 +186,137 @@ struct JoinError {
   bool timed_out = false;
 };
 
-// The hub's side of forming a star: accepts fds.size() - 1 connections on `lfd` until
-// `timeout_s` after `start`; each peer says hello {its rank, the world size} and its socket goes
-// to fds[rank].
+// A connection to the hub that has not said who it is yet.
+struct Caller {
+  int fd;
+  std::string from;
+  Hello hello{};
+  size_t got = 0;
+};
+
+// The hub's side of forming a star: accepts connections on `lfd` until fds.size() - 1 ranks of
+// this job have said hello or `timeout_s` after `start` has passed; each admitted rank's socket
+// goes to fds[rank]. Connections are read side by side, so a silent one (a port scanner, a health
+// check) holds nobody up; a stranger (not verl's hello) or a rank of another job (its job id or
+// session differs) is refused, named in `refused`, and the hub waits on. A rank of this job that
+// cannot belong (another world size, protocol version or a rank taken twice) fails the bootstrap.
 JoinError accept_peers(int lfd, int port, std::vector<int>& fds, double timeout_s,
-                       Clock::time_point start) {
+                       Clock::time_point start, const std::string& job, uint64_t session,
+                       uint64_t welcome_session, std::vector<std::string>& refused) {
   const int world = static_cast<int>(fds.size());
+  std::vector<Caller> callers;
+  auto close_callers = [&] {
+    for (auto& c : callers) close(c.fd);
+  };
+  auto refuse = [&](const std::string& why) {
+    refused.push_back(why);
+    log::warn("rank 0: {}", why);
+  };
+  auto answer = [&](Caller& c, Verdict v) {
+    Hello h = make_hello(kHubMagic, 0, world, welcome_session, job);
+    h.status = v;
+    ::send(c.fd, &h, sizeof(h), MSG_NOSIGNAL);  // best effort: a peer that left learns nothing
+  };
   for (int joined = 1; joined < world;) {
-    pollfd p{lfd, POLLIN, 0};
     const double left = timeout_s - seconds_since(start);
-    if (left <= 0 || poll(&p, 1, static_cast<int>(left * 1000) + 1) <= 0) {
+    std::vector<pollfd> p{{lfd, POLLIN, 0}};
+    for (const auto& c : callers) p.push_back({c.fd, POLLIN, 0});
+    if (left <= 0 || poll(p.data(), p.size(), static_cast<int>(left * 1000) + 1) <= 0) {
+      const std::string silent =
+          callers.empty()
+              ? ""
+              : fmt::format("; {} connection{} said nothing ({}): not ranks of this job",
+                            callers.size(), callers.size() == 1 ? "" : "s", callers[0].from);
+      close_callers();
       return {fmt::format("{} of {} ranks connected to port {} within {:g} s "
-                          "(actor_rollout_ref.nccl_timeout)",
-                          joined - 1, world - 1, port, timeout_s),
+                          "(actor_rollout_ref.nccl_timeout){}",
+                          joined - 1, world - 1, port, timeout_s, silent),
               true};
     }
-    Socket c(accept(lfd, nullptr, nullptr));
-    if (c.get() < 0) continue;
-    tune(c.get());
-    int32_t hello[2] = {-1, -1};  // the peer's rank and world size
-    size_t got = 0;
-    while (got < sizeof(hello)) {
-      const ssize_t r =
-          ::recv(c.get(), reinterpret_cast<char*>(hello) + got, sizeof(hello) - got, 0);
-      if (r <= 0) break;
-      got += static_cast<size_t>(r);
+    // Read what callers sent, newest first so that erasing keeps the indices of the rest.
+    for (size_t i = callers.size(); i-- > 0;) {
+      if (!(p[i + 1].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      Caller& c = callers[i];
+      char* buf = reinterpret_cast<char*>(&c.hello);
+      const ssize_t r = ::recv(c.fd, buf + c.got, sizeof(Hello) - c.got, 0);
+      if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      std::string why;
+      if (r <= 0) {
+        why = c.got == 0 ? fmt::format(
+                               "a connection from {} to port {} closed without a word (a "
+                               "port scanner or health check?); ignored",
+                               c.from, port)
+                         : fmt::format(
+                               "a connection from {} to port {} closed after {} bytes "
+                               "('{}'): not a verl rank; ignored",
+                               c.from, port, c.got, shown_bytes(buf, c.got));
+      } else {
+        c.got += static_cast<size_t>(r);
+        const size_t head = std::min(c.got, sizeof(kRankMagic));
+        if (std::memcmp(buf, kRankMagic, head) != 0) {
+          why = fmt::format(
+              "refused a connection from {} to port {}: it is not a verl rank (it "
+              "sent '{}')",
+              c.from, port, shown_bytes(buf, c.got));
+        } else if (c.got < sizeof(Hello)) {
+          continue;  // the rest of the hello is on its way
+        }
+      }
+      if (why.empty()) {
+        const Hello& h = c.hello;
+        const std::string mine = job.empty() ? "(no job id)" : "'" + job + "'";
+        if (h.version != kProtocolVersion) {
+          answer(c, kOtherVersion);
+          close_callers();
+          return {
+              fmt::format("rank {} (from {}) speaks bootstrap protocol {}, this binary {}: "
+                          "every rank must run the same verl build",
+                          h.rank, c.from, h.version, kProtocolVersion)};
+        }
+        if (job_text(h) != mine || h.session != session) {
+          answer(c, kOtherJob);
+          why = fmt::format(
+              "refused rank {} of {} of job {} from {}: this is job {} (two jobs on "
+              "port {}? give each its own MASTER_PORT or VERL_JOB_ID)",
+              h.rank, h.world, job_text(h), c.from, mine, port);
+        } else if (h.world != world) {
+          answer(c, kOtherWorld);
+          close_callers();
+          return {
+              fmt::format("a rank from {} says it is rank {} of {}, but this job has {} ranks "
+                          "(WORLD_SIZE differs between ranks)",
+                          c.from, h.rank, h.world, world)};
+        } else if (h.rank <= 0 || h.rank >= world || fds[h.rank] >= 0) {
+          answer(c, kBadRank);
+          close_callers();
+          return {
+              fmt::format("a rank from {} says it is rank {} of {}: {} (RANK must be unique, "
+                          "1..{} on the other ranks)",
+                          c.from, h.rank, world,
+                          h.rank > 0 && h.rank < world ? "that rank joined twice"
+                                                       : "not a rank of another process",
+                          world - 1)};
+        } else {
+          answer(c, kAdmitted);
+          fds[h.rank] = c.fd;
+          ++joined;
+          callers.erase(callers.begin() + static_cast<std::ptrdiff_t>(i));
+          continue;
+        }
+      }
+      refuse(why);
+      close(c.fd);
+      callers.erase(callers.begin() + static_cast<std::ptrdiff_t>(i));
     }
-    if (got != sizeof(hello) || hello[1] != world || hello[0] <= 0 || hello[0] >= world ||
-        fds[hello[0]] >= 0) {
-      return {
-          fmt::format("a peer on port {} says it is rank {} of {}, but this job has {} ranks "
-                      "(or that rank joined twice)",
-                      port, hello[0], hello[1], world)};
+    if (p[0].revents & POLLIN) {
+      const int c = accept(lfd, nullptr, nullptr);
+      if (c >= 0) {
+        tune(c);
+        callers.push_back({c, peer_address(c)});
+      }
     }
-    fds[hello[0]] = c.release();
-    ++joined;
   }
+  close_callers();  // silent ones left when every rank has come: not ours
   return {};
 }
 
@@ -181,28 +335,148 @@ int connect_to(const sockaddr_in& where, double timeout_s, Clock::time_point sta
   }
 }
 
+// A peer's side of the handshake on connected socket `fd`: its hello, then the hub's verdict, read
+// within `timeout_s` after `start`. Returns the session nonce of the admitting hub; anything else
+// (silence, an echo, an HTTP answer, a refusal) is an Error naming `hub` (where this rank called).
+uint64_t greet_hub(int fd, int rank, int world, uint64_t session, const std::string& job,
+                   const std::string& hub, double timeout_s, Clock::time_point start) {
+  const Hello mine = make_hello(kRankMagic, rank, world, session, job);
+  VERL_CHECK(::send(fd, &mine, sizeof(mine), MSG_NOSIGNAL) == sizeof(mine),
+             "rank {}: {} closed the connection before the handshake ({})", rank, hub,
+             std::strerror(errno));
+  Hello h{};
+  char* buf = reinterpret_cast<char*>(&h);
+  size_t got = 0;
+  while (got < sizeof(h)) {
+    pollfd p{fd, POLLIN, 0};
+    const double left = timeout_s - seconds_since(start);
+    VERL_CHECK(left > 0 && poll(&p, 1, static_cast<int>(left * 1000) + 1) > 0,
+               "rank {}: {} accepted the connection but sent no verl reply within {:g} s "
+               "(actor_rollout_ref.nccl_timeout){}: is it rank 0 of this job?",
+               rank, hub, timeout_s, got ? fmt::format(" (only '{}')", shown_bytes(buf, got)) : "");
+    const ssize_t r = ::recv(fd, buf + got, sizeof(h) - got, 0);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (r <= 0) break;
+    got += static_cast<size_t>(r);
+  }
+  if (got < sizeof(h) || std::memcmp(h.magic, kHubMagic, sizeof(h.magic)) != 0) {
+    std::string what;
+    if (got == 0) {
+      what = "closed the connection without a reply";
+    } else if (std::memcmp(buf, kRankMagic, std::min(got, sizeof(kRankMagic))) == 0) {
+      what = "sent this rank's own hello back (an echo service?)";
+    } else if (got >= 4 && std::memcmp(buf, "HTTP", 4) == 0) {
+      what = fmt::format("answered in HTTP ('{}'): a web server", shown_bytes(buf, got));
+    } else {
+      what = fmt::format("answered '{}', which is not verl's handshake", shown_bytes(buf, got));
+    }
+    VERL_FAIL(
+        "rank {}: {} is not rank 0 of a verl job: it {}; check MASTER_ADDR / MASTER_PORT "
+        "(rank 0's address and a port free there)",
+        rank, hub, what);
+  }
+  switch (static_cast<Verdict>(h.status)) {
+    case kAdmitted:
+      return h.session;
+    case kOtherJob:
+      VERL_FAIL(
+          "rank {}: rank 0 at {} belongs to job {}, this rank to job {}: refused (two jobs "
+          "on one MASTER_PORT? give each its own port or VERL_JOB_ID)",
+          rank, hub, job_text(h), job.empty() ? "(no job id)" : "'" + job + "'");
+    case kOtherVersion:
+      VERL_FAIL(
+          "rank {}: rank 0 at {} runs bootstrap protocol {}, this rank {}: every rank must "
+          "run the same verl build",
+          rank, hub, h.version, kProtocolVersion);
+    case kOtherWorld:
+      VERL_FAIL(
+          "rank {}: rank 0 at {} has {} ranks, this rank was started as one of {} "
+          "(WORLD_SIZE differs between ranks)",
+          rank, hub, h.world, world);
+    case kBadRank:
+      VERL_FAIL(
+          "rank {}: rank 0 at {} refused this rank: another process joined as rank {} "
+          "(RANK must be unique)",
+          rank, hub, rank);
+  }
+  VERL_FAIL("rank {}: rank 0 at {} answered with verdict {}, unknown to this build", rank, hub,
+            h.status);
+}
+
+// A nonce for rank 0's session: what tells this run's ranks from another's on a split's port.
+uint64_t make_session() {
+  std::random_device rd;
+  const uint64_t t = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+  return (static_cast<uint64_t>(rd()) << 32 ^ rd()) ^ t ^ (static_cast<uint64_t>(getpid()) << 16);
+}
+
+// Per-message frame of the collective stream: a marker, the collective (kOps), a sequence number
+// per direction of a connection and the payload's length. 16 bytes against payloads of counts and
+// gradients: a stream out of step (ranks in different collectives, a stranger's bytes) is caught
+// at the first message, and named, instead of read as sizes and data.
+constexpr uint16_t kFrameMarker = 0x7672;  // "vr"
+struct Frame {
+  uint16_t marker;
+  uint16_t op;
+  uint32_t seq;
+  uint64_t bytes;
+};
+static_assert(sizeof(Frame) == 16);
+
+constexpr const char* kOps[] = {"?",         "bootstrap",   "all_reduce", "all_gather",
+                                "broadcast", "all_to_allv", "split"};
+
+uint16_t op_code(const char* what) {
+  for (uint16_t i = 1; i < std::size(kOps); ++i)
+    if (std::strcmp(kOps[i], what) == 0) return i;
+  return 0;
+}
+
+const char* op_name(uint16_t op) {
+  return op < std::size(kOps) ? kOps[op] : "?";
+}
+
 }  // namespace
 
 TcpCommunicator::TcpCommunicator(int rank, int world_size, const std::string& addr, int port,
-                                 double timeout_s)
+                                 double timeout_s, std::string job_id)
     : rank_(rank),
       world_(world_size),
       timeout_s_(timeout_s),
-      fds_(static_cast<size_t>(world_size), -1) {
+      job_(std::move(job_id)),
+      fds_(static_cast<size_t>(world_size), -1),
+      send_seq_(static_cast<size_t>(world_size), 0),
+      recv_seq_(static_cast<size_t>(world_size), 0) {
   VERL_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "TCP bootstrap: rank {} of {}",
              rank, world_size);
-  VERL_CHECK(port > 0 && port < 65536, "MASTER_PORT={} is not a TCP port", port);
+  VERL_CHECK(port > 0 && port < 65536, "MASTER_PORT={} is not a TCP port (1..65535)", port);
   VERL_CHECK(timeout_s > 0, "actor_rollout_ref.nccl_timeout must be > 0 seconds, got {}",
              timeout_s);
+  VERL_CHECK(job_.size() < sizeof(Hello::job), "job id '{}' is over {} characters", job_,
+             sizeof(Hello::job) - 1);
   if (world_ == 1) return;
+  try {
+    join(addr, port);
+  } catch (...) {
+    for (int& f : fds_) {  // the destructor does not run for a constructor that throws
+      if (f >= 0) close(f);
+      f = -1;
+    }
+    throw;
+  }
+}
+
+void TcpCommunicator::join(const std::string& addr, int port) {
   const sockaddr_in where = resolve(addr, port);
   const auto start = Clock::now();
   if (rank_ == 0) {
+    session_ = make_session();
     const Socket lfd(listen_on(port, world_));
     VERL_CHECK(lfd.get() >= 0,
                "rank 0 cannot listen on MASTER_PORT={}: {} (another job on this port?)", port,
                std::strerror(errno));
-    const JoinError e = accept_peers(lfd.get(), port, fds_, timeout_s_, start);
+    const JoinError e =
+        accept_peers(lfd.get(), port, fds_, timeout_s_, start, job_, 0, session_, refused_);
     VERL_CHECK(
         e.why.empty(), "rank 0: {}{}", e.why,
         e.timed_out ? "; check RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT on every rank" : "");
@@ -212,17 +486,23 @@ TcpCommunicator::TcpCommunicator(int rank, int world_size, const std::string& ad
                "rank {}: cannot reach rank 0 at MASTER_ADDR={} MASTER_PORT={} within {:g} s "
                "(actor_rollout_ref.nccl_timeout)",
                rank_, addr, port, timeout_s_);
-    const int32_t hello[2] = {rank_, world_};
-    send_bytes(0, hello, sizeof(hello), "bootstrap");
+    session_ =
+        greet_hub(fds_[0], rank_, world_, 0, job_,
+                  fmt::format("MASTER_ADDR={} MASTER_PORT={}", addr, port), timeout_s_, start);
   }
   barrier();  // every rank is connected before the first collective
 }
 
-TcpCommunicator::TcpCommunicator(int rank, int world_size, double timeout_s)
+TcpCommunicator::TcpCommunicator(int rank, int world_size, double timeout_s, std::string job_id,
+                                 uint64_t session)
     : rank_(rank),
       world_(world_size),
       timeout_s_(timeout_s),
-      fds_(static_cast<size_t>(world_size), -1) {}
+      job_(std::move(job_id)),
+      session_(session),
+      fds_(static_cast<size_t>(world_size), -1),
+      send_seq_(static_cast<size_t>(world_size), 0),
+      recv_seq_(static_cast<size_t>(world_size), 0) {}
 
 std::unique_ptr<Communicator> TcpCommunicator::split_impl(const SplitGroup& g) {
   // The group's rank 0 is its hub, as in every TCP communicator: it listens on a port the system
@@ -250,7 +530,8 @@ std::unique_ptr<Communicator> TcpCommunicator::split_impl(const SplitGroup& g) {
   if (g.color == kNoColor) return nullptr;
 
   // The child closes what it holds if forming it fails part way.
-  std::unique_ptr<TcpCommunicator> child(new TcpCommunicator(g.rank, size, timeout_s_));
+  std::unique_ptr<TcpCommunicator> child(
+      new TcpCommunicator(g.rank, size, timeout_s_, job_, session_));
   if (size == 1) return child;
   const int hub_rank = g.members[0];
   const int port = static_cast<int>(all[2 * hub_rank + 1]);
@@ -258,7 +539,8 @@ std::unique_ptr<Communicator> TcpCommunicator::split_impl(const SplitGroup& g) {
              describe_rank(), g.color, describe_peer(hub_rank));
   const auto start = Clock::now();
   if (hub) {
-    const JoinError e = accept_peers(lfd.get(), port, child->fds_, timeout_s_, start);
+    const JoinError e = accept_peers(lfd.get(), port, child->fds_, timeout_s_, start, job_,
+                                     session_, session_, child->refused_);
     VERL_CHECK(e.why.empty(), "split on {}: group color {} ({} ranks): {}", describe_rank(),
                g.color, size, e.why);
   } else {
@@ -271,8 +553,9 @@ std::unique_ptr<Communicator> TcpCommunicator::split_impl(const SplitGroup& g) {
                "split on {}: group color {} ({} ranks): cannot reach its rank 0 (here {}) at port "
                "{} within {:g} s (actor_rollout_ref.nccl_timeout)",
                describe_rank(), g.color, size, describe_peer(hub_rank), port, timeout_s_);
-    const int32_t hello[2] = {g.rank, size};
-    child->send_bytes(0, hello, sizeof(hello), "split");
+    greet_hub(child->fds_[0], g.rank, size, session_, job_,
+              fmt::format("its rank 0 ({}) at port {}", describe_peer(hub_rank), port), timeout_s_,
+              start);
   }
   child->barrier();  // every member is connected before the first collective
   return child;
@@ -299,7 +582,7 @@ int TcpCommunicator::fd(int peer) const {
   return fds_[peer];
 }
 
-void TcpCommunicator::send_bytes(int peer, const void* data, size_t n, const char* what) {
+void TcpCommunicator::send_raw(int peer, const void* data, size_t n, int flags, const char* what) {
   const int f = fd(peer);
   const char* p = static_cast<const char*>(data);
   const auto start = Clock::now();
@@ -311,7 +594,7 @@ void TcpCommunicator::send_bytes(int peer, const void* data, size_t n, const cha
       report_timeout(describe_rank(), what, stage(), timeout_s_);
       std::_Exit(3);  // the peers see the connection close and stop too
     }
-    const ssize_t w = ::send(f, p, n, MSG_NOSIGNAL);
+    const ssize_t w = ::send(f, p, n, MSG_NOSIGNAL | flags);
     if (w < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     VERL_CHECK(w > 0, "{}: {} in stage '{}': {} closed the connection ({}): it died or failed",
                describe_rank(), what, stage(), describe_peer(peer), std::strerror(errno));
@@ -320,7 +603,7 @@ void TcpCommunicator::send_bytes(int peer, const void* data, size_t n, const cha
   }
 }
 
-void TcpCommunicator::recv_bytes(int peer, void* data, size_t n, const char* what) {
+void TcpCommunicator::recv_raw(int peer, void* data, size_t n, const char* what) {
   const int f = fd(peer);
   char* p = static_cast<char*>(data);
   const auto start = Clock::now();
@@ -339,6 +622,31 @@ void TcpCommunicator::recv_bytes(int peer, void* data, size_t n, const char* wha
     p += r;
     n -= static_cast<size_t>(r);
   }
+}
+
+void TcpCommunicator::send_bytes(int peer, const void* data, size_t n, const char* what) {
+  const Frame h{kFrameMarker, op_code(what), send_seq_[peer]++, n};
+  // MSG_MORE holds the frame back until its payload follows: one segment for small messages.
+  send_raw(peer, &h, sizeof(h), n > 0 ? MSG_MORE : 0, what);
+  if (n > 0) send_raw(peer, data, n, 0, what);
+}
+
+void TcpCommunicator::recv_bytes(int peer, void* data, size_t n, const char* what) {
+  Frame h{};
+  recv_raw(peer, &h, sizeof(h), what);
+  const uint32_t want = recv_seq_[peer]++;
+  VERL_CHECK(h.marker == kFrameMarker,
+             "{}: {} in stage '{}': the stream from {} holds bytes that are not a verl message "
+             "('{}'): a stranger on the connection, or a rank of another build",
+             describe_rank(), what, stage(), describe_peer(peer),
+             shown_bytes(reinterpret_cast<const char*>(&h), sizeof(h)));
+  VERL_CHECK(h.seq == want && h.op == op_code(what) && h.bytes == n,
+             "{}: {} in stage '{}': the stream from {} is out of step: this rank expects message "
+             "{} ({} of {} bytes), {} sent message {} ({} of {} bytes); the ranks run different "
+             "collectives here (a configuration that differs between ranks?)",
+             describe_rank(), what, stage(), describe_peer(peer), want, what, n,
+             describe_peer(peer), h.seq, op_name(h.op), h.bytes);
+  if (n > 0) recv_raw(peer, data, n, what);
 }
 
 void TcpCommunicator::host_only(Place place, const char* what) const {

@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "model/hf_files.h"
 #include "model/safetensors.h"
+#include "trainer/rank_files.h"
 
 namespace verl::trainer {
 namespace fs = std::filesystem;
@@ -241,6 +242,19 @@ std::vector<std::pair<int64_t, fs::path>> list_checkpoints(const fs::path& root)
   return out;
 }
 
+// The files save_shard and save_carry write for `rank`, relative to the checkpoint directory.
+std::vector<std::string> rank_files(const ModelState& actor,
+                                    const std::optional<ModelState>& critic, int64_t world,
+                                    int64_t rank) {
+  std::vector<std::string> out;
+  if (actor.shard && actor.optimizer) out.push_back("actor/" + shard_file_name(world, rank));
+  if (critic && critic->shard && critic->optimizer)
+    out.push_back("critic/" + shard_file_name(world, rank));
+  if (actor.carry) out.push_back("actor/" + carry_file_name(world, rank));
+  if (critic && critic->carry) out.push_back("critic/" + carry_file_name(world, rank));
+  return out;
+}
+
 std::string write_checkpoint(const std::string& root, int64_t step, const fs::path& tmp,
                              const ModelState& actor, const std::optional<ModelState>& critic,
                              const nlohmann::json& trainer_state, const std::string& tokenizer_dir,
@@ -264,7 +278,8 @@ std::string write_checkpoint(const std::string& root, int64_t step, const fs::pa
     save_model(tmp / "actor", actor, tokenizer_dir);
     if (critic) save_model(tmp / "critic", *critic, "");
   }
-  if (sharded) c.barrier();  // every shard is on disk before rank 0 publishes
+  // Every shard is on disk, and in the directory rank 0 renames, before rank 0 publishes.
+  if (sharded) verify_rank_files(c, tmp, step, rank_files(actor, critic, c.world_size(), c.rank()));
   if (!lead) return "";
   fault_point("save", step);  // tests kill the process here: half a checkpoint on disk
   std::string dir = publish_checkpoint(root, step, tmp.string(), trainer_state, keep);

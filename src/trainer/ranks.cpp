@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "dist/agreement.h"
 #include "dist/launch.h"
 #ifdef VERL_HAVE_CUDA
 #include "dist/cuda/staged_communicator.h"
@@ -13,6 +14,8 @@ std::unique_ptr<dist::Communicator> start_ranks(const config::Config& cfg, Devic
                                                 double timeout_s) {
   const dist::LaunchInfo launch = dist::detect_launch();
   std::unique_ptr<dist::Communicator> comm = dist::make_communicator(launch, timeout_s);
+  // Before anything is loaded: a rank with another lr, seed or batch size stops the job here.
+  dist::check_same_on_every_rank(*comm, cfg.rank_comparable_values(), "configuration check");
   if (device == Device::Cuda && launch.launcher != "single") {
     const int gpus = cuda_device_count();
     VERL_CHECK(gpus > 0, "{}: local rank {} is on a node without a GPU", launch.launcher,

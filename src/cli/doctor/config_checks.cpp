@@ -34,6 +34,8 @@ constexpr int64_t kLongRun = 20;  // steps: past this, per-step checkpoints and 
 std::optional<int64_t> count_rows(const std::string& given) {
   const std::string path = data::expand_user(given);
   std::error_code ec;
+  VERL_CHECK(!fs::is_directory(path, ec),
+             "{}: a directory, not a data file (list its .parquet / .jsonl / .json files)", path);
   VERL_CHECK(fs::is_regular_file(path, ec), "{}: no such file", path);
   if (path.ends_with(".parquet")) return data::ParquetFile::open(path).num_rows();
   if (!path.ends_with(".jsonl")) return std::nullopt;
@@ -210,6 +212,53 @@ std::optional<model::ModelConfig> check_model(Report& r, const config::Config& c
         key, message_of(e),
         "point actor_rollout_ref.model.path at an HF model directory (config.json + safetensors)");
     return std::nullopt;
+  }
+}
+
+// The policy's tokenizer (data.tokenizer, else the model's directory) against the model's
+// vocab_size: an id past the embedding rows fails mid-run as an out-of-range token.
+void check_tokenizer(Report& r, const config::Config& cfg,
+                     const std::optional<model::ModelConfig>& mc) {
+  if (!mc) return;
+  const std::string key = "data.tokenizer";
+  const auto set = cfg.get<std::optional<std::string>>(key);
+  const std::string dir =
+      data::expand_user(set ? *set : cfg.get<std::string>("actor_rollout_ref.model.path"));
+  try {
+    const int64_t ids = tokenizer::Tokenizer::load(dir).vocab_size();
+    const std::string found =
+        fmt::format("{}: {} token ids; the model's vocab_size is {}", dir, ids, mc->vocab_size);
+    if (ids > mc->vocab_size) {
+      r.fail(key, found + ": ids past it have no embedding row",
+             "use the tokenizer the model was trained with (data.tokenizer), or a model whose "
+             "config.json vocab_size covers it");
+    } else {
+      r.pass(key, found);
+    }
+  } catch (const std::exception& e) {
+    r.fail(key, message_of(e), "point data.tokenizer (or the model directory) at tokenizer.json");
+  }
+}
+
+// data.max_prompt_length + data.max_response_length against the model's max_position_embeddings:
+// past it the rollout generates on at positions the model never saw, without a word.
+void check_sequence_length(Report& r, const config::Config& cfg,
+                           const std::optional<model::ModelConfig>& mc) {
+  if (!mc || mc->max_position_embeddings <= 0) return;
+  const std::string key = "data.max_response_length";
+  const int64_t prompt = cfg.get<int64_t>("data.max_prompt_length"),
+                response = cfg.get<int64_t>(key), total = prompt + response;
+  const std::string found = fmt::format(
+      "data.max_prompt_length {} + {} {} = {} tokens; the model's "
+      "max_position_embeddings is {}",
+      prompt, key, response, total, mc->max_position_embeddings);
+  if (total > mc->max_position_embeddings) {
+    r.warn(key, found + ": positions past it are outside what the model was trained on",
+           fmt::format("keep the two at most {} tokens together, or use a model with a longer "
+                       "context",
+                       mc->max_position_embeddings));
+  } else {
+    r.pass(key, found);
   }
 }
 
@@ -433,6 +482,18 @@ void check_reward_input(Report& r, const config::Config& cfg) {
     return;
   }
   try {
+    // A token id past the reward model's embedding rows fails only after the first rollout.
+    const int64_t ids = tokenizer::Tokenizer::load(rm.string()).vocab_size();
+    const int64_t rows = model::load_model_config(rm.string()).vocab_size;
+    if (ids > rows) {
+      r.fail(key,
+             fmt::format("{}/tokenizer.json has {} token ids, but the reward model's config.json "
+                         "vocab_size is {}: ids past it have no embedding row",
+                         rm.string(), ids, rows),
+             "give the reward model the tokenizer it was trained with, or a config.json whose "
+             "vocab_size covers the tokenizer");
+      return;
+    }
     const bool same_vocab = read_file((rm / "tokenizer.json").string(), "reward model tokenizer") ==
                             read_file((policy / "tokenizer.json").string(), "policy tokenizer");
     const auto template_of = [](const std::filesystem::path& dir) {
@@ -639,6 +700,8 @@ void check_config(Report& r, const config::Config& cfg, const std::string& sourc
   const bool on_cuda = check_device(r, cfg, m);
   int64_t params = 0;
   const auto mc = check_model(r, cfg, &params);
+  check_tokenizer(r, cfg, mc);
+  check_sequence_length(r, cfg, mc);
   const DataFiles train =
       check_files(r, "data.train_files", cfg.get<std::vector<std::string>>("data.train_files"));
   if (auto val = cfg.get<std::optional<std::vector<std::string>>>("data.val_files"))
