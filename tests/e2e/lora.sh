@@ -98,7 +98,7 @@ run 2 "$work/zero3" trainer.total_training_steps=1 actor_rollout_ref.actor.zero_
 check "LoRA with ZeRO-3 is refused by name" grep -q "ZeRO-3 with LoRA: the adapters' master weights are not sharded" "$work/zero3.log"
 
 # ---- SFT with LoRA: adapters train, the checkpoint is the merged model plus lora_adapter/, resume
-sft=(model.lora_rank=8 model.lora_alpha=16 trainer.total_training_steps=2 trainer.save_freq=1
+sft=(model.partial_pretrain="$demo" model.lora_rank=8 model.lora_alpha=16 trainer.total_training_steps=2 trainer.save_freq=1
   trainer.logger=[jsonl] data.train_batch_size=16 trainer.default_local_dir="$work/sft")
 (cd "$root" && OMP_NUM_THREADS=2 "$verl" sft configs/demo/sft.yaml "${sft[@]}" trainer.total_training_steps=1 > "$work/sft1.log" 2>&1)
 check "sft with LoRA runs" test $? -eq 0
