@@ -9,7 +9,8 @@
 
 namespace verl::rollout {
 
-Engine::Engine(const model::Weights& weights, const EngineConfig& config)
+Engine::Engine(const model::Weights& weights, const EngineConfig& config,
+               const model::LoraWeights* lora)
     : sched_cfg_(config.scheduler) {
   // A byte budget, when given, decides the pool (kv_sizing.h); else the scheduler's block count,
   // capped at half of the host's memory: past that, sequences wait for blocks (or are preempted),
@@ -28,8 +29,8 @@ Engine::Engine(const model::Weights& weights, const EngineConfig& config)
   }
   sched_cfg_.num_blocks = kv_pool_blocks(config.kv_cache_bytes > 0 ? 0 : sched_cfg_.num_blocks,
                                          budget, block_bytes, sched_cfg_.block_size);
-  owned_runner_ =
-      std::make_unique<CpuStepRunner>(weights, sched_cfg_.num_blocks, sched_cfg_.block_size);
+  owned_runner_ = std::make_unique<CpuStepRunner>(weights, sched_cfg_.num_blocks,
+                                                  sched_cfg_.block_size, nullptr, lora);
   runner_ = owned_runner_.get();
   vocab_ = runner_->vocab_size();
 }

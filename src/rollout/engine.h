@@ -95,7 +95,9 @@ class Engine {
  public:
   // The CPU runner (CpuStepRunner) on `weights`, with a KV pool of config.kv_cache_bytes (or
   // scheduler.num_blocks).
-  Engine(const model::Weights& weights, const EngineConfig& config);
+  // With `lora` (outliving the engine) its adapters run beside the weights, unmerged.
+  Engine(const model::Weights& weights, const EngineConfig& config,
+         const model::LoraWeights* lora = nullptr);
   // Any runner, e.g. rollout::cuda::CudaModelRunner; it outlives the engine. Its KV pool fixes the
   // scheduler's num_blocks and block_size (kv_cache_bytes is the runner's business then).
   Engine(StepRunner& runner, const EngineConfig& config);

@@ -42,8 +42,8 @@ model::cpu::PagedKv KVCache::paged(const ScheduledBatch& b) {
 }
 
 CpuModelRunner::CpuModelRunner(const model::Weights& weights, KVCache& cache,
-                               const model::TpContext* tp)
-    : decoder_(weights), cache_(cache) {
+                               const model::TpContext* tp, const model::LoraWeights* lora)
+    : decoder_(weights, lora), cache_(cache) {
   if (tp) tp_ = *tp;
   VERL_CHECK(weights.config.head == model::HeadKind::CausalLM,
              "the rollout needs a causal LM, got {}", weights.config.architecture);

@@ -42,8 +42,9 @@ class CpuModelRunner {
  public:
   // With `tp`, `weights` is rank tp->group->rank()'s TpSlice (model/tp.h) and `cache` holds its
   // kv heads; every rank of the group runs the same batches.
+  // With `lora`, the adapters run unmerged beside the weights (the trainer's LoRA forward).
   CpuModelRunner(const model::Weights& weights, KVCache& cache,
-                 const model::TpContext* tp = nullptr);
+                 const model::TpContext* tp = nullptr, const model::LoraWeights* lora = nullptr);
 
   // Applies the batch's block copies, writes the KV of its new tokens and fills `logits` with
   // batch.num_samples() rows of V logits (the next-token distribution of each sample's token;

@@ -6,9 +6,9 @@
 namespace verl::rollout {
 
 CpuStepRunner::CpuStepRunner(const model::Weights& weights, int32_t num_blocks, int32_t block_size,
-                             const model::TpContext* tp)
+                             const model::TpContext* tp, const model::LoraWeights* lora)
     : cache_(weights.config, num_blocks, block_size),
-      runner_(weights, cache_, tp),
+      runner_(weights, cache_, tp, lora),
       sampler_(static_cast<int32_t>(tp ? tp->vocab_size : weights.config.vocab_size)) {}
 
 void CpuStepRunner::step(const ScheduledBatch& batch, std::span<int32_t> tokens,

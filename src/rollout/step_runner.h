@@ -56,7 +56,7 @@ class StepRunner {
 class CpuStepRunner final : public StepRunner {
  public:
   CpuStepRunner(const model::Weights& weights, int32_t num_blocks, int32_t block_size,
-                const model::TpContext* tp = nullptr);
+                const model::TpContext* tp = nullptr, const model::LoraWeights* lora = nullptr);
 
   int32_t num_blocks() const override { return cache_.num_blocks(); }
   int32_t block_size() const override { return cache_.block_size(); }

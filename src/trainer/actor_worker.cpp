@@ -39,6 +39,45 @@ void bypass_correction(const RolloutCorrectionConfig& rc, Shape s, const std::ve
   }
 }
 
+// verl's ref_in_actor: the reference policy of a LoRA actor is the actor with its adapters
+// switched off for the pass, not a second copy of the weights. Forward passes only.
+class AdaptersOff final : public PolicyModel {
+ public:
+  explicit AdaptersOff(PolicyModel& actor) : PolicyModel(AdamWConfig{}), actor_(actor) {}
+  Device device() const override { return actor_.device(); }
+  const model::ModelConfig& config() const override { return actor_.config(); }
+  void forward(const model::PackedBatch& batch, float temperature, std::vector<float>& logprob,
+               std::vector<float>* entropy, bool for_backward = true) override {
+    (void)for_backward;
+    actor_.set_adapters_enabled(false);
+    try {
+      actor_.forward(batch, temperature, logprob, entropy, false);
+    } catch (...) {
+      actor_.set_adapters_enabled(true);
+      throw;
+    }
+    actor_.set_adapters_enabled(true);
+  }
+  void backward(const float*, const float*) override { refuse("backward"); }
+  void forward_values(const model::PackedBatch&, std::vector<float>&) override {
+    refuse("forward_values");
+  }
+  void backward_values(const float*) override { refuse("backward_values"); }
+  optim::TrainState& state() override { return actor_.state(); }
+  optim::Strategy& strategy() override { return actor_.strategy(); }
+  void set_strategy(std::unique_ptr<optim::Strategy>) override { refuse("set_strategy"); }
+  void release_activations() override { actor_.release_activations(); }
+  const model::Weights& weights() override { return actor_.weights(); }
+  int64_t max_tokens() const override { return actor_.max_tokens(); }
+  int64_t max_seqs() const override { return actor_.max_seqs(); }
+
+ private:
+  [[noreturn]] static void refuse(const char* what) {
+    VERL_FAIL("internal: the reference policy inside the LoRA actor is forward only ({})", what);
+  }
+  PolicyModel& actor_;
+};
+
 }  // namespace
 
 std::unique_ptr<PolicyModel> build_policy(Device device, model::Weights w,
@@ -92,7 +131,14 @@ ActorWorker::ActorWorker(const PpoConfig& cfg, const RunPlan& plan, Device devic
   // The reference model's log-probs meet nobody's: it takes the fast kernels.
   PolicyOptions po;
   po.recompute = cfg.actor.gradient_checkpointing;
-  if (plan.ref) {
+  if (cfg.lora)
+    po.lora = make_lora_adapters(*cfg.lora, weights.config, static_cast<uint64_t>(cfg.data.seed));
+  if (plan.ref && cfg.lora) {
+    ref_in_actor_ = true;
+    log::info(
+        "LoRA: the reference policy is the actor with its adapters off (no second copy of the "
+        "weights)");
+  } else if (plan.ref) {
     PolicyOptions ro = po;
     ro.trainable = false;
     ro.max_tokens = plan.ref_plan.max_tokens;
@@ -123,6 +169,7 @@ ActorWorker::ActorWorker(const PpoConfig& cfg, const RunPlan& plan, Device devic
       "moments in pinned host memory, 1.0 all of them) and "
       "actor_rollout_ref.ref.fsdp_config.param_offload=true");
   setup_data_parallel(cfg.actor, cfg.trainer.lightweight_sync, *actor_.model, comm);
+  if (ref_in_actor_) ref_ = std::make_unique<AdaptersOff>(*actor_.model);
 }
 
 void ActorWorker::compute_old_log_prob(const Experience& exp, const PassContext& ctx,

@@ -39,7 +39,10 @@ class ActorWorker {
 
   PolicyModel& model() { return *actor_.model; }
   const PolicyModel& model() const { return *actor_.model; }
+  // The reference policy: a model of its own, or with LoRA the actor with its adapters off
+  // (ref_in_actor()); null when the run uses none.
   PolicyModel* ref() { return ref_.get(); }
+  bool ref_in_actor() const { return ref_in_actor_; }
   float temperature() const { return temperature_; }
 
   // old_log_prob: the actor's log-probs of every response token, cut by rollout.log_prob_*.
@@ -57,6 +60,7 @@ class ActorWorker {
   Device device_;
   TrainedModel actor_;
   std::unique_ptr<PolicyModel> ref_;  // the frozen reference policy, forward only
+  bool ref_in_actor_ = false;
   float temperature_ = 1.0f;
 };
 

@@ -81,6 +81,11 @@ int64_t saved_world_size(const fs::path& dir, std::string_view stem, std::string
 
 // Rank 0: the HF export, and the whole moments unless the state is sharded.
 void save_model(const fs::path& dir, const ModelState& s, const std::string& tokenizer_dir) {
+  if (s.lora) {  // the adapters and their moments only (the base is the run's model path)
+    s.lora->save((dir / kLoraAdapterDir).string(), s.lora_base);
+    if (!s.shard && s.optimizer) save_optimizer_state(dir.string(), *s.opt, s.lora->layout.total);
+    return;
+  }
   s.weights->save((dir / "huggingface").string());
   if (!tokenizer_dir.empty())
     model::copy_tokenizer_files(tokenizer_dir, (dir / "huggingface").string());
@@ -201,8 +206,41 @@ void load_moments(const fs::path& dir, int64_t n, const optim::ShardSpec& want, 
   opt.step = step;
 }
 
+// A LoRA checkpoint's adapters (PEFT names) in the order of `w`'s adapter layout.
+void load_adapters(const fs::path& dir, model::Weights& w) {
+  const fs::path st_path = dir / kLoraAdapterDir / "adapter_model.safetensors";
+  std::unique_ptr<model::SafetensorsFile> st = model::SafetensorsFile::open(st_path.string());
+  w.data.assign(static_cast<size_t>(w.layout.total), 0.0f);
+  for (const model::ParamInfo& p : w.layout.params) {
+    const model::TensorInfo* t = st->find(p.name);
+    VERL_CHECK(t != nullptr && t->shape == p.shape,
+               "{}: {} tensor '{}' of the configured adapters; resume with the LoRA settings the "
+               "run was saved with",
+               st_path.string(), t ? "a differently shaped" : "no", p.name);
+    convert_to_f32(w.data.data() + p.offset, st->data(*t), t->dtype, static_cast<size_t>(p.numel));
+  }
+}
+
 void load_model(const fs::path& dir, model::Weights& w, AdamWState& opt,
                 const optim::ShardSpec* shard, bool load_optimizer) {
+  // A LoRA run's layout is its adapters' (no config); the checkpoint must hold adapters and only
+  // then.
+  const bool want_lora = w.config.hidden_size == 0,
+             has_lora = fs::exists(dir / kLoraAdapterDir / "adapter_config.json");
+  VERL_CHECK(want_lora == has_lora,
+             "{}: the checkpoint holds {} but the run trains {}; resume with the same "
+             "actor_rollout_ref.model.lora_rank, or set trainer.resume_mode=disable",
+             dir.string(), has_lora ? "LoRA adapters" : "the whole model",
+             want_lora ? "LoRA adapters" : "the whole model");
+  if (want_lora) {
+    load_adapters(dir, w);
+    const optim::ShardSpec want = shard ? *shard : optim::ShardSpec{0, w.layout.total};
+    if (load_optimizer)
+      load_moments(dir, w.layout.total, want, opt);
+    else
+      opt = fresh_optimizer_state(want.size());
+    return;
+  }
   model::Weights loaded = dir.filename() == "critic"
                               ? model::Weights::load_as_critic((dir / "huggingface").string())
                               : model::Weights::load((dir / "huggingface").string());
@@ -501,6 +539,54 @@ std::optional<SyncCarry> load_sync_carry(const std::string& model_dir, int64_t n
   for (int64_t r = 0; r < saved; ++r) read(r, out, r > 0);
   for (float& x : out.carry) x /= static_cast<float>(saved);
   return out;
+}
+
+nlohmann::json lora_checkpoint_meta(int64_t rank, const std::string& base_path,
+                                    const model::Weights& base) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the sampled values' bits
+  auto mix = [&](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(static_cast<uint64_t>(base.data.size()));
+  for (size_t i = 0; i < base.data.size(); i += 4099) {
+    uint32_t bits;
+    std::memcpy(&bits, &base.data[i], sizeof bits);
+    mix(bits);
+  }
+  return {{"rank", rank}, {"base_model", base_path}, {"base_digest", fmt::format("{:016x}", h)}};
+}
+
+void check_lora_resume(const std::string& dir, const nlohmann::json& meta) {
+  const nlohmann::json st = read_trainer_state(dir);
+  const int64_t saved_rank = st.contains("lora") ? st["lora"].value("rank", int64_t{0}) : 0;
+  if (meta.is_null()) {
+    VERL_CHECK(saved_rank == 0,
+               "{}: a LoRA checkpoint (rank {}); resume with actor_rollout_ref.model.lora_rank={} "
+               "or set trainer.resume_mode=disable",
+               dir, saved_rank, saved_rank);
+    return;
+  }
+  const int64_t rank = meta["rank"].get<int64_t>();
+  VERL_CHECK(saved_rank > 0,
+             "{}: a full fine-tuning checkpoint, but this run trains LoRA adapters "
+             "(actor_rollout_ref.model.lora_rank={}); resume with lora_rank=0 or set "
+             "trainer.resume_mode=disable",
+             dir, rank);
+  VERL_CHECK(saved_rank == rank,
+             "{}: the checkpoint's LoRA adapters have rank {}, this run's "
+             "actor_rollout_ref.model.lora_rank is {}; resume with the same rank or set "
+             "trainer.resume_mode=disable",
+             dir, saved_rank, rank);
+  const nlohmann::json& saved = st["lora"];
+  VERL_CHECK(saved.value("base_digest", "") == meta["base_digest"].get<std::string>(),
+             "{}: the checkpoint's LoRA adapters were trained on the base model {} (weights digest "
+             "{}), this run's actor_rollout_ref.model.path is {} (digest {}); resume on the same "
+             "base model or set trainer.resume_mode=disable",
+             dir, saved.value("base_model", "?"), saved.value("base_digest", "?"),
+             meta["base_model"].get<std::string>(), meta["base_digest"].get<std::string>());
 }
 
 nlohmann::json load_checkpoint(const std::string& dir, model::Weights& actor, AdamWState& actor_opt,

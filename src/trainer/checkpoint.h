@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "dist/communicator.h"
+#include "model/lora.h"
 #include "model/weights.h"
 #include "optim/adamw.h"
 #include "optim/train_state.h"
@@ -47,7 +48,14 @@ struct ModelState {
   int64_t sync_calls = 0;
   // checkpoint.save_contents holds "optimizer": the moments are written (else only the model).
   bool optimizer = true;
+  // LoRA: the model is these adapters (a PEFT directory <model>/lora_adapter, base model named
+  // `lora_base`) and the moments are over their layout; `weights` (the frozen base) is not written.
+  const model::LoraWeights* lora = nullptr;
+  std::string lora_base;
 };
+
+// The PEFT directory a LoRA checkpoint's model part (actor/) holds its adapters in (verl's name).
+inline constexpr const char* kLoraAdapterDir = "lora_adapter";
 
 // What a checkpoint.save_contents or load_contents list asks for (verl's names: model, optimizer,
 // extra, hf_model). The model is always in a verl.cpp checkpoint (it is the HF directory), and so
@@ -84,6 +92,16 @@ std::string save_checkpoint(const std::string& root, int64_t step, const ModelSt
                             const nlohmann::json& trainer_state, const std::string& tokenizer_dir,
                             int64_t keep, dist::Communicator* comm = nullptr,
                             int64_t keep_critic = 0);
+
+// LoRA runs: what trainer_state.json's "lora" records of the adapters' rank and the frozen base
+// (its path and a digest of its weights: the shape and every 4099th value), so that a resume into
+// another base model or rank is refused naming both.
+nlohmann::json lora_checkpoint_meta(int64_t rank, const std::string& base_path,
+                                    const model::Weights& base);
+// Before a resume from `dir` by a run whose lora_checkpoint_meta is `meta` (null: full
+// fine-tuning): an Error naming both sides when the checkpoint was saved with another rank, base
+// model, or with(out) LoRA.
+void check_lora_resume(const std::string& dir, const nlohmann::json& meta);
 
 // The newest complete checkpoint under `root` (from the tracker file), or "" when there is none. A
 // tracker that does not hold a step number is an Error naming it.
@@ -126,7 +144,8 @@ nlohmann::json read_trainer_state(const std::string& dir);
 // the layout, or to `*_shard`'s slice when given) from a checkpoint directory; returns
 // trainer_state.json. Mismatched shapes or a missing file are Errors naming the file and how to
 // fix it. A part whose load_contents leaves out the optimizer (`*_load.optimizer` false) gets
-// fresh moments (zeros, step 0) instead.
+// fresh moments (zeros, step 0) instead. A LoRA actor passes `actor` with its adapters' layout and
+// no config: the data come from actor/lora_adapter.
 nlohmann::json load_checkpoint(const std::string& dir, model::Weights& actor, AdamWState& actor_opt,
                                model::Weights* critic, AdamWState* critic_opt,
                                const optim::ShardSpec* actor_shard = nullptr,

@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -103,7 +104,63 @@ SamplingKeys read_sampling(const config::Config& cfg, const std::string& rk, int
   return s;
 }
 
+// target_modules / exclude_modules as PEFT reads them: a list of module names, "all-linear", or one
+// string that is a regular expression. The config types them list[string] (a scalar becomes a
+// one-element list), so one element that is neither a projection nor all-linear is the regex.
+nlohmann::json module_match_json(const std::vector<std::string>& v) {
+  static const std::vector<std::string> names = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                 "gate_proj", "up_proj", "down_proj"};
+  if (v.size() == 1) {
+    const std::string& s = v[0];
+    const bool projection = std::any_of(names.begin(), names.end(), [&](const std::string& n) {
+      return s == n || s.ends_with("." + n);
+    });
+    if (!projection) return s;
+  }
+  return v;
+}
+
 }  // namespace
+
+std::optional<LoraKeys> read_lora_keys(const config::Config& cfg, const std::string& prefix) {
+  // Every key is read whatever the rank (they are the run's settings either way).
+  const int64_t rank = cfg.get<int64_t>(prefix + "lora_rank");
+  const double alpha = cfg.get<double>(prefix + "lora_alpha");
+  const auto targets = cfg.get<std::vector<std::string>>(prefix + "target_modules");
+  const auto excluded =
+      cfg.get<std::optional<std::vector<std::string>>>(prefix + "exclude_modules");
+  const auto adapter_path = cfg.get<std::optional<std::string>>(prefix + "lora_adapter_path");
+  VERL_CHECK(rank >= 0, "{}lora_rank={}: 0 (off) or a positive rank", prefix, rank);
+  if (rank == 0) return std::nullopt;
+  LoraKeys k;
+  k.config.r = rank;
+  k.config.alpha = alpha;
+  VERL_CHECK(std::isfinite(alpha) && alpha > 0, "{}lora_alpha={}: must be positive", prefix, alpha);
+  k.config.target_modules =
+      model::ModuleMatch::parse(module_match_json(targets), prefix + "target_modules", true);
+  if (excluded)
+    k.config.exclude_modules =
+        model::ModuleMatch::parse(module_match_json(*excluded), prefix + "exclude_modules", false);
+  k.adapter_path = adapter_path;
+  return k;
+}
+
+std::shared_ptr<const model::LoraWeights> make_lora_adapters(const LoraKeys& k,
+                                                             const model::ModelConfig& base,
+                                                             uint64_t seed) {
+  if (k.adapter_path) {
+    model::LoraWeights lw = model::LoraWeights::load(*k.adapter_path, base);
+    log::info("LoRA: adapters from {} (rank {}, alpha {}, {} tensors, {} parameters)",
+              *k.adapter_path, lw.rank(), lw.config.alpha, lw.layout.params.size(),
+              lw.layout.total);
+    return std::make_shared<const model::LoraWeights>(std::move(lw));
+  }
+  model::LoraWeights lw = model::LoraWeights::create(base, k.config);
+  lw.init(seed);
+  log::info("LoRA: rank {}, alpha {} (scale {}), {} adapted projections, {} trainable parameters",
+            lw.rank(), lw.config.alpha, lw.scale(), lw.layout.params.size() / 2, lw.layout.total);
+  return std::make_shared<const model::LoraWeights>(std::move(lw));
+}
 
 optim::LrSchedule OptimKeys::schedule(int64_t total_steps) const {
   optim::LrSchedule s;
@@ -312,6 +369,7 @@ PpoConfig PpoConfig::read(const config::Config& cfg, int world, bool distributed
   c.actor.gradient_checkpointing =
       cfg.get<bool>("actor_rollout_ref.model.enable_gradient_checkpointing");
   c.use_ref = c.actor_loss.use_kl_loss || alg.use_kl_in_reward;
+  c.lora = read_lora_keys(cfg, "actor_rollout_ref.model.");
   if (c.use_ref) {
     c.ref_batching = read_forward_batching(cfg, "actor_rollout_ref.ref.", world);
     c.ref_offload = read_offload(cfg, "actor_rollout_ref.ref.fsdp_config.", 0.0, nullptr);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "config/config.h"
 #include "core/device.h"
 #include "core/numerics.h"
+#include "model/lora.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "optim/sparse_sync.h"
@@ -23,6 +25,21 @@
 #include "trainer/rollout_corr.h"
 
 namespace verl::trainer {
+
+// `<prefix>lora_rank` > 0: LoRA on the trained model (model/lora.h): its rank, alpha and modules,
+// and the PEFT adapter directory to start from (null: PEFT's fresh init).
+struct LoraKeys {
+  model::LoraConfig config;
+  std::optional<std::string> adapter_path;
+};
+// <prefix>lora_rank / lora_alpha / target_modules / exclude_modules / lora_adapter_path (the
+// actor's "actor_rollout_ref.model.", the SFT trainer's "model."); none when lora_rank is 0.
+std::optional<LoraKeys> read_lora_keys(const config::Config& cfg, const std::string& prefix);
+// The adapters the keys ask for: the PEFT directory adapter_path, or PEFT's fresh init (B = 0: the
+// model starts as the base model) drawn from `seed`, the same on every rank.
+std::shared_ptr<const model::LoraWeights> make_lora_adapters(const LoraKeys& k,
+                                                             const model::ModelConfig& base,
+                                                             uint64_t seed);
 
 // A model's `<prefix>.optim.*` keys: AdamW's settings (with the model's grad_clip) and the
 // learning-rate schedule, whose length is known once the loader is.
@@ -225,6 +242,7 @@ struct PpoConfig {
   ForwardBatching old_log_prob_batching, ref_batching, values_batching;
   OffloadKeys ref_offload;
   QuantizationKeys ref_quantization;
+  std::optional<LoraKeys> lora;  // actor_rollout_ref.model.lora_rank > 0
   RewardKeys reward;
   AlgorithmKeys algorithm;
   TrainerKeys trainer;

@@ -39,6 +39,8 @@ PpoTrainer::PpoTrainer(const config::Config& cfg)
   VERL_CHECK(actor_weights.config.head == model::HeadKind::CausalLM,
              "actor_rollout_ref.model.path={}: the actor must be a causal LM, got {}",
              cfg_.model_path, actor_weights.config.architecture);
+  if (cfg_.lora)
+    lora_meta_ = lora_checkpoint_meta(cfg_.lora->config.r, cfg_.model_path, actor_weights);
   tokenizer_dir_ = cfg_.data.tokenizer.value_or(cfg_.model_path);
   tok_ = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::load(tokenizer_dir_));
   if (cfg_.custom_chat_template)
@@ -76,7 +78,10 @@ PpoTrainer::PpoTrainer(const config::Config& cfg)
     critic_ = std::make_unique<CriticWorker>(cfg_, plan_, device_, *comm_, total_steps_);
   actor_ = std::make_unique<ActorWorker>(cfg_, plan_, device_, std::move(actor_weights), *comm_,
                                          total_steps_);
-  memory_.set_models({&actor_->model(), actor_->ref(), critic_ ? &critic_->model() : nullptr});
+  if (cfg_.lora) lora_meta_["rank"] = actor_->model().lora()->rank();  // lora_adapter_path's own
+  // A reference policy inside the LoRA actor holds nothing of its own.
+  memory_.set_models({&actor_->model(), actor_->ref_in_actor() ? nullptr : actor_->ref(),
+                      critic_ ? &critic_->model() : nullptr});
   if (device_ == Device::Cuda) {
     log::info(
         "trainer.device={}: actor{} on cuda, micro-batches of at most {} tokens, {:.2f} GiB of "
@@ -501,6 +506,9 @@ void PpoTrainer::resume() {
   // weights and AdamW state to its model (on cuda: uploaded).
   const model::Weights& current = actor_->model().weights();
   model::Weights actor_weights{current.config, current.layout, {}};
+  check_lora_resume(dir, lora_meta_);
+  if (cfg_.lora)  // the adapters' layout and no config: load_checkpoint reads actor/lora_adapter
+    actor_weights = model::Weights{{}, actor_->model().state().layout(), {}};
   AdamWState actor_opt;
   std::optional<model::Weights> critic_weights;
   AdamWState critic_opt;
@@ -594,6 +602,10 @@ std::string PpoTrainer::save() {
       out.opt = p.optimizer_state();  // host copies: on cuda downloaded here
     }
     if (lead) out.ms.weights = &p.weights();  // on cuda downloaded if stale
+    if (lead && p.lora()) {                   // LoRA: the adapters instead of the frozen base
+      out.ms.lora = p.lora();
+      out.ms.lora_base = cfg_.model_path;
+    }
     return out;
   };
   Part actor = part(actor_->model(), cfg_.actor.save);
@@ -611,6 +623,7 @@ std::string PpoTrainer::save() {
   nlohmann::json st = {
       {"dataloader", one_step_off_ ? one_step_off_->loader_state() : train_loader_->state()}};
   if (kl_ctrl_) st["kl_coef"] = kl_ctrl_->value();
+  if (cfg_.lora) st["lora"] = lora_meta_;
   return save_checkpoint(cfg_.trainer.default_local_dir, global_step_, actor.ms, critic, st,
                          tokenizer_dir_, cfg_.trainer.max_actor_ckpt_to_keep, comm_.get(),
                          critic ? cfg_.trainer.max_critic_ckpt_to_keep : 0);

@@ -66,6 +66,8 @@ class PpoTrainer {
   int64_t total_training_steps() const { return total_steps_; }
   // The actor's weights (on cuda: downloaded from the device when a step changed them).
   const model::Weights& actor() { return actor_->model().weights(); }
+  // LoRA: the actor's adapters at their current values (null without LoRA).
+  const model::LoraWeights* actor_lora() { return actor_->model().lora(); }
   // The actor's parameter count (no download).
   int64_t actor_params() { return actor_->model().state().numel(); }
   // Where the actor and the reference policy run (trainer.device resolved).
@@ -126,6 +128,9 @@ class PpoTrainer {
   const RunPlan plan_;
   std::unique_ptr<tokenizer::Tokenizer> tok_;
   std::string tokenizer_dir_, last_checkpoint_;
+  // LoRA: what a checkpoint records of the run's adapters and frozen base (trainer_state.json's
+  // "lora"), so that a resume into another base model or rank is refused naming both.
+  nlohmann::json lora_meta_;
   std::unique_ptr<data::RLDataset> train_set_, val_set_;
   std::unique_ptr<data::DataLoader> train_loader_;
   int64_t global_step_ = 0, total_steps_ = 0;

@@ -167,7 +167,8 @@ void OneStepOff::start(int64_t done_steps) {
   // (on the GPU a device copy with a stream of its own, so generation and the update share the
   // device; on the CPU a host copy).
   p->snapshot = actor_.rollout_snapshot();
-  if (!p->snapshot) p->weights = actor_.weights();
+  if (!p->snapshot)  // LoRA: the adapters merged into the snapshot
+    p->weights = actor_.lora() ? actor_.lora()->merged(actor_.weights()) : actor_.weights();
   p->weights_step = done_steps;
   const int64_t step = done_steps + 2;  // the step these samples are for
   Prefetch* raw = p.get();

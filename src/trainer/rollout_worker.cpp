@@ -406,10 +406,19 @@ void RolloutWorker::generate(const std::vector<data::Sample>& samples, int64_t f
     setup.emplace(timer, "gen_setup");
   }
   std::optional<rollout::Engine> engine_holder;
+  // LoRA on the CPU: the rollout's decoder runs the actor's adapters unmerged, as the trainer's
+  // forward does, so the rollout's log-probs are the trainer's (one-step-off's snapshot is merged
+  // already). A tensor-parallel slice cuts the merged weights.
+  const model::LoraWeights* lora = runner || opts.weights ? nullptr : actor.lora();
+  std::optional<model::Weights> merged;
   if (!runner && tp_comm_) {
     tp_group.emplace(*tp_comm_);
-    slice.emplace(model::tp_slice(opts.weights ? *opts.weights : actor.weights(), tp_group->rank(),
-                                  tp_group->size()));
+    if (lora) merged = lora->merged(actor.weights());
+    slice.emplace(model::tp_slice(opts.weights ? *opts.weights
+                                  : merged     ? *merged
+                                               : actor.weights(),
+                                  tp_group->rank(), tp_group->size()));
+    merged.reset();
     tp_ctx = model::tp_context(*slice, *tp_group);
     runner = std::make_unique<rollout::CpuStepRunner>(slice->weights, ec.scheduler.num_blocks,
                                                       ec.scheduler.block_size, &*tp_ctx);
@@ -418,7 +427,7 @@ void RolloutWorker::generate(const std::vector<data::Sample>& samples, int64_t f
     engine_holder.emplace(*runner, ec);
   } else {
     // On cuda downloaded if a step changed them; one-step-off's snapshot when given.
-    engine_holder.emplace(opts.weights ? *opts.weights : actor.weights(), ec);
+    engine_holder.emplace(opts.weights ? *opts.weights : actor.weights(), ec, lora);
   }
   rollout::Engine& engine = *engine_holder;
   setup.reset();

@@ -26,6 +26,7 @@
 #include "optim/train_state.h"
 #include "trainer/checkpoint.h"
 #include "trainer/policy_model.h"
+#include "trainer/ppo_config.h"
 #include "trainer/ranks.h"
 
 extern "C" void openblas_set_num_threads(int);
@@ -287,6 +288,30 @@ int64_t resume_sft(const config::Config& cfg, const std::string& out_root, Polic
                  st["global_step"].get<int64_t>() >= 0,
              "{}/trainer_state.json: global_step should be a step number", dir);
   const int64_t step = st["global_step"].get<int64_t>();
+  if (const model::LoraWeights* lora = policy.lora()) {
+    // model.lora_rank > 0: the adapters and their moments (the base is model.partial_pretrain).
+    VERL_CHECK(st.contains("lora"),
+               "{}: a full fine-tuning checkpoint, but this run trains LoRA adapters "
+               "(model.lora_rank={}); resume with model.lora_rank=0 or set "
+               "trainer.resume_mode=disable",
+               dir, lora->rank());
+    const int64_t saved_rank = st["lora"].value("rank", int64_t{0});
+    VERL_CHECK(saved_rank == lora->rank(),
+               "{}: the checkpoint's LoRA adapters have rank {}, this run's model.lora_rank is {}; "
+               "resume with the same rank or set trainer.resume_mode=disable",
+               dir, saved_rank, lora->rank());
+    model::LoraWeights saved =
+        model::LoraWeights::load(dir + "/" + kLoraAdapterDir, policy.config());
+    optim::AdamWState opt = load.optimizer ? load_optimizer_state(dir, policy.state().numel())
+                                           : fresh_optimizer_state(policy.state().numel());
+    policy.restore(std::move(saved.data), std::move(opt));
+    if (lead) log::info("resuming the LoRA adapters from {} (step {})", dir, step);
+    return step;
+  }
+  VERL_CHECK(!st.contains("lora"),
+             "{}: a LoRA checkpoint (rank {}); resume with model.lora_rank={} or set "
+             "trainer.resume_mode=disable",
+             dir, st["lora"].value("rank", int64_t{0}), st["lora"].value("rank", int64_t{0}));
   model::Weights saved = model::Weights::load(dir);
   // The configured model's layout from its config (on cuda, policy.weights() would download it).
   const model::ParamLayout now = model::ParamLayout::build(policy.config());
@@ -426,6 +451,10 @@ std::string run_sft(const config::Config& cfg) {
       budget > 0 ? std::min(std::max(batch_size, static_cast<int64_t>(val.size())), popt.max_tokens)
                  : micro_seqs;
   popt.recompute = cfg.get<bool>("model.enable_gradient_checkpointing");
+  // model.lora_rank > 0: the adapters train, the base stays frozen.
+  if (const std::optional<LoraKeys> lk = read_lora_keys(cfg, "model."))
+    popt.lora =
+        make_lora_adapters(*lk, w.config, static_cast<uint64_t>(cfg.get<int64_t>("trainer.seed")));
   std::unique_ptr<PolicyModel> policy = make_policy(device, std::move(w), popt);
 
   const std::string out_root = cfg.get<std::string>("trainer.default_local_dir");
@@ -451,11 +480,19 @@ std::string run_sft(const config::Config& cfg) {
     const std::string tmp = fmt::format("{}/.tmp_global_step_{}", out_root, step);
     try {
       fs::remove_all(tmp);
-      policy->weights().save(tmp);
+      nlohmann::json st = data_order;
+      if (const model::LoraWeights* lora = policy->lora()) {
+        // LoRA: the merged model keeps the directory a model path; lora_adapter/ (PEFT) and the
+        // adapters' moments are what a resume reads.
+        lora->merged(policy->weights()).save(tmp);
+        lora->save(tmp + "/" + kLoraAdapterDir, model_dir);
+        st["lora"] = {{"rank", lora->rank()}};
+      } else {
+        policy->weights().save(tmp);
+      }
       model::copy_tokenizer_files(tokenizer_dir, tmp);
       if (save_parts.optimizer)
         save_optimizer_state(tmp, policy->optimizer_state(), policy->state().numel());
-      nlohmann::json st = data_order;
       st["trainer"] = "sft";
       fault_point("save", step);  // tests kill the process here: half a checkpoint on disk
       const std::string dir = publish_checkpoint(out_root, step, tmp, st, keep);
