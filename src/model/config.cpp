@@ -171,6 +171,82 @@ ModelConfig load_model_config(const std::string& model_dir) {
   return parse_model_config(read_file(path, "model config"), path);
 }
 
+namespace {
+void merge_json(nlohmann::json& into, const nlohmann::json& from) {
+  for (auto it = from.begin(); it != from.end(); ++it) {
+    if (it.value().is_object() && into.contains(it.key()) && into[it.key()].is_object()) {
+      merge_json(into[it.key()], it.value());
+    } else {
+      into[it.key()] = it.value();
+    }
+  }
+}
+}  // namespace
+
+ModelConfig apply_config_overrides(const std::string& model_dir, const ModelConfig& loaded,
+                                   const nlohmann::json& overrides, const std::string& key,
+                                   std::vector<std::string>* ignored) {
+  if (overrides.is_null() || (overrides.is_object() && overrides.empty())) return loaded;
+  VERL_CHECK(overrides.is_object(), "{} must be a mapping of config.json fields, got {}", key,
+             overrides.type_name());
+  static const char* const kAllowed[] = {"max_position_embeddings", "rope_theta", "rope_scaling",
+                                         "rope_parameters", "rms_norm_eps"};
+  static const char* const kDropout[] = {"attention_dropout", "hidden_dropout", "resid_pdrop",
+                                         "embd_pdrop"};
+  static const char* const kIgnored[] = {"attn_implementation", "use_cache"};
+  auto in = [](const std::string& k, const auto& list) {
+    for (const char* n : list)
+      if (k == n) return true;
+    return false;
+  };
+  nlohmann::json keep = nlohmann::json::object();
+  for (auto it = overrides.begin(); it != overrides.end(); ++it) {
+    const std::string& k = it.key();
+    if (in(k, kIgnored)) {
+      if (ignored) ignored->push_back(k);
+      continue;
+    }
+    if (in(k, kDropout)) {
+      VERL_CHECK(it.value().is_number() && it.value().get<double>() == 0.0,
+                 "{}.{}={}: training here has no dropout; only 0 is accepted", key, k,
+                 it.value().dump());
+      continue;
+    }
+    VERL_CHECK(in(k, kAllowed),
+               "{}.{}: this field cannot be overridden here (it would change the weights or is not "
+               "a field verl.cpp reads); overridable: max_position_embeddings, rope_theta, "
+               "rope_scaling, rope_parameters, rms_norm_eps (and dropout fields set to 0)",
+               key, k);
+    keep[k] = it.value();
+  }
+  if (keep.empty()) return loaded;
+  const std::string path = model_dir + "/config.json";
+  nlohmann::json j = nlohmann::json::parse(read_file(path, "model config"));
+  // A transformers-5 file keeps RoPE in rope_parameters, which the parser prefers: the older
+  // spellings of an override go there too (transformers converts them the same way).
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
+    if (keep.contains("rope_theta")) j["rope_parameters"]["rope_theta"] = keep["rope_theta"];
+    if (keep.contains("rope_scaling") && keep["rope_scaling"].is_object()) {
+      nlohmann::json rs = keep["rope_scaling"];
+      if (rs.contains("type") && !rs.contains("rope_type")) {
+        rs["rope_type"] = rs["type"];
+        rs.erase("type");
+      }
+      merge_json(j["rope_parameters"], rs);
+      keep.erase("rope_scaling");
+    }
+  }
+  merge_json(j, keep);
+  const ModelConfig c = parse_model_config(j.dump(), path + " with " + key);
+  // Only the overridable fields move over, so a model loaded as another head (a critic) keeps it.
+  ModelConfig out = loaded;
+  out.max_position_embeddings = c.max_position_embeddings;
+  out.rope_theta = c.rope_theta;
+  out.rope_scaling = c.rope_scaling;
+  out.rms_norm_eps = c.rms_norm_eps;
+  return out;
+}
+
 std::string model_config_to_json(const ModelConfig& c) {
   HeadKind head = HeadKind::CausalLM;
   const arch::FamilySpec* fam = arch::find_architecture(c.architecture, &head);

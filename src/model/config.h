@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,17 @@ struct ModelConfig {
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source);
 // Reads DIR/config.json.
 ModelConfig load_model_config(const std::string& model_dir);
+// verl's model.override_config (`key` names it in errors): DIR/config.json with `overrides` (a JSON
+// object) merged in, nested objects key by key, as transformers' from_pretrained(**kwargs) sets
+// them, parsed again. Only fields that leave the weights as they are may change
+// (max_position_embeddings, rope_theta, rope_scaling, rope_parameters, rms_norm_eps); dropout
+// fields (attention_dropout, hidden_dropout, resid_pdrop, embd_pdrop) must be 0, as training here
+// has no dropout; attn_implementation and use_cache change nothing here and are listed in
+// `ignored`. Anything else is refused naming the field. `loaded` comes back with those fields
+// replaced (its head and shapes kept); an empty object gives it back unchanged.
+ModelConfig apply_config_overrides(const std::string& model_dir, const ModelConfig& loaded,
+                                   const nlohmann::json& overrides, const std::string& key,
+                                   std::vector<std::string>* ignored = nullptr);
 // Writes a config.json that transformers loads back to the same ModelConfig.
 std::string model_config_to_json(const ModelConfig& cfg);
 

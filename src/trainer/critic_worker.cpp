@@ -20,9 +20,14 @@ CriticWorker::CriticWorker(const PpoConfig& cfg, const RunPlan& plan, Device dev
   co.offload = cfg.critic.offload.resolve(device);
   critic_.base_lr = co.optim.lr;
   critic_.schedule = cfg.critic.optim.schedule(total_steps);
-  critic_.model = build_policy(
-      device, model::Weights::load_as_critic(cfg.critic_model_path, cfg.data.seed), co, "critic",
-      "critic.model.fsdp_config.optimizer_offload=true / param_offload=true");
+  model::Weights critic_weights =
+      model::Weights::load_as_critic(cfg.critic_model_path, cfg.data.seed);
+  critic_weights.config =
+      apply_model_overrides(cfg.critic_model_path, critic_weights.config,
+                            cfg.critic_override_config, "critic.model.override_config");
+  critic_.model =
+      build_policy(device, std::move(critic_weights), co, "critic",
+                   "critic.model.fsdp_config.optimizer_offload=true / param_offload=true");
   setup_data_parallel(cfg.critic, cfg.trainer.lightweight_sync, *critic_.model, comm);
 }
 

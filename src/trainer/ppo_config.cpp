@@ -220,6 +220,8 @@ PpoConfig PpoConfig::read(const config::Config& cfg, int world, bool distributed
     }
   }
   c.model_path = cfg.get<std::string>("actor_rollout_ref.model.path");
+  c.model_override_config = nlohmann::json::parse(
+      cfg.get<config::Json>("actor_rollout_ref.model.override_config").dump());
   d.tokenizer = cfg.get<std::optional<std::string>>("data.tokenizer");
   c.custom_chat_template =
       cfg.get<std::optional<std::string>>("actor_rollout_ref.model.custom_chat_template");
@@ -337,6 +339,8 @@ PpoConfig PpoConfig::read(const config::Config& cfg, int world, bool distributed
     c.critic.gradient_checkpointing = cfg.get<bool>("critic.model.enable_gradient_checkpointing");
     c.critic.offload = read_offload(cfg, "critic.model.fsdp_config.", 0.0, nullptr);
     c.critic_model_path = cfg.get<std::string>("critic.model.path");
+    c.critic_override_config =
+        nlohmann::json::parse(cfg.get<config::Json>("critic.model.override_config").dump());
     c.critic_cliprange_value = cfg.get<double>("critic.cliprange_value");
     c.critic_loss_agg_mode = parse_loss_agg_mode(cfg.get<std::string>("critic.loss_agg_mode"));
     c.values_batching = read_forward_batching(cfg, "critic.", world);
@@ -616,6 +620,19 @@ PpoConfig PpoConfig::read(const config::Config& cfg, int world, bool distributed
   t.save_freq = cfg.get<int64_t>("trainer.save_freq");
   t.val_before_train = cfg.get<bool>("trainer.val_before_train");
   t.val_only = cfg.get<bool>("trainer.val_only");
+  return c;
+}
+
+model::ModelConfig apply_model_overrides(const std::string& model_dir,
+                                         const model::ModelConfig& loaded,
+                                         const nlohmann::json& overrides, const std::string& key) {
+  std::vector<std::string> ignored;
+  model::ModelConfig c = model::apply_config_overrides(model_dir, loaded, overrides, key, &ignored);
+  for (const std::string& f : ignored)
+    log::warn(
+        "{}.{} has no effect in verl.cpp (its own attention kernels, no KV cache in "
+        "training); ignored",
+        key, f);
   return c;
 }
 

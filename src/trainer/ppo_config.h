@@ -239,6 +239,9 @@ struct PpoConfig {
   double critic_cliprange_value = 0;
   LossAggMode critic_loss_agg_mode = LossAggMode::TokenMean;
   std::string critic_model_path;
+  // actor_rollout_ref.model.override_config / critic.model.override_config (fields of config.json,
+  // model::apply_config_overrides).
+  nlohmann::json model_override_config, critic_override_config;
   ForwardBatching old_log_prob_batching, ref_batching, values_batching;
   OffloadKeys ref_offload;
   QuantizationKeys ref_quantization;
@@ -251,5 +254,11 @@ struct PpoConfig {
   // ranks; `distributed`: a communicator carries the collectives (several ranks, or one NCCL rank).
   static PpoConfig read(const config::Config& cfg, int world, bool distributed);
 };
+
+// model::apply_config_overrides for the trainer's models, the fields it ignores warned about by
+// key.
+model::ModelConfig apply_model_overrides(const std::string& model_dir,
+                                         const model::ModelConfig& loaded,
+                                         const nlohmann::json& overrides, const std::string& key);
 
 }  // namespace verl::trainer

@@ -39,6 +39,9 @@ PpoTrainer::PpoTrainer(const config::Config& cfg)
   VERL_CHECK(actor_weights.config.head == model::HeadKind::CausalLM,
              "actor_rollout_ref.model.path={}: the actor must be a causal LM, got {}",
              cfg_.model_path, actor_weights.config.architecture);
+  actor_weights.config =
+      apply_model_overrides(cfg_.model_path, actor_weights.config, cfg_.model_override_config,
+                            "actor_rollout_ref.model.override_config");
   if (cfg_.lora)
     lora_meta_ = lora_checkpoint_meta(cfg_.lora->config.r, cfg_.model_path, actor_weights);
   tokenizer_dir_ = cfg_.data.tokenizer.value_or(cfg_.model_path);

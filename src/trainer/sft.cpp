@@ -353,6 +353,10 @@ std::string run_sft(const config::Config& cfg) {
   model::Weights w = model::Weights::load(model_dir);
   VERL_CHECK(w.config.head == model::HeadKind::CausalLM, "{}: SFT needs a causal LM, got {}",
              model_dir, w.config.architecture);
+  w.config = apply_model_overrides(
+      model_dir, w.config,
+      nlohmann::json::parse(cfg.get<config::Json>("model.override_config").dump()),
+      "model.override_config");
   // model.tokenizer_path: a tokenizer other than the one beside the model (copied into every
   // checkpoint, so that each loads on its own).
   const std::string tokenizer_dir =

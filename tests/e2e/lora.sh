@@ -110,8 +110,8 @@ logprobs "$work/lp_sft_lora.json" --model "$demo" --lora "$work/sft/global_step_
 check "sft checkpoint's merged model = base + its adapter within 1e-4" close "$work/lp_sft_merged.json" "$work/lp_sft_lora.json" 1e-4
 
 # ---- verl's LoRA scripts (tests/fixtures/verl_scripts): the GRPO one trains 2 steps on the demo model
-# with sizes shrunk by overrides after the script's; DAPO 7B's LoRA keys load once its
-# override_config line (no LoRA key; refused by name in e2e.cli) is left out.
+# with sizes shrunk by overrides after the script's; DAPO 7B's LoRA keys load (with its
+# override_config.max_position_embeddings).
 scripts=$root/tests/fixtures/verl_scripts
 script_args() {  # script_args FIXTURE: the fixture's overrides with the paths filled in
   grep -v '^#' "$1" | sed "s|@DATA@|$root/assets/demo/train.jsonl|; s|@MODEL@|$demo|; s|@SAVE_DIR@|$work/verl_scripts/$(basename "$1" .txt)|"
@@ -133,7 +133,7 @@ assert all(0.0 <= r['critic/score/mean'] <= 1.0 and 'actor/kl_loss' in r for r i
 c = json.load(open('$out/global_step_2/actor/lora_adapter/adapter_config.json'))
 assert c['r'] == 64 and c['lora_alpha'] == 32, c"
 done
-mapfile -t args < <(script_args "$scripts/dapo__test_dapo_7b_math_lora.txt" | grep -v override_config)
+mapfile -t args < <(script_args "$scripts/dapo__test_dapo_7b_math_lora.txt")
 "$verl" config "${args[@]}" > "$work/dapo_lora.yaml" 2> /dev/null
 check "DAPO 7B's LoRA keys load (lora_rank 8)" grep -q "lora_rank: 8" "$work/dapo_lora.yaml"
 

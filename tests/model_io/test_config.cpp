@@ -446,5 +446,63 @@ TEST(ModelConfig, LoadFromDirectory) {
   }
 }
 
+// verl's model.override_config: config.json's fields replaced before parsing, only those that
+// leave the weights alone; the rest refused by field.
+TEST(ConfigOverrides, FieldsThatKeepTheWeights) {
+  test::TempDir dir("overrides");
+  std::filesystem::copy_file(fixture_path("qwen2.5-0.5b.json"), dir / "config.json");
+  const ModelConfig base = load_model_config(dir.str());
+  EXPECT_EQ(apply_config_overrides(dir.str(), base, json::object(), "k").max_position_embeddings,
+            base.max_position_embeddings);
+  std::vector<std::string> ignored;
+  const ModelConfig c =
+      apply_config_overrides(dir.str(), base,
+                             json{{"max_position_embeddings", 65536},
+                                  {"rope_scaling", {{"type", "linear"}, {"factor", 2.0}}},
+                                  {"rms_norm_eps", 1e-5},
+                                  {"attention_dropout", 0.0},
+                                  {"attn_implementation", "flash_attention_2"}},
+                             "actor_rollout_ref.model.override_config", &ignored);
+  EXPECT_EQ(c.max_position_embeddings, 65536);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::Linear);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 2.0);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-5);
+  EXPECT_DOUBLE_EQ(c.rope_theta, base.rope_theta);
+  EXPECT_EQ(c.hidden_size, base.hidden_size);
+  EXPECT_EQ(ignored, std::vector<std::string>{"attn_implementation"});
+  // A head the model was loaded as (a critic) is kept.
+  ModelConfig critic = base;
+  critic.head = HeadKind::TokenClassification;
+  EXPECT_EQ(
+      apply_config_overrides(dir.str(), critic, json{{"max_position_embeddings", 4096}}, "k").head,
+      HeadKind::TokenClassification);
+
+  // transformers 5 keeps RoPE in rope_parameters: rope_theta goes there too.
+  test::TempDir tf5("overrides_tf5");
+  std::filesystem::copy_file(fixture_path("llama-3.1-8b-tf5.json"), tf5 / "config.json");
+  const ModelConfig l = load_model_config(tf5.str());
+  EXPECT_DOUBLE_EQ(l.rope_theta, 500000.0);
+  EXPECT_DOUBLE_EQ(
+      apply_config_overrides(tf5.str(), l, json{{"rope_theta", 1000000.0}}, "k").rope_theta,
+      1000000.0);
+
+  auto error = [&](const json& o) {
+    try {
+      apply_config_overrides(dir.str(), base, o, "actor_rollout_ref.model.override_config");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error(json{{"hidden_size", 1024}})
+                .find("actor_rollout_ref.model.override_config.hidden_size: this field cannot be "
+                      "overridden"),
+            std::string::npos);
+  EXPECT_NE(error(json{{"attention_dropout", 0.1}}).find("only 0 is accepted"), std::string::npos);
+  EXPECT_NE(error(json{{"max_position_embeddings", -1}}).find("max_position_embeddings"),
+            std::string::npos);
+  EXPECT_NE(error(json::array({1})).find("must be a mapping"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace verl::model
