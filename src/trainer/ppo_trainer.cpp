@@ -607,7 +607,8 @@ std::string PpoTrainer::save() {
     if (lead) out.ms.weights = &p.weights();  // on cuda downloaded if stale
     if (lead && p.lora()) {                   // LoRA: the adapters instead of the frozen base
       out.ms.lora = p.lora();
-      out.ms.lora_base = cfg_.model_path;
+      // Absolute: `verl export` of the adapters may run from anywhere.
+      out.ms.lora_base = std::filesystem::absolute(cfg_.model_path).lexically_normal().string();
     }
     return out;
   };

@@ -489,7 +489,8 @@ std::string run_sft(const config::Config& cfg) {
         // LoRA: the merged model keeps the directory a model path; lora_adapter/ (PEFT) and the
         // adapters' moments are what a resume reads.
         lora->merged(policy->weights()).save(tmp);
-        lora->save(tmp + "/" + kLoraAdapterDir, model_dir);
+        lora->save(tmp + "/" + kLoraAdapterDir,
+                   std::filesystem::absolute(model_dir).lexically_normal().string());
         st["lora"] = {{"rank", lora->rank()}};
       } else {
         policy->weights().save(tmp);
