@@ -2,8 +2,11 @@
 // picks a strategy for (device, ZeRO stage, LightweightSync) and refuses what is not built.
 #include "optim/strategy.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "optim/strategy_cpu.h"
@@ -77,6 +80,22 @@ std::unique_ptr<Strategy> make_strategy(TrainState& st, dist::Communicator& comm
              "internal: no data-parallel strategy registered for trainer.device={}",
              to_string(st.device()));
   return build(st, comm, stage, cfg);
+}
+
+AdamWState Strategy::gather_sharded_moments(int64_t chunk, dist::Communicator& comm) const {
+  AdamWState mine = st_.download_optimizer_state();
+  AdamWState whole;
+  whole.step = mine.step;
+  for (auto [part, out] :
+       {std::pair{&mine.exp_avg, &whole.exp_avg}, std::pair{&mine.exp_avg_sq, &whole.exp_avg_sq}}) {
+    std::vector<float> all(static_cast<size_t>(chunk * comm.world_size()), 0.0f);
+    std::copy(part->begin(), part->end(), all.begin() + comm.rank() * chunk);
+    comm.all_gather(all.data() + comm.rank() * chunk, all.data(), static_cast<size_t>(chunk),
+                    dist::DataType::F32);
+    all.resize(static_cast<size_t>(st_.numel()));
+    *out = std::move(all);
+  }
+  return whole;
 }
 
 }  // namespace verl::optim

@@ -100,6 +100,9 @@ class Strategy {
 
  protected:
   explicit Strategy(TrainState& st) : st_(st) {}
+  // A ZeRO strategy's download_optimizer_state: this rank's shard of the moments (`chunk`
+  // elements at rank x chunk) all-gathered on the host into the whole layout's (a collective).
+  AdamWState gather_sharded_moments(int64_t chunk, dist::Communicator& comm) const;
 
   TrainState& st_;
   SyncStats sync_stats_;

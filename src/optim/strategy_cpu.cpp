@@ -70,21 +70,8 @@ void CpuDataParallel::drop_full_weights() {
 }
 
 AdamWState CpuDataParallel::download_optimizer_state() const {
-  AdamWState mine = st_.download_optimizer_state();
-  if (zero_stage() == 0) return mine;
-  // Sharded: every rank's moments, gathered (a collective).
-  AdamWState whole;
-  whole.step = mine.step;
-  for (auto [part, out] :
-       {std::pair{&mine.exp_avg, &whole.exp_avg}, std::pair{&mine.exp_avg_sq, &whole.exp_avg_sq}}) {
-    std::vector<float> all(static_cast<size_t>(chunk_ * comm_.world_size()), 0.0f);
-    std::copy(part->begin(), part->end(), all.begin() + comm_.rank() * chunk_);
-    comm_.all_gather(all.data() + comm_.rank() * chunk_, all.data(), static_cast<size_t>(chunk_),
-                     dist::DataType::F32);
-    all.resize(static_cast<size_t>(st_.numel()));
-    *out = std::move(all);
-  }
-  return whole;
+  if (zero_stage() == 0) return st_.download_optimizer_state();
+  return gather_sharded_moments(chunk_, comm_);  // sharded: every rank's moments (a collective)
 }
 
 void CpuDataParallel::defer_grads() {
